@@ -1,0 +1,41 @@
+# Two entry points, each bootstrapping everything it needs:
+#   make demo   train TRPO on Swimmer-v5 with plotting on; videos and curves under runs/
+#   make test   the whole test suite (real TensorFlow, MuJoCo, processes, Xvfb, Redis, Chromium)
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed-stamp
+PYTEST_ARGS ?=
+
+.PHONY: demo test test-quick venv format bench clean
+
+$(STAMP): setup.py
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e ".[cpu,test,redis]"
+	@touch $(STAMP)
+
+venv: $(STAMP)
+
+demo: $(STAMP)
+	@scripts/system_deps.sh demo
+	$(PY) examples/plot_random_policy.py
+
+test: $(STAMP)
+	@scripts/system_deps.sh test
+	$(PY) -m pytest tests $(PYTEST_ARGS)
+
+# The quick subset: everything not marked slow.
+test-quick: $(STAMP)
+	@scripts/system_deps.sh test
+	$(PY) -m pytest tests -m "not slow" $(PYTEST_ARGS)
+
+format: $(STAMP)
+	$(VENV)/bin/yapf -i -r async_plotter tests benchmarks examples
+
+bench: $(STAMP)
+	@scripts/system_deps.sh demo
+	$(PY) benchmarks/update_cost.py
+
+clean:
+	rm -rf $(VENV) runs *.egg-info

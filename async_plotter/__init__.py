@@ -1,0 +1,21 @@
+"""async_plotter: watch a TensorFlow policy act in MuJoCo while it trains, without slowing training.
+
+    from async_plotter import Plotter
+    with Plotter("Swimmer-v5", policy, video_dir="videos") as plotter:
+        for itr in range(n_itr):
+            train_one_iteration(policy)
+            plotter.update_plot(policy, iteration=itr)   # returns at once
+"""
+from async_plotter.core import Plotter
+from async_plotter.errors import (EnvSpecError, InvalidArgumentError, NoDisplayError,
+                                  ParameterMismatchError, PlotterClosedError, PlotterError,
+                                  PolicyNotRebuildableError, PolicyProtocolError, VideoDirError)
+from async_plotter.serializable import Serializable
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "Plotter", "Serializable", "PlotterError", "PlotterClosedError", "PolicyProtocolError",
+    "PolicyNotRebuildableError", "ParameterMismatchError", "EnvSpecError", "NoDisplayError",
+    "VideoDirError", "InvalidArgumentError"
+]

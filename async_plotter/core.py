@@ -1,0 +1,420 @@
+"""The trainer's handle on the plot worker: ``Plotter``.
+
+The trainer keeps only a shared-memory channel and a supervisor thread; everything slow (TensorFlow
+policy rebuild, rollouts, rendering, video encoding) happens in two child processes with the lowest
+CPU priority the OS offers. ``update_plot`` copies the flat parameters into shared memory and
+returns; the worker picks up the newest vector whenever it is ready for one.
+"""
+import atexit
+import logging
+import math
+import numbers
+import os
+import tempfile
+import weakref
+from typing import Any, Callable, Dict, Optional, Tuple, Union
+
+import cloudpickle
+import numpy as np
+
+from async_plotter.channel.shm import SharedMemoryWriter, supported_dtype
+from async_plotter.display import x_display_available
+from async_plotter.env_recipe import describe_env
+from async_plotter.errors import (InvalidArgumentError, NoDisplayError, ParameterMismatchError,
+                                  PlotterClosedError, VideoDirError)
+from async_plotter.policy_recipe import describe_policy, flat_params, policy_kind
+from async_plotter.worker.config import WorkerConfig
+from async_plotter.worker.supervisor import WorkerSupervisor
+
+logger = logging.getLogger("async_plotter")
+
+_QUALITIES = ("auto", "cheap", "full")
+_PRIORITIES = ("idle", "low", "normal")
+
+
+class Plotter:
+    """Shows the newest policy acting in its env, from a separate worker, without slowing training.
+
+    Args:
+        env: a Gymnasium id (``"Swimmer-v5"``), an ``EnvSpec``, a zero-argument factory, or an env
+            instance (rebuilt in the worker; the trainer's object is never shared).
+        policy: an rllab-protocol policy, a built ``keras.Model`` or a ``tf.Module``.
+        max_path_length: rollout length limit (per update it can be overridden in ``update_plot``).
+        video_dir: write one mp4 per rendered update here (``iter_0007.mp4`` / ``update_0003.mp4``).
+        window: ``True`` opens a window (error without a display), ``"auto"`` only if a display
+            exists, ``False`` never.
+        fps: frame-rate cap of the worker and the videos' playback rate.
+        deterministic: show the policy's mean action when it reports one.
+        quality: ``"auto"`` (cheap visuals on software GL, full on a GPU), ``"cheap"`` or ``"full"``.
+        priority: ``"idle"`` (Linux ``SCHED_IDLE``; default), ``"low"`` (nice 10) or ``"normal"``.
+        max_restarts: worker failures tolerated before plotting is disabled (training goes on).
+        hang_timeout: seconds without progress after which a worker process counts as hung.
+        frame_size: ``(width, height)`` of rendered frames; default the env's own.
+        policy_factory: zero-argument function that builds the policy's structure in the worker,
+            for policies that cannot be pickled (parameters still come from ``update_plot``).
+        on_frame: ``f(frame, info)`` called in the render process for every frame.
+        on_event: ``f(kind, payload)`` called in a trainer thread for every worker report.
+        seed: seeds the worker's episodes (``seed + episode``); None for random starts.
+        http: serve a live page from the worker: a port (``8080``; ``0`` picks a free one) or
+            ``"host:port"``. Binds to 127.0.0.1 unless told otherwise; other addresses need
+            ``http_token``. The address is in ``stats["http_url"]`` once serving.
+        http_token: the token a browser must present (``?token=...``); default
+            ``$ASYNC_PLOTTER_HTTP_TOKEN``.
+        channel: ``None`` renders here; ``"redis://host:6379/0"`` (or ``rediss://``) publishes
+            the parameters to Redis for ``async-plotter view`` on another machine instead.
+        experiment: the experiment's name on the Redis server (required with ``channel``).
+        secret: HMAC key signing what is published to Redis; default ``$ASYNC_PLOTTER_SECRET``.
+    """
+
+    _shape: Optional[Tuple[int, ...]] = None
+    _dtype: Optional[np.dtype] = None
+
+    def __init__(self,
+                 env: Any,
+                 policy: Any,
+                 max_path_length: int = 500,
+                 video_dir: Optional[Union[str, os.PathLike]] = None,
+                 window: Union[bool, str] = "auto",
+                 fps: float = 30,
+                 *,
+                 deterministic: bool = False,
+                 quality: str = "auto",
+                 priority: str = "idle",
+                 max_restarts: int = 3,
+                 hang_timeout: float = 60.0,
+                 frame_size: Optional[Tuple[int, int]] = None,
+                 policy_factory: Optional[Callable[[], Any]] = None,
+                 on_frame: Optional[Callable[[np.ndarray, dict], Any]] = None,
+                 on_event: Optional[Callable[[str, dict], Any]] = None,
+                 seed: Optional[int] = None,
+                 http: Optional[Union[int, str]] = None,
+                 http_token: Optional[str] = None,
+                 channel: Optional[str] = None,
+                 experiment: Optional[str] = None,
+                 secret: Optional[Union[str, bytes]] = None) -> None:
+        self._max_path_length = _positive_int("max_path_length", max_path_length)
+        fps = _positive_number("fps", fps)
+        _one_of("quality", quality, _QUALITIES)
+        _one_of("priority", priority, _PRIORITIES)
+        max_restarts = _non_negative_int("max_restarts", max_restarts)
+        hang_timeout = _positive_number("hang_timeout", hang_timeout)
+        _check_bool("deterministic", deterministic)
+        frame_size = _frame_size(frame_size)
+        if seed is not None and not _is_int(seed):
+            raise InvalidArgumentError(f"seed must be an int or None, got {seed!r}")
+        for name, function in (("on_frame", on_frame), ("on_event", on_event)):
+            if function is not None and not callable(function):
+                raise InvalidArgumentError(
+                    f"{name} must be a callable or None, got {type(function).__name__}")
+        window = _resolve_window(window)
+        video_dir = _prepare_video_dir(video_dir)
+        http_config = None
+        if http is not None:
+            from async_plotter.web.address import parse_http_address
+
+            http_config = parse_http_address(http, http_token)
+        self._channel_url = channel
+        self._experiment = experiment
+        self._secret = secret
+        if channel is not None:
+            from async_plotter.channel.redis_channel import check_channel_arguments
+
+            check_channel_arguments(channel, experiment, secret)
+
+        env_recipe = describe_env(env)
+        self._policy_kind = policy_kind(policy)
+        policy_recipe = describe_policy(policy, policy_factory)
+        initial = self._flat(policy, self._policy_kind, "the policy given to Plotter()")
+        self._size = initial.size
+        self._shape = initial.shape
+        self._dtype = initial.dtype
+        self._initial = initial.copy()
+        self._policy_type = type(policy)
+
+        self._stats: Dict[str, Any] = {
+            "updates_sent": 0,
+            "updates_applied": 0,
+            "episodes": 0,
+            "frames": 0,
+            "videos": 0,
+            "restarts": 0,
+            "alive": False,
+            "disabled": False,
+            "last_applied_update": None,
+            "last_applied_iteration": None,
+            "last_video": None,
+            "last_error": None,
+            "gl_renderer": None,
+            "visual_preset": None,
+            "worker_pids": None,
+        }
+        # With a Redis channel the viewer elsewhere renders; this process only publishes.
+        self._has_output = bool(window or video_dir or on_frame or http_config or channel)
+        if not self._has_output:
+            self._stats["disabled"] = True
+            logger.warning(
+                "Plotter has nowhere to show anything: no display for a window (DISPLAY is %s) and "
+                "no video_dir. Plotting is off; pass video_dir='videos' to get mp4 files, or run "
+                "where a display exists.",
+                os.environ.get("DISPLAY") or "unset")
+        self._config = WorkerConfig(
+            env=env_recipe,
+            policy=policy_recipe,
+            max_path_length=self._max_path_length,
+            fps=fps,
+            deterministic=deterministic,
+            live=bool(window or http_config),
+            video_dir=video_dir,
+            window=bool(window),
+            quality=quality,
+            priority=priority,
+            frame_size=frame_size,
+            on_frame=None if on_frame is None else cloudpickle.dumps(on_frame),
+            mujoco_gl=_offscreen_gl_backend(),
+            seed=seed,
+            http=http_config,
+        )
+        self._max_restarts = max_restarts
+        self._hang_timeout = hang_timeout
+        self._on_event = on_event
+        self._writer: Optional[SharedMemoryWriter] = None
+        self._supervisor: Optional[WorkerSupervisor] = None
+        self._state = "created"
+        self.video_dir = video_dir
+        self.window = bool(window)
+
+    # ------------------------------------------------------------------------------ public API
+
+    def start(self) -> "Plotter":
+        """Start the worker in the background and return at once. Calling it again does nothing."""
+        if self._state == "closed":
+            raise PlotterClosedError("this Plotter was closed; create a new one")
+        if self._state == "running":
+            return self
+        self._state = "running"
+        if not self._has_output:
+            return self
+        if self._channel_url is not None:
+            from async_plotter.channel.redis_channel import RedisWriter
+
+            self._writer = RedisWriter(self._channel_url, self._experiment, self._config,
+                                       self._size, self._dtype, self._secret, self._stats)
+            self._writer.publish(self._initial, None, self._max_path_length, number=0)
+            _close_at_exit(self)
+            return self
+        self._writer = SharedMemoryWriter(self._size, self._dtype)
+        self._writer.publish(self._initial, None, self._max_path_length, number=0)
+        writer = self._writer
+        self._supervisor = WorkerSupervisor(self._config,
+                                            lambda: ("shm", writer.name, writer.renew_wake_pipe()),
+                                            self._stats,
+                                            max_restarts=self._max_restarts,
+                                            hang_timeout=self._hang_timeout,
+                                            listener=self._on_event)
+        self._supervisor.start()
+        _close_at_exit(self)
+        return self
+
+    def update_plot(self,
+                    policy: Any,
+                    max_path_length: Optional[int] = None,
+                    iteration: Optional[int] = None,
+                    metrics: Optional[Dict[str, float]] = None) -> None:
+        """Hand the policy's newest parameters to the worker. Never waits for the worker.
+
+        Costs one copy of the parameter vector. Updates that arrive while the worker is busy are
+        skipped, never queued: the worker always shows the newest one it can get. ``metrics``
+        (e.g. ``{"AverageReturn": 12.5}``) feed the live page's learning curve.
+        """
+        if self._state != "running":
+            if self._state == "closed":
+                raise PlotterClosedError(
+                    "update_plot() called after close(); create a new Plotter to plot again")
+            self.start()
+        kind = self._policy_kind if type(policy) is self._policy_type else policy_kind(policy)
+        flat = self._flat(policy, kind, "update_plot()")
+        if max_path_length is None:
+            max_path_length = self._max_path_length
+        else:
+            max_path_length = _positive_int("max_path_length", max_path_length)
+        if iteration is not None and (not _is_int(iteration) or iteration < 0):
+            raise InvalidArgumentError(
+                f"iteration must be a non-negative int or None, got {iteration!r}")
+        if metrics is not None:
+            metrics = _check_metrics(metrics)
+        self._stats["updates_sent"] += 1
+        if self._writer is None or self._stats["disabled"]:
+            return
+        self._writer.publish(flat, iteration, max_path_length)
+        if metrics:
+            target = self._supervisor if self._supervisor is not None else self._writer
+            if not target.post_metrics(iteration, metrics):
+                logger.warning(
+                    "update_plot(): metrics dropped, too large to send (%d keys); "
+                    "send a few scalars", len(metrics))
+
+    @property
+    def stats(self) -> Dict[str, Any]:
+        """A snapshot of the worker's counters; never blocks.
+
+        Keys: ``updates_sent``, ``updates_applied`` (updates the worker rendered; newest-wins
+        skips the others), ``episodes``, ``frames``, ``videos``, ``restarts``, ``alive``,
+        ``disabled``, ``last_applied_update``, ``last_applied_iteration``, ``last_video``,
+        ``last_error``, ``gl_renderer``, ``visual_preset``, ``worker_pids``.
+        """
+        return dict(self._stats)
+
+    def close(self, timeout: float = 10.0) -> None:
+        """Stop the worker, letting it finish the video it is writing. Bounded by ``timeout``
+        seconds (then the worker is terminated, then killed). Calling it again does nothing."""
+        if self._state == "closed":
+            return
+        self._state = "closed"
+        if self._supervisor is not None:
+            self._supervisor.stop(timeout)
+        if self._writer is not None:
+            self._writer.close()
+        self._stats["alive"] = False
+
+    def __enter__(self) -> "Plotter":
+        return self.start()
+
+    def __exit__(self, *exc_info: Any) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return (f"Plotter(env={self._config.env.label!r}, state={self._state}, "
+                f"updates_sent={self._stats['updates_sent']})")
+
+    # ------------------------------------------------------------------------------- internals
+
+    def _flat(self, policy: Any, kind: str, where: str) -> np.ndarray:
+        flat = flat_params(policy, kind)
+        if flat.shape == self._shape and flat.dtype == self._dtype:
+            return flat  # the usual case, checked in two comparisons
+        if flat.ndim != 1:
+            raise ParameterMismatchError(
+                f"{where}: the policy's parameters must be a 1-D vector, got shape {flat.shape}")
+        if not supported_dtype(flat.dtype):
+            raise ParameterMismatchError(
+                f"{where}: parameters of dtype {flat.dtype} are not supported; use float32 or "
+                "float64")
+        size = getattr(self, "_size", None)
+        if size is not None and (flat.size != size or flat.dtype != self._dtype):
+            raise ParameterMismatchError(
+                f"{where}: got {flat.size} parameters of dtype {flat.dtype}, but this Plotter "
+                f"was built for {size} parameters of dtype {self._dtype}. The policy's structure "
+                "must not change; create a new Plotter for a different policy.")
+        return flat
+
+
+# --------------------------------------------------------------------------- argument checks
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
+
+
+def _positive_int(name: str, value: Any) -> int:
+    if not _is_int(value) or value <= 0:
+        raise InvalidArgumentError(f"{name} must be a positive int, got {value!r}")
+    return int(value)
+
+
+def _non_negative_int(name: str, value: Any) -> int:
+    if not _is_int(value) or value < 0:
+        raise InvalidArgumentError(f"{name} must be a non-negative int, got {value!r}")
+    return int(value)
+
+
+def _positive_number(name: str, value: Any) -> float:
+    if (not isinstance(value, numbers.Real) or isinstance(value, bool) or not math.isfinite(value)
+            or value <= 0):
+        raise InvalidArgumentError(f"{name} must be a positive number, got {value!r}")
+    return float(value)
+
+
+def _check_bool(name: str, value: Any) -> None:
+    if not isinstance(value, bool):
+        raise InvalidArgumentError(f"{name} must be True or False, got {value!r}")
+
+
+def _one_of(name: str, value: Any, choices: Tuple[str, ...]) -> None:
+    if value not in choices:
+        raise InvalidArgumentError(f"{name} must be one of {', '.join(map(repr, choices))}; "
+                                   f"got {value!r}")
+
+
+def _check_metrics(metrics: Any) -> Dict[str, float]:
+    if not isinstance(metrics, dict):
+        raise InvalidArgumentError(
+            f"metrics must be a dict of name -> number, got {type(metrics).__name__}")
+    checked = {}
+    for name, value in metrics.items():
+        if not isinstance(name, str):
+            raise InvalidArgumentError(f"metrics keys must be strings, got {name!r}")
+        if not isinstance(value, numbers.Real) or isinstance(value, bool):
+            raise InvalidArgumentError(
+                f"metrics[{name!r}] must be a number, got {type(value).__name__}")
+        checked[name] = float(value)
+    return checked
+
+
+def _frame_size(value: Any) -> Optional[Tuple[int, int]]:
+    if value is None:
+        return None
+    if (not isinstance(value, (tuple, list)) or len(value) != 2
+            or not all(_is_int(v) and v > 0 for v in value)):
+        raise InvalidArgumentError(
+            f"frame_size must be (width, height) with positive ints, got {value!r}")
+    return int(value[0]), int(value[1])
+
+
+def _resolve_window(window: Any) -> bool:
+    if window == "auto" and isinstance(window, str):
+        return x_display_available()
+    if not isinstance(window, bool):
+        raise InvalidArgumentError(f"window must be True, False or 'auto', got {window!r}")
+    if window and not x_display_available():
+        raise NoDisplayError(
+            "window=True, but no display is reachable (DISPLAY is "
+            f"{os.environ.get('DISPLAY') or 'unset'}). Use video_dir='videos' for mp4 files, or "
+            "window='auto' to open a window only where a display exists.")
+    return window
+
+
+def _prepare_video_dir(video_dir: Any) -> Optional[str]:
+    if video_dir is None:
+        return None
+    if not isinstance(video_dir, (str, os.PathLike)):
+        raise InvalidArgumentError(
+            f"video_dir must be a path or None, got {type(video_dir).__name__}")
+    path = os.path.abspath(os.fspath(video_dir))  # the worker runs in another directory
+    try:
+        os.makedirs(path, exist_ok=True)
+        with tempfile.TemporaryFile(dir=path):
+            pass
+    except OSError as error:
+        raise VideoDirError(f"video_dir {path!r} cannot be written: {error.strerror or error}. "
+                            "Choose a directory you can write to.") from error
+    return path
+
+
+def _offscreen_gl_backend() -> str:
+    requested = os.environ.get("MUJOCO_GL", "").lower()
+    return requested if requested in ("egl", "osmesa") else "egl"
+
+
+# ----------------------------------------------------------------------- shutdown at exit
+
+_open_plotters: "weakref.WeakSet[Plotter]" = weakref.WeakSet()
+
+
+def _close_at_exit(plotter: Plotter) -> None:
+    _open_plotters.add(plotter)
+
+
+@atexit.register
+def _close_open_plotters() -> None:
+    for plotter in list(_open_plotters):
+        plotter.close(timeout=3.0)

@@ -1,0 +1,37 @@
+"""Named errors. Each is raised in the trainer, at the call that was wrong, before any work is lost."""
+
+
+class PlotterError(Exception):
+    """Base class of every error this library raises."""
+
+
+class PlotterClosedError(PlotterError, RuntimeError):
+    """The plotter was used after ``close()``."""
+
+
+class PolicyProtocolError(PlotterError, TypeError):
+    """The policy has neither rllab's protocol nor a Keras / ``tf.Module`` interface."""
+
+
+class PolicyNotRebuildableError(PlotterError, TypeError):
+    """The policy's structure cannot be shipped to and rebuilt in another process."""
+
+
+class ParameterMismatchError(PlotterError, ValueError):
+    """A parameter vector's size or dtype differs from the first one the plotter saw."""
+
+
+class EnvSpecError(PlotterError, ValueError):
+    """The environment cannot be identified or rebuilt in another process."""
+
+
+class NoDisplayError(PlotterError, RuntimeError):
+    """A window was requested but no display is reachable."""
+
+
+class VideoDirError(PlotterError, OSError):
+    """The video directory cannot be created or written."""
+
+
+class InvalidArgumentError(PlotterError, ValueError):
+    """An argument has the wrong type or value."""

@@ -1,0 +1,124 @@
+"""Starting child processes safely beside TensorFlow and the user's script.
+
+Two facts shape this module (both measured; see DESIGN.md):
+
+* ``fork`` after TensorFlow ran hangs the child inside ``session.run``, so children are always
+  started with ``spawn``, a fresh interpreter.
+* ``spawn`` normally re-imports the parent's ``__main__`` module in the child. Training scripts often
+  have no ``if __name__ == "__main__":`` guard, so the child would re-run the whole training script.
+  ``start_process`` leaves the main module out of what the child is told, so the child imports
+  only what it is handed. Everything the child needs must therefore arrive by value: pass user
+  objects as ``cloudpickle`` bytes, never as references to ``__main__``.
+"""
+import contextlib
+import logging
+import multiprocessing
+import multiprocessing.context
+import os
+import signal
+import threading
+from multiprocessing import spawn
+from typing import Any, Callable, Optional, Sequence
+
+_SPAWN = multiprocessing.get_context("spawn")
+_MAIN_KEYS = ("init_main_from_path", "init_main_from_name")
+_thread_state = threading.local()
+
+
+def spawn_context() -> multiprocessing.context.SpawnContext:
+    """The multiprocessing context every child of this library uses (never ``fork``)."""
+    return _SPAWN
+
+
+def _preparation_data_without_main(name: str) -> dict:
+    """``spawn.get_preparation_data``, minus the main module when this thread asked for that.
+
+    The choice is per thread: a process the user starts at the same moment from another thread
+    still gets their main module, exactly as without this library.
+    """
+    data = _original_preparation_data(name)
+    if getattr(_thread_state, "hide_main", False):
+        for key in _MAIN_KEYS:
+            data.pop(key, None)
+    return data
+
+
+_original_preparation_data = getattr(spawn.get_preparation_data, "__wrapped_original__",
+                                     spawn.get_preparation_data)
+_preparation_data_without_main.__wrapped_original__ = _original_preparation_data
+spawn.get_preparation_data = _preparation_data_without_main
+
+
+def start_process(target: Callable[..., Any],
+                  args: Sequence[Any] = (),
+                  name: Optional[str] = None,
+                  daemon: bool = True) -> multiprocessing.context.SpawnProcess:
+    """Start ``target(*args)`` in a spawned child that does not re-run the user's main script.
+
+    The child is told nothing about ``__main__``, exactly as if the parent were a REPL or a
+    notebook, which ``spawn`` already handles. ``target`` must be importable by name from a
+    library module (not from ``__main__``).
+    """
+    process = _SPAWN.Process(target=target, args=tuple(args), name=name, daemon=daemon)
+    _thread_state.hide_main = True
+    try:
+        process.start()
+    finally:
+        _thread_state.hide_main = False
+    return process
+
+
+def stop_process(process: multiprocessing.process.BaseProcess, timeout: float) -> Optional[int]:
+    """Join ``process`` for up to ``timeout`` s, then SIGTERM, then SIGKILL. Never hangs.
+
+    Returns the exit code (negative for a signal), or None if even SIGKILL did not reap it.
+    """
+    if process.pid is None:
+        return None
+    process.join(max(timeout, 0.0))
+    if process.exitcode is None:
+        with contextlib.suppress(OSError):
+            process.terminate()
+        process.join(1.0)
+    if process.exitcode is None:
+        with contextlib.suppress(OSError):
+            process.kill()
+        process.join(1.0)
+    return process.exitcode
+
+
+def become_background_child(priority: str = "idle") -> None:
+    """Called first thing in a child: ignore Ctrl-C (the parent decides) and lower CPU priority.
+
+    ``priority``: ``"idle"`` uses Linux's ``SCHED_IDLE`` policy (runs only on otherwise idle CPU;
+    measured to cost a busy trainer far less than ``nice 19``), falling back to ``nice 19`` where
+    the OS has no such policy; ``"low"`` is ``nice 10``; ``"normal"`` leaves it alone.
+    """
+    # The terminal sends SIGINT to the whole process group; the parent owns the shutdown.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    if priority == "idle":
+        try:
+            os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
+        except (AttributeError, OSError):
+            _nice(19)
+    elif priority == "low":
+        _nice(10)
+
+
+def keep_side_effects_out_of_user_folders() -> None:
+    """Route MuJoCo's warnings to logging (it would write MUJOCO_LOG.TXT into the working
+    directory) and point Keras's home (``~/.keras``) at a temporary folder."""
+    import tempfile
+
+    os.environ.setdefault("KERAS_HOME", os.path.join(tempfile.gettempdir(), "async_plotter_keras"))
+    try:
+        import mujoco
+    except ImportError:
+        return
+    mujoco_logger = logging.getLogger("async_plotter.mujoco")
+    mujoco.set_mju_user_warning(lambda message: mujoco_logger.warning("MuJoCo: %s", message))
+
+
+def _nice(level: int) -> None:
+    with contextlib.suppress(OSError):
+        os.nice(level - os.nice(0))

@@ -1,0 +1,37 @@
+"""Packaging for async_plotter.
+
+TensorFlow is an extra on purpose: ``[cpu]`` brings ``tensorflow-cpu`` and ``[gpu]`` brings
+``tensorflow``; installing both would leave two copies fighting over the same import name.
+"""
+from setuptools import find_packages, setup
+
+setup(
+    name="async_plotter",
+    version="0.1.0",
+    description="Watch a TensorFlow policy act in MuJoCo while it trains, without slowing training",
+    long_description=open("README.md", encoding="utf-8").read(),
+    long_description_content_type="text/markdown",
+    python_requires=">=3.9",
+    packages=find_packages(include=["async_plotter", "async_plotter.*"]),
+    package_data={"async_plotter.web": ["page.html"]},
+    install_requires=[
+        "numpy>=1.23",
+        "cloudpickle>=3.0",
+        "gymnasium[mujoco,classic-control]>=1.0",
+        "mujoco>=3.1",
+        "imageio>=2.31",
+        "imageio-ffmpeg>=0.4.9",
+        "matplotlib>=3.7",
+        "pillow>=9.1",
+    ],
+    extras_require={
+        "cpu": ["tensorflow-cpu>=2.15"],
+        "gpu": ["tensorflow>=2.15"],
+        "redis": ["redis>=5.0"],
+        "test": [
+            "pytest>=7", "pytest-timeout>=2.2", "psutil>=5.9", "yapf>=0.40", "redis>=5.0",
+            "websockets>=12"
+        ],
+    },
+    entry_points={"console_scripts": ["async-plotter=async_plotter.cli:main"]},
+)

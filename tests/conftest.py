@@ -1,0 +1,87 @@
+"""Shared fixtures: leak checks for processes and shared memory, an Xvfb display, waiting."""
+import os
+import shutil
+import subprocess
+import time
+
+import psutil
+import pytest
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+
+def wait_for(predicate, timeout, interval=0.1, message="condition"):
+    """Poll ``predicate`` until it is truthy; fail the test with ``message`` after ``timeout`` s."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(interval)
+    raise AssertionError(f"timed out after {timeout} s waiting for {message}")
+
+
+def worker_children():
+    """This test process's live children that belong to plot workers (not the resource tracker)."""
+    found = []
+    for child in psutil.Process().children(recursive=True):
+        try:
+            if child.status() == psutil.STATUS_ZOMBIE:
+                continue
+            cmdline = " ".join(child.cmdline())
+        except psutil.Error:
+            continue
+        if "resource_tracker" in cmdline or "redis-server" in cmdline or "Xvfb" in cmdline:
+            continue
+        found.append(child)
+    return found
+
+
+def shm_segments():
+    """Shared-memory segments currently in /dev/shm created by Python's shared_memory."""
+    try:
+        return {name for name in os.listdir("/dev/shm") if name.startswith("psm_")}
+    except FileNotFoundError:
+        return set()
+
+
+@pytest.fixture
+def no_leftovers(monkeypatch):
+    """Asserts that the test leaves no worker processes and none of the shared-memory segments
+    it created behind (other processes on the machine may create their own meanwhile)."""
+    from async_plotter.channel.shm import SharedMemoryWriter
+
+    created = []
+    original_init = SharedMemoryWriter.__init__
+
+    def recording_init(self, *args, **kwargs):
+        original_init(self, *args, **kwargs)
+        created.append(self.name.lstrip("/"))
+
+    monkeypatch.setattr(SharedMemoryWriter, "__init__", recording_init)
+    yield
+    wait_for(lambda: not worker_children(), 10, message="worker processes to exit")
+    leaked = set(created) & shm_segments()
+    assert not leaked, f"leaked shared memory segments: {leaked}"
+
+
+@pytest.fixture
+def xvfb(monkeypatch):
+    """A real X server (Xvfb) for window tests; sets DISPLAY for the test and its children."""
+    if shutil.which("Xvfb") is None:
+        pytest.fail("Xvfb is not installed; `make test` installs it (Debian package xvfb)")
+    read_end, write_end = os.pipe()
+    server = subprocess.Popen(
+        ["Xvfb", "-displayfd",
+         str(write_end), "-screen", "0", "1024x768x24", "-nolisten", "tcp"],
+        pass_fds=(write_end, ),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL)
+    os.close(write_end)
+    with os.fdopen(read_end) as display_out:
+        number = display_out.readline().strip()
+    assert number.isdigit(), "Xvfb did not report a display number"
+    monkeypatch.setenv("DISPLAY", f":{number}")
+    yield f":{number}"
+    server.terminate()
+    server.wait(10)

@@ -1,0 +1,115 @@
+"""Small policies and envs the tests share. Importable by name, so worker processes can rebuild them."""
+import numpy as np
+
+from async_plotter import Serializable
+
+
+class LinearPolicy(Serializable):
+    """A numpy policy with rllab's protocol: action = tanh(obs @ W).
+
+    ``extra`` unused parameters pad the vector, to test large parameter counts on small envs.
+    """
+
+    def __init__(self, obs_dim: int, act_dim: int, dtype=np.float32, extra: int = 0):
+        Serializable.quick_init(self, locals())
+        self.w = np.zeros((obs_dim, act_dim), dtype)
+        self.extra = np.zeros(extra, dtype)
+
+    def fill(self, value):
+        """Set every parameter to ``value``."""
+        self.w.fill(value)
+        self.extra.fill(value)
+
+    def get_param_values(self):
+        return np.concatenate([self.w.ravel(), self.extra])
+
+    def set_param_values(self, flat):
+        flat = np.asarray(flat, self.w.dtype)
+        self.w = flat[:self.w.size].reshape(self.w.shape).copy()
+        self.extra = flat[self.w.size:].copy()
+
+    def get_action(self, obs):
+        action = np.tanh(np.asarray(obs, self.w.dtype) @ self.w)
+        return action, {"mean": action}
+
+
+class UniformCheckPolicy(LinearPolicy):
+    """Refuses any parameter vector whose entries differ: catches a torn (half-written) vector.
+
+    The tests publish vectors filled with one value, so a mix of two values means the worker read
+    one update half overwritten by the next.
+    """
+
+    def set_param_values(self, flat):
+        flat = np.asarray(flat)
+        if flat.size and not np.all(flat == flat[0]):
+            values = np.unique(flat)
+            raise AssertionError(
+                f"torn parameter vector: {values.size} distinct values {values[:4]}")
+        super().set_param_values(flat)
+
+
+class FlakyEnvFactory:
+    """Builds Swimmer-v5 whose step() raises once it has run ``fail_after`` steps (a broken env)."""
+
+    def __init__(self, fail_after: int):
+        self.fail_after = fail_after
+
+    def __call__(self):
+        import gymnasium
+
+        env = gymnasium.make("Swimmer-v5")
+        return _FailingStep(env, self.fail_after)
+
+
+class _FailingStep:
+
+    def __init__(self, env, fail_after):
+        import gymnasium
+
+        self._env = env
+        self._left = fail_after
+        self.observation_space = env.observation_space
+        self.action_space = env.action_space
+        self.unwrapped = env.unwrapped
+        assert isinstance(env, gymnasium.Env)
+
+    def reset(self, seed=None):
+        return self._env.reset(seed=seed)
+
+    def step(self, action):
+        self._left -= 1
+        if self._left < 0:
+            raise RuntimeError("env.step exploded (test)")
+        return self._env.step(action)
+
+
+class OldGymPendulum:
+    """An env written against the old gym API: reset() -> obs, step() -> 4-tuple, render(mode)."""
+
+    def __init__(self):
+        import gymnasium
+
+        self.observation_space = gymnasium.spaces.Box(-np.inf, np.inf, (2, ), np.float32)
+        self.action_space = gymnasium.spaces.Box(-1.0, 1.0, (1, ), np.float32)
+        self.state = np.zeros(2, np.float32)
+        self.t = 0
+
+    def reset(self):
+        self.state = np.array([1.0, 0.0], np.float32)
+        self.t = 0
+        return self.state.copy()
+
+    def step(self, action):
+        angle, speed = self.state
+        speed = speed + 0.1 * (float(np.asarray(action).ravel()[0]) - np.sin(angle))
+        self.state = np.array([angle + 0.1 * speed, speed], np.float32)
+        self.t += 1
+        return self.state.copy(), -float(angle**2), False, {}
+
+    def render(self, mode="human"):
+        assert mode == "rgb_array", mode
+        frame = np.full((64, 96, 3), 255, np.uint8)
+        x = int(48 + 40 * np.sin(self.state[0]))
+        frame[20:44, max(x - 4, 0):x + 4] = (200, 30, 30)
+        return frame

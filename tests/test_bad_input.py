@@ -1,0 +1,170 @@
+"""Every mistake a user can make at the API gets a specific error in the trainer, at that call."""
+import threading
+
+import numpy as np
+import pytest
+
+from async_plotter import (EnvSpecError, InvalidArgumentError, NoDisplayError,
+                           ParameterMismatchError, Plotter, PlotterClosedError,
+                           PolicyNotRebuildableError, PolicyProtocolError, VideoDirError)
+from tests.conftest import worker_children
+from tests.policies import LinearPolicy
+
+
+class NoProtocol:
+
+    def get_action(self, obs):
+        return obs, {}
+
+
+class UnpicklablePolicy:
+
+    def __init__(self):
+        self.w = np.zeros(16, np.float32)
+        self.guard = threading.Lock()
+
+    def get_param_values(self):
+        return self.w
+
+    def set_param_values(self, flat):
+        self.w = flat
+
+    def get_action(self, obs):
+        return np.zeros(2), {}
+
+
+class MatrixParams(UnpicklablePolicy):
+
+    def __init__(self):
+        self.w = np.zeros((4, 4), np.float32)
+
+    def get_param_values(self):
+        return self.w
+
+
+class IntParams(MatrixParams):
+
+    def get_param_values(self):
+        return np.zeros(16, np.int64)
+
+
+def make(**overrides):
+    kwargs = dict(env="Swimmer-v5",
+                  policy=LinearPolicy(8, 2),
+                  video_dir=None,
+                  window=False,
+                  on_frame=lambda f, i: None)
+    kwargs.update(overrides)
+    return Plotter(**kwargs)
+
+
+CONSTRUCTOR_CASES = [
+    (dict(policy=NoProtocol()), PolicyProtocolError, "missing: get_param_values, set_param_values"),
+    (dict(policy=object()), PolicyProtocolError, "neither a keras.Model nor a tf.Module"),
+    (dict(policy=UnpicklablePolicy()), PolicyNotRebuildableError, "the attribute guard"),
+    (dict(policy=MatrixParams()), ParameterMismatchError, "must be a 1-D vector, got shape (4, 4)"),
+    (dict(policy=IntParams()), ParameterMismatchError, "dtype int64 are not supported"),
+    (dict(env="NoSuchEnv-v0"), EnvSpecError, "unknown env id 'NoSuchEnv-v0'"),
+    (dict(env=42), EnvSpecError, "pass a Gymnasium id"),
+    (dict(max_path_length=0), InvalidArgumentError,
+     "max_path_length must be a positive int, got 0"),
+    (dict(max_path_length=-5), InvalidArgumentError, "got -5"),
+    (dict(max_path_length=2.5), InvalidArgumentError, "got 2.5"),
+    (dict(max_path_length="100"), InvalidArgumentError, "got '100'"),
+    (dict(max_path_length=True), InvalidArgumentError, "got True"),
+    (dict(fps=0), InvalidArgumentError, "fps must be a positive number, got 0"),
+    (dict(fps=-30), InvalidArgumentError, "got -30"),
+    (dict(fps=float("nan")), InvalidArgumentError, "got nan"),
+    (dict(fps="30"), InvalidArgumentError, "got '30'"),
+    (dict(window="yes"), InvalidArgumentError, "window must be True, False or 'auto'"),
+    (dict(quality="ultra"), InvalidArgumentError, "quality must be one of 'auto', 'cheap'"),
+    (dict(priority="high"), InvalidArgumentError, "priority must be one of 'idle', 'low'"),
+    (dict(max_restarts=-1), InvalidArgumentError, "max_restarts must be a non-negative int"),
+    (dict(hang_timeout=0), InvalidArgumentError, "hang_timeout must be a positive number"),
+    (dict(frame_size=(640, )), InvalidArgumentError, "frame_size must be (width, height)"),
+    (dict(frame_size=(640, -1)), InvalidArgumentError, "frame_size must be (width, height)"),
+    (dict(on_frame="print"), InvalidArgumentError, "on_frame must be a callable or None, got str"),
+    (dict(seed="1"), InvalidArgumentError, "seed must be an int or None"),
+    (dict(deterministic="yes"), InvalidArgumentError, "deterministic must be True or False"),
+    (dict(video_dir=3), InvalidArgumentError, "video_dir must be a path or None, got int"),
+    (dict(policy_factory=5), PolicyNotRebuildableError, "policy_factory must be a zero-argument"),
+]
+
+
+@pytest.mark.parametrize("overrides, error, message",
+                         CONSTRUCTOR_CASES,
+                         ids=[f"{next(iter(c[0]))}-{i}" for i, c in enumerate(CONSTRUCTOR_CASES)])
+def test_constructor_rejects(overrides, error, message):
+    with pytest.raises(error) as raised:
+        make(**overrides)
+    assert message in str(raised.value)
+    assert not worker_children()
+
+
+def test_window_true_without_display_is_an_error_not_an_abort(monkeypatch):
+    monkeypatch.delenv("DISPLAY", raising=False)
+    with pytest.raises(NoDisplayError, match="window=True, but no display is reachable"):
+        make(window=True)
+    monkeypatch.setenv("DISPLAY", ":987")  # set, but nothing listens there
+    with pytest.raises(NoDisplayError, match="DISPLAY is :987"):
+        make(window=True)
+
+
+def test_unwritable_video_dir(tmp_path):
+    blocker = tmp_path / "a_file"
+    blocker.write_text("not a directory")
+    with pytest.raises(VideoDirError, match="cannot be written"):
+        make(video_dir=str(blocker / "videos"))
+
+
+def test_nothing_to_show_is_said_once_and_costs_nothing(monkeypatch, caplog):
+    monkeypatch.delenv("DISPLAY", raising=False)
+    plotter = make(on_frame=None, window="auto")
+    warnings = [r for r in caplog.records if "nowhere to show anything" in r.getMessage()]
+    assert len(warnings) == 1 and "video_dir" in warnings[0].getMessage()
+    plotter.start()
+    plotter.update_plot(LinearPolicy(8, 2))
+    assert plotter.stats["disabled"] and plotter.stats["updates_sent"] == 1
+    assert not worker_children()
+    plotter.close()
+
+
+UPDATE_CASES = [
+    (dict(policy=LinearPolicy(8, 3)), ParameterMismatchError,
+     "got 24 parameters of dtype float32, but this Plotter was built for 16 parameters of dtype "
+     "float32"),
+    (dict(policy=LinearPolicy(8, 2, dtype=np.float64)), ParameterMismatchError,
+     "got 16 parameters of dtype float64, but this Plotter was built for 16 parameters of dtype "
+     "float32"),
+    (dict(policy=NoProtocol()), PolicyProtocolError, "missing: get_param_values"),
+    (dict(max_path_length=0), InvalidArgumentError, "max_path_length must be a positive int"),
+    (dict(iteration=-1), InvalidArgumentError, "iteration must be a non-negative int or None"),
+    (dict(iteration="3"), InvalidArgumentError, "got '3'"),
+    (dict(metrics=[1, 2]), InvalidArgumentError, "metrics must be a dict"),
+    (dict(metrics={"AverageReturn": "high"}), InvalidArgumentError,
+     "metrics['AverageReturn'] must be a number"),
+]
+
+
+@pytest.mark.parametrize("overrides, error, message", UPDATE_CASES)
+def test_update_plot_rejects(overrides, error, message, monkeypatch):
+    monkeypatch.delenv("DISPLAY", raising=False)
+    plotter = make(on_frame=None)  # nothing to show: no worker, only the checks
+    kwargs = dict(policy=LinearPolicy(8, 2))
+    kwargs.update(overrides)
+    with pytest.raises(error) as raised:
+        plotter.update_plot(kwargs.pop("policy"), **kwargs)
+    assert message in str(raised.value)
+    assert plotter.stats["updates_sent"] == 0  # a rejected update is not counted
+    plotter.close()
+
+
+def test_update_plot_after_close_is_a_named_error(monkeypatch):
+    monkeypatch.delenv("DISPLAY", raising=False)
+    plotter = make(on_frame=None)
+    plotter.close()
+    plotter.close()
+    with pytest.raises(PlotterClosedError, match="after close"):
+        plotter.update_plot(LinearPolicy(8, 2))
+    with pytest.raises(PlotterClosedError):
+        plotter.start()

@@ -1,0 +1,180 @@
+"""Faults stay in the worker: crashes, kills, aborts and hangs never reach training, restarts are
+bounded, closing is bounded, and a dead trainer or Ctrl-C leaves no process or segment behind."""
+import logging
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import numpy as np
+import psutil
+import pytest
+
+from async_plotter import Plotter
+from tests.conftest import shm_segments, wait_for
+from tests.policies import FlakyEnvFactory, LinearPolicy
+
+pytestmark = pytest.mark.slow
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def _pids(plotter):
+    return wait_for(lambda: plotter.stats["worker_pids"], 30, message="worker pids")
+
+
+@pytest.mark.parametrize("role, sig", [("rollout", signal.SIGKILL), ("render", signal.SIGABRT),
+                                       ("render", signal.SIGSEGV)])
+def test_killed_worker_is_restarted_and_training_goes_on(tmp_path, role, sig, no_leftovers, caplog):
+    policy = LinearPolicy(8, 2)
+    with Plotter("Swimmer-v5", policy, max_path_length=5, video_dir=str(tmp_path),
+                 fps=500) as plotter:
+        wait_for(lambda: plotter.stats["videos"] >= 1, 60, message="first video")
+        os.kill(_pids(plotter)[role], sig)
+        wait_for(lambda: plotter.stats["restarts"] == 1 and plotter.stats["alive"],
+                 30,
+                 message="a restart")
+        for iteration in range(3):  # training never noticed
+            policy.fill(0.1 * iteration)
+            plotter.update_plot(policy, iteration=iteration)
+        wait_for(lambda: plotter.stats["last_applied_iteration"] == 2,
+                 60,
+                 message="the restarted worker to apply the newest update")
+        wait_for(lambda: os.path.exists(tmp_path / "iter_0002.mp4"), 30, message="its video")
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert any(f"its {role} process was killed by {sig.name}" in m for m in warnings), warnings
+
+
+def test_worker_that_keeps_raising_is_disabled_with_one_error(caplog, no_leftovers):
+    policy = LinearPolicy(8, 2)
+    caplog.set_level(logging.INFO, logger="async_plotter")
+    plotter = Plotter(FlakyEnvFactory(fail_after=3),
+                      policy,
+                      max_path_length=50,
+                      on_frame=lambda f, i: None,
+                      fps=500,
+                      max_restarts=2).start()
+    try:
+        wait_for(lambda: plotter.stats["disabled"], 60, message="plotting to be disabled")
+        for iteration in range(5):
+            plotter.update_plot(policy, iteration=iteration)  # no exception reaches training
+        stats = plotter.stats
+        assert stats["restarts"] == 2 and not stats["alive"]
+        assert stats["updates_sent"] == 5
+        assert "env.step exploded (test)" in stats["last_error"]
+    finally:
+        started = time.monotonic()
+        plotter.close(timeout=5)
+        assert time.monotonic() - started < 5
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    errors = [r.getMessage() for r in caplog.records if r.levelno == logging.ERROR]
+    assert len(warnings) == 2 and all("env.step exploded (test)" in w for w in warnings)
+    assert len(errors) == 1 and "plotting disabled" in errors[0]
+
+
+def _hang(frame, info):
+    time.sleep(3600)
+
+
+def test_hung_render_is_detected_and_restarted(no_leftovers, caplog):
+    policy = LinearPolicy(8, 2)
+    with Plotter("Swimmer-v5",
+                 policy,
+                 max_path_length=5,
+                 on_frame=_hang,
+                 fps=500,
+                 hang_timeout=2.0,
+                 max_restarts=1) as plotter:
+        wait_for(lambda: plotter.stats["disabled"], 60, message="the hung worker to be given up")
+        assert plotter.stats["restarts"] == 1
+    assert any("made no progress" in r.getMessage() for r in caplog.records)
+
+
+def _busy_frame(frame, info):
+    time.sleep(0.5)
+
+
+def test_close_with_a_busy_worker_is_bounded(tmp_path, no_leftovers):
+    policy = LinearPolicy(8, 2)
+    plotter = Plotter("Swimmer-v5",
+                      policy,
+                      max_path_length=500,
+                      video_dir=str(tmp_path),
+                      on_frame=_busy_frame,
+                      fps=500).start()
+    wait_for(lambda: plotter.stats["frames"] >= 1, 60, message="the worker to be busy")
+    started = time.monotonic()
+    plotter.close(timeout=2.0)
+    elapsed = time.monotonic() - started
+    assert elapsed < 4.0, f"close took {elapsed:.1f} s"
+    plotter.close()  # idempotent
+    # The video being written was finished, not left half-written.
+    names = os.listdir(tmp_path)
+    assert names == ["update_0000.mp4"], names
+
+
+TRAINER = textwrap.dedent("""
+    import sys, time
+    sys.path.insert(0, {root!r})
+    import numpy as np
+    from async_plotter import Plotter
+    from tests.policies import LinearPolicy
+    policy = LinearPolicy(8, 2)
+    plotter = Plotter("Swimmer-v5", policy, max_path_length=1000, video_dir={videos!r}, fps=60)
+    plotter.start()
+    while not plotter.stats["worker_pids"] or plotter.stats["frames"] < 1:
+        time.sleep(0.05)
+    print("PIDS", plotter.stats["worker_pids"]["rollout"], plotter.stats["worker_pids"]["render"],
+          plotter._writer.name.lstrip("/"), flush=True)
+    iteration = 0
+    while True:
+        policy.fill(iteration * 1e-3)
+        plotter.update_plot(policy, iteration=iteration)
+        iteration += 1
+        time.sleep(0.01)
+    """)
+
+
+def _start_trainer(tmp_path):
+    trainer = subprocess.Popen(
+        [sys.executable, "-c",
+         TRAINER.format(root=ROOT, videos=str(tmp_path / "videos"))],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True)
+    line = trainer.stdout.readline()
+    assert line.startswith("PIDS"), line + trainer.stderr.read()[-3000:]
+    *pids, segment = line.split()[1:]
+    pids = [int(pid) for pid in pids]
+    assert all(psutil.pid_exists(pid) for pid in pids)
+    assert segment in shm_segments()
+    return trainer, pids, segment
+
+
+def _gone(pids):
+    return not any(
+        psutil.pid_exists(pid) and psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+        for pid in pids)
+
+
+def test_killed_trainer_takes_its_workers_along(tmp_path):
+    trainer, pids, segment = _start_trainer(tmp_path)
+    trainer.kill()
+    trainer.wait(10)
+    wait_for(lambda: _gone(pids), 5, message="the workers of a SIGKILLed trainer to exit")
+    # The resource tracker unlinks the dead trainer's segment once the last user is gone.
+    wait_for(lambda: segment not in shm_segments(),
+             10,
+             message="the shared memory segment to be released")
+
+
+def test_ctrl_c_in_the_trainer_ends_everything(tmp_path):
+    trainer, pids, segment = _start_trainer(tmp_path)
+    trainer.send_signal(signal.SIGINT)
+    trainer.wait(10)
+    assert trainer.returncode != 0  # KeyboardInterrupt
+    wait_for(lambda: _gone(pids), 5, message="the workers to exit after Ctrl-C")
+    assert segment not in shm_segments()
+    for name in os.listdir(tmp_path / "videos"):
+        assert not name.startswith(".partial"), "a video was left half-written"

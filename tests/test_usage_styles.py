@@ -1,0 +1,93 @@
+"""The ways people already plot: rllab's module functions, scripts without a main guard, a REPL."""
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from async_plotter import plotter as rllab_plotter
+from tests.conftest import wait_for
+from tests.policies import LinearPolicy
+
+pytestmark = pytest.mark.slow
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def test_rllab_module_functions(tmp_path, no_leftovers):
+    policy = LinearPolicy(8, 2)
+    rllab_plotter.init_worker(video_dir=str(tmp_path), fps=500)
+    rllab_plotter.init_plot("Swimmer-v5", policy)
+    try:
+        for iteration in range(3):
+            policy.fill(0.1 * iteration)
+            rllab_plotter.update_plot(policy, max_length=12)
+        plotter = rllab_plotter.get_plotter()
+        wait_for(lambda: plotter.stats["last_applied_update"] == 3, 60, message="last update")
+        wait_for(lambda: os.path.exists(tmp_path / "update_0003.mp4"), 30, message="its video")
+    finally:
+        rllab_plotter.shutdown_worker()
+    rllab_plotter.shutdown_worker()  # harmless twice
+    import imageio.v2 as imageio
+
+    assert imageio.get_reader(str(tmp_path / "update_0003.mp4")).count_frames() == 13
+
+
+def test_update_plot_before_init_plot_is_a_clear_error():
+    rllab_plotter.shutdown_worker()
+    with pytest.raises(Exception, match="before plotter.init_plot"):
+        rllab_plotter.update_plot(LinearPolicy(8, 2))
+
+
+# A training script as people write them: no `if __name__ == "__main__":` guard. Each run of the
+# module body appends a line, so a worker that re-ran the script would show up as a second line.
+UNGUARDED = textwrap.dedent("""
+    import sys, time
+    sys.path.insert(0, {root!r})
+    with open({marker!r}, "a") as out:
+        out.write("ran\\n")
+    from async_plotter import Plotter
+    from tests.policies import LinearPolicy
+    policy = LinearPolicy(8, 2)
+    plotter = Plotter("Swimmer-v5", policy, max_path_length=5, video_dir={videos!r}, fps=500)
+    plotter.start()
+    plotter.update_plot(policy, iteration=1)
+    deadline = time.time() + 60
+    while plotter.stats["videos"] < 1 and time.time() < deadline:
+        time.sleep(0.05)
+    plotter.close()
+    print("VIDEOS", plotter.stats["videos"])
+    """)
+
+
+def test_script_without_main_guard_is_not_rerun(tmp_path):
+    marker = tmp_path / "runs.txt"
+    script = tmp_path / "train.py"
+    script.write_text(
+        UNGUARDED.format(root=ROOT, marker=str(marker), videos=str(tmp_path / "videos")))
+    result = subprocess.run([sys.executable, str(script)],
+                            capture_output=True,
+                            text=True,
+                            timeout=120,
+                            cwd=tmp_path)
+    assert "VIDEOS 1" in result.stdout, result.stderr[-3000:]
+    assert marker.read_text() == "ran\n"
+
+
+def test_repl_session(tmp_path):
+    """Code typed into an interactive interpreter (stdin, no __main__ file) works too."""
+    marker = tmp_path / "runs.txt"
+    code = UNGUARDED.format(root=ROOT, marker=str(marker), videos=str(tmp_path / "videos"))
+    # The interactive prompt ends a block only at an empty line.
+    code = code.replace('out.write("ran\\n")\n', 'out.write("ran\\n")\n\n')
+    code = code.replace("time.sleep(0.05)\n", "time.sleep(0.05)\n\n")
+    result = subprocess.run([sys.executable, "-i", "-q"],
+                            input=code,
+                            capture_output=True,
+                            text=True,
+                            timeout=120,
+                            cwd=tmp_path)
+    assert "VIDEOS 1" in result.stdout, result.stderr[-3000:]
+    assert marker.read_text() == "ran\n"
+    # The worker ran in another directory: no MuJoCo log or TF files land where the user is.
+    assert sorted(os.listdir(tmp_path)) == ["runs.txt", "videos"]
