@@ -1,5 +1,5 @@
 # Two entry points, each bootstrapping everything it needs:
-#   make demo   train TRPO on Swimmer-v5 with plotting on; videos and curves under runs/
+#   make demo   train TRPO on Swimmer-v5 with plotting on; videos and curves under runs/demo/
 #   make test   the whole test suite (real TensorFlow, MuJoCo, processes, Xvfb, Redis, Chromium)
 PYTHON ?= python3
 VENV := .venv
@@ -19,7 +19,7 @@ venv: $(STAMP)
 
 demo: $(STAMP)
 	@scripts/system_deps.sh demo
-	$(PY) examples/plot_random_policy.py
+	$(PY) examples/trpo_swimmer.py --exp-name demo --n-itr 60 --n-parallel 2
 
 test: $(STAMP)
 	@scripts/system_deps.sh test

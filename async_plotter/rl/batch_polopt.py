@@ -1,0 +1,310 @@
+"""The batch policy-optimisation loop shared by VPG and TRPO: sample, process, update, record.
+
+With ``plot=True`` the loop drives an :class:`async_plotter.Plotter`: the plotter rebuilds the env
+and the policy in its own processes and receives only the flat parameter vector after each
+iteration, so watching the policy costs the training loop next to nothing.
+"""
+import contextlib
+import logging
+import time
+from typing import Any, Dict, List, Optional, Tuple
+
+import gymnasium as gym
+import numpy as np
+import tensorflow as tf
+
+from async_plotter.rl import context as experiment_context
+from async_plotter.rl.baselines import Baseline, LinearFeatureBaseline
+from async_plotter.rl.envs import EnvMaker
+from async_plotter.rl.logger import console_logging, format_duration, format_table
+from async_plotter.rl.recorder import RunRecorder
+from async_plotter.rl.sample_processing import ProcessedSamples, process_samples
+from async_plotter.rl.samplers import ParallelSampler, Sampler, SerialSampler
+
+logger = logging.getLogger(__name__)
+
+
+def check_positive_int(name: str, value: Any) -> int:
+    """``value`` if it is a positive int (bools excluded), else a ValueError naming ``name``."""
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
+        raise ValueError(f"{name} must be a positive int, got {value!r}")
+    return int(value)
+
+
+def _check_fraction(name: str, value: Any, allow_zero: bool) -> float:
+    low_ok = value >= 0 if allow_zero else value > 0
+    if not isinstance(value,
+                      (int, float)) or isinstance(value, bool) or not (low_ok and value <= 1):
+        bounds = "[0, 1]" if allow_zero else "(0, 1]"
+        raise ValueError(f"{name} must be a number in {bounds}, got {value!r}")
+    return float(value)
+
+
+class BatchPolopt:
+    """Base class of batch on-policy algorithms; subclasses implement :meth:`optimize_policy`.
+
+    Args:
+        env: a gymnasium id (preferred: samplers and the plotter build their own copies), a
+            zero-argument factory, or a live ``gymnasium.Env`` (rebuilt from its registration
+            where another process needs it).
+        policy: a policy following the protocol of :mod:`async_plotter.rl.policies`.
+        baseline: a :class:`~async_plotter.rl.baselines.Baseline`; default
+            :class:`~async_plotter.rl.baselines.LinearFeatureBaseline`.
+        max_path_length: steps after which a path is cut.
+        batch_size: environment steps per iteration (whole paths, at least this many).
+        n_itr: iterations to run (``start_itr`` .. ``n_itr - 1``).
+        discount, gae_lambda: return discount and GAE's lambda (1.0: returns minus baseline).
+        center_adv: normalise advantages to zero mean and unit variance.
+        bootstrap_truncated: value a path cut by a time limit with the baseline's estimate of the
+            state it stopped in, instead of 0 as rllab did (see
+            :func:`~async_plotter.rl.sample_processing.process_samples`).
+        store_paths: put the sampled batch into each snapshot.
+        plot: watch the policy in an :class:`async_plotter.Plotter` while training.
+        plot_kwargs: extra keyword arguments for the plotter.
+        sampler: a :class:`~async_plotter.rl.samplers.Sampler`; default from ``n_parallel``.
+        n_parallel: worker processes for sampling (1: sample in this process).
+        seed: seed of the sampling (None: drawn from numpy's global generator).
+        log_dir: where to write progress.csv, the learning curve and snapshots when training
+            outside ``run_experiment_lite`` (None: console only).
+    """
+
+    def __init__(self,
+                 env: Any,
+                 policy: Any,
+                 baseline: Optional[Baseline] = None,
+                 max_path_length: int = 500,
+                 batch_size: int = 5000,
+                 n_itr: int = 500,
+                 start_itr: int = 0,
+                 discount: float = 0.99,
+                 gae_lambda: float = 1.0,
+                 center_adv: bool = True,
+                 bootstrap_truncated: bool = True,
+                 store_paths: bool = False,
+                 plot: bool = False,
+                 plot_kwargs: Optional[Dict[str, Any]] = None,
+                 sampler: Optional[Sampler] = None,
+                 n_parallel: int = 1,
+                 seed: Optional[int] = None,
+                 log_dir: Optional[str] = None) -> None:
+        for method in ("get_param_values", "set_param_values", "get_actions"):
+            if not callable(getattr(policy, method, None)):
+                raise TypeError(f"policy must have a {method}() method "
+                                f"({type(policy).__name__} has none)")
+        self.env = env
+        # Validate the env now (not when the first worker starts); a live env without a
+        # registration can still be used in this process, so that case is not an error here.
+        self.env_maker: Optional[EnvMaker] = None
+        if not (isinstance(env, gym.Env) and env.spec is None):
+            self.env_maker = EnvMaker.from_env(env)
+        self.policy = policy
+        self.baseline = LinearFeatureBaseline() if baseline is None else baseline
+        self.max_path_length = check_positive_int("max_path_length", max_path_length)
+        self.batch_size = check_positive_int("batch_size", batch_size)
+        self.n_itr = check_positive_int("n_itr", n_itr)
+        if isinstance(start_itr, bool) or not isinstance(start_itr, int) or start_itr < 0:
+            raise ValueError(f"start_itr must be a non-negative int, got {start_itr!r}")
+        self.start_itr = start_itr
+        self.discount = _check_fraction("discount", discount, allow_zero=True)
+        self.gae_lambda = _check_fraction("gae_lambda", gae_lambda, allow_zero=True)
+        self.center_adv = bool(center_adv)
+        self.bootstrap_truncated = bool(bootstrap_truncated)
+        self.store_paths = bool(store_paths)
+        self.plot = bool(plot)
+        self.plot_kwargs = dict(plot_kwargs or {})
+        if sampler is None:
+            n_parallel = check_positive_int("n_parallel", n_parallel)
+            sampler = SerialSampler() if n_parallel == 1 else ParallelSampler(n_parallel)
+        self.sampler = sampler
+        if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int) or seed < 0):
+            raise ValueError(f"seed must be a non-negative int or None, got {seed!r}")
+        self.seed = seed
+        self.log_dir = log_dir
+        self.history: List[Dict[str, Any]] = []
+        self.plotter: Any = None
+        self.current_itr = start_itr
+
+    # ---- to implement -------------------------------------------------------------------------
+
+    def optimize_policy(self, itr: int, samples: ProcessedSamples) -> Dict[str, float]:
+        """Update the policy from one processed batch; return statistics for the table."""
+        raise NotImplementedError
+
+    def get_itr_snapshot(self, itr: int, samples: ProcessedSamples) -> Dict[str, Any]:
+        """What ``params.pkl`` holds; the policy pickles as its recipe, parameters ride along."""
+        snapshot = {
+            "itr": itr,
+            "policy": self.policy,
+            "policy_params": self.policy.get_param_values(),
+            "baseline": self.baseline,
+            "env": self.env_maker,
+            "stats": self.history[-1] if self.history else {},
+        }
+        if self.store_paths:
+            snapshot["paths"] = samples.batch
+        return snapshot
+
+    # ---- helpers for subclasses ---------------------------------------------------------------
+
+    def _tensors(self, samples: ProcessedSamples) -> Tuple[Any, ...]:
+        """Observations, actions, advantages and old distribution parameters as tensors."""
+        batch = samples.batch
+        obs = tf.constant(batch.observations, tf.float32)
+        actions = tf.constant(batch.actions, self.policy.distribution.action_dtype)
+        advantages = tf.constant(samples.advantages, tf.float32)
+        old_info = {k: tf.constant(v, tf.float32) for k, v in batch.agent_infos.items()}
+        return obs, actions, advantages, old_info
+
+    def _input_signature(self) -> Tuple[Any, ...]:
+        """``tf.function`` signature of :meth:`_tensors`' output, any batch size."""
+        dist = self.policy.distribution
+        obs = tf.TensorSpec([None, self.policy.obs_dim], tf.float32)
+        actions = tf.TensorSpec([None, *dist.action_shape], dist.action_dtype)
+        advantages = tf.TensorSpec([None], tf.float32)
+        old_info = {
+            k: tf.TensorSpec([None, *shape], tf.float32)
+            for k, shape in dist.info_shapes.items()
+        }
+        return obs, actions, advantages, old_info
+
+    # ---- the loop -----------------------------------------------------------------------------
+
+    def _settings(self, ctx: Optional[experiment_context.ExperimentContext]) -> Tuple[Any, ...]:
+        """Plot flag, plotter arguments, sampler and seed, with the experiment's overrides."""
+        plot_kwargs = dict(self.plot_kwargs)
+        if ctx is None:
+            return self.plot, plot_kwargs, self.sampler, self.seed
+        if ctx.plot != self.plot:
+            # Said out loud: a plot flag that quietly does nothing was a bug of the peers. Louder
+            # when plotting the algorithm asked for is being switched off.
+            level = logging.INFO if ctx.plot else logging.WARNING
+            logger.log(level, "run_experiment_lite(plot=%s) overrides the algorithm's plot=%s",
+                       ctx.plot, self.plot)
+        plot_kwargs.update(ctx.plot_kwargs)
+        builtin = isinstance(self.sampler, (SerialSampler, ParallelSampler))
+        if not builtin or ctx.n_parallel != self.sampler.n_parallel:
+            if not builtin:
+                name = type(self.sampler).__name__
+                logger.warning("run_experiment_lite(n_parallel=%d) replaces the custom sampler %s",
+                               ctx.n_parallel, name)
+            n = ctx.n_parallel
+            self.sampler = SerialSampler() if n == 1 else ParallelSampler(n)
+        seed = self.seed if ctx.seed is None else ctx.seed
+        return ctx.plot, plot_kwargs, self.sampler, seed
+
+    def train(self) -> List[Dict[str, Any]]:
+        """Run iterations ``start_itr .. n_itr - 1``; returns the per-iteration statistics.
+
+        Sampler workers and the plotter are shut down however the loop ends (Ctrl-C included).
+        """
+        ctx = experiment_context.current_context()
+        if ctx is not None:
+            ctx.trained.append(self)
+        plot, plot_kwargs, sampler, seed = self._settings(ctx)
+        recorder = ctx.recorder if ctx is not None else RunRecorder(self.log_dir)
+        with contextlib.ExitStack() as cleanup:
+            if ctx is None:
+                cleanup.enter_context(console_logging(recorder.debug_log))
+            # ExitStack runs every callback even when one raises, in reverse order.
+            cleanup.callback(sampler.shutdown)
+            if plot:
+                self.plotter = self._start_plotter(plot_kwargs, recorder.video_dir)
+                cleanup.callback(self._close_plotter)
+            cleanup.callback(recorder.close)
+            start = time.perf_counter()
+            sampler.start(self.env, self.policy, seed)
+            loop_start = time.perf_counter()
+            plotting = ", plotting" if plot else ""
+            logger.info("%s on %s: %d iterations of %d steps, %s, %s (seed %s)%s",
+                        type(self).__name__, self._env_name(), self.n_itr - self.start_itr,
+                        self.batch_size, self.policy,
+                        type(sampler).__name__, getattr(sampler, "seed", None), plotting)
+            logger.debug("sampler ready after %.1f s", loop_start - start)
+            try:
+                for itr in range(self.start_itr, self.n_itr):
+                    self.current_itr = itr
+                    self._iteration(itr, sampler, recorder, start, loop_start)
+            except KeyboardInterrupt:
+                logger.warning("interrupted at iteration %d; shutting down sampler and plotter",
+                               self.current_itr)
+                raise
+        return self.history
+
+    def _iteration(self, itr: int, sampler: Sampler, recorder: RunRecorder, start: float,
+                   loop_start: float) -> None:
+        itr_start = time.perf_counter()
+        batch = sampler.obtain_samples(itr, self.policy.get_param_values(), self.batch_size,
+                                       self.max_path_length)
+        sampled = time.perf_counter()
+        samples = process_samples(batch, self.baseline, self.discount, self.gae_lambda,
+                                  self.center_adv, self.bootstrap_truncated)
+        processed = time.perf_counter()
+        opt_stats = self.optimize_policy(itr, samples)
+        optimized = time.perf_counter()
+
+        entropy = float(np.mean(self.policy.distribution.entropy_np(batch.agent_infos)))
+        row: Dict[str, Any] = {"Iteration": itr}
+        row.update(samples.stats)
+        row["Entropy"] = entropy
+        row["Perplexity"] = float(np.exp(entropy))
+        if "log_std" in batch.agent_infos:
+            row["AveragePolicyStd"] = float(np.mean(np.exp(batch.agent_infos["log_std"])))
+        row.update(opt_stats)
+        previous_steps = self.history[-1]["TotalEnvSteps"] if self.history else 0
+        row["TotalEnvSteps"] = previous_steps + batch.num_steps
+        row["SampleTime"] = sampled - itr_start
+        row["ProcessTime"] = processed - sampled
+        row["OptimizeTime"] = optimized - processed
+        row["ItrTime"] = optimized - itr_start
+        row["Time"] = optimized - start
+        self.history.append(row)
+
+        recorder.record(row)
+        recorder.save_snapshot(itr, self.get_itr_snapshot(itr, samples))
+        if self.plotter is not None:
+            # Never blocks; the return feeds the live page's learning curve.
+            self.plotter.update_plot(self.policy,
+                                     iteration=itr,
+                                     metrics={"AverageReturn": float(row["AverageReturn"])})
+
+        logger.info("%s", format_table(row))
+        done = itr - self.start_itr + 1
+        remaining = self.n_itr - itr - 1
+        per_itr = (time.perf_counter() - loop_start) / done
+        logger.info("itr %d/%d | AverageReturn %.4g | %.2f s/itr | ETA %s", itr + 1, self.n_itr,
+                    row["AverageReturn"], per_itr, format_duration(per_itr * remaining))
+
+    def _env_name(self) -> str:
+        if self.env_maker is not None and self.env_maker.env_id is not None:
+            return self.env_maker.env_id
+        return type(self.env).__name__
+
+    def _start_plotter(self, plot_kwargs: Dict[str, Any], video_dir: Optional[str]) -> Any:
+        # Imported here: the core is needed only when plotting, and it must never be a dependency
+        # of training without it.
+        from async_plotter import Plotter
+
+        kwargs: Dict[str, Any] = {"max_path_length": self.max_path_length}
+        if video_dir is not None:
+            kwargs["video_dir"] = video_dir
+        kwargs.update(plot_kwargs)
+        env = self.env_maker.plotter_env if self.env_maker is not None else self.env
+        plotter = Plotter(env, self.policy, **kwargs)
+        try:
+            plotter.start()
+        except BaseException:
+            plotter.close()
+            raise
+        logger.info("plotter started%s", f"; videos go to {video_dir}" if video_dir else "")
+        return plotter
+
+    def _close_plotter(self) -> None:
+        plotter, self.plotter = self.plotter, None
+        if plotter is None:
+            return
+        try:
+            plotter.close()
+        finally:
+            stats = getattr(plotter, "stats", None)
+            if stats:
+                logger.info("plotter: %s", ", ".join(f"{k}={v}" for k, v in dict(stats).items()))

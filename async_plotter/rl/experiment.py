@@ -1,0 +1,186 @@
+"""``run_experiment_lite``: run an algorithm with logging, snapshots, parallel sampling and plotting.
+
+rllab's function of the same name launched a stub through a subprocess; this one runs in the calling
+process and hands its settings to the algorithm through :mod:`async_plotter.rl.context`, which also
+reaches algorithms that the user's function builds and trains itself.
+"""
+import dataclasses
+import inspect
+import json
+import logging
+import os
+import random
+import re
+import time
+from typing import Any, Callable, Dict, Optional, Union
+
+import numpy as np
+
+from async_plotter.rl import context as experiment_context
+from async_plotter.rl.batch_polopt import BatchPolopt, check_positive_int
+from async_plotter.rl.logger import console_logging
+from async_plotter.rl.recorder import SNAPSHOT_MODES, RunRecorder
+
+logger = logging.getLogger(__name__)
+
+_SAFE_NAME = re.compile(r"^[A-Za-z0-9._-]+$")
+
+
+@dataclasses.dataclass
+class ExperimentResult:
+    """Where a run's outputs are, and the algorithm that produced them."""
+
+    log_dir: str
+    progress_csv: str
+    learning_curve: str
+    debug_log: str
+    video_dir: Optional[str]  # set when the run was plotted
+    algo: Optional[BatchPolopt]
+    history: list
+
+
+def _default_exp_name() -> str:
+    return time.strftime("experiment_%Y_%m_%d_%H_%M_%S")
+
+
+def _unique_dir(path: str) -> str:
+    # Two runs started within the same second get distinct folders instead of sharing files.
+    candidate, n = path, 1
+    while os.path.exists(candidate):
+        candidate = f"{path}_{n}"
+        n += 1
+    return candidate
+
+
+def _validate(fn_or_algo: Any, n_parallel: Any, plot: Any, seed: Any, exp_name: Any, log_dir: Any,
+              snapshot_mode: Any) -> None:
+    if not (isinstance(fn_or_algo, BatchPolopt) or callable(fn_or_algo)):
+        raise TypeError(f"fn_or_algo must be an algorithm (e.g. TRPO) or a function that returns "
+                        f"or runs one, got {type(fn_or_algo).__name__}")
+    check_positive_int("n_parallel", n_parallel)
+    if not isinstance(plot, bool):
+        raise TypeError(f"plot must be True or False, got {plot!r}")
+    if seed is not None and (isinstance(seed, bool) or not isinstance(seed, (int, np.integer))
+                             or not 0 <= seed < 2**32):
+        raise ValueError(f"seed must be None or an int in [0, 2**32), got {seed!r}")
+    if exp_name is not None and (not isinstance(exp_name, str) or not _SAFE_NAME.match(exp_name)):
+        raise ValueError(f"exp_name must be a non-empty name of letters, digits, '.', '_' or '-' "
+                         f"(it becomes a folder), got {exp_name!r}")
+    if log_dir is not None and not isinstance(log_dir, (str, os.PathLike)):
+        raise TypeError(f"log_dir must be a path, got {type(log_dir).__name__}")
+    if snapshot_mode not in SNAPSHOT_MODES:
+        raise ValueError(f"snapshot_mode must be one of {', '.join(map(repr, SNAPSHOT_MODES))}; "
+                         f"got {snapshot_mode!r}")
+
+
+def _seed_everything(seed: int) -> None:
+    random.seed(seed)
+    np.random.seed(seed)
+    import tensorflow as tf
+    tf.random.set_seed(seed)
+
+
+def _call_user_function(fn: Callable[..., Any], ctx: Dict[str, Any]) -> Any:
+    """Call ``fn`` with the experiment settings it asks for by name (all of them for ``**kw``)."""
+    try:
+        parameters = inspect.signature(fn).parameters.values()
+    except (TypeError, ValueError):  # builtins without a signature
+        return fn()
+    if any(p.kind is p.VAR_KEYWORD for p in parameters):
+        return fn(**ctx)
+    return fn(**{p.name: ctx[p.name] for p in parameters if p.name in ctx})
+
+
+def run_experiment_lite(fn_or_algo: Union[BatchPolopt, Callable[..., Any]],
+                        n_parallel: int = 1,
+                        plot: bool = False,
+                        seed: Optional[int] = None,
+                        exp_name: Optional[str] = None,
+                        log_dir: Optional[str] = None,
+                        snapshot_mode: str = "last",
+                        **plot_kwargs: Any) -> ExperimentResult:
+    """Train an algorithm and write its outputs into ``log_dir``.
+
+    Args:
+        fn_or_algo: an algorithm such as :class:`~async_plotter.rl.trpo.TRPO`, or a function that
+            returns one or builds and trains one itself. The function receives, by parameter name
+            (or all through ``**kwargs``), any of ``n_parallel``, ``plot``, ``seed``, ``exp_name``,
+            ``log_dir``; a function without parameters is called without arguments.
+        n_parallel: sampling processes; it replaces the algorithm's own sampler setting.
+        plot: watch the policy while it trains; it overrides the algorithm's ``plot`` flag (and
+            works with any ``n_parallel``). Videos go to ``<log_dir>/videos``.
+        seed: seeds Python, numpy and TensorFlow before anything is built, and the sampling.
+        exp_name: name of the run (default: a timestamp); the default folder is
+            ``runs/<exp_name>/``.
+        log_dir: folder of the run's files (created if needed). Without it, ``runs/<exp_name>``
+            is used, with a ``_1``, ``_2``... suffix if that folder exists, so that two runs
+            never write into one ``progress.csv``.
+        snapshot_mode: ``"last"`` (``params.pkl`` each iteration), ``"all"`` (``itr_<N>.pkl``)
+            or ``"none"``.
+        **plot_kwargs: passed on to :class:`async_plotter.Plotter` (e.g. ``fps``, ``window``).
+
+    Files: ``progress.csv``, ``learning_curve.png``, ``debug.log``, ``experiment.json``, the
+    snapshots, and ``videos/`` when plotting. Ctrl-C stops the sampler workers and the plotter
+    before the ``KeyboardInterrupt`` propagates; the last complete snapshot stays intact.
+    """
+    _validate(fn_or_algo, n_parallel, plot, seed, exp_name, log_dir, snapshot_mode)
+    if exp_name is None:
+        exp_name = _default_exp_name()
+    if log_dir is None:
+        log_dir = _unique_dir(os.path.join("runs", exp_name))
+    log_dir = os.path.abspath(os.fspath(log_dir))
+    recorder = RunRecorder(log_dir, snapshot_mode)
+    if not plot and plot_kwargs:
+        logger.warning("plot is False; ignoring plotter arguments %s", sorted(plot_kwargs))
+    settings = {
+        "exp_name": exp_name,
+        "log_dir": log_dir,
+        "n_parallel": int(n_parallel),
+        "plot": plot,
+        "seed": None if seed is None else int(seed),
+    }
+    recorded = dict(settings, snapshot_mode=snapshot_mode)
+    recorded["plot_kwargs"] = {key: repr(value) for key, value in plot_kwargs.items()}
+    recorder.write_text("experiment.json", json.dumps(recorded, indent=2) + "\n")
+    ctx = experiment_context.ExperimentContext(plot=plot,
+                                               n_parallel=int(n_parallel),
+                                               seed=settings["seed"],
+                                               plot_kwargs=dict(plot_kwargs),
+                                               recorder=recorder)
+    algo: Optional[BatchPolopt] = None
+    with console_logging(recorder.debug_log), experiment_context.activate(ctx):
+        logger.info("experiment %s: outputs in %s", exp_name, log_dir)
+        try:
+            if seed is not None:
+                _seed_everything(int(seed))
+            if isinstance(fn_or_algo, BatchPolopt):
+                algo = fn_or_algo
+                algo.train()
+            else:
+                returned = _call_user_function(fn_or_algo, settings)
+                if isinstance(returned, BatchPolopt) and returned not in ctx.trained:
+                    algo = returned
+                    algo.train()
+                elif ctx.trained:
+                    algo = ctx.trained[-1]
+                else:
+                    raise TypeError(f"{getattr(fn_or_algo, '__name__', fn_or_algo)!r} neither "
+                                    f"returned an algorithm nor trained one (it returned "
+                                    f"{type(returned).__name__})")
+        except KeyboardInterrupt:
+            logger.warning("experiment %s interrupted; outputs so far are in %s", exp_name, log_dir)
+            raise
+        except Exception as error:
+            # The traceback reaches the console when the exception propagates; keep it in
+            # debug.log too, which is where one looks after the terminal is gone.
+            logger.debug("experiment %s failed", exp_name, exc_info=True)
+            logger.error("experiment %s failed: %s: %s", exp_name, type(error).__name__, error)
+            raise
+        logger.info("experiment %s done: %s", exp_name, log_dir)
+    return ExperimentResult(log_dir=log_dir,
+                            progress_csv=recorder.progress_csv,
+                            learning_curve=recorder.learning_curve_png,
+                            debug_log=recorder.debug_log,
+                            video_dir=recorder.video_dir if plot else None,
+                            algo=algo,
+                            history=list(recorder.rows))

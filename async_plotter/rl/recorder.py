@@ -1,0 +1,128 @@
+"""Where a run's outputs go: ``progress.csv``, the learning curve, snapshots, videos."""
+import csv
+import io
+import logging
+import os
+import time
+from typing import Any, Dict, List, Optional
+
+from async_plotter.rl.learning_curve import save_learning_curve
+from async_plotter.rl.snapshot import atomic_write_bytes, save_snapshot
+
+logger = logging.getLogger(__name__)
+
+SNAPSHOT_MODES = ("last", "all", "none")
+
+
+class RunRecorder:
+    """Writes one run's files into ``log_dir``; with ``log_dir=None`` it keeps rows in memory only.
+
+    Files:
+        ``progress.csv``: one row per iteration, appended as it finishes.
+        ``learning_curve.png``: AverageReturn against Iteration, redrawn after every iteration
+        unless iterations are so short that drawing (~50 ms) would cost more than ~5% of the run;
+        then as often as that budget allows, and always by :meth:`close`.
+        ``params.pkl`` (snapshot_mode ``"last"``) or ``itr_<N>.pkl`` (``"all"``).
+        ``videos/``: where the plotter is told to put its videos.
+    """
+
+    def __init__(self, log_dir: Optional[str] = None, snapshot_mode: str = "last") -> None:
+        if snapshot_mode not in SNAPSHOT_MODES:
+            raise ValueError(
+                f"snapshot_mode must be one of {', '.join(map(repr, SNAPSHOT_MODES))}; "
+                f"got {snapshot_mode!r}")
+        self.log_dir = None if log_dir is None else os.path.abspath(os.fspath(log_dir))
+        self.snapshot_mode = snapshot_mode
+        self.rows: List[Dict[str, Any]] = []
+        self._columns: Optional[List[str]] = None
+        self._curve_failed = False
+        self._curve_stale = False
+        self._next_curve_time = 0.0
+        if self.log_dir is not None:
+            os.makedirs(self.log_dir, exist_ok=True)
+
+    def _path(self, name: str) -> Optional[str]:
+        return None if self.log_dir is None else os.path.join(self.log_dir, name)
+
+    @property
+    def progress_csv(self) -> Optional[str]:
+        return self._path("progress.csv")
+
+    @property
+    def learning_curve_png(self) -> Optional[str]:
+        return self._path("learning_curve.png")
+
+    @property
+    def video_dir(self) -> Optional[str]:
+        return self._path("videos")
+
+    @property
+    def debug_log(self) -> Optional[str]:
+        return self._path("debug.log")
+
+    def record(self, row: Dict[str, Any]) -> None:
+        """Keep ``row``, append it to ``progress.csv`` and redraw the learning curve."""
+        self.rows.append(dict(row))
+        if self.log_dir is None:
+            return
+        self._write_csv(row)
+        self._curve_stale = True
+        if time.monotonic() >= self._next_curve_time:
+            self._draw_curve()
+
+    def close(self) -> None:
+        """Bring the learning curve up to date (the last iterations may have been throttled)."""
+        if self._curve_stale and self.log_dir is not None:
+            self._draw_curve()
+
+    def _write_csv(self, row: Dict[str, Any]) -> None:
+        if self._columns is None or any(key not in self._columns for key in row):
+            # First row, or a new column: rewrite the whole file (atomically) with the union of
+            # columns, so that the file always parses as one table.
+            columns = list(self._columns or [])
+            for r in self.rows:
+                columns.extend(key for key in r if key not in columns)
+            self._columns = columns
+            buffer = io.StringIO()
+            writer = csv.DictWriter(buffer, fieldnames=columns, lineterminator="\n")
+            writer.writeheader()
+            writer.writerows(self.rows)
+            atomic_write_bytes(self.progress_csv, buffer.getvalue().encode("utf-8"))
+            return
+        with open(self.progress_csv, "a", encoding="utf-8", newline="") as f:
+            csv.DictWriter(f, fieldnames=self._columns, lineterminator="\n").writerow(row)
+
+    def _draw_curve(self) -> None:
+        if self._curve_failed:
+            return
+        rows = [r for r in self.rows if "AverageReturn" in r]
+        started = time.monotonic()
+        try:
+            iterations = [r.get("Iteration", i) for i, r in enumerate(rows)]
+            returns = [r["AverageReturn"] for r in rows]
+            stds = [r.get("StdReturn", 0.0) for r in rows]
+            save_learning_curve(self.learning_curve_png,
+                                iterations,
+                                returns,
+                                stds,
+                                title=os.path.basename(self.log_dir))
+        except Exception:  # a plotting problem must not stop training
+            self._curve_failed = True
+            logger.exception("could not draw the learning curve; not trying again")
+        finished = time.monotonic()
+        self._curve_stale = False
+        self._next_curve_time = finished + 19.0 * (finished - started)  # draw <= 5% of the time
+
+    def save_snapshot(self, itr: int, snapshot: Dict[str, Any]) -> Optional[str]:
+        """Write the snapshot of iteration ``itr`` as the mode says; returns its path or None."""
+        if self.log_dir is None or self.snapshot_mode == "none":
+            return None
+        name = "params.pkl" if self.snapshot_mode == "last" else f"itr_{itr}.pkl"
+        path = self._path(name)
+        save_snapshot(path, snapshot)
+        return path
+
+    def write_text(self, name: str, text: str) -> None:
+        """Write a small text file (e.g. the experiment's settings) into the run folder."""
+        if self.log_dir is not None:
+            atomic_write_bytes(self._path(name), text.encode("utf-8"))

@@ -1,0 +1,390 @@
+"""Collecting a batch of paths with the current policy, in this process or in worker processes.
+
+Reproducibility is by path, not by worker: path ``k`` of iteration ``itr`` resets its environment
+with a seed and draws its action noise from a generator that both derive from
+``(seed, itr, k)`` alone. A batch is paths ``0, 1, 2, ...`` taken in order until they hold
+``batch_size`` steps. So the same seed gives the same batch whether one process or eight collect
+it, and however the operating system schedules them; workers only decide *who* computes path ``k``.
+
+To keep each path independent of the others, the policy sees one observation at a time. Batching
+observations of several environments would amortise TensorFlow's per-call cost (~0.25 ms), but a
+row of a TF matmul is not bitwise the same for every batch size (measured: matrix-vector kernels
+for one-dimensional outputs), so a path's numbers would depend on who else was in the batch.
+"""
+import contextlib
+import logging
+import multiprocessing.connection
+import os
+import sys
+import time
+import traceback
+from typing import Any, Callable, Dict, List, Optional, Tuple
+
+import cloudpickle
+import gymnasium as gym
+import numpy as np
+
+from async_plotter import processes
+from async_plotter.rl.batch import SampleBatch
+from async_plotter.rl.envs import EnvMaker, flatten_observation
+
+logger = logging.getLogger(__name__)
+
+
+def path_seeds(seed: int, itr: int, index: int) -> Tuple[int, np.random.Generator]:
+    """The environment reset seed and the action-noise generator of path ``index`` of ``itr``."""
+    env_seq, action_seq = np.random.SeedSequence(entropy=seed, spawn_key=(itr, index)).spawn(2)
+    return int(env_seq.generate_state(1)[0]), np.random.default_rng(action_seq)
+
+
+def rollout(env: gym.Env,
+            policy: Any,
+            max_path_length: int,
+            env_seed: Optional[int] = None,
+            rng: Optional[np.random.Generator] = None,
+            should_stop: Optional[Callable[[], bool]] = None) -> Optional[Dict[str, Any]]:
+    """Run one path of at most ``max_path_length`` steps; returns it as a dict of arrays.
+
+    Returns None when ``should_stop()`` becomes true before the path ends.
+    """
+    policy.reset()
+    obs, _ = env.reset(seed=env_seed)
+    space = env.observation_space
+    box_actions = isinstance(env.action_space, gym.spaces.Box)
+    observations, actions, rewards, infos = [], [], [], []
+    terminated = False
+    for _ in range(max_path_length):
+        if should_stop is not None and should_stop():
+            return None
+        flat_obs = flatten_observation(space, obs)
+        action, info = policy.get_actions(flat_obs[None], rng)
+        if box_actions:
+            # The path keeps the sampled action (its likelihood is what the update needs); the env
+            # gets it clipped to the bounds.
+            env_action = np.clip(action[0], env.action_space.low, env.action_space.high)
+        else:
+            env_action = int(action[0])
+        obs, reward, terminated, truncated, _ = env.step(env_action)
+        observations.append(flat_obs)
+        actions.append(action[0])
+        rewards.append(reward)
+        infos.append(info)
+        if terminated or truncated:
+            break
+    return {
+        "observations": np.stack(observations),
+        "actions": np.stack(actions),
+        "rewards": np.asarray(rewards, dtype=np.float64),
+        "agent_infos": {
+            key: np.concatenate([i[key] for i in infos])
+            for key in infos[0]
+        },
+        "terminated": bool(terminated),
+        # The state the path stopped in: its value stands in for the rest of a cut path.
+        "last_observation": flatten_observation(space, obs),
+    }
+
+
+def _check_sizes(batch_size: int, max_path_length: int) -> None:
+    if batch_size <= 0 or max_path_length <= 0:
+        raise ValueError(f"batch_size and max_path_length must be positive, got {batch_size} and "
+                         f"{max_path_length}")
+
+
+class Sampler:
+    """Interface: ``start`` once, ``obtain_samples`` per iteration, ``shutdown`` at the end."""
+
+    n_parallel = 1
+
+    def start(self, env: Any, policy: Any, seed: Optional[int] = None) -> None:
+        raise NotImplementedError
+
+    def obtain_samples(self, itr: int, param_values: Optional[np.ndarray], batch_size: int,
+                       max_path_length: int) -> SampleBatch:
+        raise NotImplementedError
+
+    def shutdown(self) -> None:
+        raise NotImplementedError
+
+    def __enter__(self) -> "Sampler":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.shutdown()
+
+
+def _resolve_sampler_seed(seed: Optional[int]) -> int:
+    # Drawn from numpy's global generator so that seeding numpy makes an unseeded run repeatable.
+    return int(np.random.randint(2**31 - 1)) if seed is None else int(seed)
+
+
+class SerialSampler(Sampler):
+    """Samples in the calling process, with the policy object itself."""
+
+    def __init__(self) -> None:
+        self._env: Optional[gym.Env] = None
+        self._owns_env = False
+        self._policy: Any = None
+        self.seed: Optional[int] = None
+
+    def start(self, env: Any, policy: Any, seed: Optional[int] = None) -> None:
+        """Build the environment (a live one is used as is) and remember the policy."""
+        self.shutdown()
+        self._env = env if isinstance(env, gym.Env) else EnvMaker.from_env(env)()
+        self._owns_env = not isinstance(env, gym.Env)
+        self._policy = policy
+        self.seed = _resolve_sampler_seed(seed)
+
+    def obtain_samples(self, itr: int, param_values: Optional[np.ndarray], batch_size: int,
+                       max_path_length: int) -> SampleBatch:
+        """Whole paths ``0, 1, ...`` until they hold at least ``batch_size`` steps."""
+        if self._env is None:
+            raise RuntimeError("SerialSampler.obtain_samples called before start()")
+        _check_sizes(batch_size, max_path_length)
+        if param_values is not None:
+            self._policy.set_param_values(param_values)
+        paths: List[Dict[str, Any]] = []
+        total = 0
+        while total < batch_size:
+            env_seed, rng = path_seeds(self.seed, itr, len(paths))
+            path = rollout(self._env, self._policy, max_path_length, env_seed, rng)
+            paths.append(path)
+            total += len(path["rewards"])
+        return SampleBatch.from_paths(paths)
+
+    def shutdown(self) -> None:
+        if self._env is not None and self._owns_env:
+            self._env.close()
+        self._env = None
+
+
+def _worker_main(conn: multiprocessing.connection.Connection, payload: bytes, stop: Any,
+                 index: int) -> None:
+    """Entry point of a sampler worker process (see :class:`ParallelSampler`).
+
+    Commands: ``("params", (flat, seed, itr, max_path_length))`` sets what the next paths use;
+    ``("run", k)`` answers ``("path", k, path)``, or ``("skipped", k)`` once the shared stop flag is
+    up; ``("close", None)`` exits. Failures answer ``("error", traceback)``.
+    """
+    processes.become_background_child(priority="normal")  # ignore Ctrl-C; the parent decides
+    code = 1
+    try:
+        _serve(conn, payload, stop)
+        code = 0
+    finally:
+        # Leave without the interpreter's teardown. With TensorFlow loaded it spends ~1 s of CPU
+        # collecting TF's objects (measured; 3 s of wall time with two workers on two busy cores),
+        # which is what made shutdown() and so Ctrl-C slow. Nothing here needs it: the worker owns
+        # no files, segments or children, and its pipe and environment are already closed.
+        for stream in (sys.stdout, sys.stderr):
+            with contextlib.suppress(Exception):
+                stream.flush()
+        os._exit(code)
+
+
+def _serve(conn: multiprocessing.connection.Connection, payload: bytes, stop: Any) -> None:
+    """The worker's command loop; returns when told to close or when the parent is gone."""
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    env = None
+    try:
+        try:
+            import tensorflow as tf
+        except ImportError:
+            pass
+        else:
+            # Workers share the cores with each other and the trainer; one thread each avoids
+            # oversubscription (TF would otherwise start a pool of one thread per core per process).
+            tf.config.threading.set_intra_op_parallelism_threads(1)
+            tf.config.threading.set_inter_op_parallelism_threads(1)
+        recipe = cloudpickle.loads(payload)
+        env = recipe["env_maker"]()
+        policy = recipe["policy"]
+        conn.send(("ready", os.getpid()))
+        seed = itr = max_path_length = None
+        while True:
+            try:
+                command, data = conn.recv()
+            except (EOFError, OSError):
+                return  # the parent is gone
+            try:
+                if command == "params":
+                    params, seed, itr, max_path_length = data
+                    policy.set_param_values(params)
+                elif command == "run":
+                    path = None
+                    if not stop.value:
+                        env_seed, rng = path_seeds(seed, itr, data)
+                        path = rollout(env, policy, max_path_length, env_seed, rng,
+                                       lambda: bool(stop.value))
+                    conn.send(("skipped", data) if path is None else ("path", data, path))
+                elif command == "close":
+                    return
+                else:
+                    raise ValueError(f"unknown command {command!r}")
+            except (BrokenPipeError, ConnectionResetError):
+                raise
+            except Exception:
+                conn.send(("error", traceback.format_exc()))
+    except (BrokenPipeError, ConnectionResetError, EOFError):
+        return  # parent gone while we were answering
+    except BaseException:
+        with contextlib.suppress(OSError):
+            conn.send(("error", traceback.format_exc()))
+    finally:
+        if env is not None:
+            with contextlib.suppress(Exception):
+                env.close()
+
+
+class ParallelSampler(Sampler):
+    """Samples in ``n_parallel`` worker processes, each with its own environment and policy copy.
+
+    The environment recipe and the policy travel once, at :meth:`start`, as cloudpickle bytes (the
+    policy pickles as its constructor arguments); after that each iteration sends only the flat
+    parameter vector. The parent hands out path indices, two ahead per worker so none waits for a
+    round trip, and workers stream finished paths back; once paths ``0..K-1`` hold ``batch_size``
+    steps, a shared flag makes every worker drop what it is doing, so the wall time is about
+    ``batch / n_parallel`` steps plus one partial path. (The flag is a lock-free shared byte; only
+    the parent writes it.)
+
+    Workers ignore Ctrl-C (the parent shuts them down), and exit on their own when the parent dies
+    (their pipe reports EOF or a broken pipe).
+    """
+
+    _AHEAD = 2  # path indices queued per worker
+
+    def __init__(self,
+                 n_parallel: int = 2,
+                 start_timeout: float = 120.0,
+                 shutdown_timeout: float = 5.0) -> None:
+        if isinstance(n_parallel, bool) or not isinstance(n_parallel, int) or n_parallel < 1:
+            raise ValueError(f"n_parallel must be a positive int, got {n_parallel!r}")
+        self.n_parallel = n_parallel
+        self.start_timeout = float(start_timeout)
+        self.shutdown_timeout = float(shutdown_timeout)
+        self.seed: Optional[int] = None
+        self._processes: List[Any] = []
+        self._conns: List[multiprocessing.connection.Connection] = []
+        self._stop: Any = None
+        self._interrupted = False
+
+    @property
+    def worker_pids(self) -> List[int]:
+        return [p.pid for p in self._processes]
+
+    def start(self, env: Any, policy: Any, seed: Optional[int] = None) -> None:
+        """Start the workers and wait until each has built its environment and policy."""
+        self.shutdown()
+        self.seed = _resolve_sampler_seed(seed)
+        payload = cloudpickle.dumps({"env_maker": EnvMaker.from_env(env), "policy": policy})
+        ctx = processes.spawn_context()
+        self._stop = ctx.RawValue("b", 0)
+        self._interrupted = False
+        try:
+            for index in range(self.n_parallel):
+                parent_end, child_end = ctx.Pipe(duplex=True)
+                process = processes.start_process(_worker_main,
+                                                  (child_end, payload, self._stop, index),
+                                                  name=f"async_plotter-sampler-{index}")
+                # Without our copy of the child's end, the child's exit shows up here as EOF.
+                child_end.close()
+                self._processes.append(process)
+                self._conns.append(parent_end)
+            deadline = time.monotonic() + self.start_timeout
+            for index, conn in enumerate(self._conns):
+                if not conn.poll(max(0.0, deadline - time.monotonic())):
+                    raise TimeoutError(f"sampler worker {index} was not ready after "
+                                       f"{self.start_timeout:.0f} s")
+                kind, data = self._receive(index)
+                if kind != "ready":
+                    raise RuntimeError(f"sampler worker {index} sent {kind!r} instead of 'ready'")
+            logger.debug("parallel sampler: %d workers ready (pids %s)", self.n_parallel,
+                         self.worker_pids)
+        except BaseException:
+            self.shutdown()
+            raise
+
+    def _receive(self, index: int) -> Tuple[Any, ...]:
+        try:
+            message = self._conns[index].recv()
+        except (EOFError, OSError):
+            process = self._processes[index]
+            process.join(1.0)
+            raise RuntimeError(f"sampler worker {index} (pid {process.pid}) died, exit code "
+                               f"{process.exitcode}") from None
+        if message[0] == "error":
+            raise RuntimeError(f"sampler worker {index} failed:\n{message[1]}")
+        return message
+
+    def obtain_samples(self, itr: int, param_values: Optional[np.ndarray], batch_size: int,
+                       max_path_length: int) -> SampleBatch:
+        """Whole paths ``0, 1, ...`` until they hold at least ``batch_size`` steps."""
+        if not self._processes:
+            raise RuntimeError("ParallelSampler.obtain_samples called before start()")
+        if param_values is None:
+            raise ValueError("ParallelSampler needs the policy's parameter values")
+        _check_sizes(batch_size, max_path_length)
+        if self._interrupted:
+            raise RuntimeError("a previous obtain_samples call was interrupted and workers may "
+                               "still answer it; call start() again")
+        self._interrupted = True  # until this call has collected every answer
+        self._stop.value = 0  # every worker is idle here: all indices of the last call answered
+        params = np.asarray(param_values, dtype=np.float32)
+        for conn in self._conns:
+            conn.send(("params", (params, self.seed, itr, max_path_length)))
+        paths: Dict[int, Dict[str, Any]] = {}
+        next_index, prefix, prefix_steps, needed = 0, 0, 0, None
+        outstanding = [0] * self.n_parallel
+
+        def assign(worker: int) -> None:
+            nonlocal next_index
+            self._conns[worker].send(("run", next_index))
+            next_index += 1
+            outstanding[worker] += 1
+
+        for worker in range(self.n_parallel):
+            for _ in range(self._AHEAD):
+                assign(worker)
+        while any(outstanding):
+            waiting = [self._conns[i] for i in range(self.n_parallel) if outstanding[i]]
+            for conn in multiprocessing.connection.wait(waiting):
+                worker = self._conns.index(conn)
+                message = self._receive(worker)
+                outstanding[worker] -= 1
+                if message[0] == "path" and needed is None:
+                    paths[message[1]] = message[2]
+                    while prefix in paths:
+                        prefix_steps += len(paths[prefix]["rewards"])
+                        prefix += 1
+                        if prefix_steps >= batch_size:
+                            needed = prefix
+                            self._stop.value = 1  # drop paths in flight, skip queued ones
+                            break
+                if needed is None:
+                    assign(worker)
+        self._interrupted = False
+        return SampleBatch.from_paths([paths[k] for k in range(needed)])
+
+    def shutdown(self) -> None:
+        """Ask the workers to exit; join with a timeout, then terminate/kill. Idempotent."""
+        if not self._processes:
+            return
+        self._stop.value = 1  # a worker in the middle of a path drops it
+        for conn in self._conns:
+            with contextlib.suppress(Exception):
+                conn.send(("close", None))
+        deadline = time.monotonic() + self.shutdown_timeout
+        while time.monotonic() < deadline and any(p.is_alive() for p in self._processes):
+            # Read whatever the workers still send, so none stays blocked on a full pipe.
+            for conn in self._conns:
+                with contextlib.suppress(Exception):
+                    while conn.poll():
+                        conn.recv()
+            for process in self._processes:
+                process.join(0.02)
+        for process in self._processes:
+            processes.stop_process(process, max(0.0, deadline - time.monotonic()))
+        for conn in self._conns:
+            with contextlib.suppress(Exception):
+                conn.close()
+        self._processes, self._conns = [], []

@@ -1,0 +1,56 @@
+"""Vanilla policy gradient on InvertedPendulum-v5 (continuous actions, Adam).
+
+    python examples/vpg_inverted_pendulum.py            # 100 iterations, no plotting
+    python examples/vpg_inverted_pendulum.py --plot     # videos in runs/<exp-name>/videos
+"""
+import argparse
+import sys
+
+from async_plotter.rl import VPG, GaussianMLPPolicy, LinearFeatureBaseline, run_experiment_lite
+
+ENV_ID = "InvertedPendulum-v5"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--plot",
+                        action=argparse.BooleanOptionalAction,
+                        default=False,
+                        help="watch the policy while it trains (default: off)")
+    parser.add_argument("--n-parallel", type=int, default=2, help="sampling processes")
+    parser.add_argument("--n-itr", type=int, default=100)
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--batch-size", type=int, default=5000, help="env steps per iteration")
+    parser.add_argument("--exp-name", default=None, help="run folder name under runs/")
+    args = parser.parse_args()
+
+    def make_algo():
+        policy = GaussianMLPPolicy(ENV_ID, hidden_sizes=(32, 32))
+        return VPG(ENV_ID,
+                   policy,
+                   LinearFeatureBaseline(),
+                   batch_size=args.batch_size,
+                   max_path_length=1000,
+                   n_itr=args.n_itr,
+                   discount=0.99,
+                   gae_lambda=0.97,
+                   learning_rate=0.01)
+
+    try:
+        result = run_experiment_lite(make_algo,
+                                     n_parallel=args.n_parallel,
+                                     plot=args.plot,
+                                     seed=args.seed,
+                                     exp_name=args.exp_name)
+    except KeyboardInterrupt:
+        print("interrupted; workers and plotter were shut down", file=sys.stderr)
+        sys.exit(130)
+    print(f"\nprogress:       {result.progress_csv}")
+    print(f"learning curve: {result.learning_curve}")
+    print(f"snapshot:       {result.log_dir}/params.pkl")
+    if result.video_dir:
+        print(f"videos:         {result.video_dir}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,64 @@
+"""Functions that the tests run in spawned child processes (importable by name, see conftest)."""
+import os
+import time
+from typing import Any, Dict, Optional, Tuple
+
+import cloudpickle
+import numpy as np
+
+
+def rebuild_policy_and_act(conn: Any, policy_bytes: bytes, params: np.ndarray, obs: np.ndarray,
+                           rng_seed: int) -> None:
+    """Unpickle a policy in a fresh interpreter, load ``params`` and answer with its outputs."""
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    import sys
+    policy = cloudpickle.loads(policy_bytes)
+    policy.set_param_values(params)
+    info = policy.dist_info_np(obs)
+    actions, _ = policy.get_actions(obs, np.random.default_rng(rng_seed))
+    conn.send({
+        "info": info,
+        "actions": actions,
+        "params": policy.get_param_values(),
+        "type": type(policy).__name__,
+        "main_file": getattr(sys.modules["__main__"], "__file__", None),
+    })
+    conn.close()
+
+
+class NumpyLinearPolicy:
+    """A TensorFlow-free Gaussian policy, for sampler tests that only care about processes."""
+
+    def __init__(self, obs_dim: int, action_dim: int) -> None:
+        self.w = np.zeros((obs_dim, action_dim), dtype=np.float32)
+
+    def get_param_values(self) -> np.ndarray:
+        return self.w.ravel().copy()
+
+    def set_param_values(self, flat: np.ndarray) -> None:
+        self.w = np.asarray(flat, dtype=np.float32).reshape(self.w.shape)
+
+    def reset(self) -> None:
+        pass
+
+    def get_actions(self,
+                    obs: np.ndarray,
+                    rng: Optional[np.random.Generator] = None) -> Tuple[np.ndarray, Dict]:
+        mean = obs @ self.w
+        rng = rng or np.random.default_rng()
+        return (mean + rng.standard_normal(mean.shape)).astype(np.float32), {"mean": mean}
+
+
+def start_sampler_then_wait(conn: Any, env_id: str) -> None:
+    """Start a ParallelSampler, report its worker pids, then idle until killed."""
+    from async_plotter.rl.samplers import ParallelSampler
+    sampler = ParallelSampler(2)
+    sampler.start(env_id, NumpyLinearPolicy(4, 1), seed=0)
+    conn.send(sampler.worker_pids)
+    while True:
+        time.sleep(1.0)
+
+
+def failing_env():
+    """An env factory that fails inside the worker."""
+    raise RuntimeError("this env cannot be built (on purpose)")

@@ -1,0 +1,40 @@
+"""Environment recipes: what crosses process boundaries instead of live environments."""
+import cloudpickle
+import gymnasium as gym
+import pytest
+
+from async_plotter.rl.envs import EnvMaker, EnvSpec, as_env_spec
+
+
+def test_env_maker_from_id_live_env_and_factory():
+    assert EnvMaker.from_env("CartPole-v1") == EnvMaker(env_id="CartPole-v1")
+    assert EnvMaker.from_env("CartPole-v1").plotter_env == "CartPole-v1"
+
+    live = gym.make("CartPole-v1", render_mode="human")  # never rendered here
+    maker = EnvMaker.from_env(live)
+    assert maker.env_id == "CartPole-v1" and "render_mode" not in maker.kwargs
+    env = cloudpickle.loads(cloudpickle.dumps(maker))()
+    assert env.render_mode is None and env.spec.id == "CartPole-v1"
+
+    factory = EnvMaker.from_env(lambda: gym.make("InvertedPendulum-v5"))
+    assert factory.plotter_env is factory
+    assert cloudpickle.loads(cloudpickle.dumps(factory))().spec.id == "InvertedPendulum-v5"
+
+
+def test_env_maker_errors_are_specific():
+    with pytest.raises(TypeError,
+                       match="env must be a gymnasium id, a gymnasium.Env or a "
+                       "zero-argument factory, got int"):
+        EnvMaker.from_env(3)
+    unregistered = gym.make("CartPole-v1").unwrapped
+    unregistered.spec = None
+    with pytest.raises(ValueError, match="was not made with gymnasium.make"):
+        EnvMaker.from_env(unregistered)
+
+
+def test_env_spec_forms():
+    spec = as_env_spec("Swimmer-v5")
+    assert (spec.observation_dim, spec.action_dim, spec.id) == (8, 2, "Swimmer-v5")
+    assert as_env_spec(gym.spec("CartPole-v1")).action_dim == 2
+    assert as_env_spec(spec) is spec
+    assert EnvSpec.from_env(gym.make("CartPole-v1")).observation_dim == 4

@@ -1,0 +1,303 @@
+"""run_experiment_lite: files, argument checks, overrides, process hygiene, Ctrl-C."""
+import csv
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import numpy as np
+import psutil
+import pytest
+
+import async_plotter
+from async_plotter.rl import (TRPO, VPG, CategoricalMLPPolicy, GaussianMLPPolicy, load_snapshot,
+                              run_experiment_lite)
+
+
+def small_trpo(**kwargs):
+    settings = dict(batch_size=300, max_path_length=50, n_itr=2)
+    settings.update(kwargs)
+    return TRPO("CartPole-v1", CategoricalMLPPolicy("CartPole-v1", hidden_sizes=(8, )), **settings)
+
+
+def test_writes_progress_curve_snapshot_and_log(tmp_path):
+    result = run_experiment_lite(small_trpo(n_itr=3), log_dir=str(tmp_path / "run"), seed=1)
+    run = tmp_path / "run"
+    assert result.log_dir == str(run)
+    for name in ("progress.csv", "learning_curve.png", "params.pkl", "debug.log",
+                 "experiment.json"):
+        assert (run / name).stat().st_size > 0, name
+    with open(run / "progress.csv", newline="") as f:
+        rows = list(csv.DictReader(f))
+    assert [int(r["Iteration"]) for r in rows] == [0, 1, 2]
+    assert {
+        "AverageReturn", "StdReturn", "MaxReturn", "MinReturn", "NumTrajs", "Entropy", "MeanKL",
+        "ExplainedVariance", "ItrTime", "SampleTime"
+    } <= set(rows[0])
+    assert (run / "learning_curve.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert "AverageReturn" in (run / "debug.log").read_text()
+    assert not [p for p in os.listdir(run) if p.endswith(".tmp")]
+
+    snapshot = load_snapshot(run / "params.pkl")
+    assert snapshot["itr"] == 2
+    np.testing.assert_array_equal(snapshot["policy"].get_param_values(),
+                                  result.algo.policy.get_param_values())
+    assert result.video_dir is None
+
+
+def test_snapshot_modes(tmp_path):
+    run_experiment_lite(small_trpo(), log_dir=str(tmp_path / "all"), snapshot_mode="all")
+    assert sorted(p for p in os.listdir(tmp_path / "all")
+                  if p.endswith(".pkl")) == ["itr_0.pkl", "itr_1.pkl"]
+    run_experiment_lite(small_trpo(), log_dir=str(tmp_path / "none"), snapshot_mode="none")
+    assert not [p for p in os.listdir(tmp_path / "none") if p.endswith(".pkl")]
+
+
+def test_default_log_dir_is_runs_exp_name(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    result = run_experiment_lite(small_trpo(n_itr=1), exp_name="my_exp")
+    assert result.log_dir == str(tmp_path / "runs" / "my_exp")
+    assert os.path.exists(result.progress_csv)
+
+
+def test_function_forms(tmp_path):
+    seen = {}
+
+    def build(seed, log_dir):  # receives the settings it names
+        seen.update(seed=seed, log_dir=log_dir)
+        return small_trpo(n_itr=1)
+
+    result = run_experiment_lite(build, seed=3, log_dir=str(tmp_path / "a"))
+    assert seen == {"seed": 3, "log_dir": str(tmp_path / "a")}
+    assert len(result.history) == 1
+
+    def runs_itself():  # builds and trains; the experiment's files still get written
+        small_trpo(n_itr=1).train()
+
+    result = run_experiment_lite(runs_itself, log_dir=str(tmp_path / "b"))
+    assert result.algo is not None and os.path.exists(tmp_path / "b" / "progress.csv")
+
+    with pytest.raises(TypeError, match="neither returned an algorithm nor trained one"):
+        run_experiment_lite(lambda: None, log_dir=str(tmp_path / "c"))
+
+
+@pytest.mark.parametrize("kwargs,error,message", [
+    ({
+        "n_parallel": 0
+    }, ValueError, "n_parallel must be a positive int, got 0"),
+    ({
+        "n_parallel": 2.0
+    }, ValueError, "n_parallel must be a positive int, got 2.0"),
+    ({
+        "snapshot_mode": "sometimes"
+    }, ValueError, "snapshot_mode must be one of 'last', 'all', 'none'; got 'sometimes'"),
+    ({
+        "plot": "yes"
+    }, TypeError, "plot must be True or False, got 'yes'"),
+    ({
+        "seed": -1
+    }, ValueError, r"seed must be None or an int in \[0, 2\*\*32\), got -1"),
+    ({
+        "exp_name": "a/b"
+    }, ValueError, "exp_name must be a non-empty name of letters"),
+])
+def test_bad_arguments_are_named(tmp_path, kwargs, error, message):
+    with pytest.raises(error, match=message):
+        run_experiment_lite(small_trpo(), log_dir=str(tmp_path / "x"), **kwargs)
+
+
+def test_not_an_algorithm():
+    with pytest.raises(TypeError, match="fn_or_algo must be an algorithm .* got int"):
+        run_experiment_lite(42)
+
+
+@pytest.mark.slow
+def test_parallel_run_leaves_no_child_processes(tmp_path, no_leftover_children):
+    algo = VPG("InvertedPendulum-v5",
+               GaussianMLPPolicy("InvertedPendulum-v5", hidden_sizes=(8, )),
+               batch_size=400,
+               max_path_length=50,
+               n_itr=2)
+    result = run_experiment_lite(algo, n_parallel=2, log_dir=str(tmp_path / "run"), seed=0)
+    assert len(result.history) == 2
+    assert type(algo.sampler).__name__ == "ParallelSampler" and algo.sampler.n_parallel == 2
+
+
+class InterruptedTRPO(TRPO):
+    """Behaves as if the user pressed Ctrl-C during the second iteration's update."""
+
+    def optimize_policy(self, itr, samples):
+        if itr == 1:
+            raise KeyboardInterrupt
+        return super().optimize_policy(itr, samples)
+
+
+class RecordingPlotter(async_plotter.Plotter):
+    """The real Plotter (real worker processes), recording how the training loop drives it."""
+
+    instances = []
+
+    def __init__(self, env, policy, **kwargs):
+        super().__init__(env, policy, **kwargs)
+        self.env, self.policy, self.kwargs = env, policy, kwargs
+        self.calls = []
+        RecordingPlotter.instances.append(self)
+
+    def start(self):
+        self.calls.append("start")
+        return super().start()
+
+    def update_plot(self, policy, max_path_length=None, iteration=None, metrics=None):
+        self.calls.append(("update", iteration, len(policy.get_param_values())))
+        super().update_plot(policy, max_path_length, iteration, metrics)
+
+    def close(self, timeout=10.0):
+        self.calls.append("close")
+        super().close(timeout)
+
+
+@pytest.mark.slow
+def test_ctrl_c_stops_workers_and_plotter_and_keeps_the_snapshot(tmp_path, monkeypatch,
+                                                                 no_leftover_children):
+    monkeypatch.setattr(async_plotter, "Plotter", RecordingPlotter, raising=False)
+    RecordingPlotter.instances.clear()
+    algo = InterruptedTRPO("CartPole-v1",
+                           CategoricalMLPPolicy("CartPole-v1", hidden_sizes=(8, )),
+                           batch_size=300,
+                           max_path_length=50,
+                           n_itr=5)
+    with pytest.raises(KeyboardInterrupt):
+        run_experiment_lite(algo, n_parallel=2, plot=True, log_dir=str(tmp_path / "run"))
+    (plotter, ) = RecordingPlotter.instances
+    assert plotter.calls[0] == "start" and plotter.calls[-1] == "close"
+    assert snapshot_itr(tmp_path / "run" / "params.pkl") == 0
+    assert not [p for p in os.listdir(tmp_path / "run") if p.endswith(".tmp")]
+
+
+def snapshot_itr(path):
+    return load_snapshot(path)["itr"]
+
+
+@pytest.mark.slow
+def test_plot_flag_overrides_the_algorithm_with_parallel_sampling(tmp_path, monkeypatch,
+                                                                  no_leftover_children):
+    """rllab/garage's bug: plot=True silently did nothing with n_parallel > 1."""
+    monkeypatch.setattr(async_plotter, "Plotter", RecordingPlotter, raising=False)
+    RecordingPlotter.instances.clear()
+    algo = small_trpo(n_itr=3, plot=False)
+    run_experiment_lite(algo, n_parallel=2, plot=True, log_dir=str(tmp_path / "run"), fps=10)
+    (plotter, ) = RecordingPlotter.instances
+    assert plotter.env == "CartPole-v1"
+    assert plotter.policy is algo.policy
+    assert plotter.kwargs["video_dir"] == str(tmp_path / "run" / "videos")
+    assert plotter.kwargs["max_path_length"] == 50 and plotter.kwargs["fps"] == 10
+    assert plotter.calls == ["start"] + [("update", i, algo.policy.num_params)
+                                         for i in range(3)] + ["close"]
+
+    # And the other way round: plot=False from run_experiment_lite wins over the algorithm's True.
+    RecordingPlotter.instances.clear()
+    run_experiment_lite(small_trpo(n_itr=1, plot=True), log_dir=str(tmp_path / "off"))
+    assert RecordingPlotter.instances == []
+
+
+class VideoAwareTRPO(TRPO):
+    """Holds its last iteration until the plotter has written a video (bounded), so the test does
+    not depend on how fast training is compared to the plot worker's start-up (~3 s)."""
+
+    def optimize_policy(self, itr, samples):
+        stats = super().optimize_policy(itr, samples)
+        if itr == self.n_itr - 1:
+            deadline = time.monotonic() + 90
+            while self.plotter.stats["videos"] < 1 and time.monotonic() < deadline:
+                time.sleep(0.1)
+        return stats
+
+
+@pytest.mark.slow
+@pytest.mark.plotter_core
+def test_plot_with_parallel_sampling_records_videos(tmp_path, no_leftover_children):
+    """End to end with the real core Plotter: videos appear in <log_dir>/videos."""
+    import async_plotter.core  # noqa: F401  (fails loudly when the core is missing)
+
+    algo = VideoAwareTRPO("InvertedPendulum-v5",
+                          GaussianMLPPolicy("InvertedPendulum-v5", hidden_sizes=(8, )),
+                          batch_size=300,
+                          max_path_length=50,
+                          n_itr=3)
+    result = run_experiment_lite(algo,
+                                 n_parallel=2,
+                                 plot=True,
+                                 log_dir=str(tmp_path / "run"),
+                                 fps=200)
+    videos = tmp_path / "run" / "videos"
+    assert result.video_dir == str(videos)
+    files = sorted(p.name for p in videos.iterdir() if p.stat().st_size > 0)
+    assert files and all(name.endswith(".mp4") for name in files), files
+
+
+def test_train_without_run_experiment_lite_writes_to_its_log_dir(tmp_path):
+    algo = small_trpo(n_itr=1, log_dir=str(tmp_path / "direct"))
+    history = algo.train()
+    assert len(history) == 1
+    for name in ("progress.csv", "learning_curve.png", "params.pkl", "debug.log"):
+        assert (tmp_path / "direct" / name).exists(), name
+
+
+UNGUARDED_SCRIPT = """
+# A training script without an `if __name__ == "__main__":` guard, as rllab's examples were.
+from async_plotter.rl import TRPO, CategoricalMLPPolicy, run_experiment_lite
+
+algo = TRPO("CartPole-v1", CategoricalMLPPolicy("CartPole-v1", hidden_sizes=(8, )),
+            batch_size=300, max_path_length=50, n_itr=100000)
+run_experiment_lite(algo, n_parallel=2, log_dir={log_dir!r})
+"""
+
+
+def running(process):
+    """Alive and not a zombie (an exited orphan may wait a moment for PID 1 to reap it)."""
+    try:
+        return process.status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
+@pytest.mark.slow
+def test_real_ctrl_c_on_an_unguarded_script(tmp_path):
+    """SIGINT to the whole process group, as a terminal sends it: the script stops, its sampler
+    workers (which ignore SIGINT) are shut down by it, and the last snapshot loads."""
+    log_dir = tmp_path / "run"
+    script = tmp_path / "train.py"
+    script.write_text(UNGUARDED_SCRIPT.format(log_dir=str(log_dir)))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
+    proc = subprocess.Popen([sys.executable, str(script)],
+                            cwd=str(tmp_path),
+                            env=env,
+                            stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE,
+                            start_new_session=True)
+    try:
+        deadline = time.monotonic() + 120
+        progress = log_dir / "progress.csv"
+        while time.monotonic() < deadline and proc.poll() is None:
+            if progress.exists() and len(progress.read_text().splitlines()) >= 3:
+                break
+            time.sleep(0.2)
+        assert proc.poll() is None, proc.stderr.read().decode()[-2000:]
+        workers = psutil.Process(proc.pid).children(recursive=True)
+        assert len([w for w in workers if "resource_tracker" not in " ".join(w.cmdline())]) == 2
+        os.killpg(proc.pid, signal.SIGINT)
+        _, stderr = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    assert proc.returncode != 0
+    assert b"KeyboardInterrupt" in stderr
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and any(running(w) for w in workers):
+        time.sleep(0.1)
+    alive = [w.pid for w in workers if running(w)]
+    assert not alive, f"workers survived Ctrl-C: {alive}"
+    assert load_snapshot(log_dir / "params.pkl")["itr"] >= 1
+    assert not [p for p in os.listdir(log_dir) if p.endswith(".tmp")]

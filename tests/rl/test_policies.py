@@ -1,0 +1,103 @@
+"""Policies: shapes, the flat-parameter protocol, and rebuilding in a fresh process."""
+import cloudpickle
+import gymnasium as gym
+import numpy as np
+import pytest
+
+import rl_child
+from async_plotter import processes
+from async_plotter.rl.envs import EnvSpec
+from async_plotter.rl.policies import CategoricalMLPPolicy, GaussianMLPPolicy
+
+
+def test_gaussian_policy_shapes_and_params():
+    policy = GaussianMLPPolicy("Swimmer-v5", hidden_sizes=(16, 8), init_std=0.5, seed=0)
+    assert (policy.obs_dim, policy.action_dim) == (8, 2)
+    # 8*16+16 + 16*8+8 + 8*2+2 + 2 (log_std)
+    assert policy.num_params == 144 + 136 + 18 + 2
+    actions, info = policy.get_actions(np.zeros((5, 8)))
+    assert actions.shape == (5, 2) and actions.dtype == np.float32
+    assert info["mean"].shape == (5, 2) and info["log_std"].shape == (5, 2)
+    np.testing.assert_allclose(info["log_std"], np.log(0.5), rtol=1e-6)
+    action, single = policy.get_action(np.zeros(8))
+    assert action.shape == (2, ) and single["mean"].shape == (2, )
+
+    flat = policy.get_param_values()
+    assert flat.dtype == np.float32 and flat.shape == (policy.num_params, )
+    other = GaussianMLPPolicy("Swimmer-v5", hidden_sizes=(16, 8), seed=1)
+    assert not np.array_equal(other.get_param_values(), flat)
+    other.set_param_values(flat)
+    np.testing.assert_array_equal(other.get_param_values(), flat)
+    obs = np.random.default_rng(0).standard_normal((4, 8))
+    np.testing.assert_array_equal(other.dist_info_np(obs)["mean"], policy.dist_info_np(obs)["mean"])
+    with pytest.raises(ValueError, match="has 300 parameters, got a vector of 3"):
+        policy.set_param_values(np.zeros(3))
+
+
+def test_fixed_std_is_not_a_parameter():
+    policy = GaussianMLPPolicy(obs_dim=3, action_dim=2, hidden_sizes=(4, ), learn_std=False)
+    assert policy.num_params == 3 * 4 + 4 + 4 * 2 + 2
+
+
+def test_categorical_policy_samples_valid_actions():
+    policy = CategoricalMLPPolicy(EnvSpec.from_id("CartPole-v1"), seed=0)
+    actions, info = policy.get_actions(np.zeros((1000, 4)), np.random.default_rng(0))
+    assert actions.dtype == np.int64 and set(np.unique(actions)) == {0, 1}
+    np.testing.assert_allclose(info["prob"].sum(-1), 1.0, rtol=1e-6)
+    # Near-uniform start (small output layer): both actions about equally often.
+    assert 400 < (actions == 1).sum() < 600
+
+
+def test_policies_reject_what_they_cannot_serve():
+    with pytest.raises(TypeError, match="not a live environment; pass env.spec.id"):
+        GaussianMLPPolicy(gym.make("Swimmer-v5"))
+    with pytest.raises(TypeError, match="needs a Box action space"):
+        GaussianMLPPolicy("CartPole-v1")
+    with pytest.raises(TypeError, match="needs a Discrete action space"):
+        CategoricalMLPPolicy("Swimmer-v5")
+    with pytest.raises(ValueError, match="pass env_spec, or both obs_dim and action_dim"):
+        GaussianMLPPolicy(obs_dim=3)
+    with pytest.raises(ValueError, match="unknown hidden_nonlinearity 'tanhh'"):
+        GaussianMLPPolicy(obs_dim=3, action_dim=1, hidden_nonlinearity="tanhh")
+
+
+def test_pickle_stores_the_recipe_not_the_weights():
+    policy = GaussianMLPPolicy("InvertedPendulum-v5", hidden_sizes=(8, ), seed=3)
+    data = cloudpickle.dumps(policy)
+    assert b"__main__" not in data
+    assert len(data) < 2000  # constructor arguments only
+    copy = cloudpickle.loads(data)
+    assert type(copy) is GaussianMLPPolicy and copy.num_params == policy.num_params
+
+
+POLICY_FACTORIES = {
+    "gaussian": lambda: GaussianMLPPolicy("Swimmer-v5", hidden_sizes=(32, 32), seed=5),
+    "categorical": lambda: CategoricalMLPPolicy("CartPole-v1", seed=5),
+}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("kind", sorted(POLICY_FACTORIES))
+def test_rebuild_in_fresh_process_acts_identically(kind, no_leftover_children):
+    policy = POLICY_FACTORIES[kind]()
+    rng = np.random.default_rng(1)
+    params = (policy.get_param_values() + rng.normal(0, 0.1, policy.num_params)).astype(np.float32)
+    policy.set_param_values(params)
+    obs = rng.standard_normal((6, policy.obs_dim)).astype(np.float32)
+
+    parent_end, child_end = processes.spawn_context().Pipe(duplex=False)
+    child = processes.start_process(rl_child.rebuild_policy_and_act,
+                                    (child_end, cloudpickle.dumps(policy), params, obs, 42))
+    child_end.close()
+    assert parent_end.poll(60), "child did not answer"
+    answer = parent_end.recv()
+    processes.stop_process(child, 10)
+
+    assert answer["type"] == type(policy).__name__
+    assert answer["main_file"] is None  # the child did not re-run pytest's main script
+    np.testing.assert_array_equal(answer["params"], params)
+    info = policy.dist_info_np(obs)
+    for key in info:
+        np.testing.assert_array_equal(answer["info"][key], info[key])
+    actions, _ = policy.get_actions(obs, np.random.default_rng(42))
+    np.testing.assert_array_equal(answer["actions"], actions)

@@ -1,0 +1,117 @@
+"""Serial and parallel samplers: same batch for the same seed, and clean process handling."""
+import os
+import signal
+import time
+
+import numpy as np
+import psutil
+import pytest
+
+import rl_child
+from async_plotter import processes
+from async_plotter.rl.envs import EnvMaker
+from async_plotter.rl.policies import CategoricalMLPPolicy, GaussianMLPPolicy
+from async_plotter.rl.samplers import ParallelSampler, SerialSampler
+
+
+def running(pid):
+    """True for a live process; an exited one that nobody reaped yet (a zombie) does not count."""
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
+def assert_same_batch(a, b):
+    for field in ("observations", "actions", "rewards", "path_lengths", "terminated"):
+        np.testing.assert_array_equal(getattr(a, field), getattr(b, field), err_msg=field)
+    for key in a.agent_infos:
+        np.testing.assert_array_equal(a.agent_infos[key], b.agent_infos[key], err_msg=key)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("env_id,policy_cls", [("CartPole-v1", CategoricalMLPPolicy),
+                                               ("InvertedPendulum-v5", GaussianMLPPolicy)])
+def test_serial_and_parallel_give_the_same_batch(env_id, policy_cls, no_leftover_children):
+    policy = policy_cls(env_id, seed=0)
+    params = policy.get_param_values()
+    serial = SerialSampler()
+    serial.start(env_id, policy, seed=7)
+    expected = serial.obtain_samples(3, params, batch_size=600, max_path_length=50)
+    serial.shutdown()
+
+    assert expected.num_steps >= 600
+    assert expected.num_steps - expected.path_lengths[-1] < 600  # whole paths, no extra one
+    assert expected.path_lengths.max() <= 50
+
+    with ParallelSampler(2) as parallel:
+        parallel.start(env_id, policy, seed=7)
+        assert len(parallel.worker_pids) == 2
+        assert_same_batch(parallel.obtain_samples(3, params, 600, 50), expected)
+        assert_same_batch(parallel.obtain_samples(3, params, 600, 50), expected)
+        other_itr = parallel.obtain_samples(4, params, 600, 50)
+        assert not np.array_equal(other_itr.observations[:10], expected.observations[:10])
+        pids = parallel.worker_pids
+    assert not any(running(pid) for pid in pids)
+
+
+def test_different_seeds_give_different_batches():
+    policy = GaussianMLPPolicy("InvertedPendulum-v5", seed=0)
+    sampler = SerialSampler()
+    sampler.start("InvertedPendulum-v5", policy, seed=1)
+    a = sampler.obtain_samples(0, None, 100, 20)
+    sampler.start("InvertedPendulum-v5", policy, seed=2)
+    b = sampler.obtain_samples(0, None, 100, 20)
+    sampler.shutdown()
+    assert not np.array_equal(a.observations[:5], b.observations[:5])
+
+
+def test_max_path_length_truncates_and_terminal_paths_are_flagged():
+    policy = CategoricalMLPPolicy("CartPole-v1", seed=0)
+    sampler = SerialSampler()
+    sampler.start("CartPole-v1", policy, seed=0)
+    batch = sampler.obtain_samples(0, None, 300, 15)
+    sampler.shutdown()
+    for length, terminated in zip(batch.path_lengths, batch.terminated):
+        assert length == 15 or terminated  # a path ends by failing or by the limit
+
+
+@pytest.mark.slow
+def test_worker_errors_come_back_with_their_traceback(no_leftover_children):
+    sampler = ParallelSampler(1)
+    with pytest.raises(RuntimeError, match="(?s)sampler worker 0 failed.*cannot be built"):
+        sampler.start(EnvMaker(factory=rl_child.failing_env), rl_child.NumpyLinearPolicy(4, 1))
+    sampler.shutdown()
+
+
+def test_bad_sizes_are_named():
+    with pytest.raises(ValueError, match="n_parallel must be a positive int, got 0"):
+        ParallelSampler(0)
+    sampler = SerialSampler()
+    sampler.start("CartPole-v1", CategoricalMLPPolicy("CartPole-v1"), seed=0)
+    with pytest.raises(ValueError, match="batch_size and max_path_length must be positive"):
+        sampler.obtain_samples(0, None, 0, 10)
+    sampler.shutdown()
+
+
+@pytest.mark.slow
+def test_workers_exit_when_their_parent_dies(no_leftover_children):
+    receiver, sender = processes.spawn_context().Pipe(duplex=False)
+    parent = processes.start_process(rl_child.start_sampler_then_wait, (sender, "CartPole-v1"),
+                                     daemon=False)  # daemonic processes may not have children
+    sender.close()
+    try:
+        assert receiver.poll(90), "the sampler did not start"
+        worker_pids = receiver.recv()
+        assert all(running(pid) for pid in worker_pids)
+        os.kill(parent.pid, signal.SIGKILL)  # no chance to clean up
+        parent.join(10)
+        deadline = time.monotonic() + 15
+        while time.monotonic() < deadline and any(running(pid) for pid in worker_pids):
+            time.sleep(0.1)
+        alive = [pid for pid in worker_pids if running(pid)]
+        for pid in alive:  # do not leak them into other tests even when failing
+            os.kill(pid, signal.SIGKILL)
+        assert not alive, "workers outlived their parent"
+    finally:
+        processes.stop_process(parent, 1)
