@@ -1,0 +1,444 @@
+"""The remote channel: the trainer publishes to a Redis server, ``async-plotter view`` renders
+elsewhere.
+
+Trainer side (this module): ``publish`` copies the parameters into a newest-wins slot and wakes a
+background sender thread; it never touches the network, so a slow, dead or restarted Redis server
+can not slow training. The sender signs the newest update in place, writes it with one ``SET``
+(overwriting the previous one, with an expiry) and a ``PUBLISH`` notification, in one round trip.
+Updates published while it sends are coalesced: only the newest is sent next. After a lost
+connection it logs one warning, reconnects with backoff, and publishes the structure and the
+newest update again (a restarted server may have lost them).
+
+Viewer side: ``RedisReader`` (``redis_reader``), the worker's end, and ``redis_viewer`` for the
+command line. The byte layout is in ``redis_wire``.
+"""
+import collections
+import dataclasses
+import logging
+import os
+import pickle
+import secrets
+import socket
+import threading
+import time
+from typing import Any, Deque, Dict, Optional, Tuple, Union
+
+import numpy as np
+
+from async_plotter.channel.redis_link import (Backoff, OutageLog, close_quietly, connect,
+                                              connection_errors, url_problem)
+from async_plotter.channel.redis_reader import RedisReader
+from async_plotter.channel.redis_wire import (MAX_METRICS_BYTES, MAX_VALUE_BYTES, METRICS_CAP,
+                                              UPDATE_HEADER, Expected, ExperimentKeys, dtype_code,
+                                              metrics_payload, run_hex, seal_metrics,
+                                              seal_structure, seal_update, update_bytes,
+                                              valid_experiment)
+from async_plotter.channel.signing import SECRET_ENV, resolve_secret, warn_if_weak
+from async_plotter.errors import InvalidArgumentError
+
+__all__ = ["check_channel_arguments", "RedisWriter", "RedisReader", "TTL_ENV"]
+
+logger = logging.getLogger("async_plotter")
+
+#: environment variable overriding how long (seconds) an abandoned experiment stays in Redis
+TTL_ENV = "ASYNC_PLOTTER_REDIS_TTL"
+DEFAULT_TTL = 3600.0
+# The worker's own limit for one metrics message (an atomic pipe write; see the supervisor).
+_MAX_WORKER_METRICS = 4000
+
+
+def check_channel_arguments(channel: Any, experiment: Any, secret: Any) -> None:
+    """Validate ``Plotter(channel=..., experiment=..., secret=...)`` in the trainer, at once.
+
+    Raises ``InvalidArgumentError`` naming the problem. Without any secret (argument or
+    ``$ASYNC_PLOTTER_SECRET``) it logs one warning: viewers will need ``--trust-unsigned``.
+    """
+    problem = url_problem(channel)
+    if problem is not None:
+        raise InvalidArgumentError(f"channel {problem}")
+    if experiment is None:
+        raise InvalidArgumentError("experiment is required with channel=...: name the run, e.g. "
+                                   "experiment='swimmer-7', and watch it with "
+                                   "async-plotter view <url> --experiment swimmer-7")
+    if not isinstance(experiment, str):
+        raise InvalidArgumentError(f"experiment must be a str, got {type(experiment).__name__}")
+    if not valid_experiment(experiment):
+        raise InvalidArgumentError(
+            f"experiment {experiment!r} is not a valid name: use letters, digits, '.', '_' and "
+            "'-', starting with a letter or digit, at most 128 characters")
+    try:
+        key = resolve_secret(secret)
+    except (TypeError, ValueError) as error:
+        raise InvalidArgumentError(str(error)) from None
+    if key is None:
+        logger.warning(
+            "publishing experiment %r to Redis without a secret: its updates are unsigned, and "
+            "viewers will need --trust-unsigned, which lets anyone who can write to that Redis "
+            "server run code on the viewing machine. Set %s (the same on both ends) to sign.",
+            experiment, SECRET_ENV)
+    else:
+        warn_if_weak(key)
+    ttl_from_environment()
+
+
+def ttl_from_environment() -> float:
+    """The expiry of an experiment's keys: ``$ASYNC_PLOTTER_REDIS_TTL`` seconds, default 1 h."""
+    text = os.environ.get(TTL_ENV)
+    if not text:
+        return DEFAULT_TTL
+    try:
+        ttl = float(text)
+    except ValueError:
+        ttl = -1.0
+    if not ttl >= 1.0:
+        raise InvalidArgumentError(f"{TTL_ENV} must be a number of seconds >= 1, got {text!r}")
+    return ttl
+
+
+@dataclasses.dataclass(frozen=True)
+class _Meta:
+    number: int
+    iteration: Optional[int]
+    max_path_length: int
+    published_at: float
+
+
+class _NewestSlot:
+    """Two wire-format buffers: the trainer copies into the pending one; the sender takes it.
+
+    The trainer only ever writes the buffer the sender is not reading, and the buffer last sent
+    stays intact until something newer is pending, so it can be sent again after a reconnect.
+    """
+
+    def __init__(self, size: int, dtype: np.dtype) -> None:
+        nbytes = update_bytes(size, dtype)
+        self.buffers = [bytearray(nbytes), bytearray(nbytes)]
+        wire_dtype = np.dtype(dtype).newbyteorder("<")
+        self._views = [
+            np.frombuffer(buffer, wire_dtype, size, UPDATE_HEADER.size) for buffer in self.buffers
+        ]
+        self._lock = threading.Lock()
+        self._pending = 0
+        self._meta: Optional[_Meta] = None
+        self._dirty = False
+        self._last_sent: Optional[Tuple[int, _Meta]] = None
+        self.replaced = 0  # updates overwritten before the sender got to them
+
+    @property
+    def dirty(self) -> bool:
+        return self._dirty
+
+    def put(self, params: np.ndarray, meta: _Meta) -> None:
+        with self._lock:
+            np.copyto(self._views[self._pending], params, casting="same_kind")
+            if self._dirty:
+                self.replaced += 1
+            self._meta = meta
+            self._dirty = True
+
+    def take(self) -> Optional[Tuple[int, _Meta]]:
+        with self._lock:
+            if not self._dirty:
+                return None
+            index = self._pending
+            self._pending = 1 - index
+            self._dirty = False
+            return index, self._meta
+
+    def sent(self, index: int, meta: _Meta) -> None:
+        with self._lock:
+            self._last_sent = (index, meta)
+
+    def failed(self, index: int, meta: _Meta) -> None:
+        """Sending failed: keep it pending, unless something newer already is."""
+        with self._lock:
+            if not self._dirty:
+                self._pending, self._meta, self._dirty = index, meta, True
+
+    def resend_last(self) -> None:
+        """Make the last update sent pending again (after a reconnect), unless a newer one is."""
+        with self._lock:
+            if not self._dirty and self._last_sent is not None:
+                self._pending, self._meta = self._last_sent
+                self._dirty = True
+
+
+class RedisWriter:
+    """Trainer side of the Redis channel. ``publish`` and ``post_metrics`` never block on Redis.
+
+    Args:
+        url: ``redis://[:password@]host:port/db``, ``rediss://...`` or ``unix:///path``.
+        experiment: the experiment's name (its keys' middle part).
+        config: the worker configuration; published once as the experiment's structure, without
+            the trainer's own outputs (video directory, window, live page, ``on_frame``).
+        size: number of parameters; dtype: their dtype (float32 or float64).
+        secret: signing key; None means ``$ASYNC_PLOTTER_SECRET``; none at all publishes unsigned.
+        stats: the plotter's stats dict; this adds ``published``, ``publish_errors``,
+            ``publish_replaced`` (newest-wins skips), ``redis_connected`` and
+            ``publish_cpu_seconds`` (sender thread CPU time).
+        ttl: expiry of the experiment's keys in seconds, refreshed while the trainer lives
+            (default ``$ASYNC_PLOTTER_REDIS_TTL`` or one hour).
+    """
+
+    def __init__(self,
+                 url: str,
+                 experiment: str,
+                 config: Any,
+                 size: int,
+                 dtype: np.dtype,
+                 secret: Optional[Union[str, bytes]],
+                 stats: Dict[str, Any],
+                 ttl: Optional[float] = None) -> None:
+        dtype = np.dtype(dtype)
+        if dtype_code(dtype) is None:
+            raise InvalidArgumentError(
+                f"parameters of dtype {dtype} cannot be published; use float32 or float64")
+        if update_bytes(size, dtype) > MAX_VALUE_BYTES:
+            raise InvalidArgumentError(
+                f"{size} parameters of dtype {dtype} exceed Redis's 512 MiB value limit")
+        self._url = url
+        self._experiment = experiment
+        self._keys = ExperimentKeys(experiment)
+        self._key = resolve_secret(secret)
+        self._size = int(size)
+        self._dtype = dtype
+        self._ttl_ms = int(1000 * (ttl if ttl is not None else ttl_from_environment()))
+        self._run_id = secrets.randbits(64)
+        self._structure, self._structure_id = self._seal_structure(config)
+        self._slot = _NewestSlot(self._size, dtype)
+        self._number = -1
+        self._metrics_seq = 0
+        self._metrics_pending: Deque[bytes] = collections.deque()
+        # This run's whole curve (capped), to restore it on a server that lost it.
+        self._metrics_history: Deque[bytes] = collections.deque(maxlen=METRICS_CAP)
+        self._stats = stats
+        stats.update(published=0,
+                     publish_errors=0,
+                     publish_replaced=0,
+                     redis_connected=False,
+                     publish_cpu_seconds=0.0)
+        self._wake = threading.Event()
+        self._closing = threading.Event()
+        self._closed = False
+        self._thread = threading.Thread(target=self._run,
+                                        name="async_plotter-redis-sender",
+                                        daemon=True)
+        self._thread.start()
+
+    @property
+    def run_id(self) -> int:
+        """The random id of this trainer session, as written in every header."""
+        return self._run_id
+
+    @property
+    def expected(self) -> Expected:
+        """What a reader must hold each update of this writer against."""
+        return Expected(self._structure_id, self._size, self._dtype.name)
+
+    def publish(self,
+                params: np.ndarray,
+                iteration: Optional[int],
+                max_path_length: int,
+                number: Optional[int] = None) -> int:
+        """Copy ``params`` into the newest-wins slot and wake the sender; returns the update's
+        number. Costs one copy of the vector; never waits for Redis."""
+        number = self._number + 1 if number is None else number
+        self._number = number
+        if self._closed:
+            return number
+        self._slot.put(params, _Meta(number, iteration, max_path_length, time.time()))
+        self._wake.set()
+        return number
+
+    def post_metrics(self, iteration: Optional[int], metrics: Dict[str, float]) -> bool:
+        """Queue training metrics for viewers' live pages; never blocks. False if too large."""
+        # The viewer's worker takes what a local worker takes (see WorkerSupervisor.post_metrics).
+        if len(pickle.dumps((iteration, dict(metrics)))) > _MAX_WORKER_METRICS:
+            return False
+        payload = metrics_payload(self._run_id, self._metrics_seq, iteration, metrics, time.time())
+        if len(payload) > MAX_METRICS_BYTES:
+            return False
+        self._metrics_seq += 1
+        if not self._closed:
+            self._metrics_pending.append(payload)
+            self._wake.set()
+        return True
+
+    def close(self, timeout: float = 2.0) -> None:
+        """Send what is pending (the last update) within ``timeout`` seconds, then stop.
+
+        Never hangs: a sender stuck on an unreachable server is abandoned (it is a daemon thread),
+        and the keys expire on their own."""
+        if self._closed:
+            return
+        self._closed = True
+        self._closing.set()
+        self._wake.set()
+        self._thread.join(timeout)
+        if self._thread.is_alive():
+            logger.warning("the last update could not be sent to Redis within %.1f s; giving up",
+                           timeout)
+
+    # ----------------------------------------------------------------------- sender thread
+
+    def _seal_structure(self, config: Any) -> Tuple[bytes, bytes]:
+        # The trainer's own outputs mean nothing on a viewer's machine, and the live page's token
+        # must not leave this machine.
+        published = dataclasses.replace(config,
+                                        video_dir=None,
+                                        window=False,
+                                        live=False,
+                                        http=None,
+                                        on_frame=None)
+        body = pickle.dumps(published, protocol=pickle.HIGHEST_PROTOCOL)
+        created = time.time()
+        meta = {
+            "experiment": self._experiment,
+            "run": run_hex(self._run_id),
+            "size": self._size,
+            "dtype": self._dtype.name,
+            "env": config.env.label,
+            "policy": config.policy.description,
+            "max_path_length": config.max_path_length,
+            "fps": config.fps,
+            "host": socket.gethostname(),
+            "created": created,
+        }
+        return seal_structure(self._key, self._experiment, self._run_id, created, meta, body)
+
+    def _run(self) -> None:
+        import redis
+
+        failures = connection_errors() + (redis.exceptions.RedisError, )
+        outage = OutageLog(f"publishing experiment {self._experiment!r}", self._url)
+        backoff = Backoff()
+        client = None
+        announced_once = False
+        retry_at = 0.0
+        refresh_every = self._ttl_ms / 3000.0
+        refresh_at = 0.0
+        while True:
+            if not self._closing.is_set():
+                # Sleep until woken by a publish, or until a reconnect or expiry refresh is due.
+                due = retry_at if client is None else refresh_at
+                self._wake.wait(max(due - time.monotonic(), 0.0))
+                self._wake.clear()
+            closing = self._closing.is_set()
+            if client is None and not closing and time.monotonic() < retry_at:
+                continue  # woken by a publish while waiting to reconnect: it stays pending
+            if client is None and closing and outage.down:
+                break  # do not make a closing trainer wait for a server that is down
+            started = time.thread_time()
+            try:
+                if client is None:
+                    client = connect(self._url)
+                    self._announce(client, first=not announced_once)
+                    announced_once = True
+                    outage.recovered()
+                    backoff.reset()
+                    self._stats["redis_connected"] = True
+                    refresh_at = time.monotonic() + refresh_every
+                self._send_update(client)
+                self._send_metrics(client)
+                if time.monotonic() >= refresh_at:
+                    self._refresh(client)
+                    refresh_at = time.monotonic() + refresh_every
+            except failures as error:
+                close_quietly(client)
+                client = None
+                self._stats["redis_connected"] = False
+                self._stats["publish_errors"] += 1
+                outage.failed(error, "training goes on; publishing resumes when it is back")
+                retry_at = time.monotonic() + backoff.next_delay()
+                if closing:
+                    break
+            except Exception:  # noqa: BLE001 - never let a bug here end publishing silently
+                logger.exception("publishing to Redis failed unexpectedly; retrying")
+                close_quietly(client)
+                client = None
+                self._stats["publish_errors"] += 1
+                retry_at = time.monotonic() + backoff.next_delay()
+                if closing:
+                    break
+            finally:
+                self._stats["publish_cpu_seconds"] += time.thread_time() - started
+                self._stats["publish_replaced"] = self._slot.replaced
+            if closing and not self._slot.dirty and not self._metrics_pending:
+                break
+        close_quietly(client)
+        self._stats["redis_connected"] = False
+
+    def _announce(self, client: Any, first: bool) -> None:
+        """Publish the structure; on a reconnect also restore what a restarted server lost."""
+        keys, ttl = self._keys, self._ttl_ms
+        pipe = client.pipeline(transaction=False)
+        pipe.set(keys.structure, self._structure, px=ttl)
+        if first:
+            pipe.delete(keys.metrics)  # an earlier run's curve
+        pipe.exists(keys.metrics)
+        results = pipe.execute()
+        if not first and not results[-1] and self._metrics_history:
+            self._metrics_pending.extendleft(reversed(self._metrics_history))
+            self._metrics_history.clear()
+        client.publish(keys.events, f"structure {run_hex(self._run_id)}")
+        self._slot.resend_last()
+
+    def _send_update(self, client: Any) -> None:
+        taken = self._slot.take()
+        if taken is None:
+            return
+        index, meta = taken
+        buffer = self._slot.buffers[index]
+        seal_update(buffer,
+                    self._key,
+                    self._experiment,
+                    run_id=self._run_id,
+                    number=meta.number,
+                    iteration=meta.iteration,
+                    max_path_length=meta.max_path_length,
+                    count=self._size,
+                    dtype=self._dtype,
+                    published_at=meta.published_at,
+                    structure_id=self._structure_id)
+        keys = self._keys
+        pipe = client.pipeline(transaction=False)
+        pipe.set(keys.params, memoryview(buffer), px=self._ttl_ms)  # no copy of the vector
+        pipe.pexpire(keys.structure, self._ttl_ms)
+        pipe.publish(keys.events, f"update {run_hex(self._run_id)} {meta.number}")
+        try:
+            pipe.execute()
+        except BaseException:
+            self._slot.failed(index, meta)
+            raise
+        self._slot.sent(index, meta)
+        self._stats["published"] += 1
+
+    def _send_metrics(self, client: Any) -> None:
+        if not self._metrics_pending:
+            return
+        batch = []
+        while self._metrics_pending:
+            batch.append(self._metrics_pending.popleft())
+        keys = self._keys
+        pipe = client.pipeline(transaction=False)
+        for payload in batch:
+            pipe.xadd(keys.metrics,
+                      seal_metrics(self._key, self._experiment, payload),
+                      maxlen=METRICS_CAP,
+                      approximate=True)
+        pipe.pexpire(keys.metrics, self._ttl_ms)
+        pipe.publish(keys.events, f"metrics {run_hex(self._run_id)} {self._metrics_seq}")
+        try:
+            pipe.execute()
+        except BaseException:
+            self._metrics_pending.extendleft(reversed(batch))
+            raise
+        self._metrics_history.extend(batch)
+
+    def _refresh(self, client: Any) -> None:
+        """Keep a live trainer's keys from expiring between rare updates."""
+        keys = self._keys
+        pipe = client.pipeline(transaction=False)
+        for key in (keys.structure, keys.params, keys.metrics):
+            pipe.pexpire(key, self._ttl_ms)
+        pipe.execute()

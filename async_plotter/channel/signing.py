@@ -1,0 +1,127 @@
+"""Signing what travels through Redis: HMAC-SHA256 over a secret shared by trainer and viewers.
+
+Why sign at all: the structure a trainer publishes is a pickle, and unpickling runs code. Anyone who
+can write to the Redis server could otherwise make every viewer run their code. A viewer with the
+secret accepts only payloads tagged with it; without a secret it refuses pickles unless its user
+says ``--trust-unsigned``.
+
+Every tag covers a domain string naming the payload's kind and experiment, so a signed update can
+not be replayed as a structure, nor into another experiment's keys. Unsigned payloads carry a plain
+SHA-256 in the same place: it cannot prove who wrote them, but it still catches corrupted or
+truncated values.
+"""
+import hashlib
+import hmac
+import logging
+import os
+from typing import Optional, Union
+
+logger = logging.getLogger("async_plotter")
+
+#: the environment variable holding the shared secret
+SECRET_ENV = "ASYNC_PLOTTER_SECRET"
+#: bytes of a tag (HMAC-SHA256 or SHA-256)
+TAG_BYTES = 32
+# Offline guessing of a short secret is cheap for anyone who can read a payload and its tag.
+_SHORT_SECRET = 16
+
+
+class PayloadRejected(Exception):
+    """A value read from Redis is not acceptable; the message says why, for one log line."""
+
+
+def resolve_secret(secret: Optional[Union[str, bytes]]) -> Optional[bytes]:
+    """The key to sign with: ``secret`` itself, else ``$ASYNC_PLOTTER_SECRET``, else None.
+
+    Raises ``TypeError`` or ``ValueError`` for a secret of the wrong type or an empty one (callers
+    turn them into their own argument errors).
+    """
+    if secret is None:
+        secret = os.environ.get(SECRET_ENV) or None
+        if secret is None:
+            return None
+    if isinstance(secret, str):
+        secret = secret.encode("utf-8")
+    elif isinstance(secret, (bytes, bytearray)):
+        secret = bytes(secret)
+    else:
+        raise TypeError(f"secret must be a str, bytes or None, got {type(secret).__name__}")
+    if not secret:
+        raise ValueError("secret must not be empty")
+    return secret
+
+
+def read_secret_file(path: str) -> bytes:
+    """The secret stored in ``path`` (surrounding whitespace and the final newline ignored).
+
+    Raises ``ValueError`` with a message naming the file if it cannot be read or is empty.
+    """
+    try:
+        with open(path, "rb") as handle:
+            secret = handle.read().strip()
+    except OSError as error:
+        raise ValueError(f"cannot read the secret file {path!r}: {error.strerror or error}")
+    if not secret:
+        raise ValueError(f"the secret file {path!r} is empty")
+    return secret
+
+
+def warn_if_weak(secret: Optional[bytes]) -> None:
+    """Log a warning for a secret short enough to guess offline."""
+    if secret is not None and len(secret) < _SHORT_SECRET:
+        logger.warning(
+            "the shared secret is only %d bytes long; anyone who can read the Redis server can "
+            "try to guess it offline. Use at least %d random bytes, e.g. the output of "
+            "python -c 'import secrets; print(secrets.token_hex(32))'", len(secret), _SHORT_SECRET)
+
+
+def _domain(kind: bytes, experiment: str) -> bytes:
+    return b"async_plotter/1 " + kind + b"\0" + experiment.encode("utf-8") + b"\0"
+
+
+def compute_tag(key: Optional[bytes], kind: bytes, experiment: str, *pieces: bytes) -> bytes:
+    """HMAC-SHA256 of the pieces under ``key``, or a plain SHA-256 checksum without a key."""
+    digest = hmac.new(key, digestmod=hashlib.sha256) if key is not None else hashlib.sha256()
+    digest.update(_domain(kind, experiment))
+    for piece in pieces:
+        digest.update(piece)  # hashlib releases the GIL for large buffers
+    return digest.digest()
+
+
+class Verifier:
+    """The viewer's rules for what it accepts.
+
+    * signed payload, viewer has the secret: the HMAC must match.
+    * signed payload, no secret: refused, unless ``trust_unsigned`` (nothing can be checked).
+    * unsigned payload: its SHA-256 checksum must match, and it is refused when the viewer has a
+      secret, unless ``trust_unsigned``.
+    """
+
+    def __init__(self, key: Optional[bytes], trust_unsigned: bool) -> None:
+        self.key = key
+        self.trust_unsigned = trust_unsigned
+
+    def check(self, signed: bool, tag: bytes, kind: bytes, experiment: str, *pieces: bytes) -> None:
+        """Raise ``PayloadRejected`` unless the payload passes the rules above."""
+        what = kind.decode()
+        if signed:
+            if self.key is None:
+                if self.trust_unsigned:
+                    return
+                raise PayloadRejected(
+                    f"the {what} is signed, but this viewer has no secret to check it with; set "
+                    f"{SECRET_ENV} or pass --secret-file")
+            expected = compute_tag(self.key, kind, experiment, *pieces)
+            if not hmac.compare_digest(expected, bytes(tag)):
+                raise PayloadRejected(
+                    f"the {what}'s signature does not match: it was signed with another secret, "
+                    "or it was forged or altered")
+            return
+        expected = compute_tag(None, kind, experiment, *pieces)
+        if not hmac.compare_digest(expected, bytes(tag)):
+            raise PayloadRejected(f"the unsigned {what}'s checksum does not match: it is corrupted "
+                                  "or was altered")
+        if self.key is not None and not self.trust_unsigned:
+            raise PayloadRejected(
+                f"the {what} is unsigned (the trainer has no secret) and this viewer requires a "
+                f"signature; give the trainer the same {SECRET_ENV}, or pass --trust-unsigned")
