@@ -57,6 +57,8 @@ def _consume(queue, done):
             break
         count += 1
         done.put(count)
+    done.close()
+    done.join_thread()  # flush before exiting, so nothing is written to a pipe the parent closed
 
 
 def _discard(frame, info):

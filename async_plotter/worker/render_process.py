@@ -46,13 +46,21 @@ def main(config: WorkerConfig, frames_in: Connection, lifeline: Connection,
         pass
     except BaseException:  # noqa: BLE001 - report everything to the trainer
         status.error("render")
-        _close_all(sinks)
+        _finish(sinks)
         sys.exit(1)
-    _close_all(sinks)
+    _finish(sinks)
 
 
 def _raise_terminated(signum: int, frame: Any) -> None:
     raise _Terminated()
+
+
+def _finish(sinks: List[Any]) -> None:
+    # From here on this process does what SIGTERM asks (finish the video, leave); a SIGTERM that
+    # arrives now (close() timing out, or given up at Ctrl-C) must not abort the video halfway and
+    # leave a .partial file. The supervisor's SIGKILL, a second later, still bounds this.
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    _close_all(sinks)
 
 
 def _close_all(sinks: List[Any]) -> None:
@@ -159,6 +167,9 @@ def _run(config: WorkerConfig, frames_in: Connection, lifeline: Connection, stat
         elif kind == "end":
             for sink in sinks:
                 sink.end_episode(episode, body)
+            if frames_unreported:  # an idle worker would otherwise never report the tail
+                status.send("frames", count=frames_unreported)
+                frames_unreported, last_report = 0, time.monotonic()
         else:
             if drop_stale and frames_in.poll():
                 continue
