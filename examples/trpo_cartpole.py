@@ -26,6 +26,9 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--batch-size", type=int, default=4000, help="env steps per iteration")
     parser.add_argument("--exp-name", default=None, help="run folder name under runs/")
+    parser.add_argument("--http",
+                        default=None,
+                        help="also serve a live page: a port (8080) or host:port")
     args = parser.parse_args()
 
     def make_algo():
@@ -45,7 +48,8 @@ def main() -> None:
                                      n_parallel=args.n_parallel,
                                      plot=args.plot,
                                      seed=args.seed,
-                                     exp_name=args.exp_name)
+                                     exp_name=args.exp_name,
+                                     **({"http": args.http} if args.plot and args.http else {}))
     except KeyboardInterrupt:
         print("interrupted; workers and plotter were shut down", file=sys.stderr)
         sys.exit(130)

@@ -1,0 +1,6 @@
+"""Watch in a browser: a live page served by the render process (``Plotter(..., http=8080)``).
+
+``address`` checks where to serve, ``feed`` passes the newest frames and status between threads,
+``server`` is the HTTP server (MJPEG stream + server-sent events), ``sink`` plugs it into the render
+process, ``page.html`` is the page, and ``client`` reads the streams from Python.
+"""

@@ -1,0 +1,312 @@
+"""The live feed: what the render loop hands to the web server, newest wins everywhere.
+
+Three kinds of thread meet here, and none of them may wait for another:
+
+* the render loop (``put_frame``, ``begin_episode``, ...) only swaps a reference under a lock;
+* one encoder thread turns the newest raw frame into JPEG bytes, once per frame however many
+  browsers watch, and skips frames that were replaced while it was busy;
+* one thread per browser connection sends the newest JPEG and skips those it had no time for, so a
+  slow or vanished browser only ever slows itself.
+
+Nothing is encoded while no stream is open (``has_viewers()`` is False), and the render process
+then does not even render pixels for this sink.
+"""
+import collections
+import dataclasses
+import io
+import itertools
+import math
+import threading
+import time
+from typing import Any, Deque, Dict, List, Optional, Tuple
+
+import numpy as np
+
+from async_plotter.worker.stream import EpisodeInfo
+
+#: training-curve points kept for pages that connect late (oldest dropped beyond this)
+MAX_METRIC_POINTS = 20000
+
+
+class FeedClosed(Exception):
+    """The feed was closed: the worker is stopping."""
+
+
+class TooManyViewers(Exception):
+    """The limit on simultaneous streams is reached."""
+
+
+@dataclasses.dataclass(frozen=True)
+class FrameMeta:
+    """Which policy a frame shows; sent with every streamed frame (``X-Update`` etc.)."""
+
+    update: int
+    iteration: Optional[int]
+    episode: int
+    step: int  # frame index within the episode (0 = the reset state)
+    time: float  # wall-clock time the frame reached the sink
+
+
+class RateMeter:
+    """Events per second over a sliding window (frames rendered, encoded, sent)."""
+
+    def __init__(self, window: float = 2.0) -> None:
+        self._window = window
+        self._times: Deque[float] = collections.deque()
+        self._created = time.monotonic()
+
+    def tick(self, now: Optional[float] = None) -> None:
+        """Count one event."""
+        now = time.monotonic() if now is None else now
+        self._times.append(now)
+        self._trim(now)
+
+    def rate(self, now: Optional[float] = None) -> float:
+        """Events per second in the window ending now (0 once events stop)."""
+        now = time.monotonic() if now is None else now
+        self._trim(now)
+        # Over the whole window (not first-to-last event), so that the rate falls to 0 within one
+        # window once events stop; a young meter divides by its age instead.
+        span = min(self._window, now - self._created)
+        return len(self._times) / span if span > 0 else 0.0
+
+    def _trim(self, now: float) -> None:
+        while self._times and now - self._times[0] > self._window:
+            self._times.popleft()
+
+
+class Viewer:
+    """One open stream connection and what it has received (changed under the feed's lock)."""
+
+    def __init__(self, key: int, client_id: str) -> None:
+        self.key = key
+        self.client_id = client_id  # chosen by the page, to find its own rates in the status
+        self.sent = 0
+        self.skipped = 0  # frames encoded while this viewer was still busy with an older one
+        self.meter = RateMeter()
+        self.last_seq = 0
+
+
+class LiveFeed:
+    """Thread-safe exchange between the render loop, the JPEG encoder and the HTTP threads.
+
+    Args:
+        title: shown on the page (the env's name).
+        quality: JPEG quality, 1-95.
+        max_viewers: simultaneous streams beyond this are refused (each costs a thread).
+    """
+
+    def __init__(self, title: str = "", quality: int = 80, max_viewers: int = 16) -> None:
+        self.title = title
+        self.quality = quality
+        self.max_viewers = max_viewers
+        self._lock = threading.Lock()
+        self._raw_ready = threading.Condition(self._lock)
+        self._jpeg_ready = threading.Condition(self._lock)
+        self._changed = threading.Condition(self._lock)
+        self._closed = False
+        # Frames: the newest raw one waiting for the encoder, and the newest encoded one.
+        self._raw: Optional[Tuple[np.ndarray, FrameMeta]] = None
+        self._raw_seq = 0
+        self._jpeg: Optional[Tuple[bytes, FrameMeta]] = None
+        self._jpeg_seq = 0
+        # What the page shows beside the picture.
+        self._episode: Optional[EpisodeInfo] = None
+        self._step = 0
+        self._episode_seq = 0  # bumped on every new episode, so pages hear of new policies at once
+        self._last_return: Optional[float] = None
+        self._rendered = RateMeter()
+        self._encoded = RateMeter()
+        self._metrics: Deque[Dict[str, Any]] = collections.deque(maxlen=MAX_METRIC_POINTS)
+        self._metrics_total = 0
+        self._viewers: Dict[int, Viewer] = {}
+        self._viewer_keys = itertools.count(1)
+        self._encoder = threading.Thread(target=self._encode_forever,
+                                         name="async_plotter-jpeg",
+                                         daemon=True)
+        self._encoder.start()
+
+    # --------------------------------------------------------------------- render loop side
+
+    def has_viewers(self) -> bool:
+        """Whether any stream is open (a plain read; no lock needed for a dict's truthiness)."""
+        return bool(self._viewers)
+
+    def begin_episode(self, episode: EpisodeInfo) -> None:
+        """A new episode (possibly of a newer policy) starts."""
+        with self._lock:
+            self._start_episode(episode)
+
+    def _start_episode(self, episode: EpisodeInfo) -> None:
+        self._episode = episode
+        self._step = -1  # the reset frame, next, is step 0
+        self._episode_seq += 1
+        self._changed.notify_all()  # pages hear of a new policy at once
+
+    def add_frame(self, frame: Optional[np.ndarray], episode: EpisodeInfo) -> None:
+        """One step of the episode; ``frame`` (RGB uint8, not modified afterwards) is encoded
+        only if someone watches."""
+        now = time.time()
+        with self._lock:
+            if self._episode != episode:
+                self._start_episode(episode)
+            self._step += 1
+            self._rendered.tick()
+            if frame is not None and self._viewers:
+                meta = FrameMeta(episode.update, episode.iteration, episode.episode, self._step,
+                                 now)
+                # Only a reference changes hands; a frame the encoder has not taken yet is
+                # simply replaced (newest wins).
+                self._raw = (frame, meta)
+                self._raw_seq += 1
+                self._raw_ready.notify()
+
+    def end_episode(self, total_reward: float) -> None:
+        """The episode ended with this return."""
+        with self._lock:
+            self._last_return = float(total_reward)
+
+    def add_metrics(self, iteration: Optional[int], metrics: Dict[str, float]) -> None:
+        """One point of the training curve."""
+        with self._lock:
+            # JSON has no NaN or infinity (a browser's JSON.parse rejects them): send null.
+            values = {
+                name: value if math.isfinite(value) else None
+                for name, value in metrics.items()
+            }
+            self._metrics.append({"iteration": iteration, "values": values})
+            self._metrics_total += 1
+            self._changed.notify_all()
+
+    def close(self) -> None:
+        """Wake every waiting thread; they leave with ``FeedClosed``."""
+        with self._lock:
+            self._closed = True
+            self._raw = None
+            self._raw_ready.notify_all()
+            self._jpeg_ready.notify_all()
+            self._changed.notify_all()
+        self._encoder.join(timeout=2.0)
+
+    # ---------------------------------------------------------------------- encoder thread
+
+    def _encode_forever(self) -> None:
+        # Load the JPEG codec now (an import, no encoding), not when the first browser waits.
+        from PIL import Image, JpegImagePlugin  # noqa: F401 pylint: disable=unused-import
+
+        encoded_seq = 0
+        while True:
+            with self._lock:
+                self._raw_ready.wait_for(lambda: self._closed or self._raw_seq > encoded_seq)
+                if self._closed:
+                    return
+                frame, meta = self._raw
+                self._raw = None  # let the frame's memory go as soon as it is encoded
+                encoded_seq = self._raw_seq
+            jpeg = encode_jpeg(frame, self.quality)  # Pillow releases the GIL while encoding
+            with self._lock:
+                self._jpeg = (jpeg, meta)
+                self._jpeg_seq += 1
+                self._encoded.tick()
+                self._jpeg_ready.notify_all()
+
+    # ------------------------------------------------------------------------- HTTP side
+
+    def add_viewer(self, client_id: str = "") -> Viewer:
+        """Register a stream connection (from now on, frames are rendered and encoded)."""
+        with self._lock:
+            if self._closed:
+                raise FeedClosed()
+            if len(self._viewers) >= self.max_viewers:
+                raise TooManyViewers()
+            viewer = Viewer(next(self._viewer_keys), client_id)
+            # Start at the current frame, so a new viewer gets the next one encoded, not an old
+            # one that may show a previous policy.
+            viewer.last_seq = self._jpeg_seq
+            self._viewers[viewer.key] = viewer
+            return viewer
+
+    def remove_viewer(self, viewer: Viewer) -> None:
+        """The connection closed."""
+        with self._lock:
+            self._viewers.pop(viewer.key, None)
+
+    def next_jpeg(self, viewer: Viewer, timeout: float) -> Optional[Tuple[bytes, FrameMeta]]:
+        """The newest encoded frame this viewer has not had, waiting up to ``timeout`` s for one.
+
+        Returns None on timeout; raises ``FeedClosed`` once the feed is closed. Frames encoded
+        while the viewer was busy sending are skipped, never queued.
+        """
+        with self._lock:
+            if not self._jpeg_ready.wait_for(
+                    lambda: self._closed or self._jpeg_seq > viewer.last_seq, timeout):
+                return None
+            if self._closed:
+                raise FeedClosed()
+            if viewer.sent:
+                viewer.skipped += self._jpeg_seq - viewer.last_seq - 1
+            viewer.last_seq = self._jpeg_seq
+            return self._jpeg
+
+    def frame_sent(self, viewer: Viewer) -> None:
+        """The viewer's thread finished sending a frame (counted for the page's frames/s)."""
+        with self._lock:
+            viewer.sent += 1
+            viewer.meter.tick()
+
+    def wait_for_change(self, seen: Tuple[int, int], timeout: float) -> Tuple[int, int]:
+        """Wait until a new episode starts or a metrics point arrives, or ``timeout`` passes.
+
+        ``seen`` is the value this returned last time (``(0, 0)`` at first). Raises
+        ``FeedClosed`` once the feed is closed.
+        """
+        with self._lock:
+            self._changed.wait_for(
+                lambda: self._closed or (self._episode_seq, self._metrics_total) != seen, timeout)
+            if self._closed:
+                raise FeedClosed()
+            return self._episode_seq, self._metrics_total
+
+    def metrics_since(self, count: int) -> Tuple[List[Dict[str, Any]], int, bool]:
+        """Curve points after the first ``count``: ``(points, new_count, reset)``. ``reset`` is
+        True when points the caller has not seen were already dropped (it gets all kept ones)."""
+        with self._lock:
+            total = self._metrics_total
+            first_kept = total - len(self._metrics)
+            if count < first_kept:
+                return list(self._metrics), total, True
+            return list(itertools.islice(self._metrics, count - first_kept, None)), total, False
+
+    def status(self, viewer_id: str = "") -> Dict[str, Any]:
+        """What the page shows beside the picture; the rates of the viewer ``viewer_id``."""
+        with self._lock:
+            episode = self._episode
+            status: Dict[str, Any] = {
+                "title": self.title,
+                "update": None if episode is None else episode.update,
+                "iteration": None if episode is None else episode.iteration,
+                "episode": None if episode is None else episode.episode,
+                "step": max(self._step, 0),
+                "last_return": self._last_return,
+                "render_fps": round(self._rendered.rate(), 1),
+                "encode_fps": round(self._encoded.rate(), 1),
+                "viewers": len(self._viewers),
+            }
+            mine = [v for v in self._viewers.values() if viewer_id and v.client_id == viewer_id]
+            if mine:
+                status["client_fps"] = round(mine[0].meter.rate(), 1)
+                status["client_frames"] = mine[0].sent
+                status["client_skipped"] = mine[0].skipped
+        return status
+
+
+def encode_jpeg(frame: np.ndarray, quality: int) -> bytes:
+    """RGB (or grey) ``uint8`` pixels as JPEG bytes."""
+    from PIL import Image
+
+    pixels = np.ascontiguousarray(frame, dtype=np.uint8)
+    if pixels.ndim == 3 and pixels.shape[2] == 4:
+        pixels = np.ascontiguousarray(pixels[:, :, :3])  # JPEG has no alpha
+    buffer = io.BytesIO()
+    Image.fromarray(pixels).save(buffer, format="JPEG", quality=quality)
+    return buffer.getvalue()

@@ -1,0 +1,84 @@
+"""``HttpSink``: the frame sink that serves the live page from the render process."""
+import logging
+import threading
+from typing import Any, Dict, Optional
+
+import numpy as np
+
+from async_plotter.render.sinks.base import FrameSink
+from async_plotter.web.address import HttpConfig
+from async_plotter.web.feed import LiveFeed
+from async_plotter.web.server import LiveServer
+from async_plotter.worker.stream import EpisodeEnd, EpisodeInfo
+
+logger = logging.getLogger(__name__)
+
+
+class HttpSink(FrameSink):
+    """Serves the newest rollout as MJPEG plus a status/curve event stream (see ``server``).
+
+    The server runs in daemon threads of the render process and binds in the constructor, so a
+    taken port is reported as the render process's error. The real URL (``http=0`` picks a free
+    port) is sent to the trainer as an ``"http"`` status message, which ``Plotter.stats`` keeps
+    as ``"http_url"``.
+
+    Args:
+        config: where to serve (``parse_http_address``'s result).
+        status: the render process's status sender.
+        title: shown on the page, e.g. the env's name.
+        quality: JPEG quality, 1-95.
+    """
+
+    #: a page shows the newest policy at once: the rollout restarts when new parameters arrive
+    live = True
+
+    def __init__(self,
+                 config: HttpConfig,
+                 status: Any,
+                 title: Optional[str] = None,
+                 quality: int = 80) -> None:
+        self._feed = LiveFeed(title or "async_plotter", quality)
+        try:
+            self._server = LiveServer(config, self._feed)
+        except BaseException:
+            self._feed.close()
+            raise
+        self._thread = threading.Thread(target=self._server.serve_forever,
+                                        kwargs={"poll_interval": 0.2},
+                                        name="async_plotter-http",
+                                        daemon=True)
+        self._thread.start()
+        self._closed = False
+        self.url = self._server.url
+        # The trainer's supervisor logs the address for the user; this is for the worker's log.
+        logger.debug("live page at %s%s", self.url, " (token required)" if config.token else "")
+        status.send("http", url=self.url)
+
+    @property
+    def port(self) -> int:
+        """The port actually bound."""
+        return self._server.port
+
+    def wants_pixels(self) -> bool:
+        # Nobody watching: no rendering and no encoding at all for this sink.
+        return self._feed.has_viewers()
+
+    def begin_episode(self, episode: EpisodeInfo) -> None:
+        self._feed.begin_episode(episode)
+
+    def add_frame(self, frame: Optional[np.ndarray], episode: EpisodeInfo) -> None:
+        self._feed.add_frame(frame, episode)
+
+    def end_episode(self, episode: EpisodeInfo, end: EpisodeEnd) -> None:
+        if end.completed:  # a return cut short by a newer policy says nothing about either
+            self._feed.end_episode(end.total_reward)
+
+    def on_metrics(self, iteration: Optional[int], metrics: Dict[str, float]) -> None:
+        self._feed.add_metrics(iteration, metrics)
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        self._server.close()
+        self._thread.join(timeout=2.0)
