@@ -3,13 +3,22 @@
 TensorFlow is an extra on purpose: ``[cpu]`` brings ``tensorflow-cpu`` and ``[gpu]`` brings
 ``tensorflow``; installing both would leave two copies fighting over the same import name.
 """
+import os
+
 from setuptools import find_packages, setup
+
+
+def _readme() -> str:
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "README.md")
+    with open(path, encoding="utf-8") as readme:
+        return readme.read()
+
 
 setup(
     name="async_plotter",
     version="0.1.0",
     description="Watch a TensorFlow policy act in MuJoCo while it trains, without slowing training",
-    long_description=open("README.md", encoding="utf-8").read(),
+    long_description=_readme(),
     long_description_content_type="text/markdown",
     python_requires=">=3.9",
     packages=find_packages(include=["async_plotter", "async_plotter.*"]),
