@@ -1,5 +1,7 @@
 # Two entry points, each bootstrapping everything it needs:
 #   make demo   train TRPO on Swimmer-v5 with plotting on; videos and curves under runs/demo/
+#               (the plot worker at nice 10 rather than the default SCHED_IDLE: the demo is there
+#               to be watched, and a 2-core machine kept busy by training starves an idle worker)
 #   make test   the whole test suite (real TensorFlow, MuJoCo, processes, Xvfb, Redis, Chromium)
 PYTHON ?= python3
 VENV := .venv
@@ -19,7 +21,7 @@ venv: $(STAMP)
 
 demo: $(STAMP)
 	@scripts/system_deps.sh demo
-	$(PY) examples/trpo_swimmer.py --exp-name demo --n-itr 60 --n-parallel 2
+	$(PY) examples/trpo_swimmer.py --exp-name demo --n-itr 60 --n-parallel 2 --plot-priority low
 
 test: $(STAMP)
 	@scripts/system_deps.sh test

@@ -46,7 +46,10 @@ class Plotter:
         fps: frame-rate cap of the worker and the videos' playback rate.
         deterministic: show the policy's mean action when it reports one.
         quality: ``"auto"`` (cheap visuals on software GL, full on a GPU), ``"cheap"`` or ``"full"``.
-        priority: ``"idle"`` (Linux ``SCHED_IDLE``; default), ``"low"`` (nice 10) or ``"normal"``.
+        priority: ``"idle"`` (Linux ``SCHED_IDLE``, default: only otherwise idle CPU, so a
+            trainer that keeps every core busy leaves the worker few frames), ``"low"`` (nice 10:
+            more frames, fresher pictures, measurably slower training) or ``"normal"``. See the
+            README's "Cost and knobs".
         max_restarts: worker failures tolerated before plotting is disabled (training goes on).
         hang_timeout: seconds without progress after which a worker process counts as hung.
         frame_size: ``(width, height)`` of rendered frames; default the env's own.
@@ -270,11 +273,15 @@ class Plotter:
         if self._state == "closed":
             return
         self._state = "closed"
-        if self._supervisor is not None:
-            self._supervisor.stop(timeout)
-        if self._writer is not None:
-            self._writer.close()
-        self._stats["alive"] = False
+        try:
+            if self._supervisor is not None:
+                self._supervisor.stop(timeout)
+        finally:
+            # Also after a Ctrl-C during the wait above: the segment must not outlive close()
+            # (otherwise only the resource tracker, at the interpreter's exit, removes it).
+            if self._writer is not None:
+                self._writer.close()
+            self._stats["alive"] = False
 
     def __enter__(self) -> "Plotter":
         return self.start()

@@ -17,7 +17,7 @@ import multiprocessing.context
 import os
 import signal
 import threading
-from multiprocessing import spawn
+from multiprocessing import resource_tracker, spawn
 from typing import Any, Callable, Optional, Sequence
 
 _SPAWN = multiprocessing.get_context("spawn")
@@ -52,20 +52,49 @@ spawn.get_preparation_data = _preparation_data_without_main
 def start_process(target: Callable[..., Any],
                   args: Sequence[Any] = (),
                   name: Optional[str] = None,
-                  daemon: bool = True) -> multiprocessing.context.SpawnProcess:
+                  daemon: bool = True,
+                  ignore_sigint: bool = False) -> multiprocessing.context.SpawnProcess:
     """Start ``target(*args)`` in a spawned child that does not re-run the user's main script.
 
     The child is told nothing about ``__main__``, exactly as if the parent were a REPL or a
     notebook, which ``spawn`` already handles. ``target`` must be importable by name from a
     library module (not from ``__main__``).
+
+    ``ignore_sigint``: the child ignores SIGINT from its first instruction on, not only once
+    ``target`` runs. A terminal's Ctrl-C reaches the whole process group, and a worker still
+    importing its modules (seconds, with TensorFlow) would die of it with a traceback of its own,
+    although the parent decides when workers stop. SIGINT stays blocked through fork and exec
+    until the child ignores it, the way multiprocessing starts its resource tracker.
     """
+    if ignore_sigint and _HAVE_SIGMASK:
+        target, args = _ignoring_sigint, (target, *args)
     process = _SPAWN.Process(target=target, args=tuple(args), name=name, daemon=daemon)
     _thread_state.hide_main = True
+    blocked = False
     try:
+        if target is _ignoring_sigint:
+            # Starting the resource tracker (spawn does so on first use) unblocks SIGINT in this
+            # thread when it is done; have that happen before the mask is set, not in between.
+            resource_tracker.ensure_running()
+            # Only this thread, for the few milliseconds of fork and exec: a Ctrl-C meanwhile stays
+            # pending for the parent and is delivered when the mask is restored below.
+            blocked = signal.SIGINT in signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
         process.start()
     finally:
         _thread_state.hide_main = False
+        if target is _ignoring_sigint and not blocked:
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
     return process
+
+
+_HAVE_SIGMASK = hasattr(signal, "pthread_sigmask")
+
+
+def _ignoring_sigint(target: Callable[..., Any], *args: Any) -> Any:
+    """In the child: ignore SIGINT (a Ctrl-C that came while booting is discarded), unblock it."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+    return target(*args)
 
 
 def stop_process(process: multiprocessing.process.BaseProcess, timeout: float) -> Optional[int]:

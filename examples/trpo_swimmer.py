@@ -25,6 +25,11 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--batch-size", type=int, default=5000, help="env steps per iteration")
     parser.add_argument("--exp-name", default=None, help="run folder name under runs/")
+    parser.add_argument("--plot-priority",
+                        choices=("idle", "low", "normal"),
+                        default=None,
+                        help="CPU priority of the plot worker (default: the library's, idle); "
+                        "low shows more frames at some cost to training")
     parser.add_argument("--http",
                         default=None,
                         help="also serve a live page: a port (8080) or host:port")
@@ -48,7 +53,7 @@ def main() -> None:
                                      plot=args.plot,
                                      seed=args.seed,
                                      exp_name=args.exp_name,
-                                     **({"http": args.http} if args.plot and args.http else {}))
+                                     **_plot_options(args))
     except KeyboardInterrupt:
         print("interrupted; workers and plotter were shut down", file=sys.stderr)
         sys.exit(130)
@@ -57,6 +62,13 @@ def main() -> None:
     print(f"snapshot:       {result.log_dir}/params.pkl")
     if result.video_dir:
         print(f"videos:         {result.video_dir}")
+
+
+def _plot_options(args: argparse.Namespace) -> dict:
+    if not args.plot:
+        return {}
+    options = {"http": args.http, "priority": args.plot_priority}
+    return {name: value for name, value in options.items() if value is not None}
 
 
 if __name__ == "__main__":

@@ -24,6 +24,8 @@ from async_plotter.rl.recorder import SNAPSHOT_MODES, RunRecorder
 logger = logging.getLogger(__name__)
 
 _SAFE_NAME = re.compile(r"^[A-Za-z0-9._-]+$")
+# What a user function may ask for by parameter name.
+_SETTINGS = ("n_parallel", "plot", "seed", "exp_name", "log_dir")
 
 
 @dataclasses.dataclass
@@ -53,24 +55,79 @@ def _unique_dir(path: str) -> str:
 
 
 def _validate(fn_or_algo: Any, n_parallel: Any, plot: Any, seed: Any, exp_name: Any, log_dir: Any,
-              snapshot_mode: Any) -> None:
+              snapshot_mode: Any, plot_kwargs: Dict[str, Any]) -> None:
+    """Reject bad arguments before anything is created, started or written."""
     if not (isinstance(fn_or_algo, BatchPolopt) or callable(fn_or_algo)):
         raise TypeError(f"fn_or_algo must be an algorithm (e.g. TRPO) or a function that returns "
                         f"or runs one, got {type(fn_or_algo).__name__}")
+    if not isinstance(fn_or_algo, BatchPolopt):
+        _check_function(fn_or_algo)
     check_positive_int("n_parallel", n_parallel)
     if not isinstance(plot, bool):
         raise TypeError(f"plot must be True or False, got {plot!r}")
     if seed is not None and (isinstance(seed, bool) or not isinstance(seed, (int, np.integer))
                              or not 0 <= seed < 2**32):
         raise ValueError(f"seed must be None or an int in [0, 2**32), got {seed!r}")
-    if exp_name is not None and (not isinstance(exp_name, str) or not _SAFE_NAME.match(exp_name)):
-        raise ValueError(f"exp_name must be a non-empty name of letters, digits, '.', '_' or '-' "
-                         f"(it becomes a folder), got {exp_name!r}")
-    if log_dir is not None and not isinstance(log_dir, (str, os.PathLike)):
-        raise TypeError(f"log_dir must be a path, got {type(log_dir).__name__}")
+    # "." and ".." pass the character check but would put the run into runs/ itself or into the
+    # working directory.
+    if exp_name is not None and (not isinstance(exp_name, str) or not _SAFE_NAME.match(exp_name)
+                                 or exp_name in (".", "..")):
+        raise ValueError(f"exp_name must be a non-empty name of letters, digits, '.', '_' or '-', "
+                         f"not '.' or '..' (it becomes a folder), got {exp_name!r}")
+    if log_dir is not None:
+        if not isinstance(log_dir, (str, os.PathLike)):
+            raise TypeError(f"log_dir must be a path, got {type(log_dir).__name__}")
+        path = os.fspath(log_dir)
+        if not path:  # would become the working directory
+            raise ValueError("log_dir must be a non-empty path (or None for runs/<exp_name>)")
+        if os.path.exists(path) and not os.path.isdir(path):
+            raise NotADirectoryError(f"log_dir {path!r} is a file, not a folder")
     if snapshot_mode not in SNAPSHOT_MODES:
         raise ValueError(f"snapshot_mode must be one of {', '.join(map(repr, SNAPSHOT_MODES))}; "
                          f"got {snapshot_mode!r}")
+    _check_plot_kwargs(plot_kwargs)
+
+
+def _check_function(fn: Callable[..., Any]) -> None:
+    """A function must be callable with the settings it names (see _call_user_function)."""
+    if isinstance(fn, type) and issubclass(fn, BatchPolopt):
+        raise TypeError(f"fn_or_algo is the class {fn.__name__}; pass an instance, e.g. "
+                        f"{fn.__name__}(env, policy, ...), or a function that builds one")
+    try:
+        parameters = inspect.signature(fn).parameters.values()
+    except (TypeError, ValueError):  # builtins without a signature: called without arguments
+        return
+    # Settings are passed by keyword, so a positional-only parameter never gets one.
+    missing = [
+        p.name for p in parameters
+        if p.default is p.empty and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD) and (
+            p.kind is p.POSITIONAL_ONLY or p.name not in _SETTINGS)
+    ]
+    if missing:
+        raise TypeError(f"{getattr(fn, '__name__', fn)!r} needs {', '.join(map(repr, missing))}, "
+                        f"which run_experiment_lite does not supply; it passes any of "
+                        f"{', '.join(_SETTINGS)} by name")
+
+
+def _check_plot_kwargs(plot_kwargs: Dict[str, Any]) -> None:
+    """Names only (the plotter checks the values when it is built); a misspelt name is an error
+    even with plot=False, where it would otherwise go unnoticed."""
+    if not plot_kwargs:
+        return
+    from async_plotter.core import Plotter
+
+    own = sorted({"env", "policy"} & set(plot_kwargs))
+    if own:
+        what = "a plotter argument" if len(own) == 1 else "plotter arguments"
+        raise TypeError(f"{' and '.join(own)} cannot be {what}: the plotter shows the algorithm's "
+                        f"own env and policy")
+    accepted = [
+        name for name in inspect.signature(Plotter).parameters if name not in ("env", "policy")
+    ]
+    unknown = sorted(set(plot_kwargs) - set(accepted))
+    if unknown:
+        raise TypeError(f"unknown plotter argument{'s' if len(unknown) > 1 else ''} "
+                        f"{', '.join(map(repr, unknown))}; Plotter takes {', '.join(accepted)}")
 
 
 def _seed_everything(seed: int) -> None:
@@ -117,19 +174,24 @@ def run_experiment_lite(fn_or_algo: Union[BatchPolopt, Callable[..., Any]],
             never write into one ``progress.csv``.
         snapshot_mode: ``"last"`` (``params.pkl`` each iteration), ``"all"`` (``itr_<N>.pkl``)
             or ``"none"``.
-        **plot_kwargs: passed on to :class:`async_plotter.Plotter` (e.g. ``fps``, ``window``).
+        **plot_kwargs: passed on to :class:`async_plotter.Plotter` (e.g. ``fps``, ``window``); a
+            name ``Plotter`` does not take is an error even with ``plot=False``.
 
     Files: ``progress.csv``, ``learning_curve.png``, ``debug.log``, ``experiment.json``, the
     snapshots, and ``videos/`` when plotting. Ctrl-C stops the sampler workers and the plotter
     before the ``KeyboardInterrupt`` propagates; the last complete snapshot stays intact.
     """
-    _validate(fn_or_algo, n_parallel, plot, seed, exp_name, log_dir, snapshot_mode)
+    _validate(fn_or_algo, n_parallel, plot, seed, exp_name, log_dir, snapshot_mode, plot_kwargs)
     if exp_name is None:
         exp_name = _default_exp_name()
     if log_dir is None:
         log_dir = _unique_dir(os.path.join("runs", exp_name))
     log_dir = os.path.abspath(os.fspath(log_dir))
-    recorder = RunRecorder(log_dir, snapshot_mode)
+    try:
+        recorder = RunRecorder(log_dir, snapshot_mode)
+    except OSError as error:  # say which argument it was; the same exception class
+        raise type(error)(error.errno, f"log_dir {log_dir!r} cannot be created: "
+                          f"{error.strerror}") from error
     if not plot and plot_kwargs:
         logger.warning("plot is False; ignoring plotter arguments %s", sorted(plot_kwargs))
     settings = {

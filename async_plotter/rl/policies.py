@@ -143,8 +143,13 @@ class MLPPolicy(Serializable):
                              f"vector of {flat.size}")
         offset = 0
         for v in self.trainable_variables:
-            size = int(np.prod(v.shape))
-            v.assign(flat[offset:offset + size].reshape(v.shape))
+            # A tuple of ints, not the TensorShape: reshape converts a TensorShape by calling back
+            # into Python and replaces whatever is raised there, a Ctrl-C's KeyboardInterrupt
+            # included, with "TypeError: expected a sequence of integers" (TRPO's line search
+            # calls this in a loop, so that is where a Ctrl-C often lands).
+            shape = tuple(v.shape.as_list())
+            size = int(np.prod(shape))
+            v.assign(flat[offset:offset + size].reshape(shape))
             offset += size
 
     # ---- inference --------------------------------------------------------------------------------

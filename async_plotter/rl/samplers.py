@@ -265,6 +265,7 @@ class ParallelSampler(Sampler):
         self.seed: Optional[int] = None
         self._processes: List[Any] = []
         self._conns: List[multiprocessing.connection.Connection] = []
+        self._ready = 0  # workers 0 .. _ready - 1 have reported ready
         self._stop: Any = None
         self._interrupted = False
 
@@ -280,12 +281,14 @@ class ParallelSampler(Sampler):
         ctx = processes.spawn_context()
         self._stop = ctx.RawValue("b", 0)
         self._interrupted = False
+        self._ready = 0
         try:
             for index in range(self.n_parallel):
                 parent_end, child_end = ctx.Pipe(duplex=True)
                 process = processes.start_process(_worker_main,
                                                   (child_end, payload, self._stop, index),
-                                                  name=f"async_plotter-sampler-{index}")
+                                                  name=f"async_plotter-sampler-{index}",
+                                                  ignore_sigint=True)
                 # Without our copy of the child's end, the child's exit shows up here as EOF.
                 child_end.close()
                 self._processes.append(process)
@@ -298,6 +301,7 @@ class ParallelSampler(Sampler):
                 kind, data = self._receive(index)
                 if kind != "ready":
                     raise RuntimeError(f"sampler worker {index} sent {kind!r} instead of 'ready'")
+                self._ready = index + 1
             logger.debug("parallel sampler: %d workers ready (pids %s)", self.n_parallel,
                          self.worker_pids)
         except BaseException:
@@ -370,6 +374,12 @@ class ParallelSampler(Sampler):
         if not self._processes:
             return
         self._stop.value = 1  # a worker in the middle of a path drops it
+        # A worker that has not reported ready is still importing TensorFlow or building its
+        # environment, seconds before it would read "close", and has nothing to finish: stop it
+        # now (Ctrl-C during start-up).
+        for process in self._processes[self._ready:]:
+            with contextlib.suppress(Exception):
+                process.terminate()
         for conn in self._conns:
             with contextlib.suppress(Exception):
                 conn.send(("close", None))
@@ -387,4 +397,4 @@ class ParallelSampler(Sampler):
         for conn in self._conns:
             with contextlib.suppress(Exception):
                 conn.close()
-        self._processes, self._conns = [], []
+        self._processes, self._conns, self._ready = [], [], 0

@@ -24,11 +24,38 @@ class _Terminated(BaseException):
     """SIGTERM from the supervisor: finish the current video and leave."""
 
 
+# Set once this process is finishing anyway; a SIGTERM then must not abort the video halfway
+# and leave a .partial file (the supervisor's SIGKILL, a second later, still bounds this).
+_finishing = False
+
+
 def main(config: WorkerConfig, frames_in: Connection, lifeline: Connection,
          status_connection: Connection) -> None:
     """Entry point of the render process (started by the supervisor with ``spawn``)."""
+    global _finishing
     become_background_child(config.priority)
     signal.signal(signal.SIGTERM, _raise_terminated)
+    status = StatusSender(status_connection, "render")
+    sinks: List[Any] = []
+    failed = False
+    try:
+        try:
+            _set_up(config)
+            _run(config, frames_in, lifeline, status, sinks)
+        finally:
+            # Inside the outer try: a SIGTERM up to this line still lands in except _Terminated.
+            _finishing = True
+    except _Terminated:
+        pass
+    except BaseException:  # noqa: BLE001 - report everything to the trainer
+        status.error("render")
+        failed = True
+    _close_all(sinks)
+    if failed:
+        sys.exit(1)
+
+
+def _set_up(config: WorkerConfig) -> None:
     # Chosen before mujoco is imported: it reads these once.
     os.environ["MUJOCO_GL"] = config.mujoco_gl
     os.environ["PYOPENGL_PLATFORM"] = config.mujoco_gl
@@ -38,29 +65,11 @@ def main(config: WorkerConfig, frames_in: Connection, lifeline: Connection,
     os.environ.setdefault("MESA_SHADER_CACHE_DIR",
                           os.path.join(tempfile.gettempdir(), "async_plotter_mesa_cache"))
     keep_side_effects_out_of_user_folders()  # after MUJOCO_GL: this imports mujoco
-    status = StatusSender(status_connection, "render")
-    sinks: List[Any] = []
-    try:
-        _run(config, frames_in, lifeline, status, sinks)
-    except _Terminated:
-        pass
-    except BaseException:  # noqa: BLE001 - report everything to the trainer
-        status.error("render")
-        _finish(sinks)
-        sys.exit(1)
-    _finish(sinks)
 
 
 def _raise_terminated(signum: int, frame: Any) -> None:
-    raise _Terminated()
-
-
-def _finish(sinks: List[Any]) -> None:
-    # From here on this process does what SIGTERM asks (finish the video, leave); a SIGTERM that
-    # arrives now (close() timing out, or given up at Ctrl-C) must not abort the video halfway and
-    # leave a .partial file. The supervisor's SIGKILL, a second later, still bounds this.
-    signal.signal(signal.SIGTERM, signal.SIG_IGN)
-    _close_all(sinks)
+    if not _finishing:
+        raise _Terminated()
 
 
 def _close_all(sinks: List[Any]) -> None:

@@ -13,7 +13,7 @@ import signal
 import threading
 import time
 from multiprocessing.connection import Connection, wait
-from typing import Any, Callable, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Optional, Set
 
 from async_plotter.processes import spawn_context, start_process, stop_process
 from async_plotter.worker import render_process, rollout_process
@@ -38,6 +38,7 @@ class _Pair:
         self.lifeline = lifeline
         self.last_progress = {"rollout": time.monotonic(), "render": time.monotonic()}
         self.errors: Dict[str, str] = {}
+        self.ready: Set[str] = set()  # roles that reported ready
 
     def processes(self) -> Dict[str, Any]:
         return {"rollout": self.rollout, "render": self.render}
@@ -112,11 +113,13 @@ class WorkerSupervisor:
                 return None
             render = start_process(render_process.main,
                                    (self._config, frames_in, lifeline_in, render_status_out),
-                                   name="async_plotter-render")
+                                   name="async_plotter-render",
+                                   ignore_sigint=True)
             rollout = start_process(
                 rollout_process.main,
                 (self._config, self._channel_args(), frames_out, rollout_status_out),
-                name="async_plotter-rollout")
+                name="async_plotter-rollout",
+                ignore_sigint=True)
             # Our copies must go, or end-of-file would never reach the other side when one dies.
             for end in (frames_in, frames_out, lifeline_in, render_status_out, rollout_status_out):
                 end.close()
@@ -236,11 +239,13 @@ class WorkerSupervisor:
         elif kind == "video":
             stats["videos"] += 1
             stats["last_video"] = payload["path"]
-        elif kind == "ready" and payload["role"] == "render":
-            stats["gl_renderer"] = payload["gl_renderer"]
-            stats["visual_preset"] = payload["preset"]
-            logger.info("plot worker rendering with %s (visual preset: %s)", payload["gl_renderer"],
-                        payload["preset"])
+        elif kind == "ready":
+            pair.ready.add(payload["role"])
+            if payload["role"] == "render":
+                stats["gl_renderer"] = payload["gl_renderer"]
+                stats["visual_preset"] = payload["preset"]
+                logger.info("plot worker rendering with %s (visual preset: %s)",
+                            payload["gl_renderer"], payload["preset"])
         elif kind == "http":
             stats["http_url"] = payload["url"]
             logger.info("live view at %s", payload["url"])
@@ -266,9 +271,36 @@ class WorkerSupervisor:
         with self._lock:
             pair = self._pair
             self._pair = None
-        if pair is not None:
-            pair.lifeline.close()  # the render process finishes its video and exits
-            stop_process(pair.render, 0.8 * (deadline - time.monotonic()))
-            stop_process(pair.rollout, 0.0)
-        self._thread.join(max(deadline - time.monotonic(), 0.1))
-        self._stats["alive"] = False
+        try:
+            if pair is not None:
+                pair.lifeline.close()  # the render process finishes its video and exits
+                # Before it reported ready it has no video to finish, only imports and GL set-up
+                # to get through (seconds, at idle priority): not worth waiting for.
+                grace = 0.8 * (deadline - time.monotonic()) if "render" in pair.ready else 0.0
+                stop_process(pair.render, grace)
+                stop_process(pair.rollout, 0.0)
+            self._thread.join(max(deadline - time.monotonic(), 0.1))
+        except BaseException:
+            # Interrupted while waiting (Ctrl-C): wait no longer, but do not leave the processes
+            # to the interpreter's exit either (a notebook's kernel lives on). SIGTERM still lets
+            # the render process finish its video; a thread kills whatever ignores it.
+            if pair is not None:
+                _terminate_in_background([pair.render, pair.rollout])
+            raise
+        finally:
+            self._stats["alive"] = False
+
+
+def _terminate_in_background(processes: List[Any]) -> None:
+    """SIGTERM ``processes`` now; a daemon thread reaps them, killing any still there after 1 s."""
+    for process in processes:
+        try:
+            process.terminate()
+        except (OSError, ValueError):
+            pass  # already gone, or already closed
+
+    def reap() -> None:
+        for process in processes:
+            stop_process(process, 1.0)
+
+    threading.Thread(target=reap, name="async_plotter-reaper", daemon=True).start()

@@ -1,4 +1,5 @@
-"""run_experiment_lite: files, argument checks, overrides, process hygiene, Ctrl-C."""
+"""run_experiment_lite: files, overrides, process hygiene, Ctrl-C (bad arguments: see
+test_bad_input_experiment.py)."""
 import csv
 import os
 import signal
@@ -80,36 +81,6 @@ def test_function_forms(tmp_path):
 
     with pytest.raises(TypeError, match="neither returned an algorithm nor trained one"):
         run_experiment_lite(lambda: None, log_dir=str(tmp_path / "c"))
-
-
-@pytest.mark.parametrize("kwargs,error,message", [
-    ({
-        "n_parallel": 0
-    }, ValueError, "n_parallel must be a positive int, got 0"),
-    ({
-        "n_parallel": 2.0
-    }, ValueError, "n_parallel must be a positive int, got 2.0"),
-    ({
-        "snapshot_mode": "sometimes"
-    }, ValueError, "snapshot_mode must be one of 'last', 'all', 'none'; got 'sometimes'"),
-    ({
-        "plot": "yes"
-    }, TypeError, "plot must be True or False, got 'yes'"),
-    ({
-        "seed": -1
-    }, ValueError, r"seed must be None or an int in \[0, 2\*\*32\), got -1"),
-    ({
-        "exp_name": "a/b"
-    }, ValueError, "exp_name must be a non-empty name of letters"),
-])
-def test_bad_arguments_are_named(tmp_path, kwargs, error, message):
-    with pytest.raises(error, match=message):
-        run_experiment_lite(small_trpo(), log_dir=str(tmp_path / "x"), **kwargs)
-
-
-def test_not_an_algorithm():
-    with pytest.raises(TypeError, match="fn_or_algo must be an algorithm .* got int"):
-        run_experiment_lite(42)
 
 
 @pytest.mark.slow

@@ -1,0 +1,127 @@
+"""A TRPO run that announces a chosen stage, for tests/test_interrupts.py to press Ctrl-C in it.
+
+    python tests/interrupt_trainer.py STAGE LOG_DIR
+
+Like the training scripts users write, it has no ``if __name__ == "__main__":`` guard. The library
+is not edited: the stages are hooked by wrapping its methods here. Each hook prints
+``STAGE <name>`` when the stage begins and then keeps running the real stage for up to
+``HOLD_SECONDS`` (calling it again where that is harmless), so that the test's SIGINT, sent a
+moment after it reads the line, lands inside library code and not in a sleep of this script.
+Every shared-memory segment created is printed as ``SEGMENT <name>`` so the test can check that
+exactly those are gone afterwards (other processes may create their own meanwhile).
+"""
+import sys
+import time
+
+import async_plotter.core
+from async_plotter.channel import shm
+from async_plotter.rl import GaussianMLPPolicy, TRPO, run_experiment_lite
+from async_plotter.rl import batch_polopt, recorder, samplers
+
+STAGE, LOG_DIR = sys.argv[1], sys.argv[2]
+ITERATION = 1  # hook the second iteration, so that a snapshot is already on disk
+HOLD_SECONDS = 30.0  # the test sends SIGINT within a second; this only bounds a failure
+RENDER_WAIT_SECONDS = 90.0
+
+
+def announce(stage):
+    print(f"STAGE {stage}", flush=True)
+
+
+def hold(stage, call):
+    """Announce ``stage``, then run ``call`` over and over until the signal interrupts it."""
+    announce(stage)
+    deadline = time.monotonic() + HOLD_SECONDS
+    while True:
+        result = call()
+        if time.monotonic() > deadline:
+            return result
+
+
+def wait_until_rendering():
+    """Until the plot worker has drawn frames, so that update_plot reaches a live reader and
+    closing finds a video being written (it takes seconds to start: TensorFlow, MuJoCo, GL)."""
+    deadline = time.monotonic() + RENDER_WAIT_SECONDS
+    while algo.plotter.stats["frames"] < 1:
+        if time.monotonic() > deadline:
+            print("NOT RENDERING", flush=True)
+            break
+        time.sleep(0.05)
+
+
+def wrap(owner, name, stage, hooked, repeat=True, rendering=False):
+    """Replace ``owner.name`` with a version that holds ``stage`` when ``hooked()`` says this call
+    is the one (first waiting for the plot worker to render, if ``rendering``)."""
+    original = getattr(owner, name)
+
+    def wrapper(*args, **kwargs):
+        if STAGE != stage or not hooked():
+            return original(*args, **kwargs)
+        if rendering:
+            wait_until_rendering()
+        if not repeat:
+            announce(stage)
+            return original(*args, **kwargs)
+        return hold(stage, lambda: original(*args, **kwargs))
+
+    setattr(owner, name, wrapper)
+
+
+def current_iteration():
+    return algo.current_itr == ITERATION
+
+
+def always():
+    return True
+
+
+original_writer_init = shm.SharedMemoryWriter.__init__
+
+
+def reporting_writer_init(self, *args, **kwargs):
+    original_writer_init(self, *args, **kwargs)
+    print(f"SEGMENT {self.name.lstrip('/')}", flush=True)
+
+
+shm.SharedMemoryWriter.__init__ = reporting_writer_init
+
+# Start-up: the plot worker is booting (Plotter.start returned at once) while the trainer waits for
+# the sampler workers to import TensorFlow and build their environments. Starting is not repeated:
+# one start takes seconds.
+wrap(samplers.ParallelSampler, "start", "startup", always, repeat=False)
+# Sampling: the trainer waits for paths from the workers (same iteration: the same batch again).
+wrap(samplers.ParallelSampler, "obtain_samples", "sampling", current_iteration)
+# Sample processing: returns, advantages, fitting the baseline (batch_polopt calls it by this name).
+wrap(batch_polopt, "process_samples", "processing", current_iteration)
+# Writing params.pkl (atomically; an interruption must leave the previous file whole).
+wrap(recorder.RunRecorder, "save_snapshot", "snapshot", current_iteration)
+# Handing the new parameters to the plot worker.
+wrap(async_plotter.core.Plotter, "update_plot", "update_plot", current_iteration, rendering=True)
+# Shutdown after the last iteration: the render process is finishing its video. Not repeatable.
+wrap(batch_polopt.BatchPolopt, "_close_plotter", "shutdown", always, repeat=False, rendering=True)
+
+
+class HookedTRPO(TRPO):
+
+    def optimize_policy(self, itr, samples):
+        # Optimisation: conjugate gradient and line search in TensorFlow (repeated steps are fine).
+        if STAGE == "optimisation" and itr == ITERATION:
+            return hold("optimisation",
+                        lambda: super(HookedTRPO, self).optimize_policy(itr, samples))
+        return super().optimize_policy(itr, samples)
+
+
+def slow_frame(frame, info):
+    # Runs in the render process: while it draws a frame, close() has to wait for it, so the test's
+    # Ctrl-C finds the trainer inside close() (closing otherwise takes only a fraction of a second).
+    time.sleep(2.0)
+
+
+algo = HookedTRPO("Swimmer-v5",
+                  GaussianMLPPolicy("Swimmer-v5", hidden_sizes=(8, )),
+                  batch_size=200,
+                  max_path_length=50,
+                  n_itr=ITERATION + 1)
+plot_kwargs = {"on_frame": slow_frame} if STAGE == "shutdown" else {}
+run_experiment_lite(algo, n_parallel=2, plot=True, seed=0, log_dir=LOG_DIR, fps=60, **plot_kwargs)
+print("FINISHED", flush=True)
