@@ -23,6 +23,7 @@ import time
 from typing import Any, Deque, Dict, List, Optional, Sequence
 
 from async_plotter.channel.redis_link import redact, url_problem
+from async_plotter.display import offscreen_gl_backend
 from async_plotter.channel.redis_wire import (METRICS_CAP, MetricsEntry, Structure,
                                               valid_experiment)
 from async_plotter.channel.signing import (SECRET_ENV, PayloadRejected, Verifier, read_secret_file,
@@ -386,10 +387,10 @@ class _Viewer:
                                    fps=options.fps or trainer_config.fps,
                                    priority=options.priority or trainer_config.priority,
                                    on_frame=None,
-                                   mujoco_gl=_offscreen_gl_backend())
+                                   mujoco_gl=offscreen_gl_backend())
 
     def _start_worker(self, structure: Structure, config: Any) -> None:
-        from async_plotter.worker.supervisor import WorkerSupervisor
+        from async_plotter.worker.supervisor import WorkerSupervisor, new_worker_stats
 
         options = self._options
         meta = structure.meta
@@ -398,7 +399,7 @@ class _Viewer:
                     meta.get("host"))
         args = ("redis", options.url, options.experiment, options.secret, options.trust_unsigned,
                 structure.expected())
-        self._worker_stats = _new_stats()
+        self._worker_stats = new_worker_stats()
         supervisor = WorkerSupervisor(config,
                                       lambda: args,
                                       self._worker_stats,
@@ -429,25 +430,6 @@ def _interrupt(signum: int, frame: Any) -> None:
     raise KeyboardInterrupt()
 
 
-def _new_stats() -> Dict[str, Any]:
-    return {
-        "updates_sent": 0,
-        "updates_applied": 0,
-        "episodes": 0,
-        "frames": 0,
-        "videos": 0,
-        "restarts": 0,
-        "alive": False,
-        "disabled": False,
-        "last_applied_update": None,
-        "last_applied_iteration": None,
-        "last_video": None,
-        "last_error": None,
-        "gl_renderer": None,
-        "visual_preset": None,
-    }
-
-
 def _log_event(kind: str, payload: Dict[str, Any]) -> None:
     if kind == "applied":
         iteration = payload.get("iteration")
@@ -458,11 +440,6 @@ def _log_event(kind: str, payload: Dict[str, Any]) -> None:
     elif kind == "episode":
         logger.debug("episode of update %s: %s steps, return %.3g", payload.get("update"),
                      payload.get("steps"), payload.get("reward", float("nan")))
-
-
-def _offscreen_gl_backend() -> str:
-    requested = os.environ.get("MUJOCO_GL", "").lower()
-    return requested if requested in ("egl", "osmesa") else "egl"
 
 
 if __name__ == "__main__":

@@ -18,13 +18,13 @@ import cloudpickle
 import numpy as np
 
 from async_plotter.channel.shm import SharedMemoryWriter, supported_dtype
-from async_plotter.display import x_display_available
+from async_plotter.display import offscreen_gl_backend, x_display_available
 from async_plotter.env_recipe import describe_env
 from async_plotter.errors import (InvalidArgumentError, NoDisplayError, ParameterMismatchError,
                                   PlotterClosedError, VideoDirError)
 from async_plotter.policy_recipe import describe_policy, flat_params, policy_kind
 from async_plotter.worker.config import WorkerConfig
-from async_plotter.worker.supervisor import WorkerSupervisor
+from async_plotter.worker.supervisor import WorkerSupervisor, new_worker_stats
 
 logger = logging.getLogger("async_plotter")
 
@@ -46,10 +46,11 @@ class Plotter:
         fps: frame-rate cap of the worker and the videos' playback rate.
         deterministic: show the policy's mean action when it reports one.
         quality: ``"auto"`` (cheap visuals on software GL, full on a GPU), ``"cheap"`` or ``"full"``.
-        priority: ``"idle"`` (Linux ``SCHED_IDLE``, default: only otherwise idle CPU, so a
-            trainer that keeps every core busy leaves the worker few frames), ``"low"`` (nice 10:
-            more frames, fresher pictures, measurably slower training) or ``"normal"``. See the
-            README's "Cost and knobs".
+        priority: the worker's CPU priority. ``"idle"`` (Linux ``SCHED_IDLE``: only otherwise
+            idle CPU; a trainer that keeps every core busy leaves it few frames), ``"low"``
+            (nice 10: more frames, fresher pictures, measurably slower training) or
+            ``"normal"``. Default: ``"low"`` when someone watches live (a window or ``http``),
+            else ``"idle"``. See the README's "Cost and knobs".
         max_restarts: worker failures tolerated before plotting is disabled (training goes on).
         hang_timeout: seconds without progress after which a worker process counts as hung.
         frame_size: ``(width, height)`` of rendered frames; default the env's own.
@@ -82,7 +83,7 @@ class Plotter:
                  *,
                  deterministic: bool = False,
                  quality: str = "auto",
-                 priority: str = "idle",
+                 priority: Optional[str] = None,
                  max_restarts: int = 3,
                  hang_timeout: float = 60.0,
                  frame_size: Optional[Tuple[int, int]] = None,
@@ -98,7 +99,8 @@ class Plotter:
         self._max_path_length = _positive_int("max_path_length", max_path_length)
         fps = _positive_number("fps", fps)
         _one_of("quality", quality, _QUALITIES)
-        _one_of("priority", priority, _PRIORITIES)
+        if priority is not None:
+            _one_of("priority", priority, _PRIORITIES)
         max_restarts = _non_negative_int("max_restarts", max_restarts)
         hang_timeout = _positive_number("hang_timeout", hang_timeout)
         _check_bool("deterministic", deterministic)
@@ -134,23 +136,7 @@ class Plotter:
         self._initial = initial.copy()
         self._policy_type = type(policy)
 
-        self._stats: Dict[str, Any] = {
-            "updates_sent": 0,
-            "updates_applied": 0,
-            "episodes": 0,
-            "frames": 0,
-            "videos": 0,
-            "restarts": 0,
-            "alive": False,
-            "disabled": False,
-            "last_applied_update": None,
-            "last_applied_iteration": None,
-            "last_video": None,
-            "last_error": None,
-            "gl_renderer": None,
-            "visual_preset": None,
-            "worker_pids": None,
-        }
+        self._stats: Dict[str, Any] = new_worker_stats()
         # With a Redis channel the viewer elsewhere renders; this process only publishes.
         self._has_output = bool(window or video_dir or on_frame or http_config or channel)
         if not self._has_output:
@@ -170,10 +156,10 @@ class Plotter:
             video_dir=video_dir,
             window=bool(window),
             quality=quality,
-            priority=priority,
+            priority=priority or ("low" if window or http_config else "idle"),
             frame_size=frame_size,
             on_frame=None if on_frame is None else cloudpickle.dumps(on_frame),
-            mujoco_gl=_offscreen_gl_backend(),
+            mujoco_gl=offscreen_gl_backend(),
             seed=seed,
             http=http_config,
         )
@@ -405,11 +391,6 @@ def _prepare_video_dir(video_dir: Any) -> Optional[str]:
         raise VideoDirError(f"video_dir {path!r} cannot be written: {error.strerror or error}. "
                             "Choose a directory you can write to.") from error
     return path
-
-
-def _offscreen_gl_backend() -> str:
-    requested = os.environ.get("MUJOCO_GL", "").lower()
-    return requested if requested in ("egl", "osmesa") else "egl"
 
 
 # ----------------------------------------------------------------------- shutdown at exit

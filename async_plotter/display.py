@@ -37,3 +37,10 @@ def _can_connect_unix(path: str, timeout: float) -> bool:
             return True
         except OSError:
             return False
+
+
+def offscreen_gl_backend() -> str:
+    """The offscreen GL backend for MuJoCo in the render process: ``$MUJOCO_GL`` if it names an
+    offscreen one (``egl`` or ``osmesa``), else ``egl`` (Mesa's llvmpipe or a GPU's driver)."""
+    requested = os.environ.get("MUJOCO_GL", "").lower()
+    return requested if requested in ("egl", "osmesa") else "egl"

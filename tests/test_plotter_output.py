@@ -86,3 +86,31 @@ def test_on_frame_callback_and_env_factory(tmp_path, no_leftovers):
                  message="frames handed to on_frame")
     lines = seen.read_text().splitlines()
     assert lines and lines[0] == "0 (48, 64, 3)"
+
+
+def test_worker_priority_follows_what_is_watched(tmp_path, no_leftovers):
+    """Background videos run under SCHED_IDLE; a live page gets nice 10 so it stays fresh."""
+    import psutil
+
+    policy = LinearPolicy(8, 2)
+    with Plotter("Swimmer-v5", policy, video_dir=str(tmp_path)) as videos, \
+            Plotter("Swimmer-v5", policy, http=0) as live, \
+            Plotter("Swimmer-v5", policy, http=0, priority="idle") as chosen:
+        for plotter in (videos, live, chosen):
+            wait_for(lambda: plotter.stats["alive"] and plotter.stats["worker_pids"],
+                     30,
+                     message="worker pids")
+        wait_for(lambda: all(
+            os.sched_getscheduler(pid) == os.SCHED_IDLE
+            for pid in videos.stats["worker_pids"].values()),
+                 30,
+                 message="SCHED_IDLE workers")
+        wait_for(lambda: all(
+            psutil.Process(pid).nice() == 10 for pid in live.stats["worker_pids"].values()),
+                 30,
+                 message="nice 10 workers for the live page")
+        wait_for(lambda: all(
+            os.sched_getscheduler(pid) == os.SCHED_IDLE
+            for pid in chosen.stats["worker_pids"].values()),
+                 30,
+                 message="an explicit priority to win")

@@ -27,6 +27,27 @@ _STREAM_PIPE_BYTES = 16384
 _MAX_METRICS_MESSAGE = 4000
 
 
+def new_worker_stats() -> Dict[str, Any]:
+    """The counters a supervisor keeps up to date (``Plotter.stats`` and the viewer's)."""
+    return {
+        "updates_sent": 0,
+        "updates_applied": 0,
+        "episodes": 0,
+        "frames": 0,
+        "videos": 0,
+        "restarts": 0,
+        "alive": False,
+        "disabled": False,
+        "last_applied_update": None,
+        "last_applied_iteration": None,
+        "last_video": None,
+        "last_error": None,
+        "gl_renderer": None,
+        "visual_preset": None,
+        "worker_pids": None,
+    }
+
+
 class _Pair:
     """One launch of the two processes and the pipes the supervisor keeps."""
 
