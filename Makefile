@@ -21,7 +21,8 @@ venv: $(STAMP)
 
 demo: $(STAMP)
 	@scripts/system_deps.sh demo
-	$(PY) examples/trpo_swimmer.py --exp-name demo --n-itr 60 --n-parallel 2 --plot-priority low
+	$(PY) examples/trpo_swimmer.py --exp-name demo --n-itr 60 --n-parallel 2 --plot-priority low \
+		--plot-path-length 200
 
 test: $(STAMP)
 	@scripts/system_deps.sh test

@@ -30,6 +30,11 @@ def main() -> None:
                         default=None,
                         help="CPU priority of the plot worker (default: the library's, idle); "
                         "low shows more frames at some cost to training")
+    parser.add_argument("--plot-path-length",
+                        type=int,
+                        default=None,
+                        help="steps per plotted rollout (default: the training's 500); shorter "
+                        "rollouts give more frequent videos")
     parser.add_argument("--http",
                         default=None,
                         help="also serve a live page: a port (8080) or host:port")
@@ -67,7 +72,11 @@ def main() -> None:
 def _plot_options(args: argparse.Namespace) -> dict:
     if not args.plot:
         return {}
-    options = {"http": args.http, "priority": args.plot_priority}
+    options = {
+        "http": args.http,
+        "priority": args.plot_priority,
+        "max_path_length": args.plot_path_length
+    }
     return {name: value for name, value in options.items() if value is not None}
 
 
