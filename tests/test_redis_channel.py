@@ -3,6 +3,7 @@
 Cross-process behaviour (the ``async-plotter view`` command, Ctrl-C, a dying viewer) is in
 ``test_redis_viewer.py``.
 """
+import itertools
 import logging
 import signal
 import threading
@@ -149,15 +150,20 @@ def test_viewer_first_and_trainer_first_get_the_newest_at_once(redis_server, pai
     assert time.monotonic() - started < 1.0, "a late viewer must not wait for the next update"
 
 
+_NUMBERS = itertools.count(99)
+
+
 def _sealed(pair, key=SECRET, count=None):
-    """A well-formed update value for ``pair``'s experiment, signed with ``key``."""
+    """A well-formed update value for ``pair``'s experiment, signed with ``key``, claiming to be
+    newer than anything the pair published (else the reader refuses it as old, unread)."""
     count = pair.size if count is None else count
     value = bytearray(update_bytes(count, np.float32))
     seal_update(value,
                 key,
                 pair.experiment,
-                run_id=1,
-                number=99,
+                run_id=pair.writer.run_id,
+                run_started_ns=pair.writer.run_started_ns,
+                number=next(_NUMBERS),
                 iteration=None,
                 max_path_length=5,
                 count=count,

@@ -8,7 +8,7 @@ from async_plotter.channel.redis_channel import check_channel_arguments
 from async_plotter.channel.redis_link import redact
 from async_plotter.channel.redis_wire import (UPDATE_HEADER, Expected, StructureMismatch,
                                               metrics_payload, open_metrics, open_structure,
-                                              open_update, seal_metrics, seal_structure,
+                                              open_update, RunKey, seal_metrics, seal_structure,
                                               seal_update, structure_id_of, update_bytes)
 from async_plotter.channel.signing import PayloadRejected, Verifier, read_secret_file
 from async_plotter.errors import InvalidArgumentError
@@ -82,7 +82,13 @@ def test_unsigned_rules():
     with pytest.raises(PayloadRejected, match="unsigned"):
         _open(unsigned)  # a viewer with a secret wants a signature
     _open(unsigned, key=None, trust=True)
-    _open(unsigned, key=KEY, trust=True)
+    # A key present means signatures are required: trusting unsigned payloads as well is a
+    # contradiction, refused when the rules are made, not silently honoured.
+    with pytest.raises(ValueError, match="conflicts"):
+        _open(unsigned, key=KEY, trust=True)
+    # No key and no explicit trust: nothing is accepted, signed or not.
+    with pytest.raises(PayloadRejected, match="no secret"):
+        _open(unsigned, key=None, trust=False)
     with pytest.raises(PayloadRejected, match="checksum"):
         _open(unsigned[:-1] + bytes([unsigned[-1] ^ 1]), key=None, trust=True)
     with pytest.raises(PayloadRejected, match="no secret"):
@@ -98,10 +104,10 @@ def test_size_and_structure_are_held_against_the_loaded_structure():
 
 def test_structure_round_trip_and_tampering():
     meta = {"size": 3, "dtype": "float32", "env": "CartPole-v1"}
-    value, structure_id = seal_structure(KEY, "exp", 5, 1.0, meta, b"pickled config")
+    value, structure_id = seal_structure(KEY, "exp", 5, 1_000, meta, b"pickled config")
     structure = open_structure(value, Verifier(KEY, False), "exp")
     assert structure.body == b"pickled config" and structure.structure_id == structure_id
-    assert structure.expected() == Expected(structure_id, 3, "float32")
+    assert structure.expected() == Expected(structure_id, 3, "float32", RunKey(1_000, 5))
     tampered = value.replace(b"pickled", b"PICKLED")
     with pytest.raises(PayloadRejected, match="signature"):
         open_structure(tampered, Verifier(KEY, False), "exp")
@@ -109,7 +115,7 @@ def test_structure_round_trip_and_tampering():
         open_structure(value, Verifier(b"w" * 32, False), "exp")
     with pytest.raises(PayloadRejected, match="truncated"):
         open_structure(value[:-3], Verifier(KEY, False), "exp")
-    absurd, _ = seal_structure(KEY, "exp", 5, 1.0, {"size": 10**12, "dtype": "float32"}, b"x")
+    absurd, _ = seal_structure(KEY, "exp", 5, 1_000, {"size": 10**12, "dtype": "float32"}, b"x")
     with pytest.raises(PayloadRejected, match="impossible"):
         open_structure(absurd, Verifier(KEY, False), "exp")
 

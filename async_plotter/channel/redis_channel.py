@@ -9,6 +9,12 @@ Updates published while it sends are coalesced: only the newest is sent next. Af
 connection it logs one warning, reconnects with backoff, and publishes the structure and the
 newest update again (a restarted server may have lost them).
 
+Re-assertion: every ``REASSERT_INTERVAL`` seconds the sender reads the first bytes of the
+structure and parameter keys (two ``GETRANGE`` of under 100 bytes) and writes its own values back
+if someone else's are there, so a structure or update injected by another writer of the server
+lasts at most that long for viewers that start meanwhile (running viewers refuse anything older
+than what they accepted; see ``redis_wire.RunKey``).
+
 Viewer side: ``RedisReader`` (``redis_reader``), the worker's end, and ``redis_viewer`` for the
 command line. The byte layout is in ``redis_wire``.
 """
@@ -29,10 +35,11 @@ from async_plotter.channel.redis_link import (Backoff, OutageLog, close_quietly,
                                               connection_errors, url_problem)
 from async_plotter.channel.redis_reader import RedisReader
 from async_plotter.channel.redis_wire import (MAX_METRICS_BYTES, MAX_VALUE_BYTES, METRICS_CAP,
-                                              UPDATE_HEADER, Expected, ExperimentKeys, dtype_code,
-                                              metrics_payload, run_hex, seal_metrics,
-                                              seal_structure, seal_update, update_bytes,
-                                              valid_experiment)
+                                              STRUCTURE_HEADER, UPDATE_HEADER, Expected,
+                                              ExperimentKeys, PayloadRejected, RunKey, dtype_code,
+                                              metrics_payload, parse_structure_head, run_hex,
+                                              seal_metrics, seal_structure, seal_update,
+                                              update_bytes, valid_experiment)
 from async_plotter.channel.signing import SECRET_ENV, resolve_secret, warn_if_weak
 from async_plotter.errors import InvalidArgumentError
 
@@ -45,6 +52,11 @@ TTL_ENV = "ASYNC_PLOTTER_REDIS_TTL"
 DEFAULT_TTL = 3600.0
 # The worker's own limit for one metrics message (an atomic pipe write; see the supervisor).
 _MAX_WORKER_METRICS = 4000
+#: seconds between checks that the structure and newest update in Redis are still this trainer's
+REASSERT_INTERVAL = 2.0
+# A previous run's start this far ahead of our clock is not trusted to bump ours (it may be
+# forged: headers are read here without verifying them).
+_MAX_CLOCK_SKEW_NS = 24 * 3600 * 10**9
 
 
 def check_channel_arguments(channel: Any, experiment: Any, secret: Any) -> None:
@@ -204,7 +216,11 @@ class RedisWriter:
         self._dtype = dtype
         self._ttl_ms = int(1000 * (ttl if ttl is not None else ttl_from_environment()))
         self._run_id = secrets.randbits(64)
+        self._run_started_ns = time.time_ns()
+        self._config = config
         self._structure, self._structure_id = self._seal_structure(config)
+        self._sent_update_head: Optional[bytes] = None  # header of the newest update sent
+        self._reasserted = False
         self._slot = _NewestSlot(self._size, dtype)
         self._number = -1
         self._metrics_seq = 0
@@ -231,9 +247,15 @@ class RedisWriter:
         return self._run_id
 
     @property
+    def run_started_ns(self) -> int:
+        """This session's start as written in every header (orders runs for viewers)."""
+        return self._run_started_ns
+
+    @property
     def expected(self) -> Expected:
         """What a reader must hold each update of this writer against."""
-        return Expected(self._structure_id, self._size, self._dtype.name)
+        return Expected(self._structure_id, self._size, self._dtype.name,
+                        RunKey(self._run_started_ns, self._run_id))
 
     def publish(self,
                 params: np.ndarray,
@@ -291,7 +313,7 @@ class RedisWriter:
                                         http=None,
                                         on_frame=None)
         body = pickle.dumps(published, protocol=pickle.HIGHEST_PROTOCOL)
-        created = time.time()
+        created = self._run_started_ns / 1e9
         meta = {
             "experiment": self._experiment,
             "run": run_hex(self._run_id),
@@ -304,7 +326,8 @@ class RedisWriter:
             "host": socket.gethostname(),
             "created": created,
         }
-        return seal_structure(self._key, self._experiment, self._run_id, created, meta, body)
+        return seal_structure(self._key, self._experiment, self._run_id, self._run_started_ns, meta,
+                              body)
 
     def _run(self) -> None:
         import redis
@@ -317,10 +340,11 @@ class RedisWriter:
         retry_at = 0.0
         refresh_every = self._ttl_ms / 3000.0
         refresh_at = 0.0
+        reassert_at = 0.0
         while True:
             if not self._closing.is_set():
                 # Sleep until woken by a publish, or until a reconnect or expiry refresh is due.
-                due = retry_at if client is None else refresh_at
+                due = retry_at if client is None else min(refresh_at, reassert_at)
                 self._wake.wait(max(due - time.monotonic(), 0.0))
                 self._wake.clear()
             closing = self._closing.is_set()
@@ -338,11 +362,15 @@ class RedisWriter:
                     backoff.reset()
                     self._stats["redis_connected"] = True
                     refresh_at = time.monotonic() + refresh_every
+                    reassert_at = time.monotonic() + REASSERT_INTERVAL
                 self._send_update(client)
                 self._send_metrics(client)
                 if time.monotonic() >= refresh_at:
                     self._refresh(client)
                     refresh_at = time.monotonic() + refresh_every
+                if time.monotonic() >= reassert_at and not closing:
+                    self._reassert(client)
+                    reassert_at = time.monotonic() + REASSERT_INTERVAL
             except failures as error:
                 close_quietly(client)
                 client = None
@@ -371,6 +399,8 @@ class RedisWriter:
     def _announce(self, client: Any, first: bool) -> None:
         """Publish the structure; on a reconnect also restore what a restarted server lost."""
         keys, ttl = self._keys, self._ttl_ms
+        if first:
+            self._start_after_previous_run(client)
         pipe = client.pipeline(transaction=False)
         pipe.set(keys.structure, self._structure, px=ttl)
         if first:
@@ -382,6 +412,45 @@ class RedisWriter:
             self._metrics_history.clear()
         client.publish(keys.events, f"structure {run_hex(self._run_id)}")
         self._slot.resend_last()
+
+    def _start_after_previous_run(self, client: Any) -> None:
+        """Make this run's start later than the previous run's in Redis, if this machine's clock
+        is behind it: viewers refuse runs older than one they accepted."""
+        try:
+            previous = parse_structure_head(
+                client.getrange(self._keys.structure, 0, STRUCTURE_HEADER.size - 1))
+        except PayloadRejected:
+            return  # none, or not ours
+        now = time.time_ns()
+        if self._run_started_ns <= previous.run_started_ns <= now + _MAX_CLOCK_SKEW_NS:
+            logger.info(
+                "the previous run of experiment %r started %.1f s after this one's clock says "
+                "now; numbering this run after it so that viewers accept it", self._experiment,
+                (previous.run_started_ns - self._run_started_ns) / 1e9)
+            self._run_started_ns = previous.run_started_ns + 1
+            self._structure, self._structure_id = self._seal_structure(self._config)
+
+    def _reassert(self, client: Any) -> None:
+        """Write our structure and newest update back if someone else's are in their keys."""
+        keys = self._keys
+        pipe = client.pipeline(transaction=False)
+        pipe.getrange(keys.structure, 0, STRUCTURE_HEADER.size - 1)
+        pipe.getrange(keys.params, 0, UPDATE_HEADER.size - 1)
+        structure_head, update_head = pipe.execute()
+        if structure_head != self._structure[:STRUCTURE_HEADER.size]:
+            # Once per trainer: under a lasting attack this repeats every few seconds.
+            log = logger.debug if self._reasserted else logger.warning
+            self._reasserted = True
+            log(
+                "the structure of experiment %r in Redis is not this trainer's (another writer, or "
+                "a key deleted); publishing it again", self._experiment)
+            pipe = client.pipeline(transaction=False)
+            pipe.set(keys.structure, self._structure, px=self._ttl_ms)
+            pipe.publish(keys.events, f"structure {run_hex(self._run_id)}")
+            pipe.execute()
+        if self._sent_update_head is not None and update_head != self._sent_update_head:
+            self._slot.resend_last()  # sent by the caller's next round, as after a reconnect
+            self._wake.set()
 
     def _send_update(self, client: Any) -> None:
         taken = self._slot.take()
@@ -399,7 +468,8 @@ class RedisWriter:
                     count=self._size,
                     dtype=self._dtype,
                     published_at=meta.published_at,
-                    structure_id=self._structure_id)
+                    structure_id=self._structure_id,
+                    run_started_ns=self._run_started_ns)
         keys = self._keys
         pipe = client.pipeline(transaction=False)
         pipe.set(keys.params, memoryview(buffer), px=self._ttl_ms)  # no copy of the vector
@@ -411,6 +481,7 @@ class RedisWriter:
             self._slot.failed(index, meta)
             raise
         self._slot.sent(index, meta)
+        self._sent_update_head = bytes(buffer[:UPDATE_HEADER.size])
         self._stats["published"] += 1
 
     def _send_metrics(self, client: Any) -> None:

@@ -11,7 +11,7 @@ import random
 import threading
 import time
 import urllib.parse
-from typing import Any, Callable, Optional, Set
+from typing import Any, Callable, Dict, List, Optional, Set, Tuple
 
 logger = logging.getLogger("async_plotter")
 
@@ -47,21 +47,80 @@ def connect(url: str) -> Any:
                                 retry=Retry(NoBackoff(), 0))
 
 
-def read_capped(client: Any, key: str, limit: int, what: str) -> Optional[bytes]:
-    """The string at ``key``, or None if there is none; ``PayloadRejected`` if it is longer than
-    ``limit`` bytes.
+def probe(client: Any, key: str, head_bytes: int) -> Tuple[int, bytes]:
+    """``(length, first head_bytes bytes)`` of the string at ``key``, in one round trip of a few
+    bytes: ``(0, b"")`` if there is none.
 
-    One ``GETRANGE`` for at most ``limit + 1`` bytes: a garbage value of a gigabyte is refused
-    after downloading no more than a valid one, and there is no extra round trip for its length.
+    Readers decide from this, before downloading anything, whether the value is worth fetching:
+    its stated size must match its real one (``STRLEN``), and a header they have already seen
+    (accepted or refused) is not fetched again, however many notifications say otherwise.
+    """
+    pipe = client.pipeline(transaction=False)
+    pipe.strlen(key)
+    pipe.getrange(key, 0, head_bytes - 1)
+    length, head = pipe.execute()
+    return int(length or 0), bytes(head or b"")
+
+
+def read_exact(client: Any, key: str, length: int, what: str) -> Optional[bytes]:
+    """The string at ``key`` if it is exactly ``length`` bytes long, else ``PayloadRejected``;
+    None if it is gone.
+
+    One ``GETRANGE`` for at most ``length + 1`` bytes: a value replaced by a larger one since
+    ``probe`` still costs no more than the size that was checked.
     """
     from async_plotter.channel.signing import PayloadRejected
 
-    value = client.getrange(key, 0, limit)
+    value = client.getrange(key, 0, length)
     if not value:
         return None
-    if len(value) > limit:
-        raise PayloadRejected(f"the {what} is oversized: more than {limit} bytes")
+    if len(value) != length:
+        raise PayloadRejected(f"the {what} changed size while being read ({len(value)} bytes, "
+                              f"{length} expected)")
     return value
+
+
+# Filters a stream range on the server, so that an oversized entry costs the reader a few bytes,
+# not its size: Redis has no STRLEN for stream entries, and XRANGE sends them whole.
+_BOUNDED_XRANGE = """
+local entries = redis.call('XRANGE', KEYS[1], ARGV[1], '+', 'COUNT', tonumber(ARGV[2]))
+local limit = tonumber(ARGV[3])
+for i, entry in ipairs(entries) do
+  local fields = entry[2]
+  local size = 0
+  for j = 1, #fields do size = size + #fields[j] end
+  if #fields > 8 or size > limit then
+    entries[i] = {entry[1], {'oversized', tostring(size)}}
+  end
+end
+return entries
+"""
+# The id of a stream's newest entry, without its fields.
+_LAST_STREAM_ID = """
+local last = redis.call('XREVRANGE', KEYS[1], '+', '-', 'COUNT', 1)
+if #last == 0 then return false end
+return last[1][1]
+"""
+
+
+def bounded_xrange(client: Any, key: str, start: str, count: int,
+                   entry_limit: int) -> List[Tuple[bytes, Dict[bytes, bytes]]]:
+    """At most ``count`` entries of the stream at ``key`` from ``start`` (``"-"`` or
+    ``"(ID"``); an entry whose fields add up to more than ``entry_limit`` bytes arrives as
+    ``{b"oversized": b"<size>"}``. So one call downloads at most about ``count * entry_limit``
+    bytes, whatever the stream holds."""
+    raw = client.eval(_BOUNDED_XRANGE, 1, key, start, int(count), int(entry_limit))
+    entries = []
+    for entry_id, flat in raw or []:
+        fields = dict(zip(flat[0::2], flat[1::2]))
+        entries.append((bytes(entry_id), fields))
+    return entries
+
+
+def last_stream_id(client: Any, key: str) -> Optional[bytes]:
+    """The id of the newest entry of the stream at ``key``, or None for an empty or missing one."""
+    last = client.eval(_LAST_STREAM_ID, 1, key)
+    return bytes(last) if last else None
 
 
 def close_quietly(*things: Any) -> None:

@@ -9,8 +9,15 @@ is newer than what it has. So:
 * ``newer_available`` reads two integers (no network round trip): it is called every env step;
 * a garbage or forged value costs one log line and is dropped; the worker never sees it.
 
-"Newer" means a higher update number in the same trainer session, or any update of another
-session (the trainer restarted and counts from 0 again).
+"Newer" means a higher update number in the same trainer session, or any update of a later
+session (the trainer restarted and counts from 0 again), by the signed ``RunKey`` in its header.
+An update older than the newest accepted (an earlier run's, or an earlier one of this run, written
+back by someone who can write to Redis) is refused with one log line: the viewer never goes back.
+
+Downloads are bounded before they happen: a notification first costs one ``STRLEN`` and the
+header (``probe``); the value is fetched only if its header is new to this reader, states the
+size the structure implies, matches the structure, and claims to be newer. A storm of
+notifications therefore downloads nothing more, and the reader fetches at most what was written.
 
 There is no lifeline pipe to the trainer here, so the reader watches its own parent process: when
 the viewer that started the worker dies, ``wait`` and ``newer_available`` raise ``ParentGone``
@@ -23,14 +30,19 @@ import time
 from typing import Any, Optional, Set, Tuple, Union
 
 from async_plotter.channel.base import ParamUpdate, ParentGone
-from async_plotter.channel.redis_link import read_capped, redact, run_subscription
-from async_plotter.channel.redis_wire import (MAX_VALUE_BYTES, Expected, ExperimentKeys,
-                                              StructureMismatch, open_update, update_bytes)
+from async_plotter.channel.redis_link import probe, read_exact, redact, run_subscription
+from async_plotter.channel.redis_wire import (MAX_VALUE_BYTES, NO_RUN, UPDATE_HEADER, Expected,
+                                              ExperimentKeys, RunKey, StructureMismatch, UpdateHead,
+                                              open_update, parse_update_head, update_bytes)
 from async_plotter.channel.signing import PayloadRejected, Verifier, resolve_secret
 
 logger = logging.getLogger("async_plotter")
 
 _PARENT_CHECK_INTERVAL = 0.5
+
+
+class _Known(Exception):
+    """The probed update is the one already accepted."""
 
 
 class RedisReader:
@@ -39,12 +51,15 @@ class RedisReader:
     Args:
         url: the Redis server (``redis://``, ``rediss://`` or ``unix://``).
         experiment: the experiment's name.
-        secret: the shared signing key (bytes or str); None accepts only what ``trust_unsigned``
-            allows (see ``signing.Verifier``). Unlike the trainer, the reader never reads
-            ``$ASYNC_PLOTTER_SECRET`` itself: the viewer decides and passes it.
-        trust_unsigned: accept payloads whose signature cannot be checked.
-        expected: the structure the worker was built from (its id, size and dtype); updates made
-            for another structure are skipped. None accepts any size up to Redis's limit.
+        secret: the shared signing key (bytes or str): updates must then be signed with it. None
+            accepts nothing unless ``trust_unsigned`` (see ``signing.Verifier``). Unlike the
+            trainer, the reader never reads ``$ASYNC_PLOTTER_SECRET`` itself: the viewer decides
+            and passes it.
+        trust_unsigned: without a secret, accept payloads whose signature cannot be checked.
+            With a secret it is a ``ValueError``.
+        expected: the structure the worker was built from (its id, size, dtype and run); updates
+            made for another structure are skipped, those of earlier runs refused. None accepts
+            any size up to Redis's limit.
     """
 
     def __init__(self,
@@ -67,7 +82,10 @@ class RedisReader:
         self._newest: Optional[ParamUpdate] = None
         self._newest_seq = 0  # bumped by the thread for every accepted update
         self._taken_seq = 0  # the seq of the update last returned to the worker
-        self._identity: Optional[Tuple[int, int]] = None  # (run id, number) of the newest
+        # (run, number) of the newest accepted: nothing at or below it is accepted again.
+        self._identity: Tuple[RunKey, int] = (NO_RUN if expected is None else expected.run, -1)
+        # (length, header) of the value last probed, accepted or refused: not fetched again.
+        self._last_probe: Optional[Tuple[int, bytes]] = None
         self._last_rejection = ""
         self._mismatch_logged: Set[bytes] = set()
         #: number of the last update returned (-1 before the first), as ``SharedMemoryReader``
@@ -154,39 +172,89 @@ class RedisReader:
             self._fetch(client)
 
     def _fetch(self, client: Any) -> None:
-        """Read, verify and keep the newest update; a bad one costs a log line, nothing more."""
+        """Read, verify and keep the newest update; a bad one costs a log line, nothing more.
+
+        Connection errors propagate (the subscription reconnects and calls this again)."""
         import redis
 
         key = self._keys.params
         try:
-            value = read_capped(client, key, self._max_bytes, "update")
-            if value is None:
-                return  # nothing published yet (or expired)
-            head, update = open_update(value, self._verifier, self._experiment, self._expected)
+            length, prefix = probe(client, key, UPDATE_HEADER.size)
         except redis.exceptions.ResponseError as error:
             self._reject(key, f"the key holds something else than an update ({error})")
             return
+        if length == 0:
+            return  # nothing published yet (or expired)
+        if (length, prefix) == self._last_probe:
+            return  # the value we already have, or already refused
+        try:
+            fetched = self._download(client, key, length, prefix)
+        except redis.exceptions.ResponseError as error:
+            fetched = None
+            self._reject(key, f"the key holds something else than an update ({error})")
         except PayloadRejected as error:
+            fetched = None
             self._reject(key, str(error))
-            return
+        except _Known:
+            fetched = None  # the update we have, written again (a trainer re-asserting it)
         except StructureMismatch as mismatch:
-            if mismatch.structure_id not in self._mismatch_logged:
+            fetched = None
+            if mismatch.structure_id not in self._mismatch_logged and len(
+                    self._mismatch_logged) < 64:
                 self._mismatch_logged.add(mismatch.structure_id)
                 logger.info(
                     "skipping updates in %s made for another policy structure (the trainer "
                     "restarted with a different policy); the viewer reloads the new one", key)
+        # Decided (a connection error would have left): this header is not fetched again.
+        self._last_probe = (length, prefix)
+        if fetched is None:
             return
-        identity = (head.run_id, head.number)
+        head, update = fetched
         with self._condition:
-            current = self._identity
-            if current is not None and identity[0] == current[0] and identity[1] <= current[1]:
-                return  # the one we have, or an older one (a notification raced our read)
-            self._identity = identity
+            self._identity = (head.run, head.number)
             self._newest = update
             self._published_at = head.published_at
             self._newest_seq += 1
             self._condition.notify_all()
         self._last_rejection = ""
+
+    def _download(self, client: Any, key: str, length: int,
+                  prefix: bytes) -> Optional[Tuple[UpdateHead, ParamUpdate]]:
+        """Fetch and verify the value whose length and header were probed, or raise why not."""
+        # Everything decided from the unverified header only ever refuses: a value that claims
+        # to be old, of another size or of another structure is not worth downloading.
+        if length > self._max_bytes:
+            raise PayloadRejected(f"the update is oversized: {length} bytes, more than the "
+                                  f"{self._max_bytes} its structure allows")
+        head = parse_update_head(prefix)
+        if length != head.total:
+            problem = "truncated" if length < head.total else "longer than its header says"
+            raise PayloadRejected(f"the update is {problem}: {length} bytes, its header says "
+                                  f"{head.count} parameters ({head.total} bytes)")
+        expected = self._expected
+        if expected is not None and head.structure_id != expected.structure_id:
+            raise StructureMismatch(head.structure_id)
+        self._check_fresh(head.run, head.number)
+        value = read_exact(client, key, length, "update")
+        if value is None:
+            return None
+        head, update = open_update(value, self._verifier, self._experiment, expected)
+        self._check_fresh(head.run, head.number)  # again, from the verified header
+        return head, update
+
+    def _check_fresh(self, run: RunKey, number: int) -> None:
+        """``PayloadRejected`` for an update at or below the newest accepted."""
+        newest_run, newest_number = self._identity
+        if run < newest_run:
+            raise PayloadRejected(
+                "the update belongs to an earlier trainer run than one already accepted (a "
+                "replayed old value; or the trainer machine's clock is behind the previous "
+                "run's, then restart the viewer)")
+        if run == newest_run and number <= newest_number:
+            if number == newest_number:
+                raise _Known()
+            raise PayloadRejected(f"the update is number {number}, older than update "
+                                  f"{newest_number} already applied (a replayed old value)")
 
     def _reject(self, key: str, reason: str) -> None:
         self.rejected += 1

@@ -10,25 +10,51 @@ import threading
 import time
 from typing import Any, Callable, Dict, List, Optional, Set, Tuple
 
-from async_plotter.channel.redis_link import read_capped, redact, run_subscription
-from async_plotter.channel.redis_wire import (STRUCTURE_HEADER, UPDATE_HEADER, ExperimentKeys,
-                                              MetricsEntry, Structure,
-                                              experiment_from_structure_key, open_metrics,
-                                              open_structure, parse_meta, parse_structure_head,
-                                              parse_update_head)
+from async_plotter.channel.redis_link import (bounded_xrange, last_stream_id, probe, read_exact,
+                                              redact, run_subscription)
+from async_plotter.channel.redis_wire import (MAX_METRICS_BYTES, STRUCTURE_HEADER, TAG_BYTES,
+                                              UPDATE_HEADER, ExperimentKeys, MetricsEntry, NO_RUN,
+                                              RunKey, Structure, experiment_from_structure_key,
+                                              open_metrics, open_structure, parse_meta,
+                                              parse_structure_head, parse_update_head)
 from async_plotter.channel.signing import PayloadRejected, Verifier
 
 logger = logging.getLogger("async_plotter")
 
 #: a structure value larger than this is refused before it is downloaded
 MAX_STRUCTURE_BYTES = 256 * 1024 * 1024
-_METRICS_BATCH = 1000
+#: seconds between two downloads of a structure body: a storm of fake structures (each one a
+#: new header) costs the viewer at most one download per interval
+STRUCTURE_FETCH_INTERVAL = 1.0
+#: metrics entries per read; with entries capped on the server, one read is at most ~1 MiB
+METRICS_BATCH = 100
+#: reads per fetch; what is left is read on the next notification or idle tick
+METRICS_READS_PER_FETCH = 20
+# One entry's fields: the JSON payload, the signed flag, the tag, and their three names.
+_METRICS_ENTRY_BYTES = MAX_METRICS_BYTES + TAG_BYTES + 16
+# Runs whose metrics sequence is remembered (each new run is one entry).
+_RUNS_REMEMBERED = 256
+_IDLE_INTERVAL = 0.5
+#: experiments ``list`` describes at most (each costs a few round trips)
+MAX_LISTED = 1000
+
+
+def _stream_id(text: str) -> Tuple[int, int]:
+    milliseconds, _, sequence = text.partition("-")
+    return int(milliseconds), int(sequence or 0)
 
 
 class ExperimentWatcher:
     """Follows one experiment in a daemon thread: calls ``on_structure(structure)`` for each new
     verified structure (a new trainer session) and ``on_metrics(entry)`` for each new verified
-    metrics entry, in order. Survives server restarts; bad values cost one log line."""
+    metrics entry, in order. Survives server restarts; bad values cost one log line.
+
+    Never goes back: a structure of a run older than the newest accepted (``RunKey``, signed) is
+    refused. Never downloads without a bound: a structure is fetched only when its header (read
+    with its length) is new and claims a later run, at most once per
+    ``STRUCTURE_FETCH_INTERVAL``; metrics are read ``METRICS_BATCH`` at a time, each entry capped
+    on the server, from where the last read ended (also after a reconnect).
+    """
 
     def __init__(self, url: str, experiment: str, verifier: Verifier,
                  on_structure: Callable[[Structure], None], on_metrics: Callable[[MetricsEntry],
@@ -39,10 +65,18 @@ class ExperimentWatcher:
         self._verifier = verifier
         self._on_structure = on_structure
         self._on_metrics = on_metrics
-        self._delivered: Optional[Tuple[int, bytes]] = None  # (run id, structure id)
+        self._newest_run: RunKey = NO_RUN  # of the newest structure delivered
+        self._last_probe: Optional[Tuple[int, bytes]] = None  # structure (length, header) decided
+        self._next_download = 0.0  # monotonic time before which no structure body is fetched
+        self._structure_due = False  # a fetch was deferred by the interval above
         self._metrics_after = "-"
+        self._metrics_due = False  # more entries are waiting than one fetch reads
         self._metrics_seen: Dict[int, int] = {}  # run id -> highest seq delivered
         self._last_rejection: Dict[str, str] = {}
+        self._client: Optional[Any] = None
+        #: structure bodies downloaded, and their bytes (for tests and benchmarks)
+        self.structure_downloads = 0
+        self.structure_bytes = 0
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._listen,
                                         name="async_plotter-redis-watcher",
@@ -58,12 +92,18 @@ class ExperimentWatcher:
         self._thread.join(2.0)
 
     def _listen(self) -> None:
-        run_subscription(self._url, self._keys.events, f"viewer of experiment {self._experiment!r}",
-                         self._stop, self._on_connect, self._on_events)
+        run_subscription(self._url,
+                         self._keys.events,
+                         f"viewer of experiment {self._experiment!r}",
+                         self._stop,
+                         self._on_connect,
+                         self._on_events,
+                         on_idle=self._on_idle,
+                         idle_interval=_IDLE_INTERVAL)
 
     def _on_connect(self, client: Any) -> None:
-        # A restarted server may hold a different stream: read it all; entries seen are skipped.
-        self._metrics_after = "-"
+        self._client = client
+        self._restart_metrics_if_replaced(client)
         self._fetch_structure(client)
         self._fetch_metrics(client)
 
@@ -73,40 +113,116 @@ class ExperimentWatcher:
         if "metrics" in kinds:
             self._fetch_metrics(client)
 
+    def _on_idle(self) -> None:
+        # Deferred work; a connection error here is left for the next notification to meet.
+        client = self._client
+        if client is None or self._stop.is_set():
+            return
+        try:
+            if self._structure_due and time.monotonic() >= self._next_download:
+                self._fetch_structure(client)
+            if self._metrics_due:
+                self._fetch_metrics(client)
+        except Exception as error:  # noqa: BLE001 - the listening loop reconnects on its own
+            logger.debug("deferred read of experiment %r failed: %s", self._experiment, error)
+
     def _fetch_structure(self, client: Any) -> None:
         import redis
 
         key = self._keys.structure
         try:
-            value = read_capped(client, key, MAX_STRUCTURE_BYTES, "structure")
-            if value is None:
-                return
-            structure = open_structure(value, self._verifier, self._experiment)
+            length, prefix = probe(client, key, STRUCTURE_HEADER.size)
         except redis.exceptions.ResponseError as error:
             self._reject(key, f"the key holds something else than a structure ({error})")
             return
+        if length == 0 or (length, prefix) == self._last_probe:
+            return  # none, or the one already accepted or refused: nothing to download
+        if time.monotonic() < self._next_download:
+            self._structure_due = True  # fetched by _on_idle once the interval has passed
+            return
+        self._structure_due = False
+        try:
+            structure = self._download_structure(client, key, length, prefix)
+        except redis.exceptions.ResponseError as error:
+            structure = None
+            self._reject(key, f"the key holds something else than a structure ({error})")
         except PayloadRejected as error:
+            structure = None
             self._reject(key, str(error))
+        # Decided (a connection error would have left): this header is not fetched again.
+        self._last_probe = (length, prefix)
+        if structure is None:
             return
         self._last_rejection.pop(key, None)
-        identity = (structure.run_id, structure.structure_id)
-        if identity != self._delivered:
-            self._delivered = identity
+        if structure.run > self._newest_run:
+            self._newest_run = structure.run
             self._on_structure(structure)
+
+    def _download_structure(self, client: Any, key: str, length: int,
+                            prefix: bytes) -> Optional[Structure]:
+        """Check what the probed header says, then fetch and verify; ``PayloadRejected``."""
+        if length > MAX_STRUCTURE_BYTES:
+            raise PayloadRejected(f"the structure is oversized: {length} bytes, more than "
+                                  f"{MAX_STRUCTURE_BYTES}")
+        head = parse_structure_head(prefix)
+        if length != head.total:
+            problem = "truncated" if length < head.total else "longer than its header says"
+            raise PayloadRejected(f"the structure is {problem}: {length} bytes, its header "
+                                  f"says {head.total}")
+        self._check_fresh(head.run)
+        if head.run == self._newest_run:
+            return None  # the structure already delivered, written again
+        self._next_download = time.monotonic() + STRUCTURE_FETCH_INTERVAL
+        value = read_exact(client, key, length, "structure")
+        if value is None:
+            return None
+        self.structure_downloads += 1
+        self.structure_bytes += len(value)
+        structure = open_structure(value, self._verifier, self._experiment)
+        self._check_fresh(structure.run)  # again, from the verified header
+        return structure
+
+    def _check_fresh(self, run: RunKey) -> None:
+        if run < self._newest_run:
+            raise PayloadRejected(
+                "the structure belongs to an earlier trainer run than the one this viewer "
+                "follows (a replayed old value, refused; or the trainer machine's clock is "
+                "behind the previous run's, then restart the viewer)")
+
+    def _restart_metrics_if_replaced(self, client: Any) -> None:
+        """Continue after the last entry read, unless the stream now ends before it (another
+        server, or one whose clock went back): then read it from the start."""
+        import redis
+
+        if self._metrics_after == "-":
+            return
+        try:
+            last = last_stream_id(client, self._keys.metrics)
+        except redis.exceptions.ResponseError:
+            return  # not a stream: _fetch_metrics says so
+        if last is None or _stream_id(last.decode("ascii", "replace")) < _stream_id(
+                self._metrics_after):
+            self._metrics_after = "-"
 
     def _fetch_metrics(self, client: Any) -> None:
         import redis
 
         key = self._keys.metrics
-        while not self._stop.is_set():
+        self._metrics_due = False
+        for _ in range(METRICS_READS_PER_FETCH):
+            if self._stop.is_set():
+                return
             start = "-" if self._metrics_after == "-" else f"({self._metrics_after}"
             try:
-                entries = client.xrange(key, min=start, max="+", count=_METRICS_BATCH)
+                entries = bounded_xrange(client, key, start, METRICS_BATCH, _METRICS_ENTRY_BYTES)
             except redis.exceptions.ResponseError as error:
                 self._reject(key, f"the key holds something else than a metrics stream ({error})")
                 return
             for entry_id, fields in entries:
                 self._metrics_after = entry_id.decode("ascii", "replace")
+                if b"oversized" in fields:
+                    self._reject(key, "a metrics entry is oversized (not downloaded)")
+                    continue
                 try:
                     entry = open_metrics(fields, self._verifier, self._experiment)
                 except PayloadRejected as error:
@@ -114,10 +230,14 @@ class ExperimentWatcher:
                     continue
                 if entry.seq <= self._metrics_seen.get(entry.run_id, -1):
                     continue  # restored after a server restart: already delivered
+                if (entry.run_id not in self._metrics_seen
+                        and len(self._metrics_seen) >= _RUNS_REMEMBERED):
+                    self._metrics_seen.pop(next(iter(self._metrics_seen)))
                 self._metrics_seen[entry.run_id] = entry.seq
                 self._on_metrics(entry)
-            if len(entries) < _METRICS_BATCH:
+            if len(entries) < METRICS_BATCH:
                 return
+        self._metrics_due = True  # more to read: on the next idle tick
 
     def _reject(self, key: str, reason: str) -> None:
         # Said once per distinct reason and key, not after every reconnect or entry.
@@ -154,6 +274,10 @@ def list_experiments(client: Any) -> List[ExperimentSummary]:
         name = experiment_from_structure_key(key)
         if name is not None:
             names.add(name)
+            if len(names) >= MAX_LISTED:
+                logger.warning("more than %d experiments on the server; listing the first found",
+                               MAX_LISTED)
+                break
     rows = []
     for name in sorted(names):
         row = ExperimentSummary(name)
@@ -163,6 +287,9 @@ def list_experiments(client: Any) -> List[ExperimentSummary]:
             row.problem = str(error)
         except redis.exceptions.ResponseError as error:
             row.problem = f"a key holds something else than async_plotter data ({error})"
+        except (ValueError, TypeError, OverflowError, RecursionError) as error:
+            # Whatever odd values someone wrote there: one unreadable row, not a traceback.
+            row.problem = f"unreadable description ({type(error).__name__})"
         rows.append(row)
     return rows
 

@@ -14,6 +14,15 @@ carry no data and are never trusted: they only tell a viewer to read the keys ag
 Only the newest update of an experiment exists: each publish overwrites ``params``. ``RUN`` is a
 random 64-bit id per trainer session, so a viewer can tell "trainer restarted at update 0" from "an
 old update".
+
+Freshness: every structure and update header carries, under the signature, the run's start time
+(integer nanoseconds of the trainer's wall clock, bumped past the previous run's if that clock is
+behind) and, for updates, the update number. ``RunKey`` orders them; a viewer never accepts a
+structure or update older than the newest it has accepted, so a replayed value of an earlier run,
+or an earlier update of this run, is refused with a log line.
+
+Sizes: every header states the whole value's length, and readers compare it with ``STRLEN`` before
+downloading anything; a header they already saw is not downloaded again (see ``redis_link``).
 """
 import dataclasses
 import json
@@ -27,7 +36,7 @@ import numpy as np
 from async_plotter.channel.base import ParamUpdate
 from async_plotter.channel.signing import TAG_BYTES, PayloadRejected, Verifier, compute_tag
 
-WIRE_VERSION = 1
+WIRE_VERSION = 2
 KEY_PREFIX = "async_plotter"
 EXPERIMENT_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
 
@@ -37,20 +46,23 @@ FLAG_SIGNED = 1
 MAX_VALUE_BYTES = 512 * 1024 * 1024
 MAX_META_BYTES = 64 * 1024
 MAX_METRICS_BYTES = 8 * 1024
+#: deepest nesting of JSON a viewer parses (the description and metrics are flat objects)
+MAX_JSON_DEPTH = 16
 #: metrics entries kept per experiment (older ones are trimmed)
 METRICS_CAP = 10000
 
 _DTYPES = {1: np.dtype("<f4"), 2: np.dtype("<f8")}
 _DTYPE_CODES = {dtype.newbyteorder("="): code for code, dtype in _DTYPES.items()}
 
-# magic, version, flags, header length, dtype code, reserved, run id, update number, iteration
-# (-1: none), max_path_length, parameter count (the shape is (count,)), publish time (Unix
-# seconds), structure id (first 16 bytes of the structure body's SHA-256), padding to 80 bytes
-UPDATE_HEADER = struct.Struct("<4sHHHBBQQqQQd16s4x")
+# magic, version, flags, header length, dtype code, reserved, run id, run start (ns), update
+# number, iteration (-1: none), max_path_length, parameter count (the shape is (count,)), publish
+# time (Unix seconds), structure id (first 16 bytes of the structure body's SHA-256), padding to 88
+# bytes (parameters stay 8-byte aligned)
+UPDATE_HEADER = struct.Struct("<4sHHHBBQQQqQQd16s4x")
 UPDATE_MAGIC = b"APUP"
-# magic, version, flags, header length, reserved, meta length, body length, run id, creation time
-# (Unix seconds), structure id
-STRUCTURE_HEADER = struct.Struct("<4sHHHHIQQd16s")
+# magic, version, flags, header length, reserved, meta length, body length, run id, run start
+# (Unix nanoseconds), structure id
+STRUCTURE_HEADER = struct.Struct("<4sHHHHIQQQ16s")
 STRUCTURE_MAGIC = b"APST"
 
 
@@ -113,6 +125,21 @@ def event_kind(data: Any) -> str:
     return ""
 
 
+@dataclasses.dataclass(frozen=True, order=True)
+class RunKey:
+    """Orders trainer sessions: a later start wins; the random id only breaks exact ties.
+
+    Both fields are inside the signature of every structure and update, so an attacker without the
+    secret can replay an old run's values but cannot make them look newer.
+    """
+
+    started_ns: int
+    run_id: int
+
+
+#: lower than every real run
+NO_RUN = RunKey(0, 0)
+
 # ---------------------------------------------------------------------------------- updates
 
 
@@ -121,9 +148,19 @@ def update_bytes(count: int, dtype: np.dtype) -> int:
     return UPDATE_HEADER.size + count * np.dtype(dtype).itemsize + TAG_BYTES
 
 
-def seal_update(buffer: bytearray, key: Optional[bytes], experiment: str, *, run_id: int,
-                number: int, iteration: Optional[int], max_path_length: int, count: int,
-                dtype: np.dtype, published_at: float, structure_id: bytes) -> None:
+def seal_update(buffer: bytearray,
+                key: Optional[bytes],
+                experiment: str,
+                *,
+                run_id: int,
+                number: int,
+                iteration: Optional[int],
+                max_path_length: int,
+                count: int,
+                dtype: np.dtype,
+                published_at: float,
+                structure_id: bytes,
+                run_started_ns: int = 0) -> None:
     """Write the header and the tag around parameters already copied into ``buffer``.
 
     ``buffer`` is ``update_bytes(count, dtype)`` long, parameters at offset
@@ -131,7 +168,7 @@ def seal_update(buffer: bytearray, key: Optional[bytes], experiment: str, *, run
     """
     UPDATE_HEADER.pack_into(buffer, 0, UPDATE_MAGIC, WIRE_VERSION,
                             FLAG_SIGNED if key is not None else 0, UPDATE_HEADER.size,
-                            dtype_code(dtype), 0, run_id, number,
+                            dtype_code(dtype), 0, run_id, run_started_ns, number,
                             -1 if iteration is None else iteration, max_path_length, count,
                             published_at, structure_id)
     view = memoryview(buffer)
@@ -151,15 +188,27 @@ class UpdateHead:
     dtype: np.dtype
     published_at: float
     structure_id: bytes
+    run_started_ns: int = 0
+
+    @property
+    def run(self) -> RunKey:
+        """The trainer session that made it."""
+        return RunKey(self.run_started_ns, self.run_id)
+
+    @property
+    def total(self) -> int:
+        """The whole value's length, as the header states it."""
+        return update_bytes(self.count, self.dtype)
 
 
 def parse_update_head(value: bytes) -> UpdateHead:
-    """Parse the fixed header; ``PayloadRejected`` if it is not one of ours."""
-    if len(value) < UPDATE_HEADER.size + TAG_BYTES:
+    """Parse the fixed header (the value's first ``UPDATE_HEADER.size`` bytes are enough);
+    ``PayloadRejected`` if it is not one of ours."""
+    if len(value) < UPDATE_HEADER.size:
         raise PayloadRejected(f"the update is truncated: {len(value)} bytes, shorter than a "
                               "header")
-    (magic, version, flags, header_len, code, _, run_id, number, iteration, max_path_length, count,
-     published_at, structure_id) = UPDATE_HEADER.unpack_from(value, 0)
+    (magic, version, flags, header_len, code, _, run_id, run_started_ns, number, iteration,
+     max_path_length, count, published_at, structure_id) = UPDATE_HEADER.unpack_from(value, 0)
     if magic != UPDATE_MAGIC:
         raise PayloadRejected("the value is not an async_plotter update (wrong magic bytes)")
     if version != WIRE_VERSION or header_len != UPDATE_HEADER.size:
@@ -171,7 +220,7 @@ def parse_update_head(value: bytes) -> UpdateHead:
         raise PayloadRejected("the update's header holds impossible values")
     return UpdateHead(bool(flags & FLAG_SIGNED), run_id, number,
                       None if iteration == -1 else iteration, max_path_length, count, _DTYPES[code],
-                      published_at, structure_id)
+                      published_at, structure_id, run_started_ns)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -181,6 +230,8 @@ class Expected:
     structure_id: bytes
     size: int
     dtype: str  # "float32" | "float64"
+    #: the run of the structure loaded: updates of older runs are refused
+    run: RunKey = NO_RUN
 
 
 class StructureMismatch(Exception):
@@ -199,7 +250,7 @@ def open_update(value: bytes, verifier: Verifier, experiment: str,
     Raises ``PayloadRejected`` (with the reason) or ``StructureMismatch``.
     """
     head = parse_update_head(value)
-    size = update_bytes(head.count, head.dtype)
+    size = head.total
     if len(value) != size:
         problem = "truncated" if len(value) < size else "longer than its header says"
         raise PayloadRejected(f"the update is {problem}: {len(value)} bytes, its header says "
@@ -231,10 +282,17 @@ class Structure:
     run_id: int
     structure_id: bytes
     signed: bool
+    run_started_ns: int = 0
+
+    @property
+    def run(self) -> RunKey:
+        """The trainer session that published it."""
+        return RunKey(self.run_started_ns, self.run_id)
 
     def expected(self) -> Expected:
         """What every update for this structure must match."""
-        return Expected(self.structure_id, int(self.meta["size"]), str(self.meta["dtype"]))
+        return Expected(self.structure_id, int(self.meta["size"]), str(self.meta["dtype"]),
+                        self.run)
 
 
 def structure_id_of(body: bytes) -> bytes:
@@ -242,14 +300,15 @@ def structure_id_of(body: bytes) -> bytes:
     return compute_tag(None, b"structure-id", "", body)[:16]
 
 
-def seal_structure(key: Optional[bytes], experiment: str, run_id: int, created: float,
+def seal_structure(key: Optional[bytes], experiment: str, run_id: int, run_started_ns: int,
                    meta: Dict[str, Any], body: bytes) -> Tuple[bytes, bytes]:
-    """The structure value and its id."""
+    """The structure value and its id. ``run_started_ns``: the run's start (Unix nanoseconds),
+    which orders runs for viewers (see ``RunKey``)."""
     meta_bytes = json.dumps(meta, sort_keys=True).encode("utf-8")
     structure_id = structure_id_of(body)
     header = STRUCTURE_HEADER.pack(STRUCTURE_MAGIC, WIRE_VERSION,
                                    FLAG_SIGNED if key is not None else 0, STRUCTURE_HEADER.size, 0,
-                                   len(meta_bytes), len(body), run_id, created, structure_id)
+                                   len(meta_bytes), len(body), run_id, run_started_ns, structure_id)
     tag = compute_tag(key, b"structure", experiment, header, meta_bytes, body)
     return b"".join((header, meta_bytes, body, tag)), structure_id
 
@@ -262,12 +321,18 @@ class StructureHead:
     meta_len: int
     body_len: int
     run_id: int
-    created: float
+    run_started_ns: int
     structure_id: bytes
 
     @property
     def total(self) -> int:
+        """The whole value's length, as the header states it."""
         return STRUCTURE_HEADER.size + self.meta_len + self.body_len + TAG_BYTES
+
+    @property
+    def run(self) -> RunKey:
+        """The trainer session that published it (not yet verified)."""
+        return RunKey(self.run_started_ns, self.run_id)
 
 
 def parse_structure_head(prefix: bytes) -> StructureHead:
@@ -275,7 +340,7 @@ def parse_structure_head(prefix: bytes) -> StructureHead:
     if len(prefix) < STRUCTURE_HEADER.size:
         raise PayloadRejected(f"the structure is truncated: {len(prefix)} bytes, shorter than a "
                               "header")
-    (magic, version, flags, header_len, _, meta_len, body_len, run_id, created,
+    (magic, version, flags, header_len, _, meta_len, body_len, run_id, run_started_ns,
      structure_id) = STRUCTURE_HEADER.unpack_from(prefix, 0)
     if magic != STRUCTURE_MAGIC:
         raise PayloadRejected("the value is not an async_plotter structure (wrong magic bytes)")
@@ -284,16 +349,43 @@ def parse_structure_head(prefix: bytes) -> StructureHead:
                               f"reads version {WIRE_VERSION} (upgrade async_plotter on both ends)")
     if meta_len > MAX_META_BYTES:
         raise PayloadRejected(f"the structure's description is oversized ({meta_len} bytes)")
-    return StructureHead(bool(flags & FLAG_SIGNED), meta_len, body_len, run_id, created,
+    return StructureHead(bool(flags & FLAG_SIGNED), meta_len, body_len, run_id, run_started_ns,
                          structure_id)
+
+
+_JSON_STRING = re.compile(rb'"(?:[^"\\]|\\.)*"', re.DOTALL)
+_NOT_BRACKETS = bytes(b for b in range(256) if b not in b"[]{}")
+
+
+def json_depth(raw: bytes) -> int:
+    """How deeply ``raw`` nests arrays and objects (strings skipped), without parsing it.
+
+    Python's ``json`` recurses once per level, so 60,000 ``[`` raise ``RecursionError``; checking
+    first keeps an unverified description from crashing its reader.
+    """
+    depth = deepest = 0
+    for bracket in _JSON_STRING.sub(b"", raw).translate(None, _NOT_BRACKETS):
+        depth += 1 if bracket in b"[{" else -1
+        deepest = max(deepest, depth)
+    return deepest
+
+
+def loads_bounded(raw: bytes, limit: int, what: str) -> Any:
+    """``json.loads`` of at most ``limit`` bytes and ``MAX_JSON_DEPTH`` levels, else
+    ``PayloadRejected`` naming ``what``."""
+    if len(raw) > limit:
+        raise PayloadRejected(f"{what} is oversized ({len(raw)} bytes)")
+    if json_depth(raw) > MAX_JSON_DEPTH:
+        raise PayloadRejected(f"{what} nests deeper than {MAX_JSON_DEPTH} levels")
+    try:
+        return json.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError, RecursionError) as error:
+        raise PayloadRejected(f"{what} is not JSON: {error}") from None
 
 
 def parse_meta(raw: bytes) -> Dict[str, Any]:
     """The JSON description after a structure header (safe to read unverified: it is not code)."""
-    try:
-        meta = json.loads(raw.decode("utf-8"))
-    except (UnicodeDecodeError, ValueError) as error:
-        raise PayloadRejected(f"the structure's description is not JSON: {error}") from None
+    meta = loads_bounded(raw, MAX_META_BYTES, "the structure's description")
     if not isinstance(meta, dict):
         raise PayloadRejected("the structure's description is not a JSON object")
     return meta
@@ -322,7 +414,7 @@ def open_structure(value: bytes, verifier: Verifier, experiment: str) -> Structu
             or update_bytes(size, np.dtype(dtype)) > MAX_VALUE_BYTES):
         raise PayloadRejected(f"the structure describes impossible parameters: size={size!r}, "
                               f"dtype={dtype!r}")
-    return Structure(meta, body, head.run_id, head.structure_id, head.signed)
+    return Structure(meta, body, head.run_id, head.structure_id, head.signed, head.run_started_ns)
 
 
 # ---------------------------------------------------------------------------------- metrics
@@ -368,8 +460,8 @@ def open_metrics(fields: Dict[bytes, bytes], verifier: Verifier, experiment: str
     if len(payload) > MAX_METRICS_BYTES:
         raise PayloadRejected(f"the metrics entry is oversized ({len(payload)} bytes)")
     verifier.check(signed == b"1", tag, b"metrics", experiment, payload)
+    data = loads_bounded(payload, MAX_METRICS_BYTES, "the metrics entry")
     try:
-        data = json.loads(payload.decode("utf-8"))
         run_id = int(data["run"], 16)
         seq = data["seq"]
         iteration = data["iteration"]

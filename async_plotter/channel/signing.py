@@ -6,9 +6,15 @@ secret accepts only payloads tagged with it; without a secret it refuses pickles
 says ``--trust-unsigned``.
 
 Every tag covers a domain string naming the payload's kind and experiment, so a signed update can
-not be replayed as a structure, nor into another experiment's keys. Unsigned payloads carry a plain
-SHA-256 in the same place: it cannot prove who wrote them, but it still catches corrupted or
+not be replayed as a structure, nor into another experiment's keys. Replays of an earlier run's
+signed values into the same keys are stopped elsewhere: every header carries the run's signed start
+time and sequence, and viewers never go back (see ``redis_wire.RunKey``). Unsigned payloads carry a
+plain SHA-256 in the same place: it cannot prove who wrote them, but it still catches corrupted or
 truncated values.
+
+The rule at every layer (this class, ``RedisReader``, ``ExperimentWatcher``, the command line): a
+key present means signatures are required, always; without a key nothing is accepted unless the
+caller explicitly says ``trust_unsigned=True``. The two together are a contradiction and raise.
 """
 import hashlib
 import hmac
@@ -91,37 +97,45 @@ def compute_tag(key: Optional[bytes], kind: bytes, experiment: str, *pieces: byt
 class Verifier:
     """The viewer's rules for what it accepts.
 
-    * signed payload, viewer has the secret: the HMAC must match.
-    * signed payload, no secret: refused, unless ``trust_unsigned`` (nothing can be checked).
-    * unsigned payload: its SHA-256 checksum must match, and it is refused when the viewer has a
-      secret, unless ``trust_unsigned``.
+    * viewer has the secret: the payload must be signed and its HMAC must match. Unsigned payloads
+      are refused, always (``trust_unsigned`` together with a key is a ``ValueError``: a secret
+      that an unsigned payload could bypass would protect nothing).
+    * no secret, ``trust_unsigned=False`` (the default): everything is refused, since nothing can
+      be checked and loading a structure runs code.
+    * no secret, ``trust_unsigned=True``: unsigned payloads whose SHA-256 checksum matches, and
+      signed ones (their signature cannot be checked), are accepted.
     """
 
-    def __init__(self, key: Optional[bytes], trust_unsigned: bool) -> None:
+    def __init__(self, key: Optional[bytes], trust_unsigned: bool = False) -> None:
+        if key is not None and trust_unsigned:
+            raise ValueError(
+                "trust_unsigned conflicts with the secret given: with a secret, signatures are "
+                "required, always. Drop trust_unsigned (--trust-unsigned), or the secret.")
         self.key = key
-        self.trust_unsigned = trust_unsigned
+        self.trust_unsigned = bool(trust_unsigned)
 
     def check(self, signed: bool, tag: bytes, kind: bytes, experiment: str, *pieces: bytes) -> None:
         """Raise ``PayloadRejected`` unless the payload passes the rules above."""
         what = kind.decode()
+        if self.key is None and not self.trust_unsigned:
+            raise PayloadRejected(
+                f"this viewer has no secret to check the {what} with, and was not told to trust "
+                f"unsigned payloads; set {SECRET_ENV} or pass --secret-file")
         if signed:
             if self.key is None:
-                if self.trust_unsigned:
-                    return
-                raise PayloadRejected(
-                    f"the {what} is signed, but this viewer has no secret to check it with; set "
-                    f"{SECRET_ENV} or pass --secret-file")
+                return  # trust_unsigned: nothing can be checked
             expected = compute_tag(self.key, kind, experiment, *pieces)
             if not hmac.compare_digest(expected, bytes(tag)):
                 raise PayloadRejected(
                     f"the {what}'s signature does not match: it was signed with another secret, "
                     "or it was forged or altered")
             return
+        if self.key is not None:
+            # Checked before the checksum: an unsigned payload is refused whatever it holds.
+            raise PayloadRejected(
+                f"the {what} is unsigned and this viewer has a secret, so it requires a "
+                f"signature; give the trainer the same {SECRET_ENV}")
         expected = compute_tag(None, kind, experiment, *pieces)
         if not hmac.compare_digest(expected, bytes(tag)):
             raise PayloadRejected(f"the unsigned {what}'s checksum does not match: it is corrupted "
                                   "or was altered")
-        if self.key is not None and not self.trust_unsigned:
-            raise PayloadRejected(
-                f"the {what} is unsigned (the trainer has no secret) and this viewer requires a "
-                f"signature; give the trainer the same {SECRET_ENV}, or pass --trust-unsigned")

@@ -8,6 +8,11 @@ Three kinds of thread meet here, and none of them may wait for another:
 * one thread per browser connection sends the newest JPEG and skips those it had no time for, so a
   slow or vanished browser only ever slows itself.
 
+Stream slots are few (each costs a thread), so they are not first come, first served: when they
+are all taken, a new viewer takes the slot of the slowest established one (fewest frames/s
+received, then the one stuck in a write the longest, then the oldest). A reader that trickles
+bytes to hold a slot is therefore the first to lose it, and a real browser keeps its own.
+
 Nothing is encoded while no stream is open (``has_viewers()`` is False), and the render process
 then does not even render pixels for this sink.
 """
@@ -18,7 +23,7 @@ import itertools
 import math
 import threading
 import time
-from typing import Any, Deque, Dict, List, Optional, Tuple
+from typing import Any, Callable, Deque, Dict, List, Optional, Tuple
 
 import numpy as np
 
@@ -26,6 +31,9 @@ from async_plotter.worker.stream import EpisodeInfo
 
 #: training-curve points kept for pages that connect late (oldest dropped beyond this)
 MAX_METRIC_POINTS = 20000
+#: seconds during which a new viewer is only evicted if every viewer is as young: it has not
+#: had the time to show its frame rate yet
+EVICTION_GRACE = 1.0
 
 
 class FeedClosed(Exception):
@@ -33,7 +41,11 @@ class FeedClosed(Exception):
 
 
 class TooManyViewers(Exception):
-    """The limit on simultaneous streams is reached."""
+    """The limit on simultaneous streams is reached (only with ``add_viewer(evict=False)``)."""
+
+
+class ViewerEvicted(Exception):
+    """This viewer's slot was given to a newer one (it was the slowest)."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -78,13 +90,29 @@ class RateMeter:
 class Viewer:
     """One open stream connection and what it has received (changed under the feed's lock)."""
 
-    def __init__(self, key: int, client_id: str) -> None:
+    def __init__(self,
+                 key: int,
+                 client_id: str,
+                 on_evict: Optional[Callable[[], None]] = None) -> None:
         self.key = key
         self.client_id = client_id  # chosen by the page, to find its own rates in the status
         self.sent = 0
         self.skipped = 0  # frames encoded while this viewer was still busy with an older one
         self.meter = RateMeter()
         self.last_seq = 0
+        self.created = time.monotonic()
+        self.sending_since: Optional[float] = None  # a frame handed out and not yet sent
+        self.evicted = False
+        #: called (outside the feed's lock) when the slot is taken away, e.g. to close the socket
+        #: a thread may be blocked writing to
+        self.on_evict = on_evict
+
+    def eviction_order(self, now: float) -> Tuple[bool, float, float, float]:
+        """Smallest first: established before young, then fewest frames/s, then stuck in a
+        write the longest, then oldest."""
+        young = now - self.created < EVICTION_GRACE
+        stuck = 0.0 if self.sending_since is None else now - self.sending_since
+        return (young, self.meter.rate(now), -stuck, self.created)
 
 
 class LiveFeed:
@@ -93,7 +121,8 @@ class LiveFeed:
     Args:
         title: shown on the page (the env's name).
         quality: JPEG quality, 1-95.
-        max_viewers: simultaneous streams beyond this are refused (each costs a thread).
+        max_viewers: simultaneous streams (each costs a thread); a new one beyond this takes the
+            slot of the slowest.
     """
 
     def __init__(self, title: str = "", quality: int = 80, max_viewers: int = 16) -> None:
@@ -212,19 +241,36 @@ class LiveFeed:
 
     # ------------------------------------------------------------------------- HTTP side
 
-    def add_viewer(self, client_id: str = "") -> Viewer:
-        """Register a stream connection (from now on, frames are rendered and encoded)."""
+    def add_viewer(self,
+                   client_id: str = "",
+                   on_evict: Optional[Callable[[], None]] = None,
+                   evict: bool = True) -> Viewer:
+        """Register a stream connection (from now on, frames are rendered and encoded).
+
+        When ``max_viewers`` streams are open, the slowest one is evicted (its ``next_jpeg``
+        raises ``ViewerEvicted`` and its ``on_evict`` is called), or with ``evict=False``
+        ``TooManyViewers`` is raised.
+        """
+        victim = None
         with self._lock:
             if self._closed:
                 raise FeedClosed()
-            if len(self._viewers) >= self.max_viewers:
-                raise TooManyViewers()
-            viewer = Viewer(next(self._viewer_keys), client_id)
+            if len(self._viewers) >= max(self.max_viewers, 1):
+                if not evict:
+                    raise TooManyViewers()
+                now = time.monotonic()
+                victim = min(self._viewers.values(), key=lambda v: v.eviction_order(now))
+                victim.evicted = True
+                del self._viewers[victim.key]
+                self._jpeg_ready.notify_all()
+            viewer = Viewer(next(self._viewer_keys), client_id, on_evict)
             # Start at the current frame, so a new viewer gets the next one encoded, not an old
             # one that may show a previous policy.
             viewer.last_seq = self._jpeg_seq
             self._viewers[viewer.key] = viewer
-            return viewer
+        if victim is not None and victim.on_evict is not None:
+            victim.on_evict()
+        return viewer
 
     def remove_viewer(self, viewer: Viewer) -> None:
         """The connection closed."""
@@ -234,24 +280,30 @@ class LiveFeed:
     def next_jpeg(self, viewer: Viewer, timeout: float) -> Optional[Tuple[bytes, FrameMeta]]:
         """The newest encoded frame this viewer has not had, waiting up to ``timeout`` s for one.
 
-        Returns None on timeout; raises ``FeedClosed`` once the feed is closed. Frames encoded
-        while the viewer was busy sending are skipped, never queued.
+        Returns None on timeout; raises ``FeedClosed`` once the feed is closed, ``ViewerEvicted``
+        once the viewer lost its slot. Frames encoded while the viewer was busy sending are
+        skipped, never queued.
         """
         with self._lock:
             if not self._jpeg_ready.wait_for(
-                    lambda: self._closed or self._jpeg_seq > viewer.last_seq, timeout):
+                    lambda: self._closed or viewer.evicted or self._jpeg_seq > viewer.last_seq,
+                    timeout):
                 return None
             if self._closed:
                 raise FeedClosed()
+            if viewer.evicted:
+                raise ViewerEvicted()
             if viewer.sent:
                 viewer.skipped += self._jpeg_seq - viewer.last_seq - 1
             viewer.last_seq = self._jpeg_seq
+            viewer.sending_since = time.monotonic()
             return self._jpeg
 
     def frame_sent(self, viewer: Viewer) -> None:
         """The viewer's thread finished sending a frame (counted for the page's frames/s)."""
         with self._lock:
             viewer.sent += 1
+            viewer.sending_since = None
             viewer.meter.tick()
 
     def wait_for_change(self, seen: Tuple[int, int], timeout: float) -> Tuple[int, int]:

@@ -1,4 +1,4 @@
-"""The HTTP server of the live page: the standard library's ``ThreadingHTTPServer``, no framework.
+"""The HTTP server of the live page: a small event loop for requests, a thread per open stream.
 
 Routes (all ``GET``; every one checks the token when one is configured):
 
@@ -14,36 +14,69 @@ Why MJPEG in an ``<img>`` rather than frames over a WebSocket: every browser pla
 no script, the standard library serves it (it has no WebSocket server, and a hand-written RFC 6455
 implementation is more code to get wrong), it passes through SSH tunnels and proxies as plain
 HTTP, and ``curl`` or VLC can read it too. Its one weakness, no per-frame acknowledgement, does not
-matter here: each connection has its own thread that always sends the newest frame, so a slow
-browser is limited by its own TCP window and skips frames, while the others are not affected.
-The page learns what it shows from the events stream instead of from the frames.
+matter here: each stream has its own thread that always sends the newest frame, so a slow browser
+is limited by its own TCP window and skips frames, while the others are not affected. The page
+learns what it shows from the events stream instead of from the frames.
+
+Hostile neighbours (anyone who can reach the port; on loopback, any page the user's browser opens)
+must not lock the real user out, so a connection costs nothing until it has proven itself:
+
+* One thread accepts connections and reads request headers for all of them, non-blocking. At most
+  ``MAX_PENDING`` connections may be waiting for their headers (a new one evicts the oldest
+  waiting), and the whole header block must arrive within ``HEADER_DEADLINE`` seconds, however
+  slowly it trickles. Idle sockets therefore cost a file descriptor for a few seconds, no thread.
+* Access is checked on the complete headers, in that thread: the token (off loopback), the Host
+  name (DNS rebinding) and, without a token, the origin: a request a browser marks
+  ``Sec-Fetch-Site: cross-site`` or ``same-site``, or whose ``Origin`` is not this server, is
+  refused, so a page on another origin cannot read or hold the stream (an ``<img>`` tag sends
+  those headers).
+* Only then does a request get a thread: the page from a pool of ``PAGE_WORKERS``, a stream or
+  an events stream one of their own, within ``LiveFeed.max_viewers`` and ``MAX_EVENT_STREAMS``.
+  When the slots are full, a new stream takes the slot of the slowest (``LiveFeed.add_viewer``),
+  a new events stream that of the oldest; the loser's socket is shut down so its thread leaves
+  at once. Responses close the connection: there is no keep-alive to hold open.
 """
+import collections
 import hmac
 import json
 import logging
+import selectors
 import socket
-import sys
+import struct
 import threading
 import time
 from http import HTTPStatus
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from importlib import resources
-from typing import Any, Dict, Optional, Set, Tuple
+from typing import Any, Deque, Dict, List, Optional, Tuple
 from urllib.parse import parse_qs, urlsplit
 
 from async_plotter.web.address import HttpConfig, is_loopback
-from async_plotter.web.feed import FeedClosed, FrameMeta, LiveFeed, TooManyViewers
+from async_plotter.web.feed import FeedClosed, FrameMeta, LiveFeed, ViewerEvicted
 
 logger = logging.getLogger(__name__)
 
 BOUNDARY = "async-plotter-frame"
 STATUS_INTERVAL = 0.25  # s between status events while the picture plays
 KEEPALIVE_INTERVAL = 15.0  # s; proxies and tunnels drop connections that stay silent
-MAX_CONNECTIONS = 64
 STREAM_SEND_BUFFER = 64 * 1024  # bytes (Linux doubles it): a few 480x480 JPEGs
 # A browser that accepts no bytes for this long is dropped (its thread would otherwise wait on a
-# full socket forever). Reads have the same limit: a request must arrive within it.
+# full socket forever).
 SOCKET_TIMEOUT = 20.0
+#: seconds from accepting a connection to the end of its request headers, in total
+HEADER_DEADLINE = 5.0
+#: connections accepted whose headers have not arrived yet; a new one evicts the oldest
+MAX_PENDING = 128
+#: bytes of request line and headers accepted (browsers send under 2 KiB)
+MAX_HEADER_BYTES = 16 * 1024
+#: threads serving the page and other short answers
+PAGE_WORKERS = 4
+#: short answers waiting for a page worker; beyond this, 503
+PAGE_QUEUE = 64
+#: simultaneous /events streams; a new one takes the oldest one's slot
+MAX_EVENT_STREAMS = 16
+# Connections accepted per turn of the loop, so that waiting headers are read between bursts.
+_ACCEPT_BATCH = 32
+_LISTEN_BACKLOG = 1024  # the kernel caps it at net.core.somaxconn
 
 _SECURITY_HEADERS = {
     "Cache-Control":
@@ -57,6 +90,9 @@ _SECURITY_HEADERS = {
     "Content-Security-Policy": ("default-src 'none'; img-src 'self' data:; connect-src 'self'; "
                                 "style-src 'unsafe-inline'; script-src 'unsafe-inline'; "
                                 "base-uri 'none'; form-action 'none'; frame-ancestors 'none'"),
+    # Other origins may not read our responses (a browser enforces it for <img> and fetch).
+    "Cross-Origin-Resource-Policy":
+    "same-origin",
 }
 
 
@@ -65,28 +101,74 @@ def load_page() -> bytes:
     return resources.files("async_plotter.web").joinpath("page.html").read_bytes()
 
 
-class LiveServer(ThreadingHTTPServer):
-    """Serves one ``LiveFeed``. Binds in the constructor, so a taken port fails at once."""
+class _Pending:
+    """An accepted connection whose request headers are still arriving."""
 
-    daemon_threads = True  # a stuck browser must never keep the render process alive
-    allow_reuse_address = True  # a restarted worker gets its port back at once
-    request_queue_size = 16
+    __slots__ = ("sock", "address", "buffer", "deadline")
+
+    def __init__(self, sock: socket.socket, address: Any, deadline: float) -> None:
+        self.sock = sock
+        self.address = address
+        self.buffer = bytearray()
+        self.deadline = deadline
+
+
+class _Request:
+    """A complete, parsed request head."""
+
+    def __init__(self, method: str, target: str, headers: Dict[str, str]) -> None:
+        self.method = method
+        self.target = target
+        parts = urlsplit(target)
+        self.path = parts.path
+        self.query = parse_qs(parts.query)
+        self.headers = headers  # lower-case names
+
+
+class LiveServer:
+    """Serves one ``LiveFeed``. Binds in the constructor, so a taken port fails at once.
+
+    ``serve_forever`` runs the accepting loop (call it in a thread); ``close`` from another
+    thread stops everything.
+    """
 
     def __init__(self, config: HttpConfig, feed: LiveFeed) -> None:
         self.config = config
         self.feed = feed
         self.page = load_page()
-        self._connections: Set[socket.socket] = set()
-        self._connections_lock = threading.Lock()
-        self.address_family = socket.AF_INET6 if ":" in config.host else socket.AF_INET
+        family = socket.AF_INET6 if ":" in config.host else socket.AF_INET
+        self._listener = socket.socket(family, socket.SOCK_STREAM)
         try:
-            super().__init__((config.host, config.port), _Handler)
+            # A restarted worker gets its port back at once.
+            self._listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            self._listener.bind((config.host, config.port))
+            self._listener.listen(_LISTEN_BACKLOG)
+            self._listener.setblocking(False)
         except OSError as error:
+            self._listener.close()
             raise OSError(
                 error.errno, f"cannot serve the live page on {_join(config.host, config.port)}: "
                 f"{error.strerror or error}. Choose another port, or http=0 for a free one."
             ) from error
+        self.server_address = self._listener.getsockname()
         self.port = self.server_address[1]
+        self._lock = threading.Lock()
+        self._pending: "collections.OrderedDict[int, _Pending]" = collections.OrderedDict()
+        self._active: Dict[int, socket.socket] = {}  # sockets a thread is serving
+        self._events: "collections.OrderedDict[int, Tuple[socket.socket, threading.Event]]" = (
+            collections.OrderedDict())
+        self._page_queue: Deque[Tuple[socket.socket, bytes]] = collections.deque()
+        self._page_ready = threading.Condition(self._lock)
+        self._workers: List[threading.Thread] = []
+        self._stream_threads = 0
+        self._wake_read, self._wake_write = socket.socketpair()
+        self._wake_read.setblocking(False)
+        self._wake_write.setblocking(False)
+        self._stopping = False
+        self._serving = threading.Event()
+        self._stopped = threading.Event()
+        #: connections refused or dropped, by reason (for tests, benchmarks and the curious)
+        self.dropped: Dict[str, int] = collections.Counter()
 
     @property
     def url(self) -> str:
@@ -96,138 +178,280 @@ class LiveServer(ThreadingHTTPServer):
             host = socket.gethostname()  # every interface: name the machine
         return f"http://{_join(host, self.port)}/"
 
-    def process_request(self, request: Any, client_address: Any) -> None:
-        with self._connections_lock:
-            self._connections.add(request)
-        super().process_request(request, client_address)
-
-    def shutdown_request(self, request: Any) -> None:
-        with self._connections_lock:
-            self._connections.discard(request)
-        super().shutdown_request(request)
-
-    def handle_error(self, request: Any, client_address: Any) -> None:
-        # A browser closing its tab mid-request is routine for a streaming server: no traceback
-        # on stderr for that. Anything else is a bug worth a warning.
-        error = sys.exc_info()[1]
-        if isinstance(error, OSError):
-            logger.debug("connection from %s ended: %s", client_address[0], error)
-        else:
-            logger.warning("request from %s failed", client_address[0], exc_info=True)
-
     def connection_count(self) -> int:
-        """Connections being served now."""
-        with self._connections_lock:
-            return len(self._connections)
+        """Connections open now: waiting for their headers, or being served."""
+        with self._lock:
+            return len(self._pending) + len(self._active)
 
-    def close(self) -> None:
-        """Stop accepting, end every stream, release the port. Call from another thread than
-        ``serve_forever``'s."""
-        self.feed.close()  # threads waiting for frames or events leave
-        self.shutdown()
-        with self._connections_lock:
-            connections = list(self._connections)
-        for connection in connections:
-            # Unblocks a thread stuck writing to a browser that stopped reading.
+    def thread_count(self) -> int:
+        """Threads serving requests now (page workers, streams, events streams)."""
+        with self._lock:
+            return len(self._workers) + self._stream_threads
+
+    # ------------------------------------------------------------------------ the loop
+
+    def serve_forever(self, poll_interval: float = 0.5) -> None:
+        """Accept connections and read their headers until ``shutdown``."""
+        selector = selectors.DefaultSelector()
+        selector.register(self._listener, selectors.EVENT_READ, "listen")
+        selector.register(self._wake_read, selectors.EVENT_READ, "wake")
+        for index in range(PAGE_WORKERS):
+            worker = threading.Thread(target=self._page_worker,
+                                      name=f"async_plotter-http-page-{index}",
+                                      daemon=True)
+            worker.start()
+            self._workers.append(worker)
+        self._serving.set()
+        try:
+            while not self._stopping:
+                timeout = poll_interval
+                with self._lock:
+                    if self._pending:
+                        oldest = next(iter(self._pending.values()))
+                        timeout = max(min(timeout, oldest.deadline - time.monotonic()), 0.0)
+                for key, _ in selector.select(timeout):
+                    if key.data == "listen":
+                        self._accept(selector)
+                    elif key.data == "wake":
+                        _drain(self._wake_read)
+                    else:
+                        self._read_head(selector, key.data)
+                self._expire(selector)
+        finally:
+            with self._lock:
+                pending = list(self._pending.values())
+                self._pending.clear()
+            for waiting in pending:
+                _close(waiting.sock)
+            selector.close()
+            self._stopped.set()
+
+    def _accept(self, selector: selectors.BaseSelector) -> None:
+        for _ in range(_ACCEPT_BATCH):
             try:
-                connection.shutdown(socket.SHUT_RDWR)
+                sock, address = self._listener.accept()
+            except (BlockingIOError, InterruptedError):
+                return
+            except OSError as error:  # out of file descriptors: make room, try next turn
+                logger.debug("accept failed: %s", error)
+                self._evict_oldest_pending(selector, "accept failed")
+                return
+            sock.setblocking(False)
+            with self._lock:
+                full = len(self._pending) >= MAX_PENDING
+            if full:
+                self._evict_oldest_pending(selector, "evicted while waiting for headers")
+            waiting = _Pending(sock, address, time.monotonic() + HEADER_DEADLINE)
+            with self._lock:
+                self._pending[sock.fileno()] = waiting
+            selector.register(sock, selectors.EVENT_READ, waiting)
+
+    def _evict_oldest_pending(self, selector: selectors.BaseSelector, reason: str) -> None:
+        with self._lock:
+            if not self._pending:
+                return
+            _, oldest = self._pending.popitem(last=False)
+        self._forget(selector, oldest, reason)
+
+    def _forget(self, selector: selectors.BaseSelector, waiting: _Pending, reason: str) -> None:
+        self.dropped[reason] += 1
+        try:
+            selector.unregister(waiting.sock)
+        except (KeyError, ValueError):
+            pass
+        _close(waiting.sock)
+
+    def _expire(self, selector: selectors.BaseSelector) -> None:
+        now = time.monotonic()
+        while True:
+            with self._lock:
+                if not self._pending:
+                    return
+                oldest = next(iter(self._pending.values()))
+                if oldest.deadline > now:
+                    return
+                self._pending.popitem(last=False)
+            self._forget(selector, oldest, "headers too slow")
+
+    def _read_head(self, selector: selectors.BaseSelector, waiting: _Pending) -> None:
+        try:
+            data = waiting.sock.recv(4096)
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError:
+            data = b""
+        if data:
+            waiting.buffer += data
+            end = waiting.buffer.find(b"\r\n\r\n")
+            if end < 0 and len(waiting.buffer) <= MAX_HEADER_BYTES:
+                return  # more to come (within the deadline)
+        with self._lock:
+            self._pending.pop(waiting.sock.fileno(), None)
+        try:
+            selector.unregister(waiting.sock)
+        except (KeyError, ValueError):
+            pass
+        if not data:
+            self.dropped["closed before its headers"] += 1
+            _close(waiting.sock)
+            return
+        if end < 0:
+            self._reply_now(waiting.sock, HTTPStatus.REQUEST_HEADER_FIELDS_TOO_LARGE,
+                            "request headers too large")
+            return
+        self._dispatch(waiting.sock, waiting.address, bytes(waiting.buffer[:end]))
+
+    # --------------------------------------------------------------------- dispatching
+
+    def _dispatch(self, sock: socket.socket, address: Any, head: bytes) -> None:
+        """Route a complete request; never blocks (this is the loop's thread)."""
+        request = _parse(head)
+        if request is None:
+            self._reply_now(sock, HTTPStatus.BAD_REQUEST, "malformed request")
+            return
+        logger.debug("%s %s %s", address[0], request.method, request.path)
+        if request.method != "GET":
+            self._reply_now(sock, HTTPStatus.METHOD_NOT_ALLOWED, "only GET is served",
+                            {"Allow": "GET"})
+            return
+        refusal = _refusal(self.config, request)
+        if refusal is not None:
+            code, text, extra = refusal
+            self.dropped[f"refused {int(code)}"] += 1
+            self._reply_now(sock, code, text, extra)
+            return
+        client = _first(request.query, "client")[:64]
+        route = request.path.rstrip("/").rsplit("/", 1)[-1]
+        if route in ("", "index.html"):
+            self._queue_page(sock)
+        elif route == "stream.mjpg":
+            self._start_stream(sock, client)
+        elif route == "events":
+            self._start_events(sock, client)
+        else:
+            self._reply_now(sock, HTTPStatus.NOT_FOUND, "not found; open / for the live page")
+
+    def _reply_now(self,
+                   sock: socket.socket,
+                   code: int,
+                   text: str,
+                   extra: Optional[Dict[str, str]] = None) -> None:
+        """A short answer from the loop's thread: one non-blocking send, then close. It fits in
+        any socket buffer; a client that does not even read that much loses it."""
+        try:
+            sock.send(_plain(code, text, extra))
+        except OSError:
+            pass
+        _close(sock)
+
+    def _serving_socket(self, sock: socket.socket, thread: bool = False) -> None:
+        with self._lock:
+            self._active[id(sock)] = sock
+            self._stream_threads += thread
+        sock.setblocking(True)
+        sock.settimeout(SOCKET_TIMEOUT)
+
+    def _finished(self, sock: socket.socket, key: int, thread: bool = False) -> None:
+        with self._lock:
+            self._active.pop(key, None)
+            self._stream_threads -= thread
+        _close(sock)
+
+    def _queue_page(self, sock: socket.socket) -> None:
+        with self._lock:
+            full = len(self._page_queue) >= PAGE_QUEUE
+            if not full:
+                self._page_queue.append((sock, self.page))
+                self._page_ready.notify()
+        if full:
+            self.dropped["page queue full"] += 1
+            self._reply_now(sock, HTTPStatus.SERVICE_UNAVAILABLE, "busy; try again")
+
+    def _page_worker(self) -> None:
+        while True:
+            with self._lock:
+                while not self._page_queue and not self._stopping:
+                    self._page_ready.wait()
+                if self._stopping:
+                    return
+                sock, page = self._page_queue.popleft()
+            key = id(sock)
+            try:
+                self._serving_socket(sock)
+                sock.sendall(_head(HTTPStatus.OK, "text/html; charset=utf-8", len(page)) + page)
             except OSError:
                 pass
-        self.server_close()
+            finally:
+                self._finished(sock, key)
 
-
-class _Handler(BaseHTTPRequestHandler):
-    server: LiveServer
-    protocol_version = "HTTP/1.1"
-    timeout = SOCKET_TIMEOUT
-    server_version = "async_plotter"
-    sys_version = ""
-
-    # ------------------------------------------------------------------------------ routing
-
-    def do_GET(self) -> None:  # noqa: N802 - the name http.server dispatches to
-        """Check access, then serve the page, the stream or the events."""
-        parts = urlsplit(self.path)
-        query = parse_qs(parts.query)
-        if not self._allowed(query):
-            return
-        if self.server.connection_count() > MAX_CONNECTIONS:
-            self._plain(HTTPStatus.SERVICE_UNAVAILABLE, "too many connections")
-            return
-        client = _first(query, "client")[:64]
-        route = parts.path.rstrip("/").rsplit("/", 1)[-1]
-        if route in ("", "index.html"):
-            self._page()
-        elif route == "stream.mjpg":
-            self._stream(client)
-        elif route == "events":
-            self._events(client)
-        else:
-            self._plain(HTTPStatus.NOT_FOUND, "not found; open / for the live page")
-
-    def _allowed(self, query: Dict[str, list]) -> bool:
-        token = self.server.config.token
-        if token is None:
-            # Loopback only. Refuse other Host names, so that a web page elsewhere cannot read
-            # the stream through DNS rebinding (its name resolving to 127.0.0.1).
-            host = _host_name(self.headers.get("Host") or "127.0.0.1")
-            if not is_loopback(host):
-                self._plain(HTTPStatus.FORBIDDEN, f"Host {host!r} refused: serving on loopback")
-                return False
-            return True
-        given = _first(query, "token") or _bearer(self.headers.get("Authorization", ""))
-        given = given or self.headers.get("X-Async-Plotter-Token", "")
-        if not given:
-            self._plain(HTTPStatus.UNAUTHORIZED, "a token is required: open /?token=<token>",
-                        {"WWW-Authenticate": 'Bearer realm="async_plotter"'})
-            return False
-        if not hmac.compare_digest(given.encode("utf-8"), token.encode("utf-8")):
-            self._plain(HTTPStatus.FORBIDDEN, "wrong token")
-            return False
-        return True
-
-    # ---------------------------------------------------------------------------- responses
-
-    def _page(self) -> None:
-        self._head(HTTPStatus.OK, "text/html; charset=utf-8", len(self.server.page))
-        self.wfile.write(self.server.page)
-
-    def _stream(self, client: str) -> None:
-        feed = self.server.feed
+    def _start_stream(self, sock: socket.socket, client: str) -> None:
+        key = id(sock)
         try:
-            viewer = feed.add_viewer(client)
-        except (TooManyViewers, FeedClosed):
-            self._plain(HTTPStatus.SERVICE_UNAVAILABLE, "too many streams open")
+            viewer = self.feed.add_viewer(client, on_evict=lambda: self._evicted(sock, "stream"))
+        except FeedClosed:
+            self._reply_now(sock, HTTPStatus.SERVICE_UNAVAILABLE, "stopping")
             return
+        self._serving_socket(sock, thread=True)
+        threading.Thread(target=self._stream,
+                         args=(sock, key, viewer),
+                         name="async_plotter-http-stream",
+                         daemon=True).start()
+
+    def _stream(self, sock: socket.socket, key: int, viewer: Any) -> None:
+        feed = self.feed
         try:
             # A small send buffer: newest-wins only works if the kernel does not queue seconds
             # of frames for a slow browser (it would autotune up to megabytes).
-            self.connection.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, STREAM_SEND_BUFFER)
-            self._head(HTTPStatus.OK, f"multipart/x-mixed-replace; boundary={BOUNDARY}", None)
-            self.wfile.write(f"--{BOUNDARY}\r\n".encode())
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, STREAM_SEND_BUFFER)
+            sock.sendall(
+                _head(HTTPStatus.OK, f"multipart/x-mixed-replace; boundary={BOUNDARY}", None) +
+                f"--{BOUNDARY}\r\n".encode())
             while True:
                 item = feed.next_jpeg(viewer, timeout=1.0)
                 if item is not None:
                     # The boundary goes right after the frame, not before the next one: browsers
                     # show a part only once its boundary arrives.
-                    self.wfile.write(_part(*item))
+                    sock.sendall(_part(*item))
                     feed.frame_sent(viewer)
-        except (FeedClosed, OSError):
-            pass  # stopping, or the browser went away (reset, broken pipe, timeout)
+        except (FeedClosed, ViewerEvicted, OSError):
+            pass  # stopping, or the browser went away (reset, broken pipe, timeout, evicted)
         finally:
             feed.remove_viewer(viewer)
-            self.close_connection = True
+            self._finished(sock, key, thread=True)
 
-    def _events(self, client: str) -> None:
-        feed = self.server.feed
-        self._head(HTTPStatus.OK, "text/event-stream; charset=utf-8", None)
+    def _evicted(self, sock: socket.socket, what: str) -> None:
+        """A newer viewer took this one's slot (called in the loop's thread)."""
+        self.dropped[f"{what} evicted"] += 1
+        _shut(sock, abort=True)
+
+    def _start_events(self, sock: socket.socket, client: str) -> None:
+        key = id(sock)
+        leaving = threading.Event()
+        with self._lock:
+            victim = None
+            if len(self._events) >= MAX_EVENT_STREAMS:
+                _, victim = self._events.popitem(last=False)
+            self._events[key] = (sock, leaving)
+        if victim is not None:
+            victim[1].set()
+            self._evicted(victim[0], "events")
+        self._serving_socket(sock, thread=True)
+        threading.Thread(target=self._events_stream,
+                         args=(sock, key, client, leaving),
+                         name="async_plotter-http-events",
+                         daemon=True).start()
+
+    def _events_stream(self, sock: socket.socket, key: int, client: str,
+                       leaving: threading.Event) -> None:
+        feed = self.feed
         seen: Tuple[int, int] = (0, 0)
         sent_points = 0
         last_status: Optional[Dict[str, Any]] = None
         last_write = 0.0
         try:
-            self.wfile.write(b"retry: 1000\n\n")
-            while True:
+            sock.sendall(
+                _head(HTTPStatus.OK, "text/event-stream; charset=utf-8", None) + b"retry: 1000\n\n")
+            while not leaving.is_set():
                 # Wakes at once for a new episode (a newer policy) or a curve point; otherwise
                 # after STATUS_INTERVAL, which paces the step and frames/s updates.
                 seen = feed.wait_for_change(seen, STATUS_INTERVAL)
@@ -243,37 +467,174 @@ class _Handler(BaseHTTPRequestHandler):
                 if not chunks and now - last_write > KEEPALIVE_INTERVAL:
                     chunks.append(b": keep-alive\n\n")
                 if chunks:
-                    self.wfile.write(b"".join(chunks))
+                    sock.sendall(b"".join(chunks))
                     last_write = now
         except (FeedClosed, OSError):
             pass
         finally:
-            self.close_connection = True
+            with self._lock:
+                if self._events.get(key, (None, ))[0] is sock:
+                    del self._events[key]
+            self._finished(sock, key, thread=True)
 
-    def _head(self,
-              code: int,
-              content_type: str,
-              length: Optional[int],
-              extra: Optional[Dict[str, str]] = None) -> None:
-        self.send_response(code)
-        self.send_header("Content-Type", content_type)
-        if length is not None:
-            self.send_header("Content-Length", str(length))
-        else:
-            self.send_header("Connection", "close")  # the body ends when the connection does
-            self.send_header("X-Accel-Buffering", "no")  # nginx: pass streams through
-        for name, value in dict(_SECURITY_HEADERS, **(extra or {})).items():
-            self.send_header(name, value)
-        self.end_headers()
+    # ------------------------------------------------------------------------ stopping
 
-    def _plain(self, code: int, text: str, extra: Optional[Dict[str, str]] = None) -> None:
-        body = (text + "\n").encode("utf-8")
-        self._head(code, "text/plain; charset=utf-8", len(body), extra)
-        self.wfile.write(body)
+    def shutdown(self) -> None:
+        """Stop the loop (returns once it has stopped, if it was running)."""
+        with self._lock:
+            self._stopping = True
+            self._page_ready.notify_all()
+        try:
+            self._wake_write.send(b"x")
+        except OSError:
+            pass
+        if self._serving.is_set():
+            self._stopped.wait(5.0)
 
-    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - http.server's name
-        # Requests go to debug logging, never to stderr, and never with their query (the token).
-        logger.debug("%s %s", self.address_string(), (format % args).split("?", 1)[0])
+    def server_close(self) -> None:
+        """Release the port."""
+        _close(self._listener)
+        _close(self._wake_read)
+        _close(self._wake_write)
+
+    def close(self) -> None:
+        """Stop accepting, end every stream, release the port. Call from another thread than
+        ``serve_forever``'s."""
+        self.feed.close()  # threads waiting for frames or events leave
+        self.shutdown()
+        with self._lock:
+            connections = list(self._active.values())
+            queued = [sock for sock, _ in self._page_queue]
+            self._page_queue.clear()
+        for sock in connections:
+            _shut(sock)  # unblocks a thread stuck writing to a browser that stopped reading
+        for sock in queued:
+            _close(sock)
+        self.server_close()
+
+
+# ------------------------------------------------------------------------------ helpers
+
+
+def _parse(head: bytes) -> Optional[_Request]:
+    """The request line and headers, or None if they are not HTTP/1.x."""
+    try:
+        text = head.decode("latin-1")
+    except UnicodeDecodeError:  # pragma: no cover - latin-1 decodes everything
+        return None
+    lines = text.split("\r\n")
+    parts = lines[0].split(" ")
+    if len(parts) != 3 or not parts[2].startswith("HTTP/1.") or not parts[1].startswith("/"):
+        return None
+    headers: Dict[str, str] = {}
+    for line in lines[1:]:
+        name, sep, value = line.partition(":")
+        if not sep or not name or name != name.strip():
+            return None
+        name = name.lower()
+        if name in headers and name in ("host", "origin", "authorization", "sec-fetch-site"):
+            return None  # two of a header that access depends on: ambiguous, refuse
+        headers[name] = value.strip()
+    return _Request(parts[0], parts[1], headers)
+
+
+def _refusal(config: HttpConfig,
+             request: _Request) -> Optional[Tuple[int, str, Optional[Dict[str, str]]]]:
+    """Why the request is refused (status, text, extra headers), or None if it may proceed."""
+    headers = request.headers
+    token = config.token
+    if token is None:
+        # Loopback only. Refuse other Host names, so that a web page elsewhere cannot read the
+        # stream through DNS rebinding (its name resolving to 127.0.0.1).
+        host_header = headers.get("host") or "127.0.0.1"
+        host = _host_name(host_header)
+        if not is_loopback(host):
+            return HTTPStatus.FORBIDDEN, f"Host {host!r} refused: serving on loopback", None
+        # And no other origin: with no token, the user's browser is the only credential, and
+        # any page it opens could otherwise hold the stream (<img> tags) or read it.
+        site = headers.get("sec-fetch-site", "").lower()
+        if site in ("cross-site", "same-site"):
+            return HTTPStatus.FORBIDDEN, f"cross-origin request refused ({site})", None
+        origin = headers.get("origin")
+        if origin is not None and not _same_origin(origin, host_header):
+            return HTTPStatus.FORBIDDEN, "cross-origin request refused (Origin)", None
+        return None
+    given = _first(request.query, "token") or _bearer(headers.get("authorization", ""))
+    given = given or headers.get("x-async-plotter-token", "")
+    if not given:
+        return (HTTPStatus.UNAUTHORIZED, "a token is required: open /?token=<token>", {
+            "WWW-Authenticate": 'Bearer realm="async_plotter"'
+        })
+    if not hmac.compare_digest(given.encode("utf-8"), token.encode("utf-8")):
+        return HTTPStatus.FORBIDDEN, "wrong token", None
+    return None
+
+
+def _same_origin(origin: str, host_header: str) -> bool:
+    """Whether an ``Origin`` header names this server as the request's Host does."""
+    try:
+        parts = urlsplit(origin)
+        origin_port = parts.port or 80
+    except ValueError:
+        return False
+    if parts.scheme != "http" or not parts.hostname:
+        return False  # includes "null" (sandboxed frames, file: pages)
+    host = _host_name(host_header)
+    port_text = host_header[len(host) + (2 if host_header.startswith("[") else 0):].lstrip(":")
+    host_port = int(port_text) if port_text.isdigit() else 80
+    return parts.hostname.lower() == host.lower() and origin_port == host_port
+
+
+def _head(code: int,
+          content_type: str,
+          length: Optional[int],
+          extra: Optional[Dict[str, str]] = None) -> bytes:
+    status = HTTPStatus(code)
+    lines = [f"HTTP/1.1 {status.value} {status.phrase}", f"Content-Type: {content_type}"]
+    if length is not None:
+        lines.append(f"Content-Length: {length}")
+    else:
+        lines.append("X-Accel-Buffering: no")  # nginx: pass streams through
+    # Every response ends its connection: an open one would be a slot to hold.
+    lines.append("Connection: close")
+    lines.extend(f"{name}: {value}"
+                 for name, value in dict(_SECURITY_HEADERS, **(extra or {})).items())
+    return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
+
+
+def _plain(code: int, text: str, extra: Optional[Dict[str, str]] = None) -> bytes:
+    body = (text + "\n").encode("utf-8")
+    return _head(code, "text/plain; charset=utf-8", len(body), extra) + body
+
+
+def _close(sock: socket.socket) -> None:
+    try:
+        sock.close()
+    except OSError:
+        pass
+
+
+def _shut(sock: socket.socket, abort: bool = False) -> None:
+    """Wake a thread blocked on ``sock`` (its call fails at once); it then closes it.
+
+    ``abort``: the close that follows resets the connection and drops what is still queued, so
+    an evicted slow reader learns at once and its kernel buffers are freed, rather than being
+    trickled the frames it was too slow for.
+    """
+    try:
+        if abort:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        sock.shutdown(socket.SHUT_RDWR)
+    except OSError:
+        pass
+
+
+def _drain(sock: socket.socket) -> None:
+    try:
+        while sock.recv(4096):
+            pass
+    except OSError:
+        pass
 
 
 def _part(jpeg: bytes, meta: FrameMeta) -> bytes:
