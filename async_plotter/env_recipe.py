@@ -2,9 +2,11 @@
 
 The trainer's env object is never shared: the worker builds a fresh one (a shared env would have
 its state stepped by two processes, and opening a window on it duplicated windows in a peer).
-Accepted: a Gymnasium id (``"Swimmer-v5"``), an ``EnvSpec``, a zero-argument factory (a class
-counts), or an env instance (rebuilt from its spec when it has one, else copied by cloudpickle).
-Old ``gym``-style envs work through ``GymCompat``.
+Accepted: a Gymnasium id (``"Swimmer-v5"``), an ``EnvSpec``, a zero-argument factory, an env class
+(old-gym or Gymnasium, e.g. ``HopperEnv``: a factory called with no arguments), or an env instance
+(rebuilt from its spec when it has one, else copied by cloudpickle). A factory that accepts
+``render_mode`` gets ``"rgb_array"`` in the worker. Old ``gym``-style envs work through
+``GymCompat``.
 """
 import dataclasses
 import inspect
@@ -38,6 +40,11 @@ def describe_env(env: Any) -> EnvRecipe:
     if isinstance(env, gymnasium.Env) and isinstance(spec, gymnasium.envs.registration.EnvSpec):
         # Rebuilding from the spec re-applies the recorded wrappers; it never shares the object.
         return EnvRecipe("spec", _dumps(spec, spec.id), spec.id)
+    if inspect.isclass(env):
+        # An env class is a factory: it has ``step``, but as an unbound function, so copying it
+        # as an env object made the worker call ``reset()`` without ``self``.
+        _check_buildable_without_arguments(env)
+        return EnvRecipe("factory", _dumps(env, env.__qualname__), env.__qualname__)
     if callable(env) and not hasattr(env, "step"):
         label = getattr(env, "__qualname__", type(env).__qualname__)
         return EnvRecipe("factory", _dumps(env, label), label)
@@ -48,6 +55,23 @@ def describe_env(env: Any) -> EnvRecipe:
         f"cannot plot env {env!r} of type {type(env).__qualname__}: pass a Gymnasium id such as "
         "'Swimmer-v5', an EnvSpec, a zero-argument function that builds the env, or an env object "
         "with reset() and step()")
+
+
+def _check_buildable_without_arguments(env_class: type) -> None:
+    try:
+        parameters = inspect.signature(env_class).parameters.values()
+    except (TypeError, ValueError):
+        return  # a C extension type or similar: building it will tell
+    required = [
+        p.name for p in parameters
+        if p.default is p.empty and p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD,
+                                               p.KEYWORD_ONLY)
+    ]
+    if required:
+        raise EnvSpecError(
+            f"the env class {env_class.__qualname__} is built with no arguments in the plot "
+            f"worker, but it requires {', '.join(required)}; pass a factory instead, e.g. "
+            f"lambda: {env_class.__name__}({', '.join(f'{n}=...' for n in required)})")
 
 
 def _check_registered(env_id: str) -> None:
@@ -83,6 +107,12 @@ def build_env(recipe: EnvRecipe, render_mode: Optional[str]) -> Any:
     if uses_old_gym_api(env):
         env = GymCompat(env)
     return env
+
+
+def factory_accepts_render_mode(recipe: EnvRecipe) -> bool:
+    """Whether a ``"factory"`` recipe's callable takes ``render_mode`` (then it gets
+    ``"rgb_array"`` in the worker)."""
+    return recipe.kind == "factory" and _accepts_render_mode(pickle.loads(recipe.payload))
 
 
 def _accepts_render_mode(factory: Any) -> bool:

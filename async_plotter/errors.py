@@ -35,3 +35,20 @@ class VideoDirError(PlotterError, OSError):
 
 class InvalidArgumentError(PlotterError, ValueError):
     """An argument has the wrong type or value."""
+
+
+class EnvBuildError(PlotterError, RuntimeError):
+    """The environment could not be built or reset in the trainer; the worker would fail alike."""
+
+
+class EnvRenderError(PlotterError, ValueError):
+    """An env that draws its own frames returns no RGB array from ``render()``."""
+
+
+class PolicyShapeError(PlotterError, ValueError):
+    """The policy does not fit the env: it rejects the env's observations, or its action does not
+    match the env's action space."""
+
+
+class CameraError(PlotterError, ValueError):
+    """``camera=`` names a camera (or body) the env's model does not have."""

@@ -1,0 +1,281 @@
+"""Checks, in the trainer, that the env, the policy and the camera fit together, before any process
+starts or any file is written.
+
+Without them a policy built for the wrong env (a Keras ``Input((5,))`` for Hopper's 11
+observations, a ``Dense(2)`` for its 3 actions) or a factory that builds an env without
+``render_mode`` fails only inside the worker, as a log line the user may never read.
+
+What runs here, all of it cheap and without GL (TensorFlow and software GL segfault together in one
+process, and a window without a display aborts it):
+
+* the env is built without rendering, as the worker builds it, and reset once;
+* the policy acts once on a copy of that observation, through the worker's own code
+  (``PolicyRuntime.act``); its random generators are put back afterwards, so training draws the
+  same numbers with plotting on or off; the action must fit the action space as the worker adapts
+  it (a ``Box`` needs as many values as its shape; a ``Discrete(n)`` an index or ``n`` logits);
+* an env that draws its own frames (not MuJoCo) is built with ``render_mode="rgb_array"`` where
+  it can be and must return an RGB array from ``render()``;
+* a ``camera=`` argument must name a camera of the MuJoCo model.
+
+A check that cannot be made here (a TF1 graph-mode trainer, an env whose drawing looks like GL)
+is skipped with one log line; the worker then reports the problem as before.
+"""
+import inspect
+import logging
+import random
+import re
+import sys
+import time
+from typing import Any, Callable, List, Optional, Tuple
+
+import numpy as np
+
+from async_plotter.env_recipe import EnvRecipe, build_env, factory_accepts_render_mode
+from async_plotter.errors import EnvBuildError, EnvRenderError, PolicyShapeError
+from async_plotter.policy_recipe import PolicyRuntime
+
+logger = logging.getLogger("async_plotter")
+
+# Words in an env's module that mean it draws with OpenGL: drawing it here could segfault next to
+# TensorFlow or open a context the trainer must never hold.
+_GL_MARKERS = ("OpenGL", "pyglet", "moderngl", "glfw", "mujoco", "dm_control", "pybullet")
+
+
+def check_before_start(env_recipe: EnvRecipe, policy: Any, kind: str, camera: Any) -> None:
+    """Raise a named error if the env, the policy or the camera cannot work together."""
+    started = time.perf_counter()
+    env = _build(env_recipe, None)
+    opened = [env]
+    try:
+        observation = _reset(env, env_recipe.label)
+        model = _mujoco_model(env)
+        _check_policy(policy, kind, observation, env, env_recipe.label)
+        if model is not None:
+            from async_plotter.render.camera import check_camera_for_model
+
+            if camera is not None:
+                check_camera_for_model(camera, model, env_recipe.label)
+        else:
+            if camera is not None:
+                logger.warning("camera=%r is ignored: %s draws its own frames (not MuJoCo)", camera,
+                               env_recipe.label)
+            _check_frames(env_recipe, env, opened)
+    finally:
+        for each in opened:
+            _close_quietly(each)
+    logger.debug("Plotter checks of %s took %.0f ms", env_recipe.label,
+                 1000 * (time.perf_counter() - started))
+
+
+# ----------------------------------------------------------------------------------- the env
+
+
+def _build(recipe: EnvRecipe, render_mode: Optional[str]) -> Any:
+    try:
+        return build_env(recipe, render_mode=render_mode)
+    except Exception as error:  # noqa: BLE001 - whatever the user's code raises
+        raise EnvBuildError(
+            f"building the env {recipe.label} failed in the trainer, so it would fail in the "
+            f"plot worker too: {type(error).__name__}: {error}. Check that it builds with no "
+            "arguments (a factory is called as factory(), a class as Class()).") from error
+
+
+def _reset(env: Any, label: str) -> Any:
+    try:
+        observation, _ = env.reset()
+    except Exception as error:  # noqa: BLE001
+        raise EnvBuildError(f"env.reset() of {label} failed in the trainer: "
+                            f"{type(error).__name__}: {error}") from error
+    return observation
+
+
+def _mujoco_model(env: Any) -> Any:
+    unwrapped = getattr(env, "unwrapped", env)
+    model = getattr(unwrapped, "model", None)
+    return model if type(model).__name__ == "MjModel" else None
+
+
+def _check_frames(recipe: EnvRecipe, env: Any, opened: List[Any]) -> None:
+    """A self-drawing env must give the worker pixels: build it as the worker does, draw once."""
+    if _draws_with_gl(env):
+        logger.info(
+            "Plotter: not checking that %s returns frames here (it seems to draw with OpenGL, "
+            "which must not run in the trainer); the worker will report it if it cannot",
+            recipe.label)
+        return
+    frame_env = env
+    if recipe.kind in ("id", "spec") or (recipe.kind == "factory"
+                                         and factory_accepts_render_mode(recipe)):
+        frame_env = _build(recipe, "rgb_array")
+        opened.append(frame_env)
+        _reset(frame_env, recipe.label)
+    try:
+        frame = frame_env.render()
+    except Exception as error:  # noqa: BLE001
+        raise EnvRenderError(
+            f"{recipe.label}.render() failed: {type(error).__name__}: {error}. The plot worker "
+            "needs an RGB array from render(); build the env with render_mode='rgb_array'."
+        ) from error
+    if frame is None:
+        raise EnvRenderError(
+            f"{recipe.label}.render() returned None, so the plot worker would get no frames: the "
+            "env was built without render_mode='rgb_array'. Let your factory accept it, e.g. "
+            "`def make(render_mode=None): return gymnasium.make('CartPole-v1', "
+            "render_mode=render_mode)`, or pass the Gymnasium id instead of a factory.")
+    shape = np.shape(frame)
+    if len(shape) != 3 or shape[2] not in (3, 4) or 0 in shape:
+        raise EnvRenderError(
+            f"{recipe.label}.render() returned an array of shape {shape}; the plot worker needs "
+            "an RGB image of shape (height, width, 3)")
+
+
+def _draws_with_gl(env: Any) -> bool:
+    unwrapped = getattr(env, "unwrapped", env)
+    if type(unwrapped).__name__ == "GymCompat":
+        unwrapped = getattr(unwrapped, "env", unwrapped)
+    try:
+        source = inspect.getsource(inspect.getmodule(type(unwrapped)))
+    except (TypeError, OSError):
+        return False  # no source (a class made in a notebook cell): nothing says it uses GL
+    return any(marker in source for marker in _GL_MARKERS)
+
+
+def _close_quietly(env: Any) -> None:
+    try:
+        env.close()
+    except Exception:  # noqa: BLE001 - the check is over; a failing close() changes nothing
+        logger.debug("closing the checked env failed", exc_info=True)
+
+
+# -------------------------------------------------------------------------------- the policy
+
+
+class _TrainerPolicy(PolicyRuntime):
+    """The trainer's own policy object, acted on with the worker's code (``PolicyRuntime.act``).
+
+    Nothing is rebuilt: ``PolicyRuntime.__init__`` (which unpickles a recipe) is skipped.
+    """
+
+    def __init__(self, policy: Any, kind: str) -> None:  # pylint: disable=super-init-not-called
+        self.kind = kind
+        self.policy = policy
+        self.deterministic = False
+        self._session = None
+        self._contexts = []
+        self._shapes = None
+
+
+def _check_policy(policy: Any, kind: str, observation: Any, env: Any, label: str) -> None:
+    if _graph_mode() and kind != "protocol":
+        logger.info(
+            "Plotter: not running the %s policy in the trainer (TensorFlow runs in graph "
+            "mode here); the worker checks its shapes", kind)
+        return
+    observation_space = getattr(env, "observation_space", None)
+    action_space = getattr(env, "action_space", None)
+    with _random_state_kept(policy):
+        try:
+            action = _TrainerPolicy(policy, kind).act(_copy(observation))
+        except Exception as error:  # noqa: BLE001 - the policy's own code
+            if _graph_mode():
+                logger.info(
+                    "Plotter: the policy could not act in the trainer (%s: %s; graph "
+                    "mode); the worker checks its shapes",
+                    type(error).__name__, error)
+                return
+            raise PolicyShapeError(
+                _input_mismatch(policy, kind, observation, observation_space, label,
+                                error)) from error
+    _check_action(np.asarray(action), action_space, label)
+
+
+def _input_mismatch(policy: Any, kind: str, observation: Any, space: Any, label: str,
+                    error: BaseException) -> str:
+    shape = np.shape(observation)
+    expected = ""
+    if kind == "keras":
+        expected = f"; the Keras model expects input shape {getattr(policy, 'input_shape', '?')}"
+        fix = f"build it with keras.Input(shape={shape})"
+    else:
+        fix = f"make its input size match env.observation_space.shape = {shape}"
+    return (f"the policy cannot act on {label}'s observations: it was given one of shape {shape} "
+            f"(observation space {space}){expected}, and raised {type(error).__name__}: "
+            f"{_brief(error)}. Use a policy built for {label}: {fix}.")
+
+
+def _brief(error: BaseException) -> str:
+    """Keras's message without its colour codes and its echo of the call's arguments."""
+    text = re.sub(r"\x1b\[[0-9;]*m", "", str(error)).split("Arguments received")[0]
+    return " ".join(text.split())
+
+
+def _check_action(action: np.ndarray, space: Any, label: str) -> None:
+    import gymnasium
+
+    if isinstance(space, gymnasium.spaces.Discrete):
+        if action.size not in (1, int(space.n)):
+            raise PolicyShapeError(
+                f"the policy's action has shape {action.shape} ({action.size} values), but "
+                f"{label}'s action space is {space}: it takes one index in [0, {space.n}) or "
+                f"{space.n} logits. Give the policy's output {space.n} units (or 1 index).")
+        return
+    expected = getattr(space, "shape", None)
+    if not isinstance(expected, tuple) or isinstance(space, gymnasium.spaces.Dict):
+        return  # Dict/Tuple spaces: the worker passes the action through unchanged
+    size = int(np.prod(expected))
+    if action.size != size:
+        raise PolicyShapeError(
+            f"the policy's action has shape {action.shape} ({action.size} values), but "
+            f"{label}'s action space is {space} with shape {expected} ({size} values). Give the "
+            f"policy's output layer {size} units (env.action_space.shape = {expected}).")
+
+
+def _copy(observation: Any) -> Any:
+    if isinstance(observation, dict):
+        return {key: np.array(value, copy=True) for key, value in observation.items()}
+    return np.array(observation, copy=True)
+
+
+def _graph_mode() -> bool:
+    tf = sys.modules.get("tensorflow")
+    return tf is not None and not tf.executing_eagerly()
+
+
+class _random_state_kept:  # noqa: N801 - used as a context manager, named like one
+    """Puts back numpy's and Python's global generators and the policy's own ones on exit: the
+    check's one action must not shift the numbers training draws."""
+
+    def __init__(self, policy: Any) -> None:
+        self._saved: List[Tuple[Callable[[Any], None], Any]] = []
+        self._policy = policy
+
+    def __enter__(self) -> None:
+        self._saved.append((np.random.set_state, np.random.get_state()))
+        self._saved.append((random.setstate, random.getstate()))
+        for generator in _generators_of(self._policy):
+            if isinstance(generator, np.random.Generator):
+                state = generator.bit_generator.state
+                self._saved.append(
+                    (lambda s, g=generator: setattr(g.bit_generator, "state", s), state))
+            else:
+                self._saved.append((generator.set_state, generator.get_state()))
+
+    def __exit__(self, *exc_info: Any) -> None:
+        for restore, state in reversed(self._saved):
+            restore(state)
+
+
+def _generators_of(obj: Any, depth: int = 0, seen: Optional[set] = None) -> List[Any]:
+    """numpy generators held by the policy, up to two attributes deep."""
+    seen = set() if seen is None else seen
+    found: List[Any] = []
+    attributes = getattr(obj, "__dict__", None)
+    if not isinstance(attributes, dict) or id(obj) in seen or depth > 2:
+        return found
+    seen.add(id(obj))
+    for value in attributes.values():
+        if isinstance(value, (np.random.Generator, np.random.RandomState)):
+            found.append(value)
+        elif not isinstance(value, (np.ndarray, str, bytes, int, float)):
+            found.extend(_generators_of(value, depth + 1, seen))
+    return found

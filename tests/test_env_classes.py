@@ -1,0 +1,86 @@
+"""Env classes are zero-argument factories: ``Plotter(OldPointEnv, policy)`` and
+``Plotter(HopperEnv, policy)`` used to be pickled as env "copies", and the worker failed with
+``TypeError: reset() missing 1 required positional argument: 'self'``."""
+import imageio.v2 as imageio
+import numpy as np
+import pytest
+from gymnasium.envs.mujoco.hopper_v5 import HopperEnv
+
+from async_plotter import EnvSpecError, Plotter
+from async_plotter.env_recipe import build_env, describe_env
+from tests.conftest import wait_for
+from tests.policies import LinearPolicy
+
+pytestmark = pytest.mark.slow
+
+
+class OldPointEnv:
+    """An old-gym-style env class: reset() -> obs, step() -> 4-tuple, render(mode)."""
+
+    def __init__(self):
+        import gymnasium
+
+        self.observation_space = gymnasium.spaces.Box(-np.inf, np.inf, (2, ), np.float32)
+        self.action_space = gymnasium.spaces.Box(-1.0, 1.0, (2, ), np.float32)
+        self.position = np.zeros(2, np.float32)
+
+    def reset(self):
+        self.position = np.array([0.5, -0.5], np.float32)
+        return self.position.copy()
+
+    def step(self, action):
+        self.position = np.clip(self.position + 0.1 * np.asarray(action, np.float32), -1, 1)
+        return self.position.copy(), -float(np.sum(self.position**2)), False, {}
+
+    def render(self, mode="human"):
+        assert mode == "rgb_array", mode
+        frame = np.zeros((48, 48, 3), np.uint8)
+        x, y = ((self.position + 1) * 20).astype(int)
+        frame[y:y + 8, x:x + 8] = (255, 255, 0)
+        return frame
+
+
+class NeedsArguments(OldPointEnv):
+
+    def __init__(self, size):
+        super().__init__()
+
+
+def test_old_gym_env_class_is_a_factory(tmp_path, no_leftovers):
+    policy = LinearPolicy(2, 2)
+    policy.set_param_values(np.array([1.0, 0.0, 0.0, 1.0], np.float32))  # drifts outwards
+    with Plotter(OldPointEnv, policy, max_path_length=12, video_dir=str(tmp_path),
+                 fps=200) as plotter:
+        wait_for(lambda: plotter.stats["videos"] >= 1, 60, message="a video of OldPointEnv")
+        stats = plotter.stats
+    assert stats["restarts"] == 0 and stats["last_error"] is None
+    frames = [frame for frame in imageio.get_reader(str(tmp_path / "update_0000.mp4"))]
+    assert frames[0].shape == (48, 48, 3)
+    assert any(not np.array_equal(frames[0], frame) for frame in frames[1:]), "the point moves"
+
+
+def test_gymnasium_env_class_is_a_factory_and_gets_rgb_array(tmp_path, no_leftovers):
+    recipe = describe_env(HopperEnv)
+    assert recipe.kind == "factory" and recipe.label == "HopperEnv"
+    env = build_env(recipe, render_mode="rgb_array")
+    assert env.unwrapped.render_mode == "rgb_array"
+    env.close()
+
+    with Plotter(HopperEnv,
+                 LinearPolicy(11, 3),
+                 max_path_length=20,
+                 video_dir=str(tmp_path),
+                 fps=200) as plotter:
+        wait_for(lambda: plotter.stats["videos"] >= 1, 60, message="a video of HopperEnv")
+        stats = plotter.stats
+    assert stats["restarts"] == 0 and stats["last_error"] is None
+    frames = [frame for frame in imageio.get_reader(stats["last_video"])]
+    assert frames and frames[0].shape == (320, 320, 3) and frames[0].std() > 20  # cheap preset
+
+
+def test_env_class_that_needs_arguments_is_named_in_the_trainer(tmp_path):
+    with pytest.raises(EnvSpecError) as raised:
+        Plotter(NeedsArguments, LinearPolicy(2, 2), video_dir=str(tmp_path / "videos"))
+    assert "requires size" in str(raised.value) and "lambda: NeedsArguments(size=...)" in str(
+        raised.value)
+    assert not (tmp_path / "videos").exists()
