@@ -1,7 +1,6 @@
 # Two entry points, each bootstrapping everything it needs:
 #   make demo   train TRPO on Swimmer-v5 with plotting on; videos and curves under runs/demo/
-#               (the plot worker at nice 10 rather than the default SCHED_IDLE: the demo is there
-#               to be watched, and a 2-core machine kept busy by training starves an idle worker)
+#               (the library's defaults: a 5% CPU budget for plotting, and the final policy's video)
 #   make test   the whole test suite (real TensorFlow, MuJoCo, processes, Xvfb, Redis, Chromium)
 PYTHON ?= python3
 VENV := .venv
@@ -9,7 +8,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
 PYTEST_ARGS ?=
 
-.PHONY: demo test test-quick venv format bench clean
+.PHONY: demo test test-quick style venv format bench clean
 
 $(STAMP): setup.py
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -21,12 +20,18 @@ venv: $(STAMP)
 
 demo: $(STAMP)
 	@scripts/system_deps.sh demo
-	$(PY) examples/trpo_swimmer.py --exp-name demo --n-itr 60 --n-parallel 2 --plot-priority low \
-		--plot-path-length 200
+	$(PY) examples/trpo_swimmer.py --exp-name demo --n-itr 60 --n-parallel 2
 
-test: $(STAMP)
+test: $(STAMP) style
 	@scripts/system_deps.sh test
 	$(PY) -m pytest tests $(PYTEST_ARGS)
+
+# YAPF (.style.yapf) must have nothing to change; `make format` applies it.
+style: $(STAMP)
+	@$(VENV)/bin/yapf --diff -r async_plotter tests benchmarks examples > .yapf.diff \
+		|| { cat .yapf.diff; echo "yapf would reformat the files above: run 'make format'" >&2; \
+		rm -f .yapf.diff; exit 1; }
+	@rm -f .yapf.diff
 
 # The quick subset: everything not marked slow.
 test-quick: $(STAMP)

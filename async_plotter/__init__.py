@@ -7,9 +7,11 @@
             plotter.update_plot(policy, iteration=itr)   # returns at once
 """
 from async_plotter.core import Plotter
-from async_plotter.errors import (EnvSpecError, InvalidArgumentError, NoDisplayError,
-                                  ParameterMismatchError, PlotterClosedError, PlotterError,
-                                  PolicyNotRebuildableError, PolicyProtocolError, VideoDirError)
+from async_plotter.core import DEFAULT_BUDGET
+from async_plotter.errors import (CameraError, EnvBuildError, EnvRenderError, EnvSpecError,
+                                  InvalidArgumentError, NoDisplayError, ParameterMismatchError,
+                                  PlotterClosedError, PlotterError, PolicyNotRebuildableError,
+                                  PolicyProtocolError, PolicyShapeError, VideoDirError)
 from async_plotter.serializable import Serializable
 
 __version__ = "0.1.0"
@@ -17,5 +19,6 @@ __version__ = "0.1.0"
 __all__ = [
     "Plotter", "Serializable", "PlotterError", "PlotterClosedError", "PolicyProtocolError",
     "PolicyNotRebuildableError", "ParameterMismatchError", "EnvSpecError", "NoDisplayError",
-    "VideoDirError", "InvalidArgumentError"
+    "VideoDirError", "InvalidArgumentError", "PolicyShapeError", "EnvRenderError", "EnvBuildError",
+    "CameraError", "DEFAULT_BUDGET"
 ]

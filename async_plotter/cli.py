@@ -20,6 +20,7 @@ import sys
 import tempfile
 import threading
 import time
+import unicodedata
 from typing import Any, Deque, Dict, List, Optional, Sequence
 
 from async_plotter.channel.redis_link import redact, url_problem
@@ -69,10 +70,14 @@ def _parser() -> argparse.ArgumentParser:
     view.add_argument("--http-token",
                       help="token the live page requires (default $ASYNC_PLOTTER_HTTP_TOKEN)")
     view.add_argument("--fps", type=float, help="frame-rate cap (default: the trainer's)")
+    view.add_argument("--budget",
+                      type=float,
+                      help="fraction of this machine's CPU the worker may take from other work, "
+                      "beyond idle CPU (default: the trainer's budget, 0.05 unless it set one)")
     view.add_argument("--priority",
                       choices=("idle", "low", "normal"),
-                      help="CPU priority of the worker (default: the trainer's). A machine that "
-                      "only views can use normal; idle yields to everything else")
+                      help="a fixed CPU priority for the worker instead of a budget. A machine "
+                      "that only views can use normal; idle yields to everything else")
     view.add_argument("--max-restarts",
                       type=int,
                       default=3,
@@ -134,13 +139,13 @@ def _list(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
     table: List[Any] = [header]
     for row in rows:
         if row.problem and row.size is None:
-            table.append((row.experiment, f"(unreadable: {row.problem})"))
+            table.append((row.experiment, f"(unreadable: {_cell(row.problem, 200)})"))
             continue
         signed = {True: "yes", False: "no", None: "?"}[row.signed]
-        params = "?" if row.size is None else f"{row.size:,} {row.dtype}"
-        table.append((row.experiment, row.env, row.policy, params, _or_dash(row.last_update),
-                      _or_dash(row.last_iteration), _duration(row.age), _duration(row.expires_in),
-                      signed, row.host))
+        params = "?" if row.size is None else f"{row.size:,} {_cell(row.dtype)}"
+        table.append((row.experiment, _cell(row.env), _cell(row.policy), _cell(params),
+                      _or_dash(row.last_update), _or_dash(row.last_iteration), _duration(row.age),
+                      _duration(row.expires_in), signed, _cell(row.host)))
     # Unreadable rows (two cells: the name and the problem) do not widen the columns.
     widths = [
         max(len(line[i]) for line in table if len(line) == len(header)) for i in range(len(header))
@@ -151,8 +156,25 @@ def _list(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
               len(header) else f"{line[0].ljust(widths[0])}  {line[1]}")
     for row in rows:
         if row.problem and row.size is not None:
-            print(f"warning: {row.experiment}: {row.problem}", file=sys.stderr)
+            print(f"warning: {row.experiment}: {_cell(row.problem, 200)}", file=sys.stderr)
     return 0
+
+
+def _cell(text: Any, limit: int = 60) -> str:
+    """``text`` safe to print in a terminal: control and format characters (escape sequences,
+    bidirectional overrides) written as ``\\xNN`` / ``\\uNNNN``, at most ``limit`` characters.
+
+    Everything ``list`` shows comes from the server unverified, and a terminal obeys escape
+    sequences (it can be made to retitle itself, hide text or, on some, answer with input).
+    """
+    shown = []
+    for char in str(text)[:limit + 1]:
+        if unicodedata.category(char)[0] in "CZ" and char != " ":
+            shown.append(char.encode("unicode_escape").decode("ascii"))
+        else:
+            shown.append(char)
+    escaped = "".join(shown)
+    return escaped if len(escaped) <= limit else escaped[:limit - 3] + "..."
 
 
 def _or_dash(value: Any) -> str:
@@ -186,6 +208,7 @@ class _ViewOptions:
     fps: Optional[float]
     priority: Optional[str]
     max_restarts: int
+    budget: Optional[float] = None
 
 
 def _view(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
@@ -212,6 +235,13 @@ def _check_view_arguments(parser: argparse.ArgumentParser,
         parser.error(f"--fps must be a positive number, got {args.fps}")
     if args.max_restarts < 0:
         parser.error(f"--max-restarts must be 0 or more, got {args.max_restarts}")
+    if args.budget is not None:
+        if not (math.isfinite(args.budget) and 0 < args.budget <= 1):
+            parser.error(f"--budget must be a fraction of the machine's CPU in (0, 1], e.g. 0.05 "
+                         f"for 5%; got {args.budget}")
+        if args.priority is not None:
+            parser.error("pass either --budget or --priority, not both: a budget sets the "
+                         "worker's priority itself")
     if args.window:
         from async_plotter.display import x_display_available
 
@@ -231,6 +261,13 @@ def _check_view_arguments(parser: argparse.ArgumentParser,
             secret = resolve_secret(None)
     except (TypeError, ValueError) as error:
         parser.error(str(error))
+    if secret is not None and args.trust_unsigned:
+        source = "--secret-file" if args.secret_file is not None else f"${SECRET_ENV}"
+        parser.error(
+            f"--trust-unsigned conflicts with the secret from {source}: with a secret, signatures "
+            "are required, always, so that nobody who can write to the Redis server can make "
+            f"this viewer load their pickle. Drop --trust-unsigned (or unset {SECRET_ENV} if the "
+            "trainer really publishes unsigned).")
     if secret is None and not args.trust_unsigned:
         parser.error(
             f"no secret: set {SECRET_ENV} or pass --secret-file, with the secret the trainer "
@@ -239,7 +276,24 @@ def _check_view_arguments(parser: argparse.ArgumentParser,
             "this Redis server, --trust-unsigned accepts it anyway.")
     warn_if_weak(secret)
     return _ViewOptions(args.url, args.experiment, secret, args.trust_unsigned, video_dir,
-                        args.window, http, args.fps, args.priority, args.max_restarts)
+                        args.window, http, args.fps, args.priority, args.max_restarts, args.budget)
+
+
+def _cpu_settings(options: _ViewOptions, trainer_config: Any) -> Dict[str, Any]:
+    """The viewer's own --budget or --priority, else the trainer's choice (budget 0.05 when a
+    trainer from before budgets set neither)."""
+    if options.budget is not None:
+        return {"budget": options.budget, "priority": None}
+    if options.priority is not None:
+        return {"budget": None, "priority": options.priority}
+    from async_plotter.core import DEFAULT_BUDGET
+
+    budget = getattr(trainer_config, "budget", None)
+    priority = getattr(trainer_config, "priority", None)
+    return {
+        "budget": DEFAULT_BUDGET if budget is None and priority is None else budget,
+        "priority": priority
+    }
 
 
 def _checked_video_dir(parser: argparse.ArgumentParser, video_dir: Optional[str]) -> Optional[str]:
@@ -385,7 +439,7 @@ class _Viewer:
                                    live=bool(options.window or options.http is not None),
                                    http=options.http,
                                    fps=options.fps or trainer_config.fps,
-                                   priority=options.priority or trainer_config.priority,
+                                   **_cpu_settings(options, trainer_config),
                                    on_frame=None,
                                    mujoco_gl=offscreen_gl_backend())
 

@@ -1,16 +1,19 @@
 """The trainer's handle on the plot worker: ``Plotter``.
 
-The trainer keeps only a shared-memory channel and a supervisor thread; everything slow (TensorFlow
-policy rebuild, rollouts, rendering, video encoding) happens in two child processes with the lowest
-CPU priority the OS offers. ``update_plot`` copies the flat parameters into shared memory and
-returns; the worker picks up the newest vector whenever it is ready for one.
+The trainer keeps only a shared-memory channel, a supervisor thread and the CPU budget's governor;
+everything slow (TensorFlow policy rebuild, rollouts, rendering, video encoding) happens in two
+child processes held to a CPU budget. ``update_plot`` copies the flat parameters into shared memory
+and returns; the worker picks up the newest vector whenever it is ready for one. ``close()`` makes
+sure the newest policy has a video before it stops the worker.
 """
 import atexit
 import logging
 import math
 import numbers
 import os
+import sys
 import tempfile
+import time
 import weakref
 from typing import Any, Callable, Dict, Optional, Tuple, Union
 
@@ -23,13 +26,27 @@ from async_plotter.env_recipe import describe_env
 from async_plotter.errors import (InvalidArgumentError, NoDisplayError, ParameterMismatchError,
                                   PlotterClosedError, VideoDirError)
 from async_plotter.policy_recipe import describe_policy, flat_params, policy_kind
+from async_plotter.preflight import check_before_start
+from async_plotter.render.camera import check_camera_argument
 from async_plotter.worker.config import WorkerConfig
+from async_plotter.worker.summary import summarize_videos
 from async_plotter.worker.supervisor import WorkerSupervisor, new_worker_stats
 
 logger = logging.getLogger("async_plotter")
 
 _QUALITIES = ("auto", "cheap", "full")
 _PRIORITIES = ("idle", "low", "normal")
+
+#: the default CPU budget: the fraction of the machine's CPU that plotting may take from a busy
+#: trainer, beyond the CPU nobody else wants (chosen by benchmarks/plot_overhead.py)
+DEFAULT_BUDGET = 0.02
+# The final video's default time limit: start-up left to finish plus a rollout of
+# max_path_length steps at ~30 ms each (measured ~12 ms a step at full speed with the cheap
+# preset on 2 cores; the rest is margin for a machine still busy with other work).
+_FINAL_VIDEO_BASE_SECONDS = 5.0
+_FINAL_VIDEO_SECONDS_PER_STEP = 0.03
+# After the final video: time for the processes to finish and exit.
+_SHUTDOWN_SECONDS = 10.0
 
 
 class Plotter:
@@ -46,11 +63,21 @@ class Plotter:
         fps: frame-rate cap of the worker and the videos' playback rate.
         deterministic: show the policy's mean action when it reports one.
         quality: ``"auto"`` (cheap visuals on software GL, full on a GPU), ``"cheap"`` or ``"full"``.
-        priority: the worker's CPU priority. ``"idle"`` (Linux ``SCHED_IDLE``: only otherwise
-            idle CPU; a trainer that keeps every core busy leaves it few frames), ``"low"``
-            (nice 10: more frames, fresher pictures, measurably slower training) or
-            ``"normal"``. Default: ``"low"`` when someone watches live (a window or ``http``),
-            else ``"idle"``. See the README's "Cost and knobs".
+        budget: the fraction of the machine's CPU plotting may take from a busy trainer
+            (``0.05``: 5%), beyond CPU that would otherwise be idle, which it uses freely; both
+            worker processes and the video encoder count, over windows of a few seconds. Start-up
+            and the final video are not held to it. Default ``DEFAULT_BUDGET``. See the
+            README's "Cost and knobs".
+        priority: a fixed CPU priority instead of a budget: ``"idle"`` (Linux ``SCHED_IDLE``:
+            only otherwise idle CPU; a trainer that keeps every core busy leaves it few frames),
+            ``"low"`` (nice 10) or ``"normal"``. Applied once the worker has started.
+        final_video_timeout: seconds ``close()`` may wait for a video of the newest parameters
+            when none exists yet (recorded at full speed: training is over). Default: enough
+            for one rollout of ``max_path_length`` steps with the cheap visual preset on a
+            2-core machine. ``0`` skips the final video.
+        min_video_seconds: a recorded video lasts at least this long: an episode that ends
+            sooner is followed by more episodes of the same parameters in the same file (up to
+            ``max_path_length`` steps in all).
         max_restarts: worker failures tolerated before plotting is disabled (training goes on).
         hang_timeout: seconds without progress after which a worker process counts as hung.
         frame_size: ``(width, height)`` of rendered frames; default the env's own.
@@ -68,6 +95,21 @@ class Plotter:
             the parameters to Redis for ``async-plotter view`` on another machine instead.
         experiment: the experiment's name on the Redis server (required with ``channel``).
         secret: HMAC key signing what is published to Redis; default ``$ASYNC_PLOTTER_SECRET``.
+        camera: how MuJoCo scenes are framed. ``None`` (default): locomotion envs follow their
+            body (as ``"track"``), others are framed at least as well as their own
+            ``render()``; ``"track"``: keep the root body in frame (the XML's ``track`` camera,
+            else a camera tracking the body); a camera name or id of the model; or a dict of
+            free-camera settings (``lookat``, ``distance``, ``azimuth``, ``elevation``,
+            ``trackbodyid``: a body to follow), like Gymnasium's ``default_camera_config``.
+            An unknown name is a ``CameraError`` here, listing the model's cameras.
+        sess, graph: accepted for garage's ``Plotter(env, policy, sess=..., graph=...)`` and
+            ignored: the worker builds its own ``tf.Graph`` and session (parameters travel as a
+            flat vector, never through the trainer's session).
+
+    Before anything starts or is written, the constructor builds the env once without rendering,
+    lets the policy act once on its first observation and checks the action against the action
+    space (``PolicyShapeError``), and checks that a self-drawing env returns RGB frames
+    (``EnvRenderError``); see ``async_plotter.preflight``.
     """
 
     _shape: Optional[Tuple[int, ...]] = None
@@ -83,7 +125,10 @@ class Plotter:
                  *,
                  deterministic: bool = False,
                  quality: str = "auto",
+                 budget: Optional[float] = None,
                  priority: Optional[str] = None,
+                 final_video_timeout: Optional[float] = None,
+                 min_video_seconds: float = 3.0,
                  max_restarts: int = 3,
                  hang_timeout: float = 60.0,
                  frame_size: Optional[Tuple[int, int]] = None,
@@ -95,12 +140,27 @@ class Plotter:
                  http_token: Optional[str] = None,
                  channel: Optional[str] = None,
                  experiment: Optional[str] = None,
-                 secret: Optional[Union[str, bytes]] = None) -> None:
+                 secret: Optional[Union[str, bytes]] = None,
+                 camera: Any = None,
+                 sess: Any = None,
+                 graph: Any = None) -> None:
         self._max_path_length = _positive_int("max_path_length", max_path_length)
         fps = _positive_number("fps", fps)
         _one_of("quality", quality, _QUALITIES)
         if priority is not None:
             _one_of("priority", priority, _PRIORITIES)
+            if budget is not None:
+                raise InvalidArgumentError(
+                    f"pass either budget= or priority=, not both (got budget={budget!r}, "
+                    f"priority={priority!r}): a budget sets the worker's priority itself")
+        else:
+            budget = DEFAULT_BUDGET if budget is None else _fraction("budget", budget)
+        if final_video_timeout is None:
+            final_video_timeout = (_FINAL_VIDEO_BASE_SECONDS +
+                                   _FINAL_VIDEO_SECONDS_PER_STEP * self._max_path_length)
+        else:
+            final_video_timeout = _non_negative_number("final_video_timeout", final_video_timeout)
+        min_video_seconds = _non_negative_number("min_video_seconds", min_video_seconds)
         max_restarts = _non_negative_int("max_restarts", max_restarts)
         hang_timeout = _positive_number("hang_timeout", hang_timeout)
         _check_bool("deterministic", deterministic)
@@ -112,7 +172,9 @@ class Plotter:
                 raise InvalidArgumentError(
                     f"{name} must be a callable or None, got {type(function).__name__}")
         window = _resolve_window(window)
-        video_dir = _prepare_video_dir(video_dir)
+        video_dir = _video_dir_path(video_dir)  # created only once every check has passed
+        camera = check_camera_argument(camera)
+        del sess, graph  # garage passes them; the worker has its own graph and session
         http_config = None
         if http is not None:
             from async_plotter.web.address import parse_http_address
@@ -135,6 +197,8 @@ class Plotter:
         self._dtype = initial.dtype
         self._initial = initial.copy()
         self._policy_type = type(policy)
+        check_before_start(env_recipe, policy, self._policy_kind, camera)
+        _create_video_dir(video_dir)
 
         self._stats: Dict[str, Any] = new_worker_stats()
         # With a Redis channel the viewer elsewhere renders; this process only publishes.
@@ -156,13 +220,19 @@ class Plotter:
             video_dir=video_dir,
             window=bool(window),
             quality=quality,
-            priority=priority or ("low" if window or http_config else "idle"),
+            priority=priority,
             frame_size=frame_size,
             on_frame=None if on_frame is None else cloudpickle.dumps(on_frame),
             mujoco_gl=offscreen_gl_backend(),
             seed=seed,
             http=http_config,
+            camera=camera,
+            budget=budget,
+            min_video_seconds=min_video_seconds,
         )
+        self._final_video_timeout = final_video_timeout
+        self._iterations: list = []  # iterations passed to update_plot, in order
+        self._started_at: Optional[float] = None
         self._max_restarts = max_restarts
         self._hang_timeout = hang_timeout
         self._on_event = on_event
@@ -181,6 +251,7 @@ class Plotter:
         if self._state == "running":
             return self
         self._state = "running"
+        self._started_at = time.monotonic()
         if not self._has_output:
             return self
         if self._channel_url is not None:
@@ -208,12 +279,17 @@ class Plotter:
                     policy: Any,
                     max_path_length: Optional[int] = None,
                     iteration: Optional[int] = None,
-                    metrics: Optional[Dict[str, float]] = None) -> None:
+                    metrics: Optional[Dict[str, float]] = None,
+                    *,
+                    max_length: Optional[float] = None) -> None:
         """Hand the policy's newest parameters to the worker. Never waits for the worker.
 
         Costs one copy of the parameter vector. Updates that arrive while the worker is busy are
         skipped, never queued: the worker always shows the newest one it can get. ``metrics``
         (e.g. ``{"AverageReturn": 12.5}``) feed the live page's learning curve.
+        ``max_path_length`` (or rllab's name, ``max_length``) caps this update's rollouts;
+        ``None`` or ``math.inf`` (rllab's ``update_plot(policy, np.inf)``) means no cap beyond
+        the plotter's own ``max_path_length``.
         """
         if self._state != "running":
             if self._state == "closed":
@@ -222,16 +298,15 @@ class Plotter:
             self.start()
         kind = self._policy_kind if type(policy) is self._policy_type else policy_kind(policy)
         flat = self._flat(policy, kind, "update_plot()")
-        if max_path_length is None:
-            max_path_length = self._max_path_length
-        else:
-            max_path_length = _positive_int("max_path_length", max_path_length)
+        max_path_length = self._rollout_cap(max_path_length, max_length)
         if iteration is not None and (not _is_int(iteration) or iteration < 0):
             raise InvalidArgumentError(
                 f"iteration must be a non-negative int or None, got {iteration!r}")
         if metrics is not None:
             metrics = _check_metrics(metrics)
         self._stats["updates_sent"] += 1
+        if iteration is not None:
+            self._iterations.append(iteration)
         if self._writer is None or self._stats["disabled"]:
             return
         self._writer.publish(flat, iteration, max_path_length)
@@ -249,37 +324,96 @@ class Plotter:
         Keys: ``updates_sent``, ``updates_applied`` (updates the worker rendered; newest-wins
         skips the others), ``episodes``, ``frames``, ``videos``, ``restarts``, ``alive``,
         ``disabled``, ``last_applied_update``, ``last_applied_iteration``, ``last_video``,
-        ``last_error``, ``gl_renderer``, ``visual_preset``, ``worker_pids``.
+        ``final_video`` (the video of the newest parameters made at ``close()``), ``video_log``
+        (path, update, iteration, episodes, frames of each video), ``last_error``,
+        ``gl_renderer``, ``visual_preset``, ``worker_pids``, ``boot_seconds`` (start to both
+        processes ready), ``worker_cpu_seconds`` / ``boot_cpu_seconds`` /
+        ``budget_charged_seconds`` (the worker's CPU: in all, while starting, and counted
+        against the budget), ``budget``, ``budget_mechanism`` (``"sched"``: ``SCHED_IDLE`` when
+        over budget; ``"stop"``: stopped when over budget, where priorities cannot be raised).
         """
         return dict(self._stats)
 
-    def close(self, timeout: float = 10.0) -> None:
-        """Stop the worker, letting it finish the video it is writing. Bounded by ``timeout``
-        seconds (then the worker is terminated, then killed). Calling it again does nothing."""
+    def close(self, timeout: Optional[float] = None, *, final_video: bool = True) -> None:
+        """Stop the worker. First, when no video shows the newest parameters yet, the worker
+        records one at full speed (at most ``final_video_timeout`` seconds; ``final_video=False``
+        skips it); then it finishes the video it is writing and exits. Bounded by ``timeout``
+        seconds in all (default: the final video's limit plus 10 s), after which the worker is
+        terminated, then killed. Logs a one-line summary of the videos. Calling it again does
+        nothing."""
         if self._state == "closed":
             return
+        if not final_video:
+            timeout = min(timeout, _SHUTDOWN_SECONDS) if timeout is not None else 3.0
+        elif timeout is None:
+            timeout = self._final_video_timeout + _SHUTDOWN_SECONDS
+        else:
+            timeout = _non_negative_number("timeout", timeout)
         self._state = "closed"
+        deadline = time.monotonic() + timeout
         try:
             if self._supervisor is not None:
-                self._supervisor.stop(timeout)
+                try:
+                    if final_video:
+                        self._record_final_video(min(self._final_video_timeout, 0.8 * timeout))
+                except BaseException:
+                    self._supervisor.abort()  # Ctrl-C while waiting: wait no longer
+                    raise
+                self._supervisor.stop(max(deadline - time.monotonic(), 0.1))
         finally:
             # Also after a Ctrl-C during the wait above: the segment must not outlive close()
             # (otherwise only the resource tracker, at the interpreter's exit, removes it).
             if self._writer is not None:
                 self._writer.close()
             self._stats["alive"] = False
+        if self._supervisor is not None:
+            logger.info(
+                "%s",
+                summarize_videos(self._stats, self._iterations,
+                                 time.monotonic() - (self._started_at or 0.0), self._config.budget,
+                                 self.video_dir))
+
+    def _record_final_video(self, timeout: float) -> None:
+        writer, supervisor = self._writer, self._supervisor
+        if (writer is None or supervisor is None or not self.video_dir or timeout <= 0
+                or self._stats["disabled"] or supervisor.newest_video_update >= writer.published):
+            return
+        writer.request_final()
+        started = time.monotonic()
+        if supervisor.wait_for_final_video(writer.published, timeout):
+            logger.debug("final video after %.1f s", time.monotonic() - started)
+        elif not self._stats["disabled"]:
+            logger.warning(
+                "close(): the video of the final policy was not finished within %.0f s; what "
+                "was recorded of it is kept. Raise final_video_timeout= (or close(timeout=)) "
+                "to wait longer.", timeout)
 
     def __enter__(self) -> "Plotter":
         return self.start()
 
-    def __exit__(self, *exc_info: Any) -> None:
-        self.close()
+    def __exit__(self, exc_type: Any, *exc_info: Any) -> None:
+        # A block that raised (Ctrl-C included) did not end its run: no final video to wait for.
+        self.close(final_video=exc_type is None)
 
     def __repr__(self) -> str:
         return (f"Plotter(env={self._config.env.label!r}, state={self._state}, "
                 f"updates_sent={self._stats['updates_sent']})")
 
     # ------------------------------------------------------------------------------- internals
+
+    def _rollout_cap(self, max_path_length: Any, max_length: Any) -> int:
+        if max_length is not None:
+            if max_path_length is not None:
+                raise InvalidArgumentError(
+                    "update_plot(): pass max_path_length= or max_length= (rllab's name), not both")
+            max_path_length, name = max_length, "max_length"
+        else:
+            name = "max_path_length"
+        if max_path_length is None or (isinstance(max_path_length, numbers.Real)
+                                       and not isinstance(max_path_length, bool)
+                                       and math.isinf(max_path_length) and max_path_length > 0):
+            return self._max_path_length
+        return _positive_int(name, max_path_length)
 
     def _flat(self, policy: Any, kind: str, where: str) -> np.ndarray:
         flat = flat_params(policy, kind)
@@ -318,6 +452,22 @@ def _non_negative_int(name: str, value: Any) -> int:
     if not _is_int(value) or value < 0:
         raise InvalidArgumentError(f"{name} must be a non-negative int, got {value!r}")
     return int(value)
+
+
+def _fraction(name: str, value: Any) -> float:
+    if (not isinstance(value, numbers.Real) or isinstance(value, bool) or not math.isfinite(value)
+            or not 0 < value <= 1):
+        raise InvalidArgumentError(
+            f"{name} must be a fraction of the machine's CPU in (0, 1], e.g. 0.05 for 5%; "
+            f"got {value!r}")
+    return float(value)
+
+
+def _non_negative_number(name: str, value: Any) -> float:
+    if (not isinstance(value, numbers.Real) or isinstance(value, bool) or not math.isfinite(value)
+            or value < 0):
+        raise InvalidArgumentError(f"{name} must be a non-negative number, got {value!r}")
+    return float(value)
 
 
 def _positive_number(name: str, value: Any) -> float:
@@ -376,13 +526,18 @@ def _resolve_window(window: Any) -> bool:
     return window
 
 
-def _prepare_video_dir(video_dir: Any) -> Optional[str]:
+def _video_dir_path(video_dir: Any) -> Optional[str]:
     if video_dir is None:
         return None
     if not isinstance(video_dir, (str, os.PathLike)):
         raise InvalidArgumentError(
             f"video_dir must be a path or None, got {type(video_dir).__name__}")
-    path = os.path.abspath(os.fspath(video_dir))  # the worker runs in another directory
+    return os.path.abspath(os.fspath(video_dir))  # the worker runs in another directory
+
+
+def _create_video_dir(path: Optional[str]) -> None:
+    if path is None:
+        return
     try:
         os.makedirs(path, exist_ok=True)
         with tempfile.TemporaryFile(dir=path):
@@ -390,7 +545,6 @@ def _prepare_video_dir(video_dir: Any) -> Optional[str]:
     except OSError as error:
         raise VideoDirError(f"video_dir {path!r} cannot be written: {error.strerror or error}. "
                             "Choose a directory you can write to.") from error
-    return path
 
 
 # ----------------------------------------------------------------------- shutdown at exit
@@ -404,5 +558,8 @@ def _close_at_exit(plotter: Plotter) -> None:
 
 @atexit.register
 def _close_open_plotters() -> None:
+    # The final policy's video is made at interpreter exit too, unless the script is exiting
+    # because of an exception nobody caught (Ctrl-C among them): then the user wants out.
+    failed = getattr(sys, "last_type", None) is not None
     for plotter in list(_open_plotters):
-        plotter.close(timeout=3.0)
+        plotter.close(final_video=not failed)

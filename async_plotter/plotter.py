@@ -26,7 +26,7 @@ _plotter: Optional[Plotter] = None
 
 def init_worker(**plotter_options: Any) -> None:
     """Prepare plotting. Keyword arguments are passed to ``Plotter`` (``video_dir``, ``window``,
-    ``fps``, ...). Without ``video_dir``, ``$ASYNC_PLOTTER_VIDEO_DIR`` is used if set."""
+    ``fps``, ``budget``, ...). Without ``video_dir``, ``$ASYNC_PLOTTER_VIDEO_DIR`` is used if set."""
     _options.clear()
     _options.update(plotter_options)
     if "video_dir" not in _options and os.environ.get("ASYNC_PLOTTER_VIDEO_DIR"):
@@ -54,8 +54,10 @@ def update_plot(policy: Any, max_length: float = math.inf, iteration: Optional[i
     _plotter.update_plot(policy, max_path_length=max_path_length, iteration=iteration)
 
 
-def shutdown_worker(timeout: float = 10.0) -> None:
-    """Stop the worker (bounded by ``timeout``). Safe to call when nothing is running."""
+def shutdown_worker(timeout: Optional[float] = None) -> None:
+    """Stop the worker, after a video of the newest policy when it has none yet (bounded by
+    ``timeout``; default: the plotter's ``final_video_timeout`` plus a few seconds). Safe to
+    call when nothing is running."""
     global _plotter
     plotter, _plotter = _plotter, None
     if plotter is not None:

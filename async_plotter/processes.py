@@ -11,14 +11,16 @@ Two facts shape this module (both measured; see DESIGN.md):
   objects as ``cloudpickle`` bytes, never as references to ``__main__``.
 """
 import contextlib
+import ctypes
 import logging
 import multiprocessing
 import multiprocessing.context
 import os
 import signal
+import sys
 import threading
 from multiprocessing import resource_tracker, spawn
-from typing import Any, Callable, Optional, Sequence
+from typing import Any, Callable, Iterator, Optional, Sequence
 
 _SPAWN = multiprocessing.get_context("spawn")
 _MAIN_KEYS = ("init_main_from_path", "init_main_from_name")
@@ -53,7 +55,8 @@ def start_process(target: Callable[..., Any],
                   args: Sequence[Any] = (),
                   name: Optional[str] = None,
                   daemon: bool = True,
-                  ignore_sigint: bool = False) -> multiprocessing.context.SpawnProcess:
+                  ignore_sigint: bool = False,
+                  die_with_parent: bool = False) -> multiprocessing.context.SpawnProcess:
     """Start ``target(*args)`` in a spawned child that does not re-run the user's main script.
 
     The child is told nothing about ``__main__``, exactly as if the parent were a REPL or a
@@ -65,24 +68,32 @@ def start_process(target: Callable[..., Any],
     importing its modules (seconds, with TensorFlow) would die of it with a traceback of its own,
     although the parent decides when workers stop. SIGINT stays blocked through fork and exec
     until the child ignores it, the way multiprocessing starts its resource tracker.
+
+    ``die_with_parent``: on Linux the kernel kills the child (SIGKILL) the moment the thread that
+    started it ends, so a worker still busy importing TensorFlow does not outlive a SIGKILLed
+    trainer by seconds. The kernel ties the signal to the starting *thread*, not the process:
+    start such children only from a thread that outlives them (the supervisor's does).
     """
-    if ignore_sigint and _HAVE_SIGMASK:
-        target, args = _ignoring_sigint, (target, *args)
+    if ignore_sigint or die_with_parent:
+        target, args = _child_preamble, (target, ignore_sigint and _HAVE_SIGMASK,
+                                         os.getpid() if die_with_parent else None, *args)
     process = _SPAWN.Process(target=target, args=tuple(args), name=name, daemon=daemon)
     _thread_state.hide_main = True
     blocked = False
+    mask_sigint = ignore_sigint and _HAVE_SIGMASK
     try:
-        if target is _ignoring_sigint:
+        if mask_sigint:
             # Starting the resource tracker (spawn does so on first use) unblocks SIGINT in this
             # thread when it is done; have that happen before the mask is set, not in between.
             resource_tracker.ensure_running()
             # Only this thread, for the few milliseconds of fork and exec: a Ctrl-C meanwhile stays
             # pending for the parent and is delivered when the mask is restored below.
             blocked = signal.SIGINT in signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
-        process.start()
+        with _sigint_deferred():
+            process.start()
     finally:
         _thread_state.hide_main = False
-        if target is _ignoring_sigint and not blocked:
+        if mask_sigint and not blocked:
             signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
     return process
 
@@ -90,11 +101,57 @@ def start_process(target: Callable[..., Any],
 _HAVE_SIGMASK = hasattr(signal, "pthread_sigmask")
 
 
-def _ignoring_sigint(target: Callable[..., Any], *args: Any) -> Any:
-    """In the child: ignore SIGINT (a Ctrl-C that came while booting is discarded), unblock it."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+@contextlib.contextmanager
+def _sigint_deferred() -> Iterator[None]:
+    """Hold back a Ctrl-C until the child is fully started.
+
+    ``process.start()`` writes the child's preparation data into a pipe; a KeyboardInterrupt in
+    the middle leaves the child with half of it, and it dies printing ``EOFError: Ran out of
+    input``. Blocking SIGINT in this thread is not enough when other threads exist (the kernel
+    then delivers it to one of them, and Python still raises it here), so the main thread's
+    handler only records it meanwhile and the interrupt is raised right after.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    pending = []
+    previous = signal.signal(signal.SIGINT, lambda signum, frame: pending.append(frame))
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+        if pending and callable(previous):
+            previous(signal.SIGINT, pending[0])
+
+
+_PR_SET_PDEATHSIG = 1
+
+
+def _child_preamble(target: Callable[..., Any], ignore_sigint: bool, parent_pid: Optional[int],
+                    *args: Any) -> Any:
+    """In the child, before ``target``: ignore SIGINT (a Ctrl-C that came while booting is
+    discarded) and ask to be killed with the parent."""
+    if ignore_sigint:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+    if parent_pid is not None:
+        _die_with_parent(parent_pid)
     return target(*args)
+
+
+def _die_with_parent(parent_pid: int) -> None:
+    """``PR_SET_PDEATHSIG``: SIGKILL when the parent goes; a no-op where Linux's prctl is absent
+    (the workers' pipe checks still notice a dead parent, after their imports)."""
+    if not sys.platform.startswith("linux"):
+        return
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    except (OSError, AttributeError):
+        return
+    # The parent may have died before the call above; then nobody would ever send the signal.
+    if os.getppid() != parent_pid:
+        os._exit(1)
 
 
 def stop_process(process: multiprocessing.process.BaseProcess, timeout: float) -> Optional[int]:
@@ -116,22 +173,15 @@ def stop_process(process: multiprocessing.process.BaseProcess, timeout: float) -
     return process.exitcode
 
 
-def become_background_child(priority: str = "idle") -> None:
-    """Called first thing in a child: ignore Ctrl-C (the parent decides) and lower CPU priority.
+def become_background_child() -> None:
+    """Called first thing in a child: ignore Ctrl-C (the parent decides).
 
-    ``priority``: ``"idle"`` uses Linux's ``SCHED_IDLE`` policy (runs only on otherwise idle CPU;
-    measured to cost a busy trainer far less than ``nice 19``), falling back to ``nice 19`` where
-    the OS has no such policy; ``"low"`` is ``nice 10``; ``"normal"`` leaves it alone.
+    The child keeps the trainer's priority while it boots (imports, policy rebuild, GL context: a
+    few CPU-seconds, once); a child started at idle priority on a machine kept busy by training
+    never finished booting. The supervisor lowers it afterwards (``priorities`` module).
     """
     # The terminal sends SIGINT to the whole process group; the parent owns the shutdown.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    if priority == "idle":
-        try:
-            os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
-        except (AttributeError, OSError):
-            _nice(19)
-    elif priority == "low":
-        _nice(10)
 
 
 def keep_side_effects_out_of_user_folders() -> None:
@@ -146,8 +196,3 @@ def keep_side_effects_out_of_user_folders() -> None:
         return
     mujoco_logger = logging.getLogger("async_plotter.mujoco")
     mujoco.set_mju_user_warning(lambda message: mujoco_logger.warning("MuJoCo: %s", message))
-
-
-def _nice(level: int) -> None:
-    with contextlib.suppress(OSError):
-        os.nice(level - os.nice(0))

@@ -5,6 +5,9 @@ for training, with real TensorFlow work), then hands the new weights to the plot
 waits for the renderer; videos appear in the output directory as the worker gets to them.
 
     python examples/plot_random_policy.py --iterations 20 --out runs/random_policy
+    python examples/plot_random_policy.py --plot-budget 0.2 --http 8080
+
+The plotting flags are the training examples' own (``async_plotter.rl.example_cli``).
 """
 import argparse
 import logging
@@ -13,14 +16,16 @@ import time
 
 import numpy as np
 
+from async_plotter.rl.example_cli import add_plot_arguments
+
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--env", default="Swimmer-v5")
     parser.add_argument("--iterations", type=int, default=20)
-    parser.add_argument("--max-path-length", type=int, default=150)
     parser.add_argument("--out", default="runs/random_policy")
-    parser.add_argument("--http", type=int, default=None, help="serve a live page on this port")
+    add_plot_arguments(parser)
+    parser.set_defaults(plot_path_length=150)
     args = parser.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
 
@@ -29,6 +34,7 @@ def main() -> None:
     import tensorflow as tf
 
     from async_plotter import Plotter
+    from async_plotter.rl.example_cli import plot_options
 
     env = gymnasium.make(args.env)
     obs_dim = env.observation_space.shape[0]
@@ -41,11 +47,11 @@ def main() -> None:
     ])
     optimizer = keras.optimizers.Adam(1e-2)
     video_dir = os.path.join(args.out, "videos")
-    with Plotter(args.env,
-                 policy,
-                 max_path_length=args.max_path_length,
-                 video_dir=video_dir,
-                 http=args.http) as plotter:
+    options = plot_options(args)
+    if not options.pop("plot"):
+        logging.info("--no-plot: nothing to show; this example only plots")
+        return
+    with Plotter(args.env, policy, video_dir=video_dir, **options) as plotter:
         for iteration in range(args.iterations):
             started = time.perf_counter()
             observations = np.random.randn(256, obs_dim).astype(np.float32)

@@ -2,6 +2,7 @@
 import os
 import shutil
 import subprocess
+import sys
 import time
 
 import psutil
@@ -31,7 +32,8 @@ def worker_children():
             cmdline = " ".join(child.cmdline())
         except psutil.Error:
             continue
-        if "resource_tracker" in cmdline or "redis-server" in cmdline or "Xvfb" in cmdline:
+        if ("resource_tracker" in cmdline or "redis-server" in cmdline or "Xvfb" in cmdline
+                or BURNER_MARK in cmdline):
             continue
         found.append(child)
     return found
@@ -63,6 +65,24 @@ def no_leftovers(monkeypatch):
     wait_for(lambda: not worker_children(), 10, message="worker processes to exit")
     leaked = set(created) & shm_segments()
     assert not leaked, f"leaked shared memory segments: {leaked}"
+
+
+BURNER_MARK = "async_plotter_test_cpu_burner"
+
+
+@pytest.fixture
+def saturated_machine():
+    """Keeps every core busy for the test's length, the way a trainer with n_parallel equal to
+    the core count does: one more busy process than there are cores, at normal priority."""
+    loop = f"# {BURNER_MARK}\nwhile True: pass"
+    burners = [
+        subprocess.Popen([sys.executable, "-c", loop]) for _ in range((os.cpu_count() or 1) + 1)
+    ]
+    yield burners
+    for burner in burners:
+        burner.kill()
+    for burner in burners:
+        burner.wait(10)
 
 
 @pytest.fixture

@@ -113,3 +113,17 @@ class OldGymPendulum:
         x = int(48 + 40 * np.sin(self.state[0]))
         frame[20:44, max(x - 4, 0):x + 4] = (200, 30, 30)
         return frame
+
+
+class ResettingPolicy(LinearPolicy):
+    """Appends a line to ``log_path`` at every ``reset()``, as rllab's rollout() calls it before
+    each episode (recurrent policies clear their state there)."""
+
+    def __init__(self, obs_dim: int, act_dim: int, log_path: str):
+        Serializable.quick_init(self, locals())
+        super().__init__(obs_dim, act_dim)
+        self.log_path = log_path
+
+    def reset(self, dones=None):
+        with open(self.log_path, "a") as log:
+            log.write("reset\n")

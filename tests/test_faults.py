@@ -71,6 +71,25 @@ def test_worker_that_keeps_raising_is_disabled_with_one_error(caplog, no_leftove
     errors = [r.getMessage() for r in caplog.records if r.levelno == logging.ERROR]
     assert len(warnings) == 2 and all("env.step exploded (test)" in w for w in warnings)
     assert len(errors) == 1 and "plotting disabled" in errors[0]
+    # One concise line per failure; the whole traceback is in stats (and at DEBUG).
+    assert all("\n" not in m and "Traceback" not in m for m in warnings + errors), warnings
+    assert "Traceback (most recent call last)" in stats["last_error"]
+
+
+def test_an_episode_that_raised_is_not_written_as_a_video(tmp_path, no_leftovers):
+    policy = LinearPolicy(8, 2)
+    plotter = Plotter(FlakyEnvFactory(fail_after=3),
+                      policy,
+                      max_path_length=50,
+                      video_dir=str(tmp_path),
+                      fps=500,
+                      max_restarts=1).start()
+    try:
+        wait_for(lambda: plotter.stats["disabled"], 60, message="plotting to be disabled")
+    finally:
+        plotter.close(timeout=5)
+    assert "env.step exploded (test)" in plotter.stats["last_error"]  # its episodes failed...
+    assert os.listdir(tmp_path) == []  # ...and no 1-frame mp4 pretends to be a video
 
 
 def _hang(frame, info):
@@ -167,6 +186,37 @@ def test_killed_trainer_takes_its_workers_along(tmp_path):
     wait_for(lambda: segment not in shm_segments(),
              10,
              message="the shared memory segment to be released")
+
+
+EARLY_TRAINER = textwrap.dedent("""
+    import sys, time
+    sys.path.insert(0, {root!r})
+    from async_plotter import Plotter
+    from tests.policies import LinearPolicy
+    plotter = Plotter("Swimmer-v5", LinearPolicy(8, 2), video_dir={videos!r}).start()
+    while not plotter.stats["worker_pids"]:
+        time.sleep(0.01)
+    print("PIDS", *plotter.stats["worker_pids"].values(), flush=True)
+    time.sleep(3600)
+    """)
+
+
+def test_a_trainer_killed_while_its_workers_import_takes_them_along(tmp_path, saturated_machine):
+    """Before, a worker still importing TensorFlow (seconds of CPU on a loaded machine) noticed
+    its dead trainer only after its imports; the kernel now kills it with the trainer."""
+    trainer = subprocess.Popen(
+        [sys.executable, "-c",
+         EARLY_TRAINER.format(root=ROOT, videos=str(tmp_path / "videos"))],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True)
+    line = trainer.stdout.readline()
+    assert line.startswith("PIDS"), line + trainer.stderr.read()[-3000:]
+    pids = [int(pid) for pid in line.split()[1:]]
+    time.sleep(0.5)  # in the middle of the imports: the machine is saturated
+    trainer.kill()
+    trainer.wait(10)
+    wait_for(lambda: _gone(pids), 5, message="the workers of a SIGKILLed trainer to exit")
 
 
 def test_ctrl_c_in_the_trainer_ends_everything(tmp_path):

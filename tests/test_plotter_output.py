@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from async_plotter import Plotter
+from async_plotter.core import DEFAULT_BUDGET
 from tests.conftest import wait_for
 from tests.policies import LinearPolicy, OldGymPendulum
 
@@ -33,7 +34,7 @@ def test_mujoco_videos_decode_and_show_the_env(tmp_path, no_leftovers):
     assert sorted(os.listdir(videos)) == ["iter_0007.mp4", "update_0000.mp4"]
     frames, meta = read_video(str(videos / "iter_0007.mp4"))
     assert len(frames) == 41  # the reset pose and 40 steps
-    assert frames[0].shape == (480, 480, 3)
+    assert frames[0].shape == (320, 320, 3)  # the cheap preset: 2/3 of the env's 480x480
     assert meta["fps"] == 200
     # A picture of the scene, not a blank buffer: a checkered floor and an orange body.
     assert frames[0].std() > 20
@@ -45,8 +46,13 @@ def test_mujoco_videos_decode_and_show_the_env(tmp_path, no_leftovers):
 
 def test_self_drawing_env_cartpole(tmp_path, no_leftovers):
     policy = LinearPolicy(4, 2)  # two outputs -> argmax over CartPole's two actions
-    with Plotter("CartPole-v1", policy, max_path_length=20, video_dir=str(tmp_path),
-                 fps=200) as plotter:
+    # min_video_seconds=0: one episode per video, however short (no chaining).
+    with Plotter("CartPole-v1",
+                 policy,
+                 max_path_length=20,
+                 video_dir=str(tmp_path),
+                 fps=200,
+                 min_video_seconds=0) as plotter:
         wait_for(lambda: plotter.stats["videos"] >= 1, 60, message="a CartPole video")
     frames, _ = read_video(str(tmp_path / "update_0000.mp4"))
     assert frames[0].shape == (400, 600, 3)
@@ -88,27 +94,21 @@ def test_on_frame_callback_and_env_factory(tmp_path, no_leftovers):
     assert lines and lines[0] == "0 (48, 64, 3)"
 
 
-def test_worker_priority_follows_what_is_watched(tmp_path, no_leftovers):
-    """Background videos run under SCHED_IDLE; a live page gets nice 10 so it stays fresh."""
-    import psutil
-
+def test_a_budget_by_default_and_an_explicit_priority_wins(tmp_path, no_leftovers):
+    """Videos and live pages alike are held to the default CPU budget; ``priority=`` replaces
+    it with a fixed priority, applied once the worker has started."""
     policy = LinearPolicy(8, 2)
     with Plotter("Swimmer-v5", policy, video_dir=str(tmp_path)) as videos, \
             Plotter("Swimmer-v5", policy, http=0) as live, \
             Plotter("Swimmer-v5", policy, http=0, priority="idle") as chosen:
         for plotter in (videos, live, chosen):
-            wait_for(lambda: plotter.stats["alive"] and plotter.stats["worker_pids"],
-                     30,
-                     message="worker pids")
-        wait_for(lambda: all(
-            os.sched_getscheduler(pid) == os.SCHED_IDLE
-            for pid in videos.stats["worker_pids"].values()),
-                 30,
-                 message="SCHED_IDLE workers")
-        wait_for(lambda: all(
-            psutil.Process(pid).nice() == 10 for pid in live.stats["worker_pids"].values()),
-                 30,
-                 message="nice 10 workers for the live page")
+            wait_for(lambda: plotter.stats["boot_seconds"] is not None,
+                     60,
+                     message="the workers to start")
+        for plotter in (videos, live):
+            assert plotter.stats["budget"] == DEFAULT_BUDGET
+            assert plotter.stats["budget_mechanism"] == "sched"  # root may raise priorities
+        assert chosen.stats["budget"] is None
         wait_for(lambda: all(
             os.sched_getscheduler(pid) == os.SCHED_IDLE
             for pid in chosen.stats["worker_pids"].values()),

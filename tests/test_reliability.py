@@ -34,7 +34,8 @@ def test_soak_20000_updates_while_rendering(no_leftovers):
         for number in range(1000, 21000):
             policy.extra[0] = number
             plotter.update_plot(policy, iteration=number)
-        wait_for(lambda: plotter.stats["last_applied_iteration"] == 20999, 60,
+        wait_for(lambda: plotter.stats["last_applied_iteration"] == 20999,
+                 60,
                  message="the newest update to be applied")
         rss_after = {"trainer": trainer.memory_info().rss, **{r: _rss(p) for r, p in pids.items()}}
         stats = plotter.stats
@@ -57,7 +58,8 @@ def test_two_plotters_on_different_envs_at_once(tmp_path, no_leftovers):
             swimmer.update_plot(swimmer_policy, iteration=iteration)
             cartpole.update_plot(cartpole_policy, iteration=iteration)
         for plotter in (swimmer, cartpole):
-            wait_for(lambda: plotter.stats["last_applied_iteration"] == 2, 60,
+            wait_for(lambda: plotter.stats["last_applied_iteration"] == 2,
+                     60,
                      message="each plotter's newest update")
             wait_for(lambda: plotter.stats["videos"] >= 1, 60, message="videos from each")
         assert len(worker_children()) == 4

@@ -34,7 +34,9 @@ _DTYPE_CODES = {dtype: code for code, dtype in _DTYPES.items()}
 # Header: int64 words. _H_WAKE_PENDING is 1 while a wake-up byte sits unread in the pipe: the
 # writer then skips the system call, so a trainer publishing faster than the worker reads pays
 # for one copy and a few memory writes only.
-_H_MAGIC, _H_SIZE, _H_DTYPE, _H_LATEST, _H_WAKE_PENDING = 0, 1, 2, 3, 4
+# _H_FINAL is 1 once training is over: the reader then cuts an older episode short to show the
+# newest parameters in the final video.
+_H_MAGIC, _H_SIZE, _H_DTYPE, _H_LATEST, _H_WAKE_PENDING, _H_FINAL = 0, 1, 2, 3, 4, 5
 _SLOT_BASE, _SLOT_WORDS = 8, 4  # per slot: sequence, update number, iteration, max_path_length
 _S_SEQ, _S_NUMBER, _S_ITERATION, _S_MAX_PATH = 0, 1, 2, 3
 _HEADER_BYTES = 128  # keeps both data slots 64-byte aligned
@@ -117,6 +119,11 @@ class SharedMemoryWriter:
                 pass  # full, or no reader right now: it reads the latest slot when it looks
         return number
 
+    def request_final(self) -> None:
+        """Training is over: the reader should show the newest update without delay."""
+        if not self._closed:
+            self._header[_H_FINAL] = 1
+
     def renew_wake_pipe(self) -> multiprocessing.connection.Connection:
         """A fresh wake-up pipe for a restarted reader; returns its read end.
 
@@ -169,6 +176,10 @@ class SharedMemoryReader:
     def newer_available(self) -> bool:
         """Cheap check (one memory read, no system call) for an update newer than the last read."""
         return int(self._header[_H_LATEST]) > self.last_number
+
+    def final_requested(self) -> bool:
+        """Whether the trainer finished training and waits for a video of its newest update."""
+        return bool(self._header[_H_FINAL])
 
     def wait(self, timeout: Optional[float]) -> Optional[ParamUpdate]:
         """Sleep until an update newer than the last one read arrives; return the newest.

@@ -6,6 +6,7 @@ iteration, so watching the policy costs the training loop next to nothing.
 """
 import contextlib
 import logging
+import sys
 import time
 from typing import Any, Dict, List, Optional, Tuple
 
@@ -61,6 +62,9 @@ class BatchPolopt:
         store_paths: put the sampled batch into each snapshot.
         plot: watch the policy in an :class:`async_plotter.Plotter` while training.
         plot_kwargs: extra keyword arguments for the plotter.
+        pause_for_plot: as rllab: after each iteration's plot update, wait for Enter
+            ("Plotting evaluation run: Press Enter to continue..."). Only when the plotter has a
+            window open and stdin is a terminal; otherwise ignored, with one log line.
         sampler: a :class:`~async_plotter.rl.samplers.Sampler`; default from ``n_parallel``.
         n_parallel: worker processes for sampling (1: sample in this process).
         seed: seed of the sampling (None: drawn from numpy's global generator).
@@ -83,6 +87,7 @@ class BatchPolopt:
                  store_paths: bool = False,
                  plot: bool = False,
                  plot_kwargs: Optional[Dict[str, Any]] = None,
+                 pause_for_plot: bool = False,
                  sampler: Optional[Sampler] = None,
                  n_parallel: int = 1,
                  seed: Optional[int] = None,
@@ -112,6 +117,7 @@ class BatchPolopt:
         self.store_paths = bool(store_paths)
         self.plot = bool(plot)
         self.plot_kwargs = dict(plot_kwargs or {})
+        self.pause_for_plot = bool(pause_for_plot)
         if sampler is None:
             n_parallel = check_positive_int("n_parallel", n_parallel)
             sampler = SerialSampler() if n_parallel == 1 else ParallelSampler(n_parallel)
@@ -121,7 +127,10 @@ class BatchPolopt:
         self.seed = seed
         self.log_dir = log_dir
         self.history: List[Dict[str, Any]] = []
+        #: the Plotter of the latest ``train()`` with plotting; after it, closed (``stats`` stay)
         self.plotter: Any = None
+        self._plotting = False  # self.plotter is open and fed by this train()
+        self._finished_training = False  # the last train() ran all its iterations
         self.current_itr = start_itr
 
     # ---- to implement -------------------------------------------------------------------------
@@ -201,6 +210,7 @@ class BatchPolopt:
         if ctx is not None:
             ctx.trained.append(self)
         plot, plot_kwargs, sampler, seed = self._settings(ctx)
+        self._finished_training = False
         recorder = ctx.recorder if ctx is not None else RunRecorder(self.log_dir)
         with contextlib.ExitStack() as cleanup:
             if ctx is None:
@@ -209,6 +219,7 @@ class BatchPolopt:
             cleanup.callback(sampler.shutdown)
             if plot:
                 self.plotter = self._start_plotter(plot_kwargs, recorder.video_dir)
+                self._plotting = True
                 cleanup.callback(self._close_plotter)
             cleanup.callback(recorder.close)
             start = time.perf_counter()
@@ -228,6 +239,8 @@ class BatchPolopt:
                 logger.warning("interrupted at iteration %d; shutting down sampler and plotter",
                                self.current_itr)
                 raise
+            # Only a run that ended by itself waits for the final policy's video at close.
+            self._finished_training = True
         return self.history
 
     def _iteration(self, itr: int, sampler: Sampler, recorder: RunRecorder, start: float,
@@ -261,11 +274,12 @@ class BatchPolopt:
 
         recorder.record(row)
         recorder.save_snapshot(itr, self.get_itr_snapshot(itr, samples))
-        if self.plotter is not None:
+        if self._plotting:
             # Never blocks; the return feeds the live page's learning curve.
             self.plotter.update_plot(self.policy,
                                      iteration=itr,
                                      metrics={"AverageReturn": float(row["AverageReturn"])})
+            self._pause_for_plot()
 
         logger.info("%s", format_table(row))
         done = itr - self.start_itr + 1
@@ -298,13 +312,25 @@ class BatchPolopt:
         logger.info("plotter started%s", f"; videos go to {video_dir}" if video_dir else "")
         return plotter
 
+    def _pause_for_plot(self) -> None:
+        if not self.pause_for_plot:
+            return
+        if getattr(self.plotter, "window", False) and sys.stdin is not None and sys.stdin.isatty():
+            input("Plotting evaluation run: Press Enter to continue...")
+        elif not getattr(self, "_pause_ignored_said", False):
+            logger.info("pause_for_plot=True is ignored: it waits only while a plot window is "
+                        "open and stdin is a terminal")
+            self._pause_ignored_said = True
+
     def _close_plotter(self) -> None:
-        plotter, self.plotter = self.plotter, None
+        # Kept after closing, as the peers' users read algo.plotter.stats after train().
+        plotter, self._plotting = self.plotter, False
         if plotter is None:
             return
         try:
-            plotter.close()
+            plotter.close(final_video=self._finished_training)
         finally:
             stats = getattr(plotter, "stats", None)
             if stats:
-                logger.info("plotter: %s", ", ".join(f"{k}={v}" for k, v in dict(stats).items()))
+                # Plotter.close() already logged the one-line summary of what was shown.
+                logger.debug("plotter: %s", ", ".join(f"{k}={v}" for k, v in dict(stats).items()))

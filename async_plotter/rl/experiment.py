@@ -12,7 +12,7 @@ import os
 import random
 import re
 import time
-from typing import Any, Callable, Dict, Optional, Union
+from typing import Any, Callable, Dict, List, Optional, Union
 
 import numpy as np
 
@@ -39,6 +39,10 @@ class ExperimentResult:
     video_dir: Optional[str]  # set when the run was plotted
     algo: Optional[BatchPolopt]
     history: list
+    #: the videos written, oldest first (``iter_NNNN.mp4`` sorts by iteration)
+    videos: List[str] = dataclasses.field(default_factory=list)
+    #: the video of the final policy, made when training ended (None without plotting)
+    final_video: Optional[str] = None
 
 
 def _default_exp_name() -> str:
@@ -239,10 +243,30 @@ def run_experiment_lite(fn_or_algo: Union[BatchPolopt, Callable[..., Any]],
             logger.error("experiment %s failed: %s: %s", exp_name, type(error).__name__, error)
             raise
         logger.info("experiment %s done: %s", exp_name, log_dir)
+    videos = _videos(recorder.video_dir) if plot else []
+    final_video = _final_video(algo)
+    if final_video:
+        logger.info("the final policy: %s", final_video)
     return ExperimentResult(log_dir=log_dir,
                             progress_csv=recorder.progress_csv,
                             learning_curve=recorder.learning_curve_png,
                             debug_log=recorder.debug_log,
                             video_dir=recorder.video_dir if plot else None,
                             algo=algo,
-                            history=list(recorder.rows))
+                            history=list(recorder.rows),
+                            videos=videos,
+                            final_video=final_video)
+
+
+def _videos(video_dir: Optional[str]) -> List[str]:
+    if not video_dir or not os.path.isdir(video_dir):
+        return []
+    # Hidden names are videos still being written.
+    return sorted(
+        os.path.join(video_dir, name) for name in os.listdir(video_dir)
+        if name.endswith(".mp4") and not name.startswith("."))
+
+
+def _final_video(algo: Optional[BatchPolopt]) -> Optional[str]:
+    stats = getattr(getattr(algo, "plotter", None), "stats", None) or {}
+    return stats.get("final_video") or getattr(algo, "final_video", None)

@@ -166,7 +166,7 @@ def _worker_main(conn: multiprocessing.connection.Connection, payload: bytes, st
     ``("run", k)`` answers ``("path", k, path)``, or ``("skipped", k)`` once the shared stop flag is
     up; ``("close", None)`` exits. Failures answer ``("error", traceback)``.
     """
-    processes.become_background_child(priority="normal")  # ignore Ctrl-C; the parent decides
+    processes.become_background_child()  # ignore Ctrl-C; the parent decides
     code = 1
     try:
         _serve(conn, payload, stop)
@@ -288,7 +288,8 @@ class ParallelSampler(Sampler):
                 process = processes.start_process(_worker_main,
                                                   (child_end, payload, self._stop, index),
                                                   name=f"async_plotter-sampler-{index}",
-                                                  ignore_sigint=True)
+                                                  ignore_sigint=True,
+                                                  die_with_parent=True)
                 # Without our copy of the child's end, the child's exit shows up here as EOF.
                 child_end.close()
                 self._processes.append(process)

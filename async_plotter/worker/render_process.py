@@ -16,6 +16,7 @@ from typing import Any, List, Optional
 from async_plotter.processes import (become_background_child, keep_side_effects_out_of_user_folders)
 from async_plotter.worker.config import WorkerConfig
 from async_plotter.worker.status import StatusSender
+from async_plotter.worker.stream import EpisodeEnd, EpisodeInfo
 
 logger = logging.getLogger(__name__)
 
@@ -27,13 +28,16 @@ class _Terminated(BaseException):
 # Set once this process is finishing anyway; a SIGTERM then must not abort the video halfway
 # and leave a .partial file (the supervisor's SIGKILL, a second later, still bounds this).
 _finishing = False
+# Set by SIGTERM. Raised inside a ctypes call (EGL), _Terminated reaches us wrapped in another
+# exception (ctypes.ArgumentError); it is still the supervisor stopping us, not an error.
+_terminated = False
 
 
 def main(config: WorkerConfig, frames_in: Connection, lifeline: Connection,
          status_connection: Connection) -> None:
     """Entry point of the render process (started by the supervisor with ``spawn``)."""
     global _finishing
-    become_background_child(config.priority)
+    become_background_child()
     signal.signal(signal.SIGTERM, _raise_terminated)
     status = StatusSender(status_connection, "render")
     sinks: List[Any] = []
@@ -48,8 +52,9 @@ def main(config: WorkerConfig, frames_in: Connection, lifeline: Connection,
     except _Terminated:
         pass
     except BaseException:  # noqa: BLE001 - report everything to the trainer
-        status.error("render")
-        failed = True
+        if not _terminated:
+            status.error("render")
+            failed = True
     _close_all(sinks)
     if failed:
         sys.exit(1)
@@ -59,8 +64,11 @@ def _set_up(config: WorkerConfig) -> None:
     # Chosen before mujoco is imported: it reads these once.
     os.environ["MUJOCO_GL"] = config.mujoco_gl
     os.environ["PYOPENGL_PLATFORM"] = config.mujoco_gl
-    # llvmpipe starts a thread per core; a few are enough for one small scene at a capped rate.
-    os.environ.setdefault("LP_NUM_THREADS", str(min(4, os.cpu_count() or 1)))
+    # llvmpipe starts a thread per core. For recorded videos none: one thread spends the least
+    # CPU per frame (measured: 8.0 ms against 8.4 ms with four threads, Swimmer 480x480), and CPU
+    # is what the budget pays for. A live view wants the lower latency of a few.
+    threads = min(4, os.cpu_count() or 1) if config.live else 0
+    os.environ.setdefault("LP_NUM_THREADS", str(threads))
     # Keep Mesa's shader cache out of the user's home directory.
     os.environ.setdefault("MESA_SHADER_CACHE_DIR",
                           os.path.join(tempfile.gettempdir(), "async_plotter_mesa_cache"))
@@ -68,6 +76,8 @@ def _set_up(config: WorkerConfig) -> None:
 
 
 def _raise_terminated(signum: int, frame: Any) -> None:
+    global _terminated
+    _terminated = True
     if not _finishing:
         raise _Terminated()
 
@@ -87,8 +97,20 @@ def make_sinks(config: WorkerConfig, scene_kind: str, status: StatusSender) -> L
     if config.video_dir:
         from async_plotter.render.sinks.video import VideoSink
 
+        def on_written(path: str, recording: EpisodeInfo, episodes: int, frames: int) -> None:
+            status.send("video",
+                        path=path,
+                        update=recording.update,
+                        iteration=recording.iteration,
+                        episodes=episodes,
+                        frames=frames)
+
         sinks.append(
-            VideoSink(config.video_dir, config.fps, lambda path: status.send("video", path=path)))
+            VideoSink(config.video_dir,
+                      config.fps,
+                      on_written,
+                      on_encoder=lambda pid: status.send("encoder", pid=pid),
+                      min_frames=int(config.min_video_seconds * config.fps)))
     if config.window:
         from async_plotter.render.sinks.window import MujocoViewerSink, PixelWindowSink
 
@@ -106,43 +128,53 @@ def make_sinks(config: WorkerConfig, scene_kind: str, status: StatusSender) -> L
 
 
 def _receive(frames_in: Connection, lifeline: Connection, status: StatusSender) -> Optional[tuple]:
-    """The next message, or None once the trainer or the rollout process is gone.
+    """The next message; ``("gone", None)`` once the rollout process is gone; None once the
+    trainer closed the lifeline (it is closing the plotter, or died).
 
-    The lifeline from the trainer carries training metrics; its end-of-file means the trainer
-    is closing the plotter or died.
+    The lifeline from the trainer carries ``("metrics", (iteration, metrics))`` and
+    ``("final", None)`` (training is over: render the final video at full speed).
     """
     while True:
         ready = wait([frames_in, lifeline], timeout=1.0)
         status.beat()
         if lifeline in ready:
             try:
-                return ("metrics", lifeline.recv())
+                return lifeline.recv()
             except (EOFError, OSError):
                 return None
         if frames_in in ready:
             try:
                 return frames_in.recv()
             except (EOFError, OSError):
-                return None
+                return ("gone", None)
 
 
 def _run(config: WorkerConfig, frames_in: Connection, lifeline: Connection, status: StatusSender,
          sinks: List[Any]) -> None:
     early_metrics = []
+    final = False
     while True:
         message = _receive(frames_in, lifeline, status)
-        if message is None:
+        if message is None or message[0] == "gone":
             return
-        if message[0] != "metrics":
+        if message[0] == "final":
+            final = True
+        elif message[0] != "metrics":
             break
-        early_metrics.append(message[1])
+        else:
+            early_metrics.append(message[1])
     kind, scene_info = message
     scene = None
     if scene_info.kind == "mujoco":
         from async_plotter.render.mujoco_scene import MujocoScene
 
-        scene = MujocoScene(scene_info.model, scene_info.camera, scene_info.camera_id,
-                            scene_info.width, scene_info.height, config.quality)
+        scene = MujocoScene(scene_info.model,
+                            scene_info.camera,
+                            scene_info.camera_id,
+                            scene_info.width,
+                            scene_info.height,
+                            config.quality,
+                            size_chosen=config.frame_size is not None)
         status.send("ready", gl_renderer=scene.gl_renderer, preset=scene.preset)
     else:
         status.send("ready", gl_renderer="none (the env draws its own frames)", preset="n/a")
@@ -166,9 +198,18 @@ def _run(config: WorkerConfig, frames_in: Connection, lifeline: Connection, stat
         if message is None:
             break
         kind, body = message
+        if kind == "gone":
+            # The rollout process failed mid-episode (a crash, or an exception it reported):
+            # what was recorded of that episode is not a video worth keeping.
+            if episode is not None:
+                for sink in sinks:
+                    sink.end_episode(episode, EpisodeEnd(0, 0.0, False, failed=True))
+            break
         if kind == "metrics":
             for sink in sinks:
                 sink.on_metrics(*body)
+        elif kind == "final":
+            final = True
         elif kind == "begin":
             episode = body
             for sink in sinks:
@@ -195,9 +236,10 @@ def _run(config: WorkerConfig, frames_in: Connection, lifeline: Connection, stat
                 status.send("frames", count=frames_unreported)
                 frames_unreported, last_report = 0, now
             # The frame-rate cap: the worker's CPU use is bounded by fps x cost of one frame.
+            # The final video has no cap: training is over, and close() is waiting for it.
             next_due = max(next_due + interval, now)
             delay = next_due - time.monotonic()
-            if delay > 0:
+            if delay > 0 and not final:
                 time.sleep(delay)
     if frames_unreported:
         status.send("frames", count=frames_unreported)

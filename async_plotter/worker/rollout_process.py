@@ -5,6 +5,7 @@ It never touches GL: TensorFlow and Mesa's software renderer crash when they sha
 MuJoCo scenes leave here as physics states and are drawn by the render process.
 """
 import logging
+import math
 import os
 import pickle
 import sys
@@ -36,7 +37,7 @@ _THREAD_LIMITS = {
 def main(config: WorkerConfig, channel_args: tuple, frames_out: Connection,
          status_connection: Connection) -> None:
     """Entry point of the rollout process (started by the supervisor with ``spawn``)."""
-    become_background_child(config.priority)
+    become_background_child()
     os.environ.update(_THREAD_LIMITS)
     keep_side_effects_out_of_user_folders()
     status = StatusSender(status_connection, "rollout")
@@ -63,40 +64,53 @@ def _run(config: WorkerConfig, reader: Any, frames_out: Connection, status: Stat
     scene = describe_scene(env, config)
     frames_out.send(("scene", scene))
     status.send("ready", scene=scene.kind, env=config.env.label)
+    # A video of an episode that ends at once (a young Hopper falls in 5-10 steps) would last a
+    # fraction of a second; further episodes of the same parameters join it up to this length.
+    min_video_steps = math.ceil(config.min_video_seconds * config.fps)
     episode_index = 0
     current: Optional[ParamUpdate] = None
+    part, shown = 0, 0  # episodes and steps shown of ``current`` so far
     while True:
-        if current is None or not config.live or reader.newer_available():
+        chained = current is not None and part > 0
+        if not chained and (current is None or not config.live or reader.newer_available()):
             update = reader.wait(timeout=1.0)
             status.beat()
             if update is None:
                 continue
             runtime.set_params(update.params)
-            current = update
+            current, part, shown = update, 0, 0
             status.send("applied", update=update.number, iteration=update.iteration)
-        info = EpisodeInfo(current.number, current.iteration, episode_index)
+        info = EpisodeInfo(current.number, current.iteration, episode_index, part)
         episode_index += 1
-        end = _run_episode(env, runtime, scene, info, current.max_path_length, reader, config,
-                           frames_out, status)
+        steps_left = max(current.max_path_length - shown, 1) if part else current.max_path_length
+        end = _run_episode(env, runtime, scene, info, steps_left, reader, config, frames_out,
+                           status, min_video_steps - shown)
+        shown += end.steps
+        part = part + 1 if end.continued else 0
         status.send("episode",
                     update=info.update,
                     steps=end.steps,
                     reward=end.total_reward,
-                    completed=end.completed)
+                    completed=end.completed,
+                    part=info.part)
 
 
 def _run_episode(env: Any, runtime: Any, scene: SceneInfo, info: EpisodeInfo, max_path_length: int,
-                 reader: Any, config: WorkerConfig, frames_out: Connection,
-                 status: StatusSender) -> EpisodeEnd:
+                 reader: Any, config: WorkerConfig, frames_out: Connection, status: StatusSender,
+                 video_steps_wanted: int) -> EpisodeEnd:
     seed = None if config.seed is None else config.seed + info.episode
     observation, _ = env.reset(seed=seed)
+    reset = getattr(runtime.policy, "reset", None)
+    if callable(reset):
+        reset()  # as rllab's and garage's rollout(): recurrent policies clear their state here
     frames_out.send(("begin", info))
-    total_reward, steps, completed = 0.0, 0, True
+    total_reward, steps, completed, ended_early = 0.0, 0, True, False
     _send_step(env, scene, frames_out)
     interval, next_due = 1.0 / config.fps, time.monotonic()
     for steps in range(1, max_path_length + 1):
-        if config.live and reader.newer_available():
-            completed = False  # a viewer should see the newest policy now, not in 30 s
+        # A viewer should see the newest policy now, not in 30 s; so should the final video.
+        if (config.live or _final_requested(reader)) and reader.newer_available():
+            completed = False
             break
         if config.live:
             # Real time for live viewers: steps sent faster than the render process draws them
@@ -112,9 +126,20 @@ def _run_episode(env: Any, runtime: Any, scene: SceneInfo, info: EpisodeInfo, ma
         _send_step(env, scene, frames_out)
         status.beat()
         if terminated or truncated:
+            ended_early = steps < max_path_length
             break
-    frames_out.send(("end", EpisodeEnd(steps, total_reward, completed)))
-    return EpisodeEnd(steps, total_reward, completed)
+    # Chain another episode of these parameters into the same video while it is still short
+    # (recorded videos only; live views replay anyway).
+    continued = (not config.live and completed and ended_early and steps < video_steps_wanted
+                 and not reader.newer_available())
+    end = EpisodeEnd(steps, total_reward, completed, continued=continued)
+    frames_out.send(("end", end))
+    return end
+
+
+def _final_requested(reader: Any) -> bool:
+    check = getattr(reader, "final_requested", None)
+    return bool(check()) if check is not None else False
 
 
 def describe_scene(env: Any, config: WorkerConfig) -> SceneInfo:
@@ -127,10 +152,15 @@ def describe_scene(env: Any, config: WorkerConfig) -> SceneInfo:
                          or 480)
         if config.frame_size:
             width, height = config.frame_size
+        from async_plotter.render.camera import plan_camera
+
+        env_camera_id = getattr(renderer, "camera_id", None)
+        plan = plan_camera(model, config.camera, getattr(renderer, "default_cam_config", None),
+                           -1 if env_camera_id is None else int(env_camera_id))
         return SceneInfo(kind="mujoco",
                          model=pickle.dumps(model),
-                         camera=dict(getattr(renderer, "default_cam_config", None) or {}),
-                         camera_id=int(getattr(renderer, "camera_id", -1) or -1),
+                         camera=plan,
+                         camera_id=int(plan["id"]) if plan["kind"] == "fixed" else -1,
                          width=int(width),
                          height=int(height),
                          label=config.env.label)

@@ -16,7 +16,8 @@ from multiprocessing.connection import Connection, wait
 from typing import Any, Callable, Dict, List, Optional, Set
 
 from async_plotter.processes import spawn_context, start_process, stop_process
-from async_plotter.worker import render_process, rollout_process
+from async_plotter.worker import priorities, render_process, rollout_process
+from async_plotter.worker.budget import CpuGovernor, Phase
 from async_plotter.worker.config import WorkerConfig
 
 logger = logging.getLogger("async_plotter")
@@ -45,7 +46,22 @@ def new_worker_stats() -> Dict[str, Any]:
         "gl_renderer": None,
         "visual_preset": None,
         "worker_pids": None,
+        "final_video": None,
+        "video_log": [],
+        "boot_seconds": None,
+        "worker_cpu_seconds": 0.0,
+        "boot_cpu_seconds": 0.0,
+        "budget": None,
+        "budget_mechanism": None,
+        "budget_charged_seconds": 0.0,
     }
+
+
+#: how many videos ``stats["video_log"]`` remembers (the newest)
+_VIDEO_LOG_LENGTH = 1000
+#: start-up, unbudgeted, lasts until the first video exists, or this long after the processes
+#: are ready (a window or a live page writes no video)
+_FIRST_VIDEO_GRACE = 20.0
 
 
 class _Pair:
@@ -57,9 +73,11 @@ class _Pair:
         self.render = render
         self.status = {rollout_status: "rollout", render_status: "render"}
         self.lifeline = lifeline
-        self.last_progress = {"rollout": time.monotonic(), "render": time.monotonic()}
+        self.started = time.monotonic()
+        self.last_progress = {"rollout": self.started, "render": self.started}
         self.errors: Dict[str, str] = {}
         self.ready: Set[str] = set()  # roles that reported ready
+        self.booted: Optional[float] = None  # when both had
 
     def processes(self) -> Dict[str, Any]:
         return {"rollout": self.rollout, "render": self.render}
@@ -91,14 +109,25 @@ class WorkerSupervisor:
         self._thread = threading.Thread(target=self._supervise,
                                         name="async_plotter-supervisor",
                                         daemon=True)
+        self._governor: Optional[CpuGovernor] = None
+        if config.budget is not None and config.priority is None:
+            self._governor = CpuGovernor(config.budget)
+            stats["budget"] = config.budget
+            stats["budget_mechanism"] = self._governor.mechanism
+        # The final video: the update it must show, and a condition to wait on for it.
+        self._final_update: Optional[int] = None
+        self._newest_video_update = -1
+        self._video_written = threading.Condition()
 
     def start(self) -> None:
         """Launch in the background; returns at once."""
+        if self._governor is not None:
+            self._governor.start()
         self._thread.start()
 
     def post_metrics(self, iteration: Optional[int], metrics: Dict[str, float]) -> bool:
         """Queue training metrics for the render process; never blocks. False if too large."""
-        message = (iteration, dict(metrics))
+        message = ("metrics", (iteration, dict(metrics)))
         if len(pickle.dumps(message)) > _MAX_METRICS_MESSAGE:
             return False
         self._metrics_pending.append(message)
@@ -132,15 +161,19 @@ class WorkerSupervisor:
         with self._lock:
             if self._stopping.is_set():
                 return None
+            # Both die with this thread (PR_SET_PDEATHSIG), which outlives them: it returns only
+            # after they are gone.
             render = start_process(render_process.main,
                                    (self._config, frames_in, lifeline_in, render_status_out),
                                    name="async_plotter-render",
-                                   ignore_sigint=True)
+                                   ignore_sigint=True,
+                                   die_with_parent=True)
             rollout = start_process(
                 rollout_process.main,
                 (self._config, self._channel_args(), frames_out, rollout_status_out),
                 name="async_plotter-rollout",
-                ignore_sigint=True)
+                ignore_sigint=True,
+                die_with_parent=True)
             # Our copies must go, or end-of-file would never reach the other side when one dies.
             for end in (frames_in, frames_out, lifeline_in, render_status_out, rollout_status_out):
                 end.close()
@@ -150,6 +183,14 @@ class WorkerSupervisor:
             self._stats["worker_pids"] = {"rollout": rollout.pid, "render": render.pid}
             self._stats["alive"] = True
             self._pair = _Pair(rollout, render, rollout_status_in, render_status_in, lifeline_out)
+            if self._governor is not None:
+                # Booting at the trainer's priority: a worker starved while importing TensorFlow
+                # never showed anything.
+                self._governor.forget_all()
+                self._governor.track(rollout.pid)
+                self._governor.track(render.pid)
+            if self._final_update is not None:
+                self._send_final(self._pair)
             return self._pair
 
     def _supervise(self) -> None:
@@ -167,13 +208,17 @@ class WorkerSupervisor:
                 self._stats["disabled"] = True
                 logger.error(
                     "plotting disabled: the plot worker failed %d times (last: %s). Training "
-                    "continues without plotting.", failures + 1, culprit)
+                    "continues without plotting; stats['last_error'] has the traceback.",
+                    failures + 1, _one_line(culprit))
+                logger.debug("plot worker failure in full: %s", culprit)
                 return
             failures += 1
             self._stats["restarts"] = failures
             delay = min(0.5 * 2**(failures - 1), 8.0)
+            # One line per failure; the whole traceback is in stats["last_error"] and at DEBUG.
             logger.warning("plot worker failed: %s; restarting it in %.1f s (restart %d of %d)",
-                           culprit, delay, failures, self._max_restarts)
+                           _one_line(culprit), delay, failures, self._max_restarts)
+            logger.debug("plot worker failure in full: %s", culprit)
             if self._stopping.wait(delay):
                 return
 
@@ -188,8 +233,14 @@ class WorkerSupervisor:
     def _watch_until_failure(self, pair: _Pair) -> Optional[str]:
         sentinels = {p.sentinel: role for role, p in pair.processes().items()}
         connections: List[Any] = list(pair.status)
-        while not self._stopping.is_set():
+        while True:
+            if self._stopping.is_set():
+                self._read_until_exit(pair, connections, sentinels)
+                return None
             self._send_metrics(pair)
+            self._copy_budget_stats()
+            if pair.booted is not None and time.monotonic() - pair.booted > _FIRST_VIDEO_GRACE:
+                self._first_video_done(pair, timed_out=True)
             ready = wait(connections + list(sentinels), timeout=0.5)
             for item in ready:
                 if item in pair.status:
@@ -204,7 +255,30 @@ class WorkerSupervisor:
                 if now - last > self._hang_timeout:
                     return (f"its {role} process made no progress for {self._hang_timeout:.0f} s "
                             "(hung)")
-        return None
+
+    def _read_until_exit(self, pair: _Pair, connections: List[Any], sentinels: Dict[Any,
+                                                                                    str]) -> None:
+        """While stopping: keep reading reports until both processes are gone, so that the video
+        the render process finishes on its way out is counted. ``stop()`` bounds how long."""
+        alive = dict(sentinels)
+        deadline = time.monotonic() + 30.0  # stop() kills both long before this
+        while (alive or connections) and time.monotonic() < deadline:
+            ready = wait(connections + list(alive), timeout=0.2)
+            for item in ready:
+                if item in alive:
+                    del alive[item]
+                elif not self._read_status(pair, item):
+                    connections.remove(item)
+            if not alive and not ready:
+                break
+        self._copy_budget_stats()
+
+    def _copy_budget_stats(self) -> None:
+        governor = self._governor
+        if governor is not None:
+            self._stats["worker_cpu_seconds"] = round(governor.cpu_seconds, 3)
+            self._stats["boot_cpu_seconds"] = round(governor.boot_cpu_seconds, 3)
+            self._stats["budget_charged_seconds"] = round(governor.charged_seconds, 3)
 
     def _read_status(self, pair: _Pair, connection: Connection) -> bool:
         role = pair.status[connection]
@@ -258,8 +332,9 @@ class WorkerSupervisor:
         elif kind == "frames":
             stats["frames"] += payload["count"]
         elif kind == "video":
-            stats["videos"] += 1
-            stats["last_video"] = payload["path"]
+            self._on_video(payload)
+        elif kind == "encoder":
+            self._settle_priority(payload["pid"])
         elif kind == "ready":
             pair.ready.add(payload["role"])
             if payload["role"] == "render":
@@ -267,14 +342,102 @@ class WorkerSupervisor:
                 stats["visual_preset"] = payload["preset"]
                 logger.info("plot worker rendering with %s (visual preset: %s)",
                             payload["gl_renderer"], payload["preset"])
+            if pair.ready >= {"rollout", "render"}:
+                self._end_boot(pair)
         elif kind == "http":
             stats["http_url"] = payload["url"]
             logger.info("live view at %s", payload["url"])
         elif kind == "error":
             pair.errors[payload["role"]] = payload["traceback"]
             stats["last_error"] = payload["traceback"]
+        elif kind not in ("beat", "episode"):
+            logger.error("unknown report %r from the plot worker (a bug: please report it)", kind)
         if self._listener is not None:
             self._listener(kind, payload)
+
+    def _on_video(self, payload: dict) -> None:
+        self._first_video_done(self._pair)
+        stats = self._stats
+        stats["videos"] += 1
+        stats["last_video"] = payload["path"]
+        entry = {
+            key: payload.get(key)
+            for key in ("path", "update", "iteration", "episodes", "frames", "time")
+        }
+        stats["video_log"] = (stats["video_log"] + [entry])[-_VIDEO_LOG_LENGTH:]
+        with self._video_written:
+            update = payload.get("update")
+            if update is not None and update > self._newest_video_update:
+                self._newest_video_update = update
+            if self._final_update is not None and self._newest_video_update >= self._final_update:
+                stats["final_video"] = payload["path"]
+            self._video_written.notify_all()
+
+    def _end_boot(self, pair: _Pair) -> None:
+        """Both processes are up. With a fixed priority, it applies from now on; a budget
+        applies once the first video exists (``_first_video_done``)."""
+        self._stats["boot_seconds"] = round(time.monotonic() - pair.started, 3)
+        pair.booted = time.monotonic()
+        if self._governor is None:
+            for process in (pair.rollout, pair.render):
+                self._settle_priority(process.pid)
+
+    def _first_video_done(self, pair: Optional[_Pair], timed_out: bool = False) -> None:
+        """Start-up is over: the first video exists (or it took too long). The budget holds from
+        now on. Recording it at the trainer's priority costs training ~1 s once, and a user on
+        a machine kept busy by training sees a video within seconds rather than a minute."""
+        governor = self._governor
+        if governor is None or governor.phase is not Phase.BOOT or pair is None:
+            return
+        if timed_out:
+            logger.debug(
+                "no video %.0f s after the worker started; holding it to its budget "
+                "from now on", _FIRST_VIDEO_GRACE)
+        governor.set_phase(Phase.GOVERNED if self._final_update is None else Phase.UNLIMITED)
+
+    def _settle_priority(self, pid: int) -> None:
+        if self._governor is not None:
+            self._governor.track(pid)
+        elif self._final_update is None:
+            priorities.apply_static(pid, self._config.priority or "idle")
+
+    # ---------------------------------------------------------------------------- final video
+
+    @property
+    def newest_video_update(self) -> int:
+        """The newest update a finished video shows (-1: none yet)."""
+        return self._newest_video_update
+
+    def wait_for_final_video(self, update: int, timeout: float) -> bool:
+        """Training is over: have the worker record update ``update`` (or a newer one) at full
+        speed, and wait up to ``timeout`` s for the video. True once it exists."""
+        with self._video_written:
+            self._final_update = update
+            if self._newest_video_update >= update:
+                return True
+        if self._governor is not None:
+            self._governor.set_phase(Phase.UNLIMITED)
+        with self._lock:
+            pair = self._pair
+        if pair is not None:
+            self._send_final(pair)
+            for process in (pair.rollout, pair.render):
+                if self._governor is None:
+                    priorities.set_normal_if_allowed(process.pid)
+        deadline = time.monotonic() + timeout
+        with self._video_written:
+            while self._newest_video_update < update:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0 or self._stats["disabled"] or not self._thread.is_alive():
+                    return False
+                self._video_written.wait(min(remaining, 0.5))
+        return True
+
+    def _send_final(self, pair: _Pair) -> None:
+        try:
+            pair.lifeline.send(("final", None))
+        except (BlockingIOError, OSError, ValueError):
+            pass  # a full pipe or a dead process: the rollout process sees the flag anyway
 
     def _kill(self, pair: _Pair, timeout: float = 1.0) -> None:
         with self._lock:
@@ -284,11 +447,25 @@ class WorkerSupervisor:
 
     # ------------------------------------------------------------------------------- stopping
 
+    def abort(self) -> None:
+        """Stop without waiting (after a Ctrl-C): SIGTERM now, a thread reaps and kills."""
+        self._stopping.set()
+        if self._governor is not None:
+            self._governor.stop()
+        with self._lock:
+            pair, self._pair = self._pair, None
+        if pair is not None:
+            pair.lifeline.close()
+            _terminate_in_background([pair.render, pair.rollout])
+        self._stats["alive"] = False
+
     def stop(self, timeout: float) -> None:
         """Stop both processes within ``timeout`` seconds: the render process first gets the
         chance to finish the video it is writing, then each is terminated, then killed."""
         deadline = time.monotonic() + max(timeout, 0.1)
         self._stopping.set()
+        if self._governor is not None:
+            self._governor.stop()  # resumes anything it held, so that it can exit
         with self._lock:
             pair = self._pair
             self._pair = None
@@ -310,6 +487,15 @@ class WorkerSupervisor:
             raise
         finally:
             self._stats["alive"] = False
+
+
+def _one_line(culprit: str) -> str:
+    """``its rollout process raised an exception:\n<traceback>`` -> its last line only."""
+    head, _, trace = culprit.partition(":\n")
+    if not trace:
+        return culprit
+    last = [line for line in trace.strip().splitlines() if line.strip()]
+    return f"{head}: {last[-1].strip()}" if last else head
 
 
 def _terminate_in_background(processes: List[Any]) -> None:

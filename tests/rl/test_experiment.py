@@ -123,9 +123,9 @@ class RecordingPlotter(async_plotter.Plotter):
         self.calls.append(("update", iteration, len(policy.get_param_values())))
         super().update_plot(policy, max_path_length, iteration, metrics)
 
-    def close(self, timeout=10.0):
+    def close(self, timeout=None, **kwargs):
         self.calls.append("close")
-        super().close(timeout)
+        super().close(timeout, **kwargs)
 
 
 @pytest.mark.slow

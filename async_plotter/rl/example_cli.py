@@ -1,0 +1,107 @@
+"""The command line every training example shares: what to train and how to watch it.
+
+    parser = example_parser(__doc__, n_itr=100, batch_size=5000)
+    args = parser.parse_args()
+    sys.exit(run_example(make_algo, args))
+
+Plotting flags: ``--plot/--no-plot`` (on by default), ``--plot-budget`` (the CPU budget),
+``--plot-path-length`` (steps per plotted rollout), ``--http`` (a live page) and
+``--plot-priority`` (a fixed priority instead of a budget). Training flags: ``--n-parallel``,
+``--n-itr``, ``--seed``, ``--batch-size``, ``--exp-name``.
+"""
+import argparse
+import sys
+from typing import Any, Callable, Dict
+
+from async_plotter.rl.experiment import ExperimentResult, run_experiment_lite
+
+
+def example_parser(doc: str,
+                   *,
+                   n_itr: int = 100,
+                   batch_size: int = 5000,
+                   n_parallel: int = 2) -> argparse.ArgumentParser:
+    """A parser with the training and plotting flags; ``doc``'s first paragraph describes it."""
+    parser = argparse.ArgumentParser(description=doc.split("\n\n")[0],
+                                     formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    parser.add_argument("--n-parallel", type=int, default=n_parallel, help="sampling processes")
+    parser.add_argument("--n-itr", type=int, default=n_itr, help="training iterations")
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--batch-size",
+                        type=int,
+                        default=batch_size,
+                        help="env steps per iteration")
+    parser.add_argument("--exp-name", default=None, help="run folder name under runs/")
+    add_plot_arguments(parser)
+    return parser
+
+
+def add_plot_arguments(parser: argparse.ArgumentParser) -> None:
+    """The plotting flags, for any script that trains with ``run_experiment_lite``."""
+    group = parser.add_argument_group("plotting")
+    group.add_argument("--plot",
+                       action=argparse.BooleanOptionalAction,
+                       default=True,
+                       help="watch the policy while it trains")
+    group.add_argument("--plot-budget",
+                       type=float,
+                       default=None,
+                       help="fraction of the machine's CPU plotting may take from training, "
+                       "beyond idle CPU (default: the library's, 0.05)")
+    group.add_argument("--plot-path-length",
+                       type=int,
+                       default=None,
+                       help="steps per plotted rollout (default: the training's); shorter "
+                       "rollouts give more frequent videos")
+    group.add_argument("--http",
+                       default=None,
+                       help="also serve a live page: a port (8080) or host:port")
+    group.add_argument("--plot-priority",
+                       choices=("idle", "low", "normal"),
+                       default=None,
+                       help="a fixed CPU priority for the plot worker instead of a budget")
+
+
+def plot_options(args: argparse.Namespace) -> Dict[str, Any]:
+    """``run_experiment_lite``'s keyword arguments for plotting, from the parsed flags."""
+    if not args.plot:
+        return {"plot": False}
+    options = {
+        "budget": args.plot_budget,
+        "max_path_length": args.plot_path_length,
+        "http": args.http,
+        "priority": args.plot_priority,
+    }
+    return dict({name: value for name, value in options.items() if value is not None}, plot=True)
+
+
+def run_example(make_algo: Callable[[], Any], args: argparse.Namespace) -> int:
+    """Train with ``run_experiment_lite`` as the flags say, print where the outputs are; returns
+    the exit code (130 after Ctrl-C)."""
+    try:
+        result = run_experiment_lite(make_algo,
+                                     n_parallel=args.n_parallel,
+                                     seed=args.seed,
+                                     exp_name=args.exp_name,
+                                     **plot_options(args))
+    except KeyboardInterrupt:
+        print("interrupted; workers and plotter were shut down", file=sys.stderr)
+        return 130
+    print(describe_outputs(result))
+    return 0
+
+
+def describe_outputs(result: ExperimentResult) -> str:
+    """Where a run's files are, videos counted (an empty folder is not announced as videos)."""
+    lines = [
+        f"progress:       {result.progress_csv}",
+        f"learning curve: {result.learning_curve}",
+        f"snapshot:       {result.log_dir}/params.pkl",
+    ]
+    if result.video_dir:
+        count = len(result.videos)
+        lines.append(f"videos:         {count} in {result.video_dir}"
+                     if count else f"videos:         none (see the plotter's summary above)")
+        if result.final_video:
+            lines.append(f"final policy:   {result.final_video}")
+    return "\n" + "\n".join(lines)

@@ -1,0 +1,263 @@
+"""The CPU budget: how much of the machine plotting may take from a busy trainer.
+
+``Plotter(..., budget=0.05)`` means: the worker (both processes and the video encoder) may use
+any CPU that would otherwise be idle, and on top of that at most 5% of the machine's CPU, measured
+over windows of a few seconds. Neither fixed priority says that (measured, DESIGN.md):
+``SCHED_IDLE`` alone starved the worker of a trainer that keeps both cores busy (no video in 30 s),
+and nice 10 takes ~11% whether or not anybody needs the pictures.
+
+The governor is a thread in the trainer (it must run when the worker is starved, so it cannot
+live in the worker) that wakes every ``tick`` seconds and keeps a token bucket:
+
+* tokens flow in at ``budget x cores`` CPU-seconds per second, up to one second's worth;
+* while the bucket has tokens the worker runs at the trainer's own priority, so it gets its
+  share even on a saturated machine, and every CPU-second it uses is charged;
+* when the bucket is empty the worker is held until it refills. Where this user may raise
+  priorities again (root, or a high enough ``RLIMIT_NICE``), held means ``SCHED_IDLE``: it still
+  runs on CPU nobody else wants, free of charge. Elsewhere the kernel forbids coming back from
+  ``SCHED_IDLE``, so the worker runs at nice 10, is charged the CPU it used beyond the machine's
+  idle time in each tick, and held means stopped (``SIGSTOP``, resumed with ``SIGCONT``); the
+  children die with the trainer (``PR_SET_PDEATHSIG``), stopped or not.
+
+Start-up (imports, policy rebuild, GL context, the first video: a few CPU-seconds once) is not
+governed, so a starved machine still shows its first video soon; nor is the final video at
+``close()``, since training is over by then. Both are measured and reported in ``stats``.
+"""
+import contextlib
+import enum
+import logging
+import os
+import signal
+import threading
+import time
+from typing import Dict, Optional, Set
+
+from async_plotter.worker import priorities
+
+logger = logging.getLogger("async_plotter")
+
+_CLOCK_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+# The Linux scheduler's weight of each nice level, 0 to 19 (kernel/sched/core.c).
+_NICE_WEIGHTS = (1024, 820, 655, 526, 423, 335, 272, 215, 172, 137, 110, 87, 70, 56, 45, 36, 29, 23,
+                 18, 15)
+#: a private switch for tests of the unprivileged path, which root cannot otherwise reach
+MECHANISM_ENV = "ASYNC_PLOTTER_BUDGET_MECHANISM"
+
+
+class Phase(enum.Enum):
+    """What the governor does with the worker right now."""
+
+    BOOT = "boot"  # starting up: the trainer's priority, not charged
+    GOVERNED = "governed"  # the budget holds
+    UNLIMITED = "unlimited"  # training is over (the final video): run freely, not charged
+
+
+def machine_cores() -> int:
+    """The cores this process may run on (the budget is a fraction of them)."""
+    try:
+        return max(len(os.sched_getaffinity(0)), 1)
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
+def process_cpu_seconds(pid: int) -> Optional[float]:
+    """User + system CPU time of a process (all its threads), or None once it is gone."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as stat:
+            fields = stat.read().rsplit(b")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+    # After the command name: state is field 3 of proc(5); utime and stime are fields 14 and 15.
+    return (int(fields[11]) + int(fields[12])) / _CLOCK_TICKS
+
+
+def machine_idle_seconds() -> float:
+    """Idle CPU-seconds of the whole machine since boot (idle + iowait, all cores)."""
+    with open("/proc/stat", "rb") as stat:
+        fields = stat.readline().split()
+    return (int(fields[4]) + int(fields[5])) / _CLOCK_TICKS
+
+
+class CpuGovernor:
+    """Holds a set of processes to ``budget`` of the machine's CPU beyond its idle CPU."""
+
+    def __init__(self, budget: float, tick: float = 0.2, burst_seconds: float = 1.0) -> None:
+        self.budget = float(budget)
+        self.cores = machine_cores()
+        self._rate = self.budget * self.cores  # CPU-seconds per second
+        self._capacity = self._rate * burst_seconds
+        self._tokens = self._capacity
+        self._tick = tick
+        self._own_nice = os.getpriority(os.PRIO_PROCESS, 0)
+        self.mechanism = _choose_mechanism(self._own_nice)
+        #: the nice level the worker runs at while it has tokens (see ``nice_for_share``)
+        self.running_nice = min(self._own_nice + nice_for_share(self._rate), 19)
+        self._lock = threading.Lock()
+        self._pids: Set[int] = set()
+        self._last_cpu: Dict[int, float] = {}
+        self._phase = Phase.BOOT
+        self._running = True  # the worker currently may run at full priority (not held)
+        self._stop = threading.Event()
+        self._thread: Optional[threading.Thread] = None
+        #: CPU-seconds the worker used, in total, while booting, and charged against the budget
+        self.cpu_seconds = 0.0
+        self.boot_cpu_seconds = 0.0
+        self.charged_seconds = 0.0
+        self.governed_seconds = 0.0  # wall time spent governed
+
+    # ------------------------------------------------------------------------ the supervisor's
+
+    def start(self) -> None:
+        """Start the governor's thread (it sleeps between ticks)."""
+        self._thread = threading.Thread(target=self._loop, name="async_plotter-budget", daemon=True)
+        self._thread.start()
+
+    def track(self, pid: int) -> None:
+        """Govern this process too (a worker process, or the encoder a worker started)."""
+        with self._lock:
+            if pid in self._pids:
+                return
+            self._pids.add(pid)
+            cpu = process_cpu_seconds(pid)
+            if cpu is not None:
+                self._last_cpu[pid] = cpu
+            if self._phase is Phase.GOVERNED:
+                self._enter_governed(pid)
+                self._apply(pid, self._running)
+
+    def forget_all(self) -> None:
+        """The processes are gone (a restart): the next ones boot anew."""
+        with self._lock:
+            self._pids.clear()
+            self._last_cpu.clear()
+            self._phase = Phase.BOOT
+            self._running = True
+
+    def set_phase(self, phase: Phase) -> None:
+        """Booting, governed, or unlimited (training is over)."""
+        with self._lock:
+            if phase is self._phase:
+                return
+            self._phase = phase
+            for pid in list(self._pids):
+                if phase is Phase.GOVERNED:
+                    self._enter_governed(pid)
+                self._apply(pid, running=phase is not Phase.GOVERNED or self._running)
+
+    @property
+    def phase(self) -> Phase:
+        """The current phase."""
+        return self._phase
+
+    def stop(self) -> None:
+        """End the thread; resume anything stopped so that it can exit."""
+        self._stop.set()
+        with self._lock:
+            for pid in list(self._pids):
+                self._apply(pid, running=True)
+        if self._thread is not None and self._thread is not threading.current_thread():
+            self._thread.join(1.0)
+
+    # ---------------------------------------------------------------------------------- ticks
+
+    def _loop(self) -> None:
+        try:
+            last_time = time.monotonic()
+            last_idle = machine_idle_seconds()
+        except OSError:
+            logger.warning("the CPU budget cannot be measured here (no /proc); the plot worker "
+                           "runs at idle priority instead")
+            with self._lock:
+                for pid in list(self._pids):
+                    priorities.set_idle(pid)
+            return
+        while not self._stop.wait(self._tick):
+            now, idle = time.monotonic(), machine_idle_seconds()
+            self._on_tick(now - last_time, idle - last_idle)
+            last_time, last_idle = now, idle
+
+    def _on_tick(self, elapsed: float, idle: float) -> None:
+        with self._lock:
+            used = 0.0
+            for pid in list(self._pids):
+                cpu = process_cpu_seconds(pid)
+                if cpu is None:  # gone (an encoder that finished its video)
+                    self._pids.discard(pid)
+                    self._last_cpu.pop(pid, None)
+                    continue
+                used += max(cpu - self._last_cpu.get(pid, cpu), 0.0)
+                self._last_cpu[pid] = cpu
+            self.cpu_seconds += used
+            if self._phase is Phase.BOOT:
+                self.boot_cpu_seconds += used
+                return
+            if self._phase is Phase.UNLIMITED:
+                return
+            self.governed_seconds += elapsed
+            charge = self._charge(used, idle)
+            self.charged_seconds += charge
+            self._tokens = min(self._tokens + self._rate * elapsed, self._capacity) - charge
+            # Resume only with a tick's worth in the bucket, so that it does not flap each tick.
+            should_run = self._tokens > (self._rate * self._tick if not self._running else 0.0)
+            if should_run != self._running:
+                self._running = should_run
+                for pid in list(self._pids):
+                    self._apply(pid, should_run)
+
+    def _charge(self, used: float, idle: float) -> float:
+        """What the worker's CPU in the last tick counts against the budget.
+
+        Under SCHED_IDLE it only ran on CPU nobody wanted: free. At the trainer's priority all of
+        it counts: CPU that looks idle at this resolution is a busy trainer's gaps (a sampler
+        waiting for a step), and filling them slowed training as much as taking its CPU did
+        (measured: 11% slower with 12.7% of the machine, of which 5% was charged when idle
+        time was subtracted). Stopped workers use nothing, and at nice 10 (the stop mechanism)
+        the worker cannot be told apart from the trainer's own work: there the idle time of
+        the tick is subtracted, or it could never use an idle machine.
+        """
+        if self.mechanism == "sched":
+            return used if self._running else 0.0
+        return max(used - max(idle, 0.0), 0.0)
+
+    # ------------------------------------------------------------------------------ mechanics
+
+    def _enter_governed(self, pid: int) -> None:
+        if self.mechanism == "stop":
+            priorities.set_nice(pid, self.running_nice)
+
+    def _apply(self, pid: int, running: bool) -> None:
+        if self.mechanism == "sched":
+            if self._phase is not Phase.GOVERNED:
+                priorities.set_normal(pid, self._own_nice)  # booting, or the final video
+            elif running:
+                priorities.set_normal(pid, self.running_nice)
+            else:
+                priorities.set_idle(pid)
+            return
+        with contextlib.suppress(OSError):
+            os.kill(pid, signal.SIGCONT if running else signal.SIGSTOP)
+
+
+def nice_for_share(cores_wanted: float) -> int:
+    """The highest nice level at which a thread competing with one busy thread of the trainer's
+    priority on its core still gets ``cores_wanted`` of that core.
+
+    Running at the trainer's own priority, the worker took its budget in bursts that stalled one
+    of the trainer's parallel sampler processes, and the whole iteration waited for that one:
+    measured, training slowed by ~2.3 times the worker's share of the machine. A weight that
+    just covers the budget spreads the same CPU thinly and lets the trainer's threads preempt it
+    at once when they wake up.
+    """
+    wanted = min(max(cores_wanted, 0.0), 0.5)
+    weight = 1024 * wanted / (1 - wanted) if wanted < 0.5 else 1024
+    for nice in range(len(_NICE_WEIGHTS) - 1, -1, -1):
+        if _NICE_WEIGHTS[nice] >= weight:
+            return nice
+    return 0
+
+
+def _choose_mechanism(own_nice: int) -> str:
+    forced = os.environ.get(MECHANISM_ENV)
+    if forced in ("sched", "stop"):
+        return forced
+    return "sched" if priorities.can_raise_priority(own_nice) else "stop"

@@ -1,0 +1,76 @@
+"""The one line a run ends with: what the user got to see, and, when it was little, why."""
+import os
+from typing import Any, Dict, List, Optional, Sequence
+
+#: fewer videos than one per this many iterations calls for an explanation
+_ITERATIONS_PER_VIDEO_EXPECTED = 10
+
+
+def summarize_videos(stats: Dict[str, Any], iterations: Sequence[int], elapsed: float,
+                     budget: Optional[float], video_dir: Optional[str]) -> str:
+    """``plotter: 7 videos in runs/x/videos of iterations 0, 9, ... 59; the newest,
+    iter_0059.mp4, shows the final policy`` -- plus the reason and the knob when there were
+    fewer than one per 10 iterations."""
+    log: List[Dict[str, Any]] = list(stats.get("video_log") or [])
+    if not video_dir:
+        return (f"plotter: {stats.get('frames', 0)} frames shown live, "
+                f"{stats.get('updates_applied', 0)} of {stats.get('updates_sent', 0)} updates")
+    if not log:
+        text = f"plotter: no video in {video_dir}"
+    else:
+        shown = [_label(entry) for entry in log]
+        newest = os.path.basename(log[-1]["path"])
+        final = ("shows the final policy" if stats.get("final_video") or _is_newest(log, stats) else
+                 "does not show the final policy")
+        text = (f"plotter: {len(log)} video{'s' if len(log) != 1 else ''} in {video_dir} of "
+                f"{_compact(shown)}; the newest, {newest}, {final}")
+    reason = _why_few(stats, len(log), len(iterations), elapsed, budget)
+    return f"{text}. {reason}" if reason else text
+
+
+def _label(entry: Dict[str, Any]) -> str:
+    if entry.get("iteration") is not None:
+        return str(entry["iteration"])
+    return "the initial policy" if entry.get("update") == 0 else f"update {entry.get('update')}"
+
+
+def _is_newest(log: List[Dict[str, Any]], stats: Dict[str, Any]) -> bool:
+    sent = stats.get("updates_sent", 0)
+    return log[-1].get("update") == sent
+
+
+def _compact(labels: List[str]) -> str:
+    """``the initial policy and iterations 8, 59`` (the middle elided past 12)."""
+    others = [label for label in labels if not label.isdigit()]
+    iterations = [label for label in labels if label.isdigit()]
+    if len(iterations) > 12:
+        iterations = iterations[:5] + ["..."] + iterations[-5:]
+    parts = others[:3] + (
+        [f"iteration{'s' if len(iterations) > 1 else ''} "
+         f"{', '.join(iterations)}"] if iterations else [])
+    return " and ".join(parts)
+
+
+def _why_few(stats: Dict[str, Any], videos: int, iterations: int, elapsed: float,
+             budget: Optional[float]) -> str:
+    if iterations == 0 or videos * _ITERATIONS_PER_VIDEO_EXPECTED >= iterations:
+        return ""
+    if stats.get("disabled"):
+        return ("Plotting was disabled after repeated worker failures; stats['last_error'] "
+                "says why")
+    if stats.get("boot_seconds") is None:
+        return ("Fewer than one per 10 iterations: the worker was still starting (importing "
+                "TensorFlow and building the scene take a few CPU-seconds) when the run ended; "
+                "longer runs show more")
+    cpu = max(stats.get("worker_cpu_seconds", 0.0) - stats.get("boot_cpu_seconds", 0.0), 0.0)
+    frames = max(stats.get("frames", 0), 1)
+    per_frame_ms = 1000.0 * cpu / frames if cpu else None
+    cost = f" (~{per_frame_ms:.0f} ms of CPU a frame)" if per_frame_ms else ""
+    if budget is None:
+        return (f"Fewer than one per 10 iterations: a fixed priority leaves the worker little "
+                f"CPU beside a busy trainer{cost}; use budget= instead of priority=, e.g. 0.1")
+    per_iteration = budget * (os.cpu_count() or 1) * elapsed / iterations
+    return (f"Fewer than one per 10 iterations: the budget ({budget:g} of the machine, "
+            f"~{per_iteration:.2f} CPU-s an iteration) is small for this frame cost{cost}. "
+            f"Raise budget= (e.g. {min(budget * 2, 1.0):g}), or make videos cheaper: shorter "
+            f"plotted rollouts (max_path_length=) or a smaller frame_size=")

@@ -1,0 +1,101 @@
+"""The CPU budget: held on a saturated machine, idle CPU used freely, start-up never starved.
+
+Behaviour checks with generous margins (CI shares its machine); the figures belong to
+benchmarks/plot_overhead.py.
+"""
+import os
+import time
+
+import pytest
+
+from async_plotter import Plotter
+from async_plotter.worker.budget import MECHANISM_ENV
+from tests.conftest import wait_for
+from tests.policies import LinearPolicy
+
+pytestmark = pytest.mark.slow
+
+CORES = os.cpu_count() or 1
+
+
+def swimmer_policy():
+    policy = LinearPolicy(8, 2)
+    policy.fill(0.3)  # it moves, so every frame differs
+    return policy
+
+
+def worker_share(plotter, policy, seconds):
+    """The worker's CPU over ``seconds`` as a fraction of the machine, and its frames/s, while
+    the trainer hands over new parameters twice a second (so the worker always has work)."""
+    before, started = plotter.stats, time.monotonic()
+    iteration = 0
+    while time.monotonic() - started < seconds:
+        time.sleep(0.5)
+        iteration += 1
+        policy.fill(0.3 + 1e-3 * iteration)
+        plotter.update_plot(policy, iteration=iteration)
+    after, elapsed = plotter.stats, time.monotonic() - started
+    cpu = after["worker_cpu_seconds"] - before["worker_cpu_seconds"]
+    return cpu / (elapsed * CORES), (after["frames"] - before["frames"]) / elapsed
+
+
+@pytest.mark.parametrize("mechanism", ["sched", "stop"])
+def test_budget_is_held_on_a_saturated_machine(mechanism, tmp_path, monkeypatch, saturated_machine,
+                                               no_leftovers):
+    """Root may lift a worker out of SCHED_IDLE again; other users may not (then the worker is
+    stopped when over budget). Both hold the budget and still deliver pictures."""
+    monkeypatch.setenv(MECHANISM_ENV, mechanism)
+    budget = 0.05
+    policy = swimmer_policy()
+    with Plotter("Swimmer-v5",
+                 policy,
+                 max_path_length=500,
+                 video_dir=str(tmp_path),
+                 budget=budget,
+                 final_video_timeout=0) as plotter:
+        # Start-up runs at the trainer's priority: it finishes although every core is busy.
+        wait_for(lambda: plotter.stats["boot_seconds"] is not None, 60, message="the boot")
+        assert plotter.stats["budget_mechanism"] == mechanism
+        # The first video is part of the start-up too; the budget holds after it.
+        wait_for(lambda: plotter.stats["videos"] >= 1, 90, message="the first video")
+        share, frames_per_second = worker_share(plotter, policy, 12.0)
+    # Guaranteed its budget (it rendered), and held to it: nobody leaves this machine idle.
+    assert 0.3 * budget < share < 2.5 * budget, f"worker took {share:.3f} of the machine"
+    assert frames_per_second > 1.0
+
+
+def test_an_idle_machine_is_used_beyond_the_budget_up_to_the_frame_cap(tmp_path, no_leftovers):
+    fps = 15
+    policy = swimmer_policy()
+    with Plotter("Swimmer-v5",
+                 policy,
+                 max_path_length=2000,
+                 video_dir=str(tmp_path),
+                 budget=0.02,
+                 fps=fps,
+                 final_video_timeout=0) as plotter:
+        wait_for(lambda: plotter.stats["frames"] > 0, 60, message="the first frames")
+        share, frames_per_second = worker_share(plotter, policy, 8.0)
+    assert frames_per_second <= fps * 1.15, "the frame-rate cap holds"
+    assert frames_per_second >= fps * 0.6, f"only {frames_per_second:.1f} frames/s on idle CPU"
+    assert share > 0.02, "idle CPU is free: the worker is not held to its budget"
+
+
+def test_a_fixed_priority_still_works_and_boots_first(tmp_path, saturated_machine, no_leftovers):
+    """``priority="idle"`` as before, but the start-up is not starved any more."""
+    with Plotter("Swimmer-v5",
+                 swimmer_policy(),
+                 max_path_length=50,
+                 video_dir=str(tmp_path),
+                 priority="idle",
+                 final_video_timeout=0) as plotter:
+        wait_for(lambda: plotter.stats["boot_seconds"] is not None, 60, message="the boot")
+        stats = plotter.stats
+        assert stats["budget"] is None and stats["budget_mechanism"] is None
+        rollout = stats["worker_pids"]["rollout"]
+        # After the boot the worker runs under SCHED_IDLE, every thread of it.
+        wait_for(lambda: all(
+            os.sched_getscheduler(int(tid)) == os.SCHED_IDLE
+            for tid in os.listdir(f"/proc/{rollout}/task")),
+                 10,
+                 message="SCHED_IDLE")

@@ -1,0 +1,186 @@
+"""Every run shows its final policy, and videos are worth watching."""
+import logging
+import os
+import signal
+import threading
+import time
+
+import imageio.v2 as imageio
+import numpy as np
+import psutil
+import pytest
+
+from async_plotter import Plotter
+from tests.conftest import shm_segments, wait_for
+from tests.policies import LinearPolicy
+
+pytestmark = pytest.mark.slow
+
+
+def frame_count(path):
+    reader = imageio.get_reader(path)
+    try:
+        return sum(1 for _ in reader)
+    finally:
+        reader.close()
+
+
+def videos_in(directory):
+    return sorted(name for name in os.listdir(directory) if name.endswith(".mp4"))
+
+
+def test_close_records_the_final_policy_and_counts_it(tmp_path, caplog, no_leftovers):
+    policy = LinearPolicy(8, 2)
+    plotter = Plotter("Swimmer-v5", policy, max_path_length=60, video_dir=str(tmp_path), seed=0)
+    plotter.start()
+    for iteration in range(12):  # faster than the worker records: most updates are skipped
+        policy.fill(0.05 * iteration)
+        plotter.update_plot(policy, iteration=iteration)
+    with caplog.at_level(logging.INFO, logger="async_plotter"):
+        plotter.close()
+    stats = plotter.stats
+    assert stats["final_video"] == str(tmp_path / "iter_0011.mp4")
+    assert "iter_0011.mp4" in videos_in(tmp_path)
+    assert frame_count(stats["final_video"]) == 61  # the reset pose and 60 steps
+    # stats counts every video that exists, the one finished during close() included.
+    assert stats["videos"] == len(videos_in(tmp_path)) == len(stats["video_log"])
+    summary = [r.getMessage() for r in caplog.records if r.getMessage().startswith("plotter: ")]
+    assert summary and "shows the final policy" in summary[-1], summary
+
+
+def test_close_with_a_final_video_already_there_does_not_wait(tmp_path, no_leftovers):
+    policy = LinearPolicy(8, 2)
+    with Plotter("Swimmer-v5", policy, max_path_length=20, video_dir=str(tmp_path)) as plotter:
+        plotter.update_plot(policy, iteration=0)
+        wait_for(lambda: any(v["iteration"] == 0 for v in plotter.stats["video_log"]),
+                 60,
+                 message="iteration 0's video")
+        started = time.monotonic()
+    assert time.monotonic() - started < 5
+    assert "iter_0000.mp4" in videos_in(tmp_path)
+
+
+def test_a_policy_that_falls_at_once_still_makes_a_video_of_the_minimum_length(
+        tmp_path, no_leftovers):
+    policy = LinearPolicy(11, 3)
+    policy.fill(1.0)  # full torque on every joint: the hopper falls within a few steps
+    fps, min_seconds = 30, 2.0
+    with Plotter("Hopper-v5",
+                 policy,
+                 max_path_length=1000,
+                 video_dir=str(tmp_path),
+                 fps=fps,
+                 min_video_seconds=min_seconds,
+                 seed=0) as plotter:
+        wait_for(lambda: plotter.stats["videos"] >= 1, 90, message="a Hopper video")
+        entry = plotter.stats["video_log"][0]
+    assert entry["episodes"] > 1, "short episodes are chained into one video"
+    frames = frame_count(entry["path"])
+    assert frames >= fps * min_seconds, f"{frames} frames: shorter than {min_seconds} s"
+
+
+def test_close_returns_within_its_timeout_when_the_final_video_is_long(
+        tmp_path, caplog, saturated_machine, no_leftovers):
+    policy = LinearPolicy(8, 2)
+    plotter = Plotter("Swimmer-v5",
+                      policy,
+                      max_path_length=20000,
+                      video_dir=str(tmp_path),
+                      final_video_timeout=3.0).start()
+    wait_for(lambda: plotter.stats["boot_seconds"] is not None, 60, message="the boot")
+    policy.fill(0.2)
+    plotter.update_plot(policy, iteration=5)
+    started = time.monotonic()
+    with caplog.at_level(logging.WARNING, logger="async_plotter"):
+        plotter.close(timeout=8.0)
+    assert time.monotonic() - started < 8.0 + 3.0
+    assert any("was not finished within 3 s" in r.getMessage() for r in caplog.records)
+    assert not [n for n in os.listdir(tmp_path) if n.startswith(".partial")]
+
+
+def test_ctrl_c_while_close_waits_for_the_final_video_leaves_nothing(tmp_path, no_leftovers):
+    policy = LinearPolicy(8, 2)
+    plotter = Plotter("Swimmer-v5",
+                      policy,
+                      max_path_length=20000,
+                      video_dir=str(tmp_path),
+                      final_video_timeout=60.0).start()
+    try:
+        wait_for(lambda: plotter.stats["boot_seconds"] is not None, 60, message="the boot")
+        workers = [psutil.Process(pid) for pid in plotter.stats["worker_pids"].values()]
+        segment = plotter._writer.name.lstrip("/")
+        policy.fill(0.2)
+        plotter.update_plot(policy, iteration=1)
+        ctrl_c = threading.Timer(1.0, os.kill, (os.getpid(), signal.SIGINT))
+        ctrl_c.start()
+        started = time.monotonic()
+        with pytest.raises(KeyboardInterrupt):
+            plotter.close()
+        ctrl_c.join()
+        assert time.monotonic() - started < 5, "close() did not give up waiting at Ctrl-C"
+    finally:
+        plotter.close(timeout=5)
+    assert segment not in shm_segments()
+    wait_for(lambda: not any(w.is_running() and w.status() != psutil.STATUS_ZOMBIE
+                             for w in workers),
+             10,
+             message="the workers to exit")
+
+
+def test_final_video_at_zero_timeout_is_skipped(tmp_path, no_leftovers):
+    policy = LinearPolicy(8, 2)
+    plotter = Plotter("Swimmer-v5",
+                      policy,
+                      max_path_length=20000,
+                      video_dir=str(tmp_path),
+                      final_video_timeout=0).start()
+    wait_for(lambda: plotter.stats["boot_seconds"] is not None, 60, message="the boot")
+    plotter.update_plot(policy, iteration=3)
+    started = time.monotonic()
+    plotter.close()
+    assert time.monotonic() - started < 12
+    assert plotter.stats["final_video"] is None
+
+
+def test_summary_explains_a_starved_run(tmp_path, caplog):
+    from async_plotter.worker.summary import summarize_videos
+
+    stats = {"video_log": [], "boot_seconds": None, "frames": 0}
+    text = summarize_videos(stats, list(range(8)), 10.0, 0.05, str(tmp_path))
+    assert text.startswith(f"plotter: no video in {tmp_path}")
+    assert "still starting" in text
+    stats = {
+        "video_log": [{
+            "path": str(tmp_path / "iter_0000.mp4"),
+            "update": 1,
+            "iteration": 0
+        }],
+        "boot_seconds": 3.0,
+        "frames": 500,
+        "worker_cpu_seconds": 8.0,
+        "boot_cpu_seconds": 3.0,
+        "updates_sent": 40,
+    }
+    text = summarize_videos(stats, list(range(40)), 60.0, 0.05, str(tmp_path))
+    assert "1 video in" in text and "does not show the final policy" in text
+    assert "~10 ms of CPU a frame" in text and "Raise budget=" in text
+    np.testing.assert_equal("Fewer than one per 10 iterations" in text, True)
+
+
+def test_the_policy_is_reset_before_every_episode(tmp_path, no_leftovers):
+    """rllab's and garage's rollout() call policy.reset() first; the worker never did."""
+    from tests.policies import ResettingPolicy
+
+    log = tmp_path / "resets.log"
+    policy = ResettingPolicy(11, 3, str(log))
+    policy.fill(1.0)  # the hopper falls within a few steps: several episodes per video
+    with Plotter("Hopper-v5",
+                 policy,
+                 max_path_length=1000,
+                 video_dir=str(tmp_path / "videos"),
+                 min_video_seconds=1.0,
+                 seed=0) as plotter:
+        wait_for(lambda: plotter.stats["videos"] >= 1, 90, message="a video")
+        episodes = plotter.stats["video_log"][0]["episodes"]
+    assert episodes >= 2
+    assert log.read_text().count("reset") >= episodes
