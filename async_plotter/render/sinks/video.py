@@ -78,6 +78,11 @@ class VideoSink(FrameSink):
         if self._writer is None:
             self._open_writer()
         self._writer.append_data(frame)
+        if self._frames == 0 and self._on_encoder is not None:
+            # The encoder is a process of its own, started with the writer's first frame; the
+            # CPU budget must count it too.
+            for pid in child_pids(os.getpid()):
+                self._on_encoder(pid)
         self._frames += 1
         self._last_frame = frame
 
@@ -107,22 +112,6 @@ class VideoSink(FrameSink):
                                           macro_block_size=2,
                                           ffmpeg_log_level="error",
                                           output_params=list(_ENCODER_PARAMS))
-        if self._on_encoder is not None:
-            # The encoder is a process of its own; the CPU budget must count it too. It is
-            # started with the writer's first frame, so it is looked for after that one.
-            self._report_encoder_on_next_frame()
-
-    def _report_encoder_on_next_frame(self) -> None:
-        writer, callback = self._writer, self._on_encoder
-        original = writer.append_data
-
-        def append_then_report(frame: np.ndarray) -> None:
-            original(frame)
-            writer.append_data = original
-            for pid in child_pids(os.getpid()):
-                callback(pid)
-
-        writer.append_data = append_then_report
 
     def _finish(self) -> None:
         if self._recording is None:
