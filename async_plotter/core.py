@@ -29,13 +29,13 @@ from async_plotter.policy_recipe import describe_policy, flat_params, policy_kin
 from async_plotter.preflight import check_before_start
 from async_plotter.render.camera import check_camera_argument
 from async_plotter.worker.config import WorkerConfig
+from async_plotter.worker.priorities import PRIORITIES
 from async_plotter.worker.summary import summarize_videos
 from async_plotter.worker.supervisor import WorkerSupervisor, new_worker_stats
 
 logger = logging.getLogger("async_plotter")
 
 _QUALITIES = ("auto", "cheap", "full")
-_PRIORITIES = ("idle", "low", "normal")
 
 #: the default CPU budget: the fraction of the machine's CPU that plotting may take from a busy
 #: trainer, beyond the CPU nobody else wants (chosen by benchmarks/plot_overhead.py)
@@ -148,7 +148,7 @@ class Plotter:
         fps = _positive_number("fps", fps)
         _one_of("quality", quality, _QUALITIES)
         if priority is not None:
-            _one_of("priority", priority, _PRIORITIES)
+            _one_of("priority", priority, PRIORITIES)
             if budget is not None:
                 raise InvalidArgumentError(
                     f"pass either budget= or priority=, not both (got budget={budget!r}, "

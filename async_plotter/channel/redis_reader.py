@@ -109,6 +109,10 @@ class RedisReader:
             raise ParentGone("the viewer that started this worker is gone")
         return self._newest_seq != self._taken_seq
 
+    def final_requested(self) -> bool:
+        """Never: a viewer's trainer is elsewhere and makes its own final video, if any."""
+        return False
+
     def wait(self, timeout: Optional[float]) -> Optional[ParamUpdate]:
         """Sleep until an update newer than the last one read is here; return the newest.
 

@@ -103,7 +103,6 @@ class CpuGovernor:
         self.cpu_seconds = 0.0
         self.boot_cpu_seconds = 0.0
         self.charged_seconds = 0.0
-        self.governed_seconds = 0.0  # wall time spent governed
 
     # ------------------------------------------------------------------------ the supervisor's
 
@@ -193,7 +192,6 @@ class CpuGovernor:
                 return
             if self._phase is Phase.UNLIMITED:
                 return
-            self.governed_seconds += elapsed
             charge = self._charge(used, idle)
             self.charged_seconds += charge
             self._tokens = min(self._tokens + self._rate * elapsed, self._capacity) - charge

@@ -109,7 +109,7 @@ def _run_episode(env: Any, runtime: Any, scene: SceneInfo, info: EpisodeInfo, ma
     interval, next_due = 1.0 / config.fps, time.monotonic()
     for steps in range(1, max_path_length + 1):
         # A viewer should see the newest policy now, not in 30 s; so should the final video.
-        if (config.live or _final_requested(reader)) and reader.newer_available():
+        if (config.live or reader.final_requested()) and reader.newer_available():
             completed = False
             break
         if config.live:
@@ -135,11 +135,6 @@ def _run_episode(env: Any, runtime: Any, scene: SceneInfo, info: EpisodeInfo, ma
     end = EpisodeEnd(steps, total_reward, completed, continued=continued)
     frames_out.send(("end", end))
     return end
-
-
-def _final_requested(reader: Any) -> bool:
-    check = getattr(reader, "final_requested", None)
-    return bool(check()) if check is not None else False
 
 
 def describe_scene(env: Any, config: WorkerConfig) -> SceneInfo:
