@@ -13,7 +13,7 @@ PYTEST_ARGS ?=
 $(STAMP): setup.py
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e ".[cpu,test,redis]"
+	$(PY) -m pip install -q -e ".[cpu,test,redis,tensorboard]"
 	@touch $(STAMP)
 
 venv: $(STAMP)

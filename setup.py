@@ -22,7 +22,10 @@ setup(
     long_description_content_type="text/markdown",
     python_requires=">=3.9",
     packages=find_packages(include=["async_plotter", "async_plotter.*"]),
-    package_data={"async_plotter.web": ["page.html"]},
+    package_data={
+        "async_plotter.web": ["page.html"],
+        "async_plotter.serve": ["page.html"]
+    },
     install_requires=[
         "numpy>=1.23",
         "cloudpickle>=3.0",
@@ -37,9 +40,11 @@ setup(
         "cpu": ["tensorflow-cpu>=2.15"],
         "gpu": ["tensorflow>=2.15"],
         "redis": ["redis>=5.0"],
+        # Reading and serving event files; writing them needs neither this nor TensorFlow.
+        "tensorboard": ["tensorboard>=2.15"],
         "test": [
             "pytest>=7", "pytest-timeout>=2.2", "psutil>=5.9", "yapf>=0.40", "redis>=5.0",
-            "websockets>=12"
+            "websockets>=12", "tensorboard>=2.15"
         ],
     },
     entry_points={"console_scripts": ["async-plotter=async_plotter.cli:main"]},

@@ -6,12 +6,13 @@
             train_one_iteration(policy)
             plotter.update_plot(policy, iteration=itr)   # returns at once
 """
-from async_plotter.core import Plotter
-from async_plotter.core import DEFAULT_BUDGET
+from async_plotter.core import DEFAULT_BUDGET, Plotter, PlotterState
 from async_plotter.errors import (CameraError, EnvBuildError, EnvRenderError, EnvSpecError,
                                   InvalidArgumentError, NoDisplayError, ParameterMismatchError,
                                   PlotterClosedError, PlotterError, PolicyNotRebuildableError,
                                   PolicyProtocolError, PolicyShapeError, VideoDirError)
+from async_plotter.render.sinks.base import FrameSink
+from async_plotter.render.stream import EpisodeEnd, EpisodeInfo
 from async_plotter.serializable import Serializable
 
 __version__ = "0.1.0"
@@ -20,5 +21,5 @@ __all__ = [
     "Plotter", "Serializable", "PlotterError", "PlotterClosedError", "PolicyProtocolError",
     "PolicyNotRebuildableError", "ParameterMismatchError", "EnvSpecError", "NoDisplayError",
     "VideoDirError", "InvalidArgumentError", "PolicyShapeError", "EnvRenderError", "EnvBuildError",
-    "CameraError", "DEFAULT_BUDGET"
+    "CameraError", "DEFAULT_BUDGET", "FrameSink", "EpisodeInfo", "EpisodeEnd", "PlotterState"
 ]

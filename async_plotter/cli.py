@@ -2,38 +2,27 @@
 
     async-plotter view redis://host:6379/0 --experiment swimmer-7 --video-dir videos
     async-plotter list redis://host:6379/0
+    async-plotter serve redis://host:6379/0 --http 8080 --record-dir history
 
-``view`` waits for the experiment's structure (it may start before the trainer), checks its
-signature, and runs the same worker a local ``Plotter`` runs (rollout and render processes,
-restarted after crashes), fed from Redis instead of shared memory. A trainer restarted with another
-policy publishes a new structure; the worker is then restarted with it. Ctrl-C stops everything.
+This module parses and checks the arguments; the viewer itself is ``worker/viewer.py``.
 """
 import argparse
-import collections
-import dataclasses
 import logging
 import math
 import os
-import pickle
-import signal
 import sys
 import tempfile
-import threading
-import time
 import unicodedata
-from typing import Any, Deque, Dict, List, Optional, Sequence
+from typing import Any, List, Optional, Sequence
 
-from async_plotter.channel.redis_link import redact, url_problem
-from async_plotter.display import offscreen_gl_backend
-from async_plotter.channel.redis_wire import (METRICS_CAP, MetricsEntry, Structure,
-                                              valid_experiment)
-from async_plotter.channel.signing import (SECRET_ENV, PayloadRejected, Verifier, read_secret_file,
-                                           resolve_secret, warn_if_weak)
+from async_plotter.channel.redis.link import redact, url_problem
+from async_plotter.channel.redis.signing import (SECRET_ENV, read_secret_file, resolve_secret,
+                                                 warn_if_weak)
+from async_plotter.channel.redis.wire import valid_experiment
 
 logger = logging.getLogger("async_plotter")
 
 EXIT_USAGE = 2
-_WAITING_HINT_AFTER = 15.0  # seconds without the experiment before suggesting `list`
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
@@ -46,6 +35,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     _configure_logging(args.verbose, args.quiet)
     if args.command == "list":
         return _list(args.subparser, args)
+    if args.command == "serve":
+        return _serve(args.subparser, args)
     return _view(args.subparser, args)
 
 
@@ -53,7 +44,7 @@ def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="async-plotter",
         description="Watch a policy train from another machine, through a Redis server.")
-    commands = parser.add_subparsers(dest="command", metavar="{view,list}")
+    commands = parser.add_subparsers(dest="command", metavar="{view,list,serve}")
 
     view = commands.add_parser(
         "view",
@@ -63,6 +54,9 @@ def _parser() -> argparse.ArgumentParser:
     view.add_argument("url", help="the Redis server, e.g. redis://host:6379/0 or rediss://...")
     view.add_argument("--experiment", "-e", required=True, help="the experiment's name")
     view.add_argument("--video-dir", help="write one mp4 per update into this directory")
+    view.add_argument("--tensorboard-dir",
+                      help="write each update's rollout into TensorBoard event files here "
+                      "(an animated image, and the trainer's metrics as scalars)")
     view.add_argument("--window", action="store_true", help="open a window (needs a display)")
     view.add_argument("--http",
                       help="serve a live page: a port (8080) or host:port; other hosts than "
@@ -94,7 +88,9 @@ def _parser() -> argparse.ArgumentParser:
                                   description="List the experiments a Redis server holds.")
     listing.add_argument("url", help="the Redis server, e.g. redis://host:6379/0")
 
-    for sub in (view, listing):
+    serve = _serve_parser(commands)
+
+    for sub in (view, listing, serve):
         sub.set_defaults(subparser=sub)  # errors then show the subcommand's usage
         sub.add_argument("--verbose", "-v", action="store_true", help="log more")
         sub.add_argument("--quiet", "-q", action="store_true", help="log only problems")
@@ -119,8 +115,8 @@ def _list(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
         parser.error(f"the Redis URL {problem}")
     import redis
 
-    from async_plotter.channel.redis_link import connect
-    from async_plotter.channel.redis_viewer import list_experiments
+    from async_plotter.channel.redis.link import connect
+    from async_plotter.channel.redis.watcher import list_experiments
 
     client = connect(args.url)
     try:
@@ -194,23 +190,6 @@ def _duration(seconds: Optional[float]) -> str:
 # ---------------------------------------------------------------------------------- view
 
 
-@dataclasses.dataclass(frozen=True)
-class _ViewOptions:
-    """The validated ``view`` arguments."""
-
-    url: str
-    experiment: str
-    secret: Optional[bytes]
-    trust_unsigned: bool
-    video_dir: Optional[str]
-    window: bool
-    http: Optional[Any]
-    fps: Optional[float]
-    priority: Optional[str]
-    max_restarts: int
-    budget: Optional[float] = None
-
-
 def _view(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
     options = _check_view_arguments(parser, args)
     if options.secret is None:
@@ -218,11 +197,12 @@ def _view(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
             "--trust-unsigned without a secret: whatever is in %s under experiment %r will be "
             "loaded, and loading runs code. Only do this on a Redis server nobody else can "
             "write to.", redact(options.url), options.experiment)
-    return _Viewer(options).run()
+    from async_plotter.worker.viewer import ExperimentViewer
+
+    return ExperimentViewer(options).run()
 
 
-def _check_view_arguments(parser: argparse.ArgumentParser,
-                          args: argparse.Namespace) -> _ViewOptions:
+def _check_view_arguments(parser: argparse.ArgumentParser, args: argparse.Namespace) -> Any:
     """Every argument checked before anything starts; problems exit with code 2."""
     problem = url_problem(args.url)
     if problem is not None:
@@ -250,53 +230,38 @@ def _check_view_arguments(parser: argparse.ArgumentParser,
                          f"{os.environ.get('DISPLAY') or 'unset'}); use --video-dir or --http "
                          "instead")
     video_dir = _checked_video_dir(parser, args.video_dir)
+    tensorboard_dir = _checked_video_dir(parser, args.tensorboard_dir, "--tensorboard-dir")
     http = _checked_http(parser, args.http, args.http_token)
-    if not (video_dir or args.window or http is not None):
-        parser.error("nothing to show: pass --video-dir DIR (mp4 files), --http PORT (a live "
-                     "page) or --window")
-    try:
-        if args.secret_file is not None:
-            secret = read_secret_file(args.secret_file)
-        else:
-            secret = resolve_secret(None)
-    except (TypeError, ValueError) as error:
-        parser.error(str(error))
-    if secret is not None and args.trust_unsigned:
-        source = "--secret-file" if args.secret_file is not None else f"${SECRET_ENV}"
-        parser.error(
-            f"--trust-unsigned conflicts with the secret from {source}: with a secret, signatures "
-            "are required, always, so that nobody who can write to the Redis server can make "
-            f"this viewer load their pickle. Drop --trust-unsigned (or unset {SECRET_ENV} if the "
-            "trainer really publishes unsigned).")
-    if secret is None and not args.trust_unsigned:
-        parser.error(
-            f"no secret: set {SECRET_ENV} or pass --secret-file, with the secret the trainer "
-            "signs with. The trainer publishes a pickle, and loading a pickle runs code, so "
-            "without a secret to check it the viewer refuses it. If nobody else can write to "
-            "this Redis server, --trust-unsigned accepts it anyway.")
-    warn_if_weak(secret)
-    return _ViewOptions(args.url, args.experiment, secret, args.trust_unsigned, video_dir,
-                        args.window, http, args.fps, args.priority, args.max_restarts, args.budget)
+    if not (video_dir or tensorboard_dir or args.window or http is not None):
+        parser.error("nothing to show: pass --video-dir DIR (mp4 files), --tensorboard-dir DIR "
+                     "(TensorBoard), --http PORT (a live page) or --window")
+    secret = _checked_secret(parser, args)
+    from async_plotter.worker.sinks import HttpSpec, TensorBoardSpec, VideoSpec, WindowSpec
+    from async_plotter.worker.viewer import ViewOptions
+
+    sinks: List[Any] = []
+    if video_dir:
+        sinks.append(VideoSpec(video_dir))
+    if tensorboard_dir:
+        sinks.append(TensorBoardSpec(tensorboard_dir))
+    if args.window:
+        sinks.append(WindowSpec())
+    if http is not None:
+        sinks.append(HttpSpec(http, video_dir))
+    return ViewOptions(args.url,
+                       args.experiment,
+                       secret,
+                       args.trust_unsigned,
+                       tuple(sinks),
+                       fps=args.fps,
+                       priority=args.priority,
+                       max_restarts=args.max_restarts,
+                       budget=args.budget)
 
 
-def _cpu_settings(options: _ViewOptions, trainer_config: Any) -> Dict[str, Any]:
-    """The viewer's own --budget or --priority, else the trainer's choice (budget 0.05 when a
-    trainer from before budgets set neither)."""
-    if options.budget is not None:
-        return {"budget": options.budget, "priority": None}
-    if options.priority is not None:
-        return {"budget": None, "priority": options.priority}
-    from async_plotter.core import DEFAULT_BUDGET
-
-    budget = getattr(trainer_config, "budget", None)
-    priority = getattr(trainer_config, "priority", None)
-    return {
-        "budget": DEFAULT_BUDGET if budget is None and priority is None else budget,
-        "priority": priority
-    }
-
-
-def _checked_video_dir(parser: argparse.ArgumentParser, video_dir: Optional[str]) -> Optional[str]:
+def _checked_video_dir(parser: argparse.ArgumentParser,
+                       video_dir: Optional[str],
+                       flag: str = "--video-dir") -> Optional[str]:
     if video_dir is None:
         return None
     path = os.path.abspath(video_dir)
@@ -305,7 +270,7 @@ def _checked_video_dir(parser: argparse.ArgumentParser, video_dir: Optional[str]
         with tempfile.TemporaryFile(dir=path):
             pass
     except OSError as error:
-        parser.error(f"--video-dir {path!r} cannot be written: {error.strerror or error}")
+        parser.error(f"{flag} {path!r} cannot be written: {error.strerror or error}")
     return path
 
 
@@ -327,173 +292,154 @@ def _checked_http(parser: argparse.ArgumentParser, http: Optional[str],
         parser.error(f"--http: {error}")
 
 
-class _Viewer:
-    """Runs one worker at a time for the newest structure of an experiment."""
-
-    def __init__(self, options: _ViewOptions) -> None:
-        self._options = options
-        self._verifier = Verifier(options.secret, options.trust_unsigned)
-        self._lock = threading.Lock()
-        self._changed = threading.Event()
-        self._newest: Optional[Structure] = None
-        self._metrics: Deque[MetricsEntry] = collections.deque(maxlen=METRICS_CAP)
-        self._supervisor: Optional[Any] = None
-        self._worker_stats: Dict[str, Any] = {}
-        self._current: Optional[Structure] = None
-        self._failed_structure: Optional[bytes] = None
-
-    def run(self) -> int:
-        from async_plotter.channel.redis_viewer import ExperimentWatcher
-
-        options = self._options
-        watcher = ExperimentWatcher(options.url, options.experiment, self._verifier,
-                                    self._on_structure, self._on_metrics)
-        signal.signal(signal.SIGTERM, _interrupt)
-        logger.info("waiting for experiment %r on %s (Ctrl-C to stop)", options.experiment,
-                    redact(options.url))
-        disabled_logged = False
-        hint_at = time.monotonic() + _WAITING_HINT_AFTER
-        try:
-            watcher.start()
-            while True:
-                if self._changed.wait(0.5):
-                    self._changed.clear()
-                    self._switch()
-                    disabled_logged = False
-                if self._current is None and time.monotonic() > hint_at:
-                    hint_at = float("inf")
-                    logger.info(
-                        "still waiting for experiment %r; `async-plotter list %s` shows the "
-                        "experiments that server holds", options.experiment, redact(options.url))
-                if self._worker_stats.get("disabled") and not disabled_logged:
-                    disabled_logged = True
-                    logger.error("the worker keeps failing; waiting for the trainer to publish "
-                                 "a new structure (or press Ctrl-C)")
-        except KeyboardInterrupt:
-            logger.info("stopping")
-        finally:
-            # A second Ctrl-C must not cut the bounded shutdown short and orphan the worker.
-            signal.signal(signal.SIGINT, signal.SIG_IGN)
-            signal.signal(signal.SIGTERM, signal.SIG_IGN)
-            self._stop_worker()
-            watcher.stop()
-        return 0
-
-    # Called from the watcher's thread.
-    def _on_structure(self, structure: Structure) -> None:
-        with self._lock:
-            self._newest = structure
-        self._changed.set()
-
-    def _on_metrics(self, entry: MetricsEntry) -> None:
-        with self._lock:
-            self._metrics.append(entry)
-            supervisor, current = self._supervisor, self._current
-        if supervisor is not None and current is not None and entry.run_id == current.run_id:
-            supervisor.post_metrics(entry.iteration, entry.metrics)
-
-    def _switch(self) -> None:
-        with self._lock:
-            structure = self._newest
-        if structure is None:
-            return
-        current = self._current
-        if current is not None and current.structure_id == structure.structure_id:
-            if current.run_id == structure.run_id:
-                return
-            logger.info("the trainer restarted with the same policy structure")
-            if not self._worker_stats.get("disabled"):
-                with self._lock:
-                    self._current = structure  # the running worker follows the new run
-                    self._replay_metrics(structure)
-                return
-            # A worker that gave up gets another chance with the new run.
-        if structure.structure_id == self._failed_structure:
-            return
-        config = self._load(structure)
-        if config is None:
-            self._failed_structure = structure.structure_id
-            return
-        self._stop_worker()
-        self._start_worker(structure, config)
-
-    def _load(self, structure: Structure) -> Optional[Any]:
-        """Unpickle the verified structure into the worker configuration for this viewer."""
-        from async_plotter.worker.config import WorkerConfig
-
-        try:
-            trainer_config = pickle.loads(structure.body)
-            if not isinstance(trainer_config, WorkerConfig):
-                raise PayloadRejected(f"it holds a {type(trainer_config).__name__}, not a "
-                                      "WorkerConfig")
-        except Exception as error:  # noqa: BLE001 - a missing module, a version mismatch, ...
-            logger.error(
-                "cannot load the structure of experiment %r: %s: %s. The viewer needs the "
-                "packages that define the trainer's env and policy.", self._options.experiment,
-                type(error).__name__, error)
-            return None
-        options = self._options
-        return dataclasses.replace(trainer_config,
-                                   video_dir=options.video_dir,
-                                   window=options.window,
-                                   live=bool(options.window or options.http is not None),
-                                   http=options.http,
-                                   fps=options.fps or trainer_config.fps,
-                                   **_cpu_settings(options, trainer_config),
-                                   on_frame=None,
-                                   mujoco_gl=offscreen_gl_backend())
-
-    def _start_worker(self, structure: Structure, config: Any) -> None:
-        from async_plotter.worker.supervisor import WorkerSupervisor, new_worker_stats
-
-        options = self._options
-        meta = structure.meta
-        logger.info("experiment %r: %s with %s, %s %s parameters, from %s", options.experiment,
-                    meta.get("env"), meta.get("policy"), meta.get("size"), meta.get("dtype"),
-                    meta.get("host"))
-        args = ("redis", options.url, options.experiment, options.secret, options.trust_unsigned,
-                structure.expected())
-        self._worker_stats = new_worker_stats()
-        supervisor = WorkerSupervisor(config,
-                                      lambda: args,
-                                      self._worker_stats,
-                                      max_restarts=options.max_restarts,
-                                      listener=_log_event)
-        with self._lock:
-            self._supervisor, self._current = supervisor, structure
-            self._replay_metrics(structure)
-        supervisor.start()
-
-    def _replay_metrics(self, structure: Structure) -> None:
-        """Hand the worker the run's curve so far; later entries come through _on_metrics.
-
-        Called with the lock held, as _on_metrics stores and checks under it: each entry then
-        reaches the worker exactly once."""
-        for entry in self._metrics:
-            if entry.run_id == structure.run_id:
-                self._supervisor.post_metrics(entry.iteration, entry.metrics)
-
-    def _stop_worker(self) -> None:
-        with self._lock:
-            supervisor, self._supervisor = self._supervisor, None
-        if supervisor is not None:
-            supervisor.stop(5.0)
+# --------------------------------------------------------------------------------- serve
 
 
-def _interrupt(signum: int, frame: Any) -> None:
-    raise KeyboardInterrupt()
+def _serve_parser(commands: Any) -> argparse.ArgumentParser:
+    from async_plotter.serve.options import (DEFAULT_FPS, DEFAULT_GRACE, DEFAULT_MAX_LIVE,
+                                             DEFAULT_RECORD_BUDGET, DEFAULT_RECORD_EVERY)
+
+    serve = commands.add_parser(
+        "serve",
+        help="one page for every experiment on a Redis server",
+        description="Serve one page listing every experiment on the Redis server (env, "
+        "iteration, age, learning curve), with a live view of those you watch: a render worker "
+        "runs for an experiment only while somebody watches it.")
+    serve.add_argument("url", help="the Redis server, e.g. redis://host:6379/0 or rediss://...")
+    serve.add_argument("--http",
+                       default="8080",
+                       help="where to serve the page: a port (default 8080, on 127.0.0.1) or "
+                       "host:port; other hosts than loopback need --http-token")
+    serve.add_argument("--http-token",
+                       help="token the page requires (default $ASYNC_PLOTTER_HTTP_TOKEN)")
+    serve.add_argument("--max-live",
+                       type=int,
+                       default=DEFAULT_MAX_LIVE,
+                       help="render workers at once, one per watched experiment (default "
+                       f"{DEFAULT_MAX_LIVE})")
+    serve.add_argument("--grace",
+                       type=float,
+                       default=DEFAULT_GRACE,
+                       help="seconds a render worker outlives its last viewer (default "
+                       f"{DEFAULT_GRACE:g})")
+    serve.add_argument("--fps",
+                       type=float,
+                       default=DEFAULT_FPS,
+                       help=f"frame-rate cap of the live views and videos (default "
+                       f"{DEFAULT_FPS:g})")
+    serve.add_argument("--record-dir",
+                       help="keep a history: a video of each experiment every few updates, "
+                       "in DIR/<experiment>/")
+    serve.add_argument("--record-every",
+                       type=int,
+                       default=DEFAULT_RECORD_EVERY,
+                       help="updates between two videos of an experiment, at least (default "
+                       f"{DEFAULT_RECORD_EVERY})")
+    serve.add_argument("--record-budget",
+                       type=float,
+                       default=DEFAULT_RECORD_BUDGET,
+                       help="fraction of this machine's CPU recording may use on average, "
+                       f"start-ups included (default {DEFAULT_RECORD_BUDGET:g})")
+    serve.add_argument("--budget",
+                       type=float,
+                       help="CPU budget of each live worker, as view's --budget (default: "
+                       "the trainer's)")
+    serve.add_argument("--priority",
+                       choices=("idle", "low", "normal"),
+                       help="a fixed CPU priority for the live workers instead of a budget")
+    serve.add_argument("--secret-file",
+                       help=f"file holding the shared signing secret (default ${SECRET_ENV})")
+    serve.add_argument("--trust-unsigned",
+                       action="store_true",
+                       help="accept structures whose signature cannot be checked. Loading one "
+                       "runs code: only for a Redis server nobody else can write to")
+    return serve
 
 
-def _log_event(kind: str, payload: Dict[str, Any]) -> None:
-    if kind == "applied":
-        iteration = payload.get("iteration")
-        logger.info("applied update %s%s", payload.get("update"),
-                    "" if iteration is None else f" (iteration {iteration})")
-    elif kind == "video":
-        logger.info("wrote %s", payload.get("path"))
-    elif kind == "episode":
-        logger.debug("episode of update %s: %s steps, return %.3g", payload.get("update"),
-                     payload.get("steps"), payload.get("reward", float("nan")))
+def _serve(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
+    options = _check_serve_arguments(parser, args)
+    if options.secret is None:
+        logger.warning(
+            "--trust-unsigned without a secret: whatever is in %s will be loaded when somebody "
+            "watches it, and loading runs code. Only do this on a Redis server nobody else can "
+            "write to.", redact(options.url))
+    from async_plotter.serve.app import ServeApp
+
+    try:
+        app = ServeApp(options)
+    except OSError as error:
+        print(f"async-plotter serve: {error.strerror or error}", file=sys.stderr)
+        return 1
+    return app.run()
+
+
+def _check_serve_arguments(parser: argparse.ArgumentParser, args: argparse.Namespace) -> Any:
+    """Every argument checked before anything starts; problems exit with code 2."""
+    problem = url_problem(args.url)
+    if problem is not None:
+        parser.error(f"the Redis URL {problem}")
+    if args.max_live < 1:
+        parser.error(f"--max-live must be 1 or more, got {args.max_live}")
+    if not (math.isfinite(args.grace) and args.grace >= 0):
+        parser.error(f"--grace must be 0 or more seconds, got {args.grace}")
+    if not (math.isfinite(args.fps) and args.fps > 0):
+        parser.error(f"--fps must be a positive number, got {args.fps}")
+    if args.record_every < 1:
+        parser.error(f"--record-every must be 1 or more updates, got {args.record_every}")
+    if not (math.isfinite(args.record_budget) and 0 < args.record_budget <= 1):
+        parser.error("--record-budget must be a fraction of the machine's CPU in (0, 1], e.g. "
+                     f"0.05 for 5%; got {args.record_budget}")
+    if args.budget is not None:
+        if not (math.isfinite(args.budget) and 0 < args.budget <= 1):
+            parser.error(f"--budget must be a fraction of the machine's CPU in (0, 1], e.g. 0.05 "
+                         f"for 5%; got {args.budget}")
+        if args.priority is not None:
+            parser.error("pass either --budget or --priority, not both: a budget sets the "
+                         "workers' priority itself")
+    record_dir = _checked_video_dir(parser, args.record_dir)
+    http = _checked_http(parser, args.http, args.http_token)
+    secret = _checked_secret(parser, args)
+    from async_plotter.serve.options import ServeOptions
+
+    return ServeOptions(args.url,
+                        http,
+                        secret,
+                        args.trust_unsigned,
+                        record_dir=record_dir,
+                        max_live=args.max_live,
+                        grace=args.grace,
+                        fps=args.fps,
+                        record_budget=args.record_budget,
+                        record_every=args.record_every,
+                        priority=args.priority,
+                        budget=args.budget)
+
+
+def _checked_secret(parser: argparse.ArgumentParser, args: argparse.Namespace) -> Optional[bytes]:
+    """The secret from --secret-file or $ASYNC_PLOTTER_SECRET, for ``view`` and ``serve``: with a
+    secret, --trust-unsigned is a contradiction; without one, it is required."""
+    try:
+        if args.secret_file is not None:
+            secret = read_secret_file(args.secret_file)
+        else:
+            secret = resolve_secret(None)
+    except (TypeError, ValueError) as error:
+        parser.error(str(error))
+    if secret is not None and args.trust_unsigned:
+        source = "--secret-file" if args.secret_file is not None else f"${SECRET_ENV}"
+        parser.error(
+            f"--trust-unsigned conflicts with the secret from {source}: with a secret, signatures "
+            "are required, always, so that nobody who can write to the Redis server can make "
+            f"this process load their pickle. Drop --trust-unsigned (or unset {SECRET_ENV} if "
+            "the trainers really publish unsigned).")
+    if secret is None and not args.trust_unsigned:
+        parser.error(
+            f"no secret: set {SECRET_ENV} or pass --secret-file, with the secret the trainers "
+            "sign with. Trainers publish pickles, and loading a pickle runs code, so without a "
+            "secret to check them they are refused. If nobody else can write to this Redis "
+            "server, --trust-unsigned accepts them anyway.")
+    warn_if_weak(secret)
+    return secret
 
 
 if __name__ == "__main__":

@@ -7,6 +7,7 @@ and returns; the worker picks up the newest vector whenever it is ready for one.
 sure the newest policy has a video before it stops the worker.
 """
 import atexit
+import enum
 import logging
 import math
 import numbers
@@ -15,20 +16,30 @@ import sys
 import tempfile
 import time
 import weakref
-from typing import Any, Callable, Dict, Optional, Tuple, Union
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 
 import cloudpickle
 import numpy as np
 
+from async_plotter.channel.base import ParamWriter
 from async_plotter.channel.shm import SharedMemoryWriter, supported_dtype
 from async_plotter.display import offscreen_gl_backend, x_display_available
 from async_plotter.env_recipe import describe_env
 from async_plotter.errors import (InvalidArgumentError, NoDisplayError, ParameterMismatchError,
                                   PlotterClosedError, VideoDirError)
-from async_plotter.policy_recipe import describe_policy, flat_params, policy_kind
+from async_plotter.policy_adapters import PolicyAdapter, adapter_for
+from async_plotter.policy_recipe import describe_policy
 from async_plotter.preflight import check_before_start
 from async_plotter.render.camera import check_camera_argument
+from async_plotter.render.sinks.base import FrameSink
+from async_plotter.validation import (boolean, callable_or_none, cpu_fraction, frame_size as
+                                      checked_frame_size, is_int, metrics as checked_metrics,
+                                      non_negative_int, non_negative_number, one_of, positive_int,
+                                      positive_number)
+from async_plotter.worker.budget import DEFAULT_BUDGET
 from async_plotter.worker.config import WorkerConfig
+from async_plotter.worker.sinks import (CallbackSpec, HttpSpec, SinkSpec, TensorBoardSpec,
+                                        UserSinkSpec, VideoSpec, WindowSpec)
 from async_plotter.worker.priorities import PRIORITIES
 from async_plotter.worker.summary import summarize_videos
 from async_plotter.worker.supervisor import WorkerSupervisor, new_worker_stats
@@ -37,9 +48,6 @@ logger = logging.getLogger("async_plotter")
 
 _QUALITIES = ("auto", "cheap", "full")
 
-#: the default CPU budget: the fraction of the machine's CPU that plotting may take from a busy
-#: trainer, beyond the CPU nobody else wants (chosen by benchmarks/plot_overhead.py)
-DEFAULT_BUDGET = 0.02
 # The final video's default time limit: start-up left to finish plus a rollout of
 # max_path_length steps at ~30 ms each (measured ~12 ms a step at full speed with the cheap
 # preset on 2 cores; the rest is margin for a machine still busy with other work).
@@ -47,6 +55,15 @@ _FINAL_VIDEO_BASE_SECONDS = 5.0
 _FINAL_VIDEO_SECONDS_PER_STEP = 0.03
 # After the final video: time for the processes to finish and exit.
 _SHUTDOWN_SECONDS = 10.0
+
+
+class PlotterState(enum.Enum):
+    """A Plotter is created, then running (after ``start()`` or the first ``update_plot``), then
+    closed for good."""
+
+    CREATED = "created"
+    RUNNING = "running"
+    CLOSED = "closed"
 
 
 class Plotter:
@@ -58,6 +75,12 @@ class Plotter:
         policy: an rllab-protocol policy, a built ``keras.Model`` or a ``tf.Module``.
         max_path_length: rollout length limit (per update it can be overridden in ``update_plot``).
         video_dir: write one mp4 per rendered update here (``iter_0007.mp4`` / ``update_0003.mp4``).
+        tensorboard_dir: write each rendered update's rollout into a TensorBoard event file here,
+            as an animated image ``rollout/<env>`` at step = its iteration (else its update
+            number); at most 100 frames of at most 160 px. Written in the render process
+            without TensorFlow; ``tensorboard --logdir`` on this folder (or a parent) shows it.
+        tensorboard_scalars: with ``tensorboard_dir``, also write the ``metrics`` passed to
+            ``update_plot`` as scalars (turn off where the trainer writes its own).
         window: ``True`` opens a window (error without a display), ``"auto"`` only if a display
             exists, ``False`` never.
         fps: frame-rate cap of the worker and the videos' playback rate.
@@ -84,6 +107,10 @@ class Plotter:
         policy_factory: zero-argument function that builds the policy's structure in the worker,
             for policies that cannot be pickled (parameters still come from ``update_plot``).
         on_frame: ``f(frame, info)`` called in the render process for every frame.
+        sinks: your own outputs: ``FrameSink`` subclass instances (see
+            ``async_plotter.FrameSink``), pickled here and run in the render process, which
+            calls ``attach``, ``begin_episode``, ``add_frame``, ``end_episode``,
+            ``on_metrics`` and ``close`` on them.
         on_event: ``f(kind, payload)`` called in a trainer thread for every worker report.
         seed: seeds the worker's episodes (``seed + episode``); None for random starts.
         http: serve a live page from the worker: a port (``8080``; ``0`` picks a free one) or
@@ -134,6 +161,9 @@ class Plotter:
                  frame_size: Optional[Tuple[int, int]] = None,
                  policy_factory: Optional[Callable[[], Any]] = None,
                  on_frame: Optional[Callable[[np.ndarray, dict], Any]] = None,
+                 sinks: Sequence[FrameSink] = (),
+                 tensorboard_dir: Optional[Union[str, os.PathLike]] = None,
+                 tensorboard_scalars: bool = True,
                  on_event: Optional[Callable[[str, dict], Any]] = None,
                  seed: Optional[int] = None,
                  http: Optional[Union[int, str]] = None,
@@ -144,35 +174,29 @@ class Plotter:
                  camera: Any = None,
                  sess: Any = None,
                  graph: Any = None) -> None:
-        self._max_path_length = _positive_int("max_path_length", max_path_length)
-        fps = _positive_number("fps", fps)
-        _one_of("quality", quality, _QUALITIES)
-        if priority is not None:
-            _one_of("priority", priority, PRIORITIES)
-            if budget is not None:
-                raise InvalidArgumentError(
-                    f"pass either budget= or priority=, not both (got budget={budget!r}, "
-                    f"priority={priority!r}): a budget sets the worker's priority itself")
-        else:
-            budget = DEFAULT_BUDGET if budget is None else _fraction("budget", budget)
+        self._max_path_length = positive_int("max_path_length", max_path_length)
+        fps = positive_number("fps", fps)
+        one_of("quality", quality, _QUALITIES)
+        budget = _checked_budget(budget, priority)
         if final_video_timeout is None:
             final_video_timeout = (_FINAL_VIDEO_BASE_SECONDS +
                                    _FINAL_VIDEO_SECONDS_PER_STEP * self._max_path_length)
         else:
-            final_video_timeout = _non_negative_number("final_video_timeout", final_video_timeout)
-        min_video_seconds = _non_negative_number("min_video_seconds", min_video_seconds)
-        max_restarts = _non_negative_int("max_restarts", max_restarts)
-        hang_timeout = _positive_number("hang_timeout", hang_timeout)
-        _check_bool("deterministic", deterministic)
-        frame_size = _frame_size(frame_size)
-        if seed is not None and not _is_int(seed):
+            final_video_timeout = non_negative_number("final_video_timeout", final_video_timeout)
+        min_video_seconds = non_negative_number("min_video_seconds", min_video_seconds)
+        max_restarts = non_negative_int("max_restarts", max_restarts)
+        hang_timeout = positive_number("hang_timeout", hang_timeout)
+        boolean("deterministic", deterministic)
+        frame_size = checked_frame_size(frame_size)
+        if seed is not None and not is_int(seed):
             raise InvalidArgumentError(f"seed must be an int or None, got {seed!r}")
-        for name, function in (("on_frame", on_frame), ("on_event", on_event)):
-            if function is not None and not callable(function):
-                raise InvalidArgumentError(
-                    f"{name} must be a callable or None, got {type(function).__name__}")
+        callable_or_none("on_frame", on_frame)
+        callable_or_none("on_event", on_event)
+        user_sinks = _user_sink_specs(sinks)
         window = _resolve_window(window)
         video_dir = _video_dir_path(video_dir)  # created only once every check has passed
+        tensorboard_dir = _video_dir_path(tensorboard_dir, "tensorboard_dir")
+        boolean("tensorboard_scalars", tensorboard_scalars)
         camera = check_camera_argument(camera)
         del sess, graph  # garage passes them; the worker has its own graph and session
         http_config = None
@@ -184,25 +208,22 @@ class Plotter:
         self._experiment = experiment
         self._secret = secret
         if channel is not None:
-            from async_plotter.channel.redis_channel import check_channel_arguments
+            from async_plotter.channel.redis.writer import check_channel_arguments
 
             check_channel_arguments(channel, experiment, secret)
 
         env_recipe = describe_env(env)
-        self._policy_kind = policy_kind(policy)
-        policy_recipe = describe_policy(policy, policy_factory)
-        initial = self._flat(policy, self._policy_kind, "the policy given to Plotter()")
-        self._size = initial.size
-        self._shape = initial.shape
-        self._dtype = initial.dtype
-        self._initial = initial.copy()
-        self._policy_type = type(policy)
-        check_before_start(env_recipe, policy, self._policy_kind, camera)
+        policy_recipe = self._read_policy(policy, policy_factory)
+        check_before_start(env_recipe, policy, self._adapter, camera)
         _create_video_dir(video_dir)
+        _create_video_dir(tensorboard_dir, "tensorboard_dir")
 
+        specs = _output_specs(video_dir, window, http_config, on_frame) + user_sinks
+        if tensorboard_dir:
+            specs.append(TensorBoardSpec(tensorboard_dir, scalars=tensorboard_scalars))
         self._stats: Dict[str, Any] = new_worker_stats()
         # With a Redis channel the viewer elsewhere renders; this process only publishes.
-        self._has_output = bool(window or video_dir or on_frame or http_config or channel)
+        self._has_output = bool(specs or channel)
         if not self._has_output:
             self._stats["disabled"] = True
             logger.warning(
@@ -216,61 +237,58 @@ class Plotter:
             max_path_length=self._max_path_length,
             fps=fps,
             deterministic=deterministic,
-            live=bool(window or http_config),
-            video_dir=video_dir,
-            window=bool(window),
             quality=quality,
             priority=priority,
             frame_size=frame_size,
-            on_frame=None if on_frame is None else cloudpickle.dumps(on_frame),
             mujoco_gl=offscreen_gl_backend(),
             seed=seed,
-            http=http_config,
             camera=camera,
             budget=budget,
             min_video_seconds=min_video_seconds,
-        )
+        ).with_sinks(specs)
         self._final_video_timeout = final_video_timeout
         self._iterations: list = []  # iterations passed to update_plot, in order
         self._started_at: Optional[float] = None
         self._max_restarts = max_restarts
         self._hang_timeout = hang_timeout
         self._on_event = on_event
-        self._writer: Optional[SharedMemoryWriter] = None
+        self._writer: Optional[ParamWriter] = None
         self._supervisor: Optional[WorkerSupervisor] = None
-        self._state = "created"
+        self._state = PlotterState.CREATED
         self.video_dir = video_dir
+        self.tensorboard_dir = tensorboard_dir
         self.window = bool(window)
 
     # ------------------------------------------------------------------------------ public API
 
     def start(self) -> "Plotter":
         """Start the worker in the background and return at once. Calling it again does nothing."""
-        if self._state == "closed":
+        if self._state is PlotterState.CLOSED:
             raise PlotterClosedError("this Plotter was closed; create a new one")
-        if self._state == "running":
+        if self._state is PlotterState.RUNNING:
             return self
-        self._state = "running"
+        self._state = PlotterState.RUNNING
         self._started_at = time.monotonic()
         if not self._has_output:
             return self
         if self._channel_url is not None:
-            from async_plotter.channel.redis_channel import RedisWriter
+            from async_plotter.channel.redis.writer import RedisWriter
 
             self._writer = RedisWriter(self._channel_url, self._experiment, self._config,
                                        self._size, self._dtype, self._secret, self._stats)
             self._writer.publish(self._initial, None, self._max_path_length, number=0)
             _close_at_exit(self)
             return self
-        self._writer = SharedMemoryWriter(self._size, self._dtype)
-        self._writer.publish(self._initial, None, self._max_path_length, number=0)
-        writer = self._writer
+        writer = SharedMemoryWriter(self._size, self._dtype)
+        writer.publish(self._initial, None, self._max_path_length, number=0)
         self._supervisor = WorkerSupervisor(self._config,
-                                            lambda: ("shm", writer.name, writer.renew_wake_pipe()),
+                                            writer.address,
                                             self._stats,
                                             max_restarts=self._max_restarts,
                                             hang_timeout=self._hang_timeout,
                                             listener=self._on_event)
+        writer.deliver_metrics = self._supervisor.post_metrics
+        self._writer = writer
         self._supervisor.start()
         _close_at_exit(self)
         return self
@@ -291,19 +309,19 @@ class Plotter:
         ``None`` or ``math.inf`` (rllab's ``update_plot(policy, np.inf)``) means no cap beyond
         the plotter's own ``max_path_length``.
         """
-        if self._state != "running":
-            if self._state == "closed":
+        if self._state is not PlotterState.RUNNING:
+            if self._state is PlotterState.CLOSED:
                 raise PlotterClosedError(
                     "update_plot() called after close(); create a new Plotter to plot again")
             self.start()
-        kind = self._policy_kind if type(policy) is self._policy_type else policy_kind(policy)
-        flat = self._flat(policy, kind, "update_plot()")
+        adapter = self._adapter if type(policy) is self._policy_type else adapter_for(policy)
+        flat = self._flat(policy, adapter, "update_plot()")
         max_path_length = self._rollout_cap(max_path_length, max_length)
-        if iteration is not None and (not _is_int(iteration) or iteration < 0):
+        if iteration is not None and (not is_int(iteration) or iteration < 0):
             raise InvalidArgumentError(
                 f"iteration must be a non-negative int or None, got {iteration!r}")
         if metrics is not None:
-            metrics = _check_metrics(metrics)
+            metrics = checked_metrics(metrics)
         self._stats["updates_sent"] += 1
         if iteration is not None:
             self._iterations.append(iteration)
@@ -311,8 +329,7 @@ class Plotter:
             return
         self._writer.publish(flat, iteration, max_path_length)
         if metrics:
-            target = self._supervisor if self._supervisor is not None else self._writer
-            if not target.post_metrics(iteration, metrics):
+            if not self._writer.post_metrics(iteration, metrics):
                 logger.warning(
                     "update_plot(): metrics dropped, too large to send (%d keys); "
                     "send a few scalars", len(metrics))
@@ -341,15 +358,15 @@ class Plotter:
         seconds in all (default: the final video's limit plus 10 s), after which the worker is
         terminated, then killed. Logs a one-line summary of the videos. Calling it again does
         nothing."""
-        if self._state == "closed":
+        if self._state is PlotterState.CLOSED:
             return
         if not final_video:
             timeout = min(timeout, _SHUTDOWN_SECONDS) if timeout is not None else 3.0
         elif timeout is None:
             timeout = self._final_video_timeout + _SHUTDOWN_SECONDS
         else:
-            timeout = _non_negative_number("timeout", timeout)
-        self._state = "closed"
+            timeout = non_negative_number("timeout", timeout)
+        self._state = PlotterState.CLOSED
         deadline = time.monotonic() + timeout
         try:
             if self._supervisor is not None:
@@ -364,7 +381,8 @@ class Plotter:
             # Also after a Ctrl-C during the wait above: the segment must not outlive close()
             # (otherwise only the resource tracker, at the interpreter's exit, removes it).
             if self._writer is not None:
-                self._writer.close()
+                # What the writer still has to deliver (Redis: the last update) gets the rest.
+                self._writer.close(max(deadline - time.monotonic(), 0.1))
             self._stats["alive"] = False
         if self._supervisor is not None:
             logger.info(
@@ -375,7 +393,7 @@ class Plotter:
 
     def _record_final_video(self, timeout: float) -> None:
         writer, supervisor = self._writer, self._supervisor
-        if (writer is None or supervisor is None or not self.video_dir or timeout <= 0
+        if (writer is None or supervisor is None or not self._config.records or timeout <= 0
                 or self._stats["disabled"] or supervisor.newest_video_update >= writer.published):
             return
         writer.request_final()
@@ -396,10 +414,22 @@ class Plotter:
         self.close(final_video=exc_type is None)
 
     def __repr__(self) -> str:
-        return (f"Plotter(env={self._config.env.label!r}, state={self._state}, "
+        return (f"Plotter(env={self._config.env.label!r}, state={self._state.value}, "
                 f"updates_sent={self._stats['updates_sent']})")
 
     # ------------------------------------------------------------------------------- internals
+
+    def _read_policy(self, policy: Any, factory: Optional[Callable[[], Any]]) -> Any:
+        """Classify the policy, pack its structure and keep its initial parameters."""
+        self._adapter = adapter_for(policy)
+        recipe = describe_policy(policy, self._adapter, factory)
+        initial = self._flat(policy, self._adapter, "the policy given to Plotter()")
+        self._size = initial.size
+        self._shape = initial.shape
+        self._dtype = initial.dtype
+        self._initial = initial.copy()
+        self._policy_type = type(policy)
+        return recipe
 
     def _rollout_cap(self, max_path_length: Any, max_length: Any) -> int:
         if max_length is not None:
@@ -413,10 +443,10 @@ class Plotter:
                                        and not isinstance(max_path_length, bool)
                                        and math.isinf(max_path_length) and max_path_length > 0):
             return self._max_path_length
-        return _positive_int(name, max_path_length)
+        return positive_int(name, max_path_length)
 
-    def _flat(self, policy: Any, kind: str, where: str) -> np.ndarray:
-        flat = flat_params(policy, kind)
+    def _flat(self, policy: Any, adapter: PolicyAdapter, where: str) -> np.ndarray:
+        flat = adapter.flat(policy)
         if flat.shape == self._shape and flat.dtype == self._dtype:
             return flat  # the usual case, checked in two comparisons
         if flat.ndim != 1:
@@ -438,79 +468,53 @@ class Plotter:
 # --------------------------------------------------------------------------- argument checks
 
 
-def _is_int(value: Any) -> bool:
-    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
-
-
-def _positive_int(name: str, value: Any) -> int:
-    if not _is_int(value) or value <= 0:
-        raise InvalidArgumentError(f"{name} must be a positive int, got {value!r}")
-    return int(value)
-
-
-def _non_negative_int(name: str, value: Any) -> int:
-    if not _is_int(value) or value < 0:
-        raise InvalidArgumentError(f"{name} must be a non-negative int, got {value!r}")
-    return int(value)
-
-
-def _fraction(name: str, value: Any) -> float:
-    if (not isinstance(value, numbers.Real) or isinstance(value, bool) or not math.isfinite(value)
-            or not 0 < value <= 1):
+def _checked_budget(budget: Any, priority: Any) -> Optional[float]:
+    """The budget in force: None with a fixed priority, else the given one or the default."""
+    if priority is None:
+        return DEFAULT_BUDGET if budget is None else cpu_fraction("budget", budget)
+    one_of("priority", priority, PRIORITIES)
+    if budget is not None:
         raise InvalidArgumentError(
-            f"{name} must be a fraction of the machine's CPU in (0, 1], e.g. 0.05 for 5%; "
-            f"got {value!r}")
-    return float(value)
+            f"pass either budget= or priority=, not both (got budget={budget!r}, "
+            f"priority={priority!r}): a budget sets the worker's priority itself")
+    return None
 
 
-def _non_negative_number(name: str, value: Any) -> float:
-    if (not isinstance(value, numbers.Real) or isinstance(value, bool) or not math.isfinite(value)
-            or value < 0):
-        raise InvalidArgumentError(f"{name} must be a non-negative number, got {value!r}")
-    return float(value)
+def _output_specs(video_dir: Optional[str], window: bool, http_config: Any,
+                  on_frame: Optional[Callable[..., Any]]) -> List[SinkSpec]:
+    """The built-in outputs asked for, as sink specs for the render process."""
+    specs: List[SinkSpec] = []
+    if video_dir:
+        specs.append(VideoSpec(video_dir))
+    if window:
+        specs.append(WindowSpec())
+    if http_config is not None:
+        specs.append(HttpSpec(http_config, video_dir))
+    if on_frame is not None:
+        specs.append(CallbackSpec(cloudpickle.dumps(on_frame)))
+    return specs
 
 
-def _positive_number(name: str, value: Any) -> float:
-    if (not isinstance(value, numbers.Real) or isinstance(value, bool) or not math.isfinite(value)
-            or value <= 0):
-        raise InvalidArgumentError(f"{name} must be a positive number, got {value!r}")
-    return float(value)
-
-
-def _check_bool(name: str, value: Any) -> None:
-    if not isinstance(value, bool):
-        raise InvalidArgumentError(f"{name} must be True or False, got {value!r}")
-
-
-def _one_of(name: str, value: Any, choices: Tuple[str, ...]) -> None:
-    if value not in choices:
-        raise InvalidArgumentError(f"{name} must be one of {', '.join(map(repr, choices))}; "
-                                   f"got {value!r}")
-
-
-def _check_metrics(metrics: Any) -> Dict[str, float]:
-    if not isinstance(metrics, dict):
+def _user_sink_specs(sinks: Any) -> List[UserSinkSpec]:
+    """Each of the user's ``FrameSink`` objects, pickled now so that a problem is named here."""
+    if isinstance(sinks, FrameSink) or not isinstance(sinks, (list, tuple)):
         raise InvalidArgumentError(
-            f"metrics must be a dict of name -> number, got {type(metrics).__name__}")
-    checked = {}
-    for name, value in metrics.items():
-        if not isinstance(name, str):
-            raise InvalidArgumentError(f"metrics keys must be strings, got {name!r}")
-        if not isinstance(value, numbers.Real) or isinstance(value, bool):
+            f"sinks must be a list of FrameSink objects, got {type(sinks).__name__}")
+    specs = []
+    for index, sink in enumerate(sinks):
+        name = f"sinks[{index}] ({type(sink).__qualname__})"
+        if not isinstance(sink, FrameSink):
             raise InvalidArgumentError(
-                f"metrics[{name!r}] must be a number, got {type(value).__name__}")
-        checked[name] = float(value)
-    return checked
-
-
-def _frame_size(value: Any) -> Optional[Tuple[int, int]]:
-    if value is None:
-        return None
-    if (not isinstance(value, (tuple, list)) or len(value) != 2
-            or not all(_is_int(v) and v > 0 for v in value)):
-        raise InvalidArgumentError(
-            f"frame_size must be (width, height) with positive ints, got {value!r}")
-    return int(value[0]), int(value[1])
+                f"{name} is not an async_plotter.FrameSink: subclass FrameSink and override "
+                "what you need (add_frame, end_episode, ...)")
+        try:
+            payload = cloudpickle.dumps(sink)
+        except Exception as error:  # pickling raises TypeError, PicklingError, ...
+            raise InvalidArgumentError(
+                f"{name} cannot be sent to the render process: pickling it failed: {error}. "
+                "Open files, sockets and windows in attach(), not in __init__.") from error
+        specs.append(UserSinkSpec(payload, name))
+    return specs
 
 
 def _resolve_window(window: Any) -> bool:
@@ -526,16 +530,15 @@ def _resolve_window(window: Any) -> bool:
     return window
 
 
-def _video_dir_path(video_dir: Any) -> Optional[str]:
+def _video_dir_path(video_dir: Any, name: str = "video_dir") -> Optional[str]:
     if video_dir is None:
         return None
     if not isinstance(video_dir, (str, os.PathLike)):
-        raise InvalidArgumentError(
-            f"video_dir must be a path or None, got {type(video_dir).__name__}")
+        raise InvalidArgumentError(f"{name} must be a path or None, got {type(video_dir).__name__}")
     return os.path.abspath(os.fspath(video_dir))  # the worker runs in another directory
 
 
-def _create_video_dir(path: Optional[str]) -> None:
+def _create_video_dir(path: Optional[str], name: str = "video_dir") -> None:
     if path is None:
         return
     try:
@@ -543,7 +546,7 @@ def _create_video_dir(path: Optional[str]) -> None:
         with tempfile.TemporaryFile(dir=path):
             pass
     except OSError as error:
-        raise VideoDirError(f"video_dir {path!r} cannot be written: {error.strerror or error}. "
+        raise VideoDirError(f"{name} {path!r} cannot be written: {error.strerror or error}. "
                             "Choose a directory you can write to.") from error
 
 

@@ -1,14 +1,8 @@
-"""Turning a trainer's policy into something a worker can rebuild, and reading its flat parameters.
+"""Turning a trainer's policy into something a worker can rebuild, and rebuilding it there.
 
-Three kinds of policy are understood:
-
-* ``protocol``: rllab's protocol (``get_param_values``, ``set_param_values``, ``get_action``). The
-  structure travels by ``cloudpickle``; a ``Serializable`` policy pickles as its constructor
-  arguments, so TensorFlow objects inside it are rebuilt, not copied.
-* ``keras``: a built ``keras.Model``; the structure travels as its Keras config, the parameters as
-  all its weights (trainable or not) flattened in ``get_weights()`` order.
-* ``module``: a ``tf.Module`` mapping a batch of observations to a batch of actions; it travels by
-  ``cloudpickle`` (TensorFlow variables pickle by value), the parameters are ``module.variables``.
+What differs between kinds of policy (rllab's protocol, Keras, ``tf.Module``) is in
+``policy_adapters``; this module packs the structure (``describe_policy``) and, in the worker,
+unpacks it into a ``PolicyRuntime``.
 
 Graph-mode policies (TF1-style, variables living in a ``tf.compat.v1.Session``) are detected in the
 trainer and rebuilt by the worker inside its own ``tf.Graph`` and ``tf.compat.v1.Session``.
@@ -17,14 +11,13 @@ import dataclasses
 import io
 import pickle
 import sys
-from typing import Any, Callable, List, Optional, Tuple
+from typing import Any, Callable, Optional, Tuple
 
 import cloudpickle
 import numpy as np
 
-from async_plotter.errors import PolicyNotRebuildableError, PolicyProtocolError
-
-PROTOCOL_METHODS = ("get_param_values", "set_param_values", "get_action")
+from async_plotter.errors import PolicyNotRebuildableError
+from async_plotter.policy_adapters import PolicyAdapter, adapter_named
 
 
 @dataclasses.dataclass(frozen=True)
@@ -37,35 +30,12 @@ class PolicyRecipe:
     description: str
 
 
-def policy_kind(policy: Any) -> str:
-    """Classify a policy, or raise ``PolicyProtocolError`` saying what it lacks."""
-    present = [name for name in PROTOCOL_METHODS if callable(getattr(policy, name, None))]
-    if len(present) == len(PROTOCOL_METHODS):
-        return "protocol"
-    if _is_keras_model(policy):
-        return "keras"
-    if _is_tf_module(policy):
-        return "module"
-    missing = [name for name in PROTOCOL_METHODS if name not in present]
-    raise PolicyProtocolError(
-        f"cannot plot a policy of type {type(policy).__module__}.{type(policy).__qualname__}: it "
-        f"lacks rllab's policy protocol (missing: {', '.join(missing)}) and is neither a "
-        "keras.Model nor a tf.Module. Give it get_param_values() -> 1-D array, "
-        "set_param_values(flat) and get_action(obs) -> (action, info), or pass a Keras model.")
-
-
-def flat_params(policy: Any, kind: str) -> np.ndarray:
-    """The policy's parameters as one 1-D array (a copy, or a fresh array from TensorFlow)."""
-    if kind == "protocol":
-        return np.asarray(policy.get_param_values())
-    if kind == "keras":
-        return _concat([np.asarray(w) for w in policy.get_weights()])
-    return _concat([v.numpy() for v in policy.variables])
-
-
-def describe_policy(policy: Any, factory: Optional[Callable[[], Any]] = None) -> PolicyRecipe:
-    """Build the recipe for ``policy`` in the trainer, raising a named error if it cannot travel."""
-    kind = policy_kind(policy)
+def describe_policy(policy: Any,
+                    adapter: PolicyAdapter,
+                    factory: Optional[Callable[[], Any]] = None) -> PolicyRecipe:
+    """Build the recipe for ``policy`` (of ``adapter``'s kind) in the trainer, raising a named
+    error if it cannot travel."""
+    kind = adapter.kind
     graph_mode = _trainer_in_graph_mode()
     description = f"{type(policy).__module__}.{type(policy).__qualname__} ({kind})"
     if factory is not None:
@@ -73,29 +43,7 @@ def describe_policy(policy: Any, factory: Optional[Callable[[], Any]] = None) ->
             raise PolicyNotRebuildableError(
                 f"policy_factory must be a zero-argument callable, got {type(factory).__name__}")
         return PolicyRecipe(kind, _dumps(("factory", factory), factory), graph_mode, description)
-    if kind == "keras":
-        return PolicyRecipe(kind, _keras_payload(policy), graph_mode, description)
-    return PolicyRecipe(kind, _dumps(("object", policy), policy), graph_mode, description)
-
-
-def _keras_payload(model: Any) -> bytes:
-    import keras  # only reached for Keras models, so keras is already imported
-
-    if not model.weights:
-        raise PolicyNotRebuildableError(
-            f"the Keras model {model.name!r} has no weights yet, so its structure is unknown; "
-            "build it first (give it a keras.Input or call it once on an observation batch)")
-    try:
-        config = keras.saving.serialize_keras_object(model)
-        # Rebuilding here proves the worker can do it, and makes the error appear in the trainer.
-        keras.saving.deserialize_keras_object(config)
-    except Exception as error:  # Keras raises TypeError, ValueError, NotImplementedError, ...
-        raise PolicyNotRebuildableError(
-            f"the Keras model {model.name!r} ({type(model).__qualname__}) cannot be rebuilt from "
-            f"its config: {error}. Register the custom classes with "
-            "@keras.saving.register_keras_serializable(), or pass "
-            "policy_factory=<zero-argument function that builds the same model>.") from error
-    return cloudpickle.dumps(("keras_config", config))
+    return PolicyRecipe(kind, _dumps(adapter.structure(policy), policy), graph_mode, description)
 
 
 def _dumps(recipe: Tuple[str, Any], obj: Any) -> bytes:
@@ -130,22 +78,6 @@ def _trainer_in_graph_mode() -> bool:
     return tf is not None and not tf.executing_eagerly()
 
 
-def _is_keras_model(obj: Any) -> bool:
-    keras = sys.modules.get("keras")
-    return keras is not None and isinstance(obj, keras.Model)
-
-
-def _is_tf_module(obj: Any) -> bool:
-    tf = sys.modules.get("tensorflow")
-    return tf is not None and isinstance(obj, tf.Module) and callable(obj)
-
-
-def _concat(arrays: List[np.ndarray]) -> np.ndarray:
-    if not arrays:
-        return np.zeros(0, np.float32)
-    return np.concatenate([a.ravel() for a in arrays])
-
-
 # ----------------------------------------------------------------------------- worker side
 
 
@@ -153,26 +85,18 @@ class PolicyRuntime:
     """The rebuilt policy in the worker: applies flat parameters and picks actions."""
 
     def __init__(self, recipe: PolicyRecipe, deterministic: bool) -> None:
-        self.kind = recipe.kind
+        self.adapter = adapter_named(recipe.kind)
         self.deterministic = deterministic
         self._session = None
         self._contexts = []
         if recipe.graph_mode:
             self._enter_own_graph_and_session()
         how, value = pickle.loads(recipe.payload)
-        if how == "factory":
-            self.policy = value()
-        elif how == "keras_config":
-            import keras
-
-            self.policy = keras.saving.deserialize_keras_object(value)
-        else:
-            self.policy = value
+        self.policy = value() if how == "factory" else self.adapter.rebuild(how, value)
         if self._session is not None:
             import tensorflow as tf
 
             self._session.run(tf.compat.v1.global_variables_initializer())
-        self._shapes = None
 
     def _enter_own_graph_and_session(self) -> None:
         import tensorflow as tf
@@ -189,40 +113,15 @@ class PolicyRuntime:
 
     def param_count(self) -> int:
         """Number of parameters the rebuilt policy holds."""
-        return flat_params(self.policy, self.kind).size
+        return self.adapter.flat(self.policy).size
 
     def set_params(self, flat: np.ndarray) -> None:
         """Apply a flat parameter vector."""
-        if self.kind == "protocol":
-            self.policy.set_param_values(flat)
-            return
-        weights = self.policy.get_weights() if self.kind == "keras" else self.policy.variables
-        if self._shapes is None:
-            self._shapes = [tuple(w.shape) for w in weights]
-        pieces, offset = [], 0
-        for shape in self._shapes:
-            count = int(np.prod(shape))
-            pieces.append(flat[offset:offset + count].reshape(shape))
-            offset += count
-        if self.kind == "keras":
-            self.policy.set_weights(pieces)
-        else:
-            for variable, piece in zip(weights, pieces):
-                variable.assign(piece.astype(variable.dtype.as_numpy_dtype))
+        self.adapter.set_flat(self.policy, flat)
 
     def act(self, observation: np.ndarray) -> np.ndarray:
         """The action for one observation (the mean, if deterministic and the policy reports one)."""
-        if self.kind == "protocol":
-            action, info = self.policy.get_action(observation)
-            if self.deterministic and isinstance(info, dict) and "mean" in info:
-                return np.asarray(info["mean"])
-            return np.asarray(action)
-        batch = np.asarray(observation, np.float32)[None]
-        if self.kind == "keras":
-            output = self.policy(batch, training=False)
-        else:
-            output = self.policy(batch)
-        return np.asarray(output)[0]
+        return self.adapter.act(self.policy, observation, self.deterministic)
 
     def close(self) -> None:
         """Leave the graph and session contexts."""

@@ -9,8 +9,8 @@ What runs here, all of it cheap and without GL (TensorFlow and software GL segfa
 process, and a window without a display aborts it):
 
 * the env is built without rendering, as the worker builds it, and reset once;
-* the policy acts once on a copy of that observation, through the worker's own code
-  (``PolicyRuntime.act``); its random generators are put back afterwards, so training draws the
+* the policy acts once on a copy of that observation, through the worker's own code (its
+  adapter's ``act``); its random generators are put back afterwards, so training draws the
   same numbers with plotting on or off; the action must fit the action space as the worker adapts
   it (a ``Box`` needs as many values as its shape; a ``Discrete(n)`` an index or ``n`` logits);
 * an env that draws its own frames (not MuJoCo) is built with ``render_mode="rgb_array"`` where
@@ -32,7 +32,7 @@ import numpy as np
 
 from async_plotter.env_recipe import EnvRecipe, build_env, factory_accepts_render_mode
 from async_plotter.errors import EnvBuildError, EnvRenderError, PolicyShapeError
-from async_plotter.policy_recipe import PolicyRuntime
+from async_plotter.policy_adapters import KerasAdapter, PolicyAdapter
 
 logger = logging.getLogger("async_plotter")
 
@@ -41,7 +41,8 @@ logger = logging.getLogger("async_plotter")
 _GL_MARKERS = ("OpenGL", "pyglet", "moderngl", "glfw", "mujoco", "dm_control", "pybullet")
 
 
-def check_before_start(env_recipe: EnvRecipe, policy: Any, kind: str, camera: Any) -> None:
+def check_before_start(env_recipe: EnvRecipe, policy: Any, adapter: PolicyAdapter,
+                       camera: Any) -> None:
     """Raise a named error if the env, the policy or the camera cannot work together."""
     started = time.perf_counter()
     env = _build(env_recipe, None)
@@ -49,7 +50,7 @@ def check_before_start(env_recipe: EnvRecipe, policy: Any, kind: str, camera: An
     try:
         observation = _reset(env, env_recipe.label)
         model = _mujoco_model(env)
-        _check_policy(policy, kind, observation, env, env_recipe.label)
+        _check_policy(policy, adapter, observation, env, env_recipe.label)
         if model is not None:
             from async_plotter.render.camera import check_camera_for_model
 
@@ -150,32 +151,18 @@ def _close_quietly(env: Any) -> None:
 # -------------------------------------------------------------------------------- the policy
 
 
-class _TrainerPolicy(PolicyRuntime):
-    """The trainer's own policy object, acted on with the worker's code (``PolicyRuntime.act``).
-
-    Nothing is rebuilt: ``PolicyRuntime.__init__`` (which unpickles a recipe) is skipped.
-    """
-
-    def __init__(self, policy: Any, kind: str) -> None:  # pylint: disable=super-init-not-called
-        self.kind = kind
-        self.policy = policy
-        self.deterministic = False
-        self._session = None
-        self._contexts = []
-        self._shapes = None
-
-
-def _check_policy(policy: Any, kind: str, observation: Any, env: Any, label: str) -> None:
-    if _graph_mode() and kind != "protocol":
+def _check_policy(policy: Any, adapter: PolicyAdapter, observation: Any, env: Any,
+                  label: str) -> None:
+    if _graph_mode() and not adapter.acts_in_graph_mode:
         logger.info(
             "Plotter: not running the %s policy in the trainer (TensorFlow runs in graph "
-            "mode here); the worker checks its shapes", kind)
+            "mode here); the worker checks its shapes", adapter.kind)
         return
     observation_space = getattr(env, "observation_space", None)
     action_space = getattr(env, "action_space", None)
     with _random_state_kept(policy):
         try:
-            action = _TrainerPolicy(policy, kind).act(_copy(observation))
+            action = adapter.act(policy, _copy(observation), deterministic=False)
         except Exception as error:  # noqa: BLE001 - the policy's own code
             if _graph_mode():
                 logger.info(
@@ -184,16 +171,16 @@ def _check_policy(policy: Any, kind: str, observation: Any, env: Any, label: str
                     type(error).__name__, error)
                 return
             raise PolicyShapeError(
-                _input_mismatch(policy, kind, observation, observation_space, label,
+                _input_mismatch(policy, adapter, observation, observation_space, label,
                                 error)) from error
     _check_action(np.asarray(action), action_space, label)
 
 
-def _input_mismatch(policy: Any, kind: str, observation: Any, space: Any, label: str,
+def _input_mismatch(policy: Any, adapter: PolicyAdapter, observation: Any, space: Any, label: str,
                     error: BaseException) -> str:
     shape = np.shape(observation)
     expected = ""
-    if kind == "keras":
+    if isinstance(adapter, KerasAdapter):
         expected = f"; the Keras model expects input shape {getattr(policy, 'input_shape', '?')}"
         fix = f"build it with keras.Input(shape={shape})"
     else:

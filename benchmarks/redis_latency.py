@@ -36,8 +36,8 @@ import numpy as np
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
-from async_plotter.channel.redis_channel import RedisWriter  # noqa: E402
-from async_plotter.channel.redis_reader import RedisReader  # noqa: E402
+from async_plotter.channel.redis.writer import RedisWriter  # noqa: E402
+from async_plotter.channel.redis.reader import RedisReader  # noqa: E402
 
 RESULTS = os.path.join(ROOT, "benchmarks", "results")
 SECRET = b"benchmark secret, 32 bytes long!"
@@ -96,13 +96,9 @@ class Ours:
                               max_path_length=5,
                               fps=30,
                               deterministic=False,
-                              live=False,
-                              video_dir=None,
-                              window=False,
                               quality="auto",
                               priority="normal",
                               frame_size=None,
-                              on_frame=None,
                               mujoco_gl="egl",
                               seed=None)
         self.stats = {}

@@ -41,14 +41,9 @@ def _serve(port_queue: Any, stop: Any) -> None:
 
     from async_plotter.web.address import parse_http_address
     from async_plotter.web.sink import HttpSink
-    from async_plotter.worker.stream import EpisodeInfo
+    from async_plotter.render.stream import EpisodeInfo
 
-    class Status:
-
-        def send(self, kind: str, **payload: Any) -> None:
-            pass
-
-    sink = HttpSink(parse_http_address(0, None), Status(), title="Fake-v0")
+    sink = HttpSink(parse_http_address(0, None), title="Fake-v0")
     port_queue.put(sink.port)
     episode = EpisodeInfo(0, None, 0)
     sink.begin_episode(episode)

@@ -14,15 +14,17 @@ import pytest
 import redis
 
 from async_plotter import Plotter
-from async_plotter.channel.redis_channel import RedisWriter
-from async_plotter.channel.redis_reader import RedisReader
-from async_plotter.channel.redis_viewer import ExperimentWatcher
-from async_plotter.channel.redis_wire import (UPDATE_HEADER, ExperimentKeys, open_structure,
+from async_plotter.channel.redis.writer import RedisWriter
+from async_plotter.channel.redis.reader import RedisReader
+from async_plotter.channel.redis.watcher import ExperimentWatcher
+from async_plotter.channel.redis.wire import (UPDATE_HEADER, ExperimentKeys, open_structure,
                                               seal_update, update_bytes)
-from async_plotter.channel.signing import Verifier
+from async_plotter.channel.redis.signing import Verifier
 from async_plotter.env_recipe import describe_env
+from async_plotter.policy_adapters import adapter_for
 from async_plotter.policy_recipe import describe_policy
 from async_plotter.worker.config import WorkerConfig
+from async_plotter.worker.sinks import VideoSpec
 from tests.conftest import wait_for
 from tests.policies import LinearPolicy
 from tests.redis_server import RedisServer, find_redis_server, free_port, redis_server  # noqa: F401
@@ -32,20 +34,17 @@ pytestmark = pytest.mark.timeout(60)
 
 
 def _config() -> WorkerConfig:
+    policy = LinearPolicy(4, 2)
     return WorkerConfig(env=describe_env("CartPole-v1"),
-                        policy=describe_policy(LinearPolicy(4, 2)),
+                        policy=describe_policy(policy, adapter_for(policy)),
                         max_path_length=5,
                         fps=1000,
                         deterministic=False,
-                        live=False,
-                        video_dir="/trainer/only",
-                        window=False,
                         quality="auto",
                         priority="idle",
                         frame_size=None,
-                        on_frame=None,
                         mujoco_gl="egl",
-                        seed=None)
+                        seed=None).with_sinks([VideoSpec("/trainer/only")])
 
 
 class _Pair:
@@ -392,7 +391,7 @@ def test_plotter_publishes_a_signed_structure_without_trainer_outputs(redis_serv
         import pickle
 
         config = pickle.loads(structure.body)
-        assert config.video_dir is None and config.http is None and config.on_frame is None
+        assert config.sinks == () and config.video_dir is None and not config.live
         assert structure.meta["env"] == "CartPole-v1" and structure.meta["size"] == 8
         client.close()
     finally:

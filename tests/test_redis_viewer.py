@@ -255,7 +255,11 @@ def test_keras_policy_end_to_end_unsigned_with_trust(processes, redis_server, tm
                        secret=None)
     _summary(trainer)
     assert "--trust-unsigned" in read_log(trainer_log)  # the trainer warned: no secret
-    viewer_args = ["--video-dir", str(videos), "--trust-unsigned", "--priority", "normal"]
+    viewer_args = [
+        "--video-dir",
+        str(videos), "--tensorboard-dir",
+        str(tmp_path / "tb"), "--trust-unsigned", "--priority", "normal"
+    ]
     viewer = _viewer(processes,
                      redis_server.url,
                      "keras-swimmer",
@@ -268,6 +272,10 @@ def test_keras_policy_end_to_end_unsigned_with_trust(processes, redis_server, tm
     assert (videos / "iter_0002.mp4").stat().st_size > 1000
     assert "Traceback" not in read_log(viewer_log)
     assert _stop(viewer) == 0
+    # The viewer wrote the remote run into TensorBoard too (read back in this process).
+    from tests.test_tensorboard import accumulate
+
+    assert 2 in [image.step for image in accumulate(tmp_path / "tb").Images("rollout/Swimmer-v5")]
     trainer.stdin.close()
     assert trainer.wait(15) == 0
 

@@ -4,13 +4,13 @@ import logging
 import numpy as np
 import pytest
 
-from async_plotter.channel.redis_channel import check_channel_arguments
-from async_plotter.channel.redis_link import redact
-from async_plotter.channel.redis_wire import (UPDATE_HEADER, Expected, StructureMismatch,
+from async_plotter.channel.redis.writer import check_channel_arguments
+from async_plotter.channel.redis.link import redact
+from async_plotter.channel.redis.wire import (UPDATE_HEADER, Expected, StructureMismatch,
                                               metrics_payload, open_metrics, open_structure,
                                               open_update, RunKey, seal_metrics, seal_structure,
                                               seal_update, structure_id_of, update_bytes)
-from async_plotter.channel.signing import PayloadRejected, Verifier, read_secret_file
+from async_plotter.channel.redis.signing import PayloadRejected, Verifier, read_secret_file
 from async_plotter.errors import InvalidArgumentError
 
 KEY = b"k" * 32

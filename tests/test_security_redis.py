@@ -11,12 +11,12 @@ import numpy as np
 import pytest
 import redis
 
-from async_plotter.channel.redis_channel import REASSERT_INTERVAL, RedisWriter
-from async_plotter.channel.redis_reader import RedisReader
-from async_plotter.channel.redis_viewer import ExperimentWatcher
-from async_plotter.channel.redis_wire import (STRUCTURE_HEADER, STRUCTURE_MAGIC, WIRE_VERSION,
+from async_plotter.channel.redis.writer import REASSERT_INTERVAL, RedisWriter
+from async_plotter.channel.redis.reader import RedisReader
+from async_plotter.channel.redis.watcher import ExperimentWatcher
+from async_plotter.channel.redis.wire import (STRUCTURE_HEADER, STRUCTURE_MAGIC, WIRE_VERSION,
                                               ExperimentKeys, seal_structure)
-from async_plotter.channel.signing import Verifier
+from async_plotter.channel.redis.signing import Verifier
 from async_plotter.cli import main
 from tests.conftest import wait_for
 from tests.redis_helpers import child_env, viewer_command
@@ -176,8 +176,13 @@ def test_a_key_means_signatures_always_at_every_layer(redis_server, closing, cap
                  message="both refusals")
         keyed = closing(RedisReader(redis_server.url, "exp", SECRET, False, unsigned.expected))
         wait_for(lambda: _rejections(caplog, "requires a signature"), 10, message="a refusal")
+        # A viewer with a secret refuses an unsigned structure from its header alone.
+        keyed_watcher, keyed_structures, _ = _watcher(redis_server.url)
+        closing(keyed_watcher)
+        wait_for(lambda: _rejections(caplog, "structure is unsigned"), 10, message="its refusal")
     assert reader.wait(timeout=0.3) is None and keyed.wait(timeout=0.1) is None
-    assert not structures
+    assert not structures and not keyed_structures
+    assert keyed_watcher.structure_downloads == 0 and keyed_watcher.structure_bytes == 0
     # Only an explicit trust_unsigned, without a key, takes it.
     trusting = closing(RedisReader(redis_server.url, "exp", None, True, unsigned.expected))
     assert trusting.wait(timeout=10) is not None

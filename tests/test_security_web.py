@@ -15,7 +15,7 @@ from async_plotter.web.address import parse_http_address
 from async_plotter.web.client import read_events, read_mjpeg
 from async_plotter.web.sink import HttpSink
 from tests.conftest import wait_for
-from tests.test_web_server import FakeRenderLoop, RecordingStatus, get
+from tests.test_web_server import FakeRenderLoop, get
 
 pytestmark = pytest.mark.timeout(120)
 TOKEN = "correct horse battery staple"
@@ -26,7 +26,7 @@ def live():
     made = []
 
     def make(http=0, token=None, **frames):
-        sink = HttpSink(parse_http_address(http, token), RecordingStatus(), title="Fake-v0")
+        sink = HttpSink(parse_http_address(http, token), title="Fake-v0")
         loop = FakeRenderLoop(sink, **frames)
         made.append((sink, loop))
         return sink, loop

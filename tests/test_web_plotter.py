@@ -1,5 +1,9 @@
-"""The live page served by a real plot worker: ``Plotter(..., http=0)``, read with HTTP clients."""
+"""The live page served by a real plot worker: ``Plotter(..., http=0)``, read with HTTP clients
+(and, for the strip of recorded videos, headless Chromium)."""
+import http.client
 import io
+import json
+import os
 import re
 import socket
 import threading
@@ -14,6 +18,7 @@ from async_plotter import Plotter
 from async_plotter.web.client import StreamError, open_stream, read_events, read_mjpeg
 from tests.conftest import wait_for, worker_children
 from tests.policies import LinearPolicy
+from tests.test_web_browser import chromium, screenshot  # noqa: F401 - the fixture
 
 pytestmark = pytest.mark.slow
 
@@ -184,6 +189,14 @@ def test_two_clients_at_once_and_a_stalled_one_slows_neither(watched):
         assert fps > 0.7 * rendered, f"client {name}: {fps:.1f} frames/s of {rendered} rendered"
 
 
+def test_without_a_video_dir_the_videos_are_404_and_the_page_is_told(watched):
+    _, _, url = watched
+    assert get(url + "videos.json")[0] == 404
+    assert get(url + "videos/iter_0000.mp4")[0] == 404
+    status = next(data for name, data in read_events(url + "events") if name == "status")
+    assert status["videos"] is False
+
+
 def test_token_required_and_enforced_off_loopback():
     token = "test-token-1234"
     with Plotter("Swimmer-v5",
@@ -217,3 +230,175 @@ def test_token_required_and_enforced_off_loopback():
         with pytest.raises(StreamError) as outside:
             open_stream(f"http://{address}:{port}/")
         assert outside.value.status == 401
+
+
+# ------------------------------------------------------------------- the recorded videos
+
+TOKEN = "videos-token-5678"
+
+
+@pytest.fixture(scope="module")
+def recorded(tmp_path_factory):
+    """One worker that records a video of each update into a folder and serves them on its
+    page, behind a token (on loopback: the token is still required). Yields once iteration 3's
+    video is complete."""
+    folder = tmp_path_factory.mktemp("videos")
+    policy = LinearPolicy(8, 2)
+    plotter = Plotter("Swimmer-v5",
+                      policy,
+                      max_path_length=40,
+                      fps=50,
+                      frame_size=SIZE,
+                      video_dir=str(folder),
+                      min_video_seconds=0,
+                      http=0,
+                      http_token=TOKEN,
+                      window=False,
+                      seed=0,
+                      priority="low")
+    plotter.start()
+    try:
+        url = wait_for(lambda: plotter.stats.get("http_url"), 60, message="the page's URL")
+        new_policy(plotter, policy, seed=7, iteration=3)
+        # Generous: on a loaded 2-core machine the worker's start and the encoder take a while.
+        wait_for(lambda: (folder / "iter_0003.mp4").exists(), 120, message="iteration 3's video")
+        yield plotter, folder, url
+    finally:
+        # Only this worker's processes: the module's other worker (``watched``) may still run.
+        mine = own_processes(plotter)
+        plotter.close()
+        wait_for(lambda: not any(map(alive, mine)), 10, message="this worker's processes to exit")
+
+
+def own_processes(plotter):
+    """The plotter's worker processes and theirs (the video encoder)."""
+    found = []
+    for pid in (plotter.stats.get("worker_pids") or {}).values():
+        try:
+            process = psutil.Process(pid)
+            found += [process] + process.children(recursive=True)
+        except (psutil.Error, TypeError):
+            continue  # gone already, or not started
+    return found
+
+
+def alive(process):
+    try:
+        return process.status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
+
+
+def get(url, headers=None):
+    """``(status, headers with lower-case names, body)`` of a GET; the path is sent as written
+    (``..`` included), which a browser would have normalised away."""
+    parts = re.fullmatch(r"http://([^:/]+):(\d+)(/.*)", url)
+    connection = http.client.HTTPConnection(parts[1], int(parts[2]), timeout=20)
+    try:
+        connection.request("GET", parts[3], headers=headers or {})
+        response = connection.getresponse()
+        return response.status, {k.lower(): v for k, v in response.getheaders()}, response.read()
+    finally:
+        connection.close()
+
+
+def test_recorded_videos_are_listed_and_served_with_byte_ranges(recorded):
+    plotter, folder, url = recorded
+    # Files that are not the sink's finished videos are never listed or served.
+    (folder / "notes.txt").write_text("not a video")
+    (folder / ".partial_iter_0098.mp4").write_bytes(b"half a video")
+    status, headers, body = get(url + "videos.json?token=" + TOKEN)
+    assert status == 200 and headers["content-type"] == "application/json"
+    videos = json.loads(body)["videos"]
+    files = [video["file"] for video in videos]
+    assert "iter_0003.mp4" in files and "notes.txt" not in files, files
+    assert all(re.fullmatch(r"(iter|update)_\d{4}\.mp4", name) for name in files), files
+    numbers = [video["number"] for video in videos if video["kind"] == "iter"]
+    assert numbers == sorted(numbers) and files[0].startswith("iter_")
+    data = (folder / "iter_0003.mp4").read_bytes()
+    assert {"file": "iter_0003.mp4", "kind": "iter", "number": 3, "size": len(data)} in videos
+    assert len(data) > 100
+
+    status, headers, body = get(url + "videos/iter_0003.mp4?token=" + TOKEN)
+    assert status == 200 and body == data
+    assert headers["content-type"] == "video/mp4" and headers["accept-ranges"] == "bytes"
+    assert "media-src 'self'" in get(url + "?token=" + TOKEN)[1]["content-security-policy"]
+    # Browsers seek with ranges; the token may come as a header too.
+    status, headers, body = get(url + "videos/iter_0003.mp4", {
+        "Range": "bytes=0-99",
+        "Authorization": "Bearer " + TOKEN
+    })
+    assert status == 206 and body == data[:100]
+    assert headers["content-range"] == f"bytes 0-99/{len(data)}"
+
+    for path in ("videos/../../etc/passwd", "videos/..%2F..%2Fetc%2Fpasswd", "videos/notes.txt",
+                 "videos/.partial_iter_0098.mp4", "videos/iter_0099.mp4", "videos/iter_3.mp4",
+                 "videos/iter_0003.mp4/x", "videos/", "../videos.json/.."):
+        assert get(url + path + "?token=" + TOKEN)[0] == 404, path
+    # Behind the same token as the rest of the page.
+    for path in ("videos.json", "videos/iter_0003.mp4"):
+        assert get(url + path)[0] == 401, path
+        assert get(url + path + "?token=" + TOKEN + "x")[0] == 403, path
+    assert plotter.stats["alive"]
+
+
+def test_the_page_strip_plays_a_video_and_goes_back_live(recorded, chromium):  # noqa: F811
+    plotter, folder, url = recorded
+    chromium.call("Page.navigate", url=url + "?token=" + TOKEN)
+    button_selector = '#history-strip button[data-file="iter_0003.mp4"]'
+
+    def strip():
+        return chromium.evaluate(f"""(() => {{
+            const history = document.getElementById('history');
+            const button = document.querySelector('{button_selector}');
+            return history && !history.hidden && button ? {{
+                text: button.textContent, title: button.title,
+                buttons: document.querySelectorAll('#history-strip button').length,
+            }} : null;
+        }})()""")
+
+    shown = wait_for(strip, 30, message="the history strip with iteration 3's button")
+    assert shown["text"] == "3" and shown["title"].startswith("iteration 3")
+    chromium.evaluate(f"document.querySelector('{button_selector}').click()")
+
+    def replaying():
+        return chromium.evaluate(f"""(() => {{
+            const video = document.getElementById('replay');
+            const ready = !video.hidden && video.readyState >= 2 && video.videoWidth > 0
+                && video.currentTime > 0 && !video.error;
+            return ready ? {{
+                width: video.videoWidth, src: video.src, controls: video.controls,
+                label: document.getElementById('replay-label').textContent,
+                live_hidden: document.getElementById('view').hidden,
+                live_src: document.getElementById('view').getAttribute('src'),
+                pressed: document.querySelector('{button_selector}').getAttribute('aria-pressed'),
+                back: !document.getElementById('history-live').hidden,
+            }} : null;
+        }})()""")
+
+    playing = wait_for(replaying, 30, message="iteration 3's video to play in the page")
+    assert playing["width"] == SIZE[0] and playing["controls"]
+    assert "/videos/iter_0003.mp4?" in playing["src"] and "token=" + TOKEN in playing["src"]
+    assert playing["label"] == "recorded: iteration 3" and playing["pressed"] == "true"
+    # Instead of the live picture, whose stream is closed meanwhile (nothing rendered for it).
+    assert playing["live_hidden"] and playing["live_src"] is None and playing["back"]
+    keep = os.environ.get("ASYNC_PLOTTER_SCREENSHOT_DIR")
+    if keep:
+        os.makedirs(keep, exist_ok=True)
+        screenshot(chromium).save(os.path.join(keep, "web_history.png"))
+
+    chromium.evaluate("document.getElementById('history-live').click()")
+    wait_for(lambda: chromium.evaluate("""(() => {
+        const view = document.getElementById('view');
+        return !view.hidden && view.naturalWidth > 0 && !view.classList.contains('empty')
+            && document.getElementById('replay').hidden;
+    })()"""),
+             30,
+             message="the live picture back")
+    # Nothing went wrong in the page: no script errors, nothing blocked or missing.
+    problems = [
+        e["params"] for e in chromium.events if e.get("method") == "Runtime.exceptionThrown" or (
+            e.get("method") == "Log.entryAdded" and e["params"]["entry"]["level"] == "error"
+            and "stream.mjpg" not in e["params"]["entry"].get("url", ""))
+    ]
+    assert not problems, problems

@@ -16,18 +16,18 @@ from PIL import Image
 from async_plotter.web.address import parse_http_address
 from async_plotter.web.client import StreamError, open_stream, read_events, read_mjpeg
 from async_plotter.web.sink import HttpSink
-from async_plotter.worker.stream import EpisodeEnd, EpisodeInfo
+from async_plotter.render.stream import EpisodeEnd, EpisodeInfo
 from tests.conftest import wait_for
 
 
 class RecordingStatus:
-    """Stands in for the render process's StatusSender."""
+    """Records the addresses a sink reports."""
 
     def __init__(self):
-        self.messages = []
+        self.urls = []
 
-    def send(self, kind, **payload):
-        self.messages.append((kind, payload))
+    def on_url(self, url):
+        self.urls.append(url)
 
 
 class FakeRenderLoop:
@@ -85,7 +85,7 @@ def live():
 
     def make(http=0, token=None, fps=40, **frames):
         status = RecordingStatus()
-        sink = HttpSink(parse_http_address(http, token), status, title="Fake-v0")
+        sink = HttpSink(parse_http_address(http, token), status.on_url, title="Fake-v0")
         loop = FakeRenderLoop(sink, fps=fps, **frames)
         made.append((sink, loop))
         return sink, loop, status
@@ -125,7 +125,7 @@ def frames_for(url, seconds, token=None):
 
 def test_reports_the_real_url_and_serves_a_self_contained_page(live):
     sink, _, status = live()
-    assert status.messages[0] == ("http", {"url": f"http://127.0.0.1:{sink.port}/"})
+    assert status.urls == [f"http://127.0.0.1:{sink.port}/"]
     assert sink.port > 0
     code, headers, body = get(local_url(sink))
     assert code == 200 and headers["Content-Type"].startswith("text/html")
@@ -294,7 +294,7 @@ def test_loopback_refuses_foreign_host_names(live):
 def test_a_taken_port_is_a_clear_error(live):
     sink, _, _ = live()
     with pytest.raises(OSError, match=f"cannot serve the live page on 127.0.0.1:{sink.port}"):
-        HttpSink(parse_http_address(sink.port, None), RecordingStatus())
+        HttpSink(parse_http_address(sink.port, None))
 
 
 def test_close_ends_streams_promptly(live):

@@ -1,8 +1,25 @@
-"""What travels on a parameter channel."""
+"""The two halves every parameter channel implements, and what travels on one.
+
+A channel carries the newest flat parameter vector (and the training metrics beside it) from the
+trainer to a worker: ``ParamWriter`` in the trainer, ``ParamReader`` in the worker. The trainer
+hands the worker a ``ChannelAddress`` (plain, picklable data) from which the worker opens its
+reader. Shared memory (``shm``) and Redis (``redis/``) implement all three.
+"""
 import dataclasses
-from typing import Optional
+import pickle
+from typing import Dict, Optional
 
 import numpy as np
+
+try:
+    from typing import Protocol
+except ImportError:  # Python 3.7
+    from typing_extensions import Protocol  # type: ignore
+
+# The worker's lifeline to its render process takes one metrics message per write of at most
+# PIPE_BUF (4096) bytes, which Linux makes atomic: whole or, when the pipe is full, not at all.
+# The message wrapper takes ~100 bytes of it.
+MAX_METRICS_BYTES = 3900
 
 
 class ParentGone(Exception):
@@ -20,3 +37,60 @@ class ParamUpdate:
     iteration: Optional[int]
     #: rollout length limit for this update
     max_path_length: int
+
+
+def metrics_fit(iteration: Optional[int], metrics: Dict[str, float]) -> bool:
+    """The one size rule for metrics, on every channel: whether they reach a worker whole."""
+    return len(pickle.dumps((iteration, dict(metrics)))) <= MAX_METRICS_BYTES
+
+
+class ParamReader(Protocol):
+    """Worker side: sleeps until something newer than what it has arrives."""
+
+    def newer_available(self) -> bool:
+        """Whether an update newer than the last one returned is waiting."""
+
+    def final_requested(self) -> bool:
+        """Whether the trainer finished and wants a video of its newest parameters."""
+
+    def wait(self, timeout: Optional[float]) -> Optional[ParamUpdate]:
+        """The newest update once one newer than the last is there, or None after ``timeout``.
+        Raises ``ParentGone`` when the trainer is gone."""
+
+    def close(self) -> None:
+        """Release the channel's resources."""
+
+
+class ParamWriter(Protocol):
+    """Trainer side. Nothing here may wait for a reader."""
+
+    @property
+    def published(self) -> int:
+        """The number of the newest update published (0: the initial policy)."""
+
+    def publish(self,
+                params: np.ndarray,
+                iteration: Optional[int],
+                max_path_length: int,
+                number: Optional[int] = None) -> int:
+        """Make ``params`` the newest update; returns its number. Older unread ones are dropped."""
+
+    def post_metrics(self, iteration: Optional[int], metrics: Dict[str, float]) -> bool:
+        """Queue training metrics for the worker's live page; False if they break
+        ``metrics_fit``."""
+
+    def request_final(self) -> None:
+        """Training is over: ask the worker for a video of the newest parameters."""
+
+    def address(self) -> "ChannelAddress":
+        """What a worker opens its reader from (a fresh one for each launch of the worker)."""
+
+    def close(self, timeout: float) -> None:
+        """Deliver what is pending within ``timeout`` seconds, then release everything."""
+
+
+class ChannelAddress(Protocol):
+    """Picklable data a worker process opens its ``ParamReader`` from."""
+
+    def open_reader(self) -> ParamReader:
+        """Open the worker's end of the channel."""

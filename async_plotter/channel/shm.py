@@ -21,11 +21,12 @@ import select
 import sys
 import time
 from multiprocessing import resource_tracker, shared_memory
-from typing import Optional
+import dataclasses
+from typing import Callable, Dict, Optional
 
 import numpy as np
 
-from async_plotter.channel.base import ParamUpdate, ParentGone
+from async_plotter.channel.base import ParamUpdate, ParentGone, metrics_fit
 
 _MAGIC = 0x41504c54  # "APLT"
 _DTYPES = {0: np.dtype(np.float32), 1: np.dtype(np.float64)}
@@ -48,10 +49,31 @@ def supported_dtype(dtype: np.dtype) -> bool:
     return np.dtype(dtype) in _DTYPE_CODES
 
 
-class SharedMemoryWriter:
-    """Trainer side. Owns the segment and the write end of the wake-up pipe."""
+@dataclasses.dataclass(frozen=True)
+class ShmAddress:
+    """Where a worker finds the segment: its name and the read end of a fresh wake-up pipe."""
 
-    def __init__(self, size: int, dtype: np.dtype) -> None:
+    name: str
+    wake_reader: multiprocessing.connection.Connection
+
+    def open_reader(self) -> "SharedMemoryReader":
+        return SharedMemoryReader(self.name, self.wake_reader)
+
+
+#: ``deliver(iteration, metrics)``: hands metrics on to the local worker (its supervisor)
+MetricsDelivery = Callable[[Optional[int], Dict[str, float]], None]
+
+
+class SharedMemoryWriter:
+    """Trainer side. Owns the segment and the write end of the wake-up pipe.
+
+    Metrics do not go through the segment: ``post_metrics`` hands them to ``deliver_metrics``
+    (the worker's supervisor, which forwards them to the render process)."""
+
+    def __init__(self,
+                 size: int,
+                 dtype: np.dtype,
+                 deliver_metrics: Optional[MetricsDelivery] = None) -> None:
         dtype = np.dtype(dtype)
         if dtype not in _DTYPE_CODES:
             raise ValueError(
@@ -74,6 +96,7 @@ class SharedMemoryWriter:
         self._wake_reader, self._wake_writer = _wake_pipe()
         self._wake_fd = self._wake_writer.fileno()
         self._closed = False
+        self.deliver_metrics = deliver_metrics
 
     @property
     def name(self) -> str:
@@ -119,6 +142,18 @@ class SharedMemoryWriter:
                 pass  # full, or no reader right now: it reads the latest slot when it looks
         return number
 
+    def post_metrics(self, iteration: Optional[int], metrics: Dict[str, float]) -> bool:
+        """Hand metrics to the worker; never blocks. False if they break ``metrics_fit``."""
+        if not metrics_fit(iteration, metrics):
+            return False
+        if self.deliver_metrics is not None and not self._closed:
+            self.deliver_metrics(iteration, dict(metrics))
+        return True
+
+    def address(self) -> ShmAddress:
+        """The address for a (re)started worker: a fresh wake-up pipe each time."""
+        return ShmAddress(self.name, self.renew_wake_pipe())
+
     def request_final(self) -> None:
         """Training is over: the reader should show the newest update without delay."""
         if not self._closed:
@@ -136,8 +171,9 @@ class SharedMemoryWriter:
         self._header[_H_WAKE_PENDING] = 0  # the old pipe's unread byte went with it
         return self._wake_reader
 
-    def close(self) -> None:
-        """Release the segment and the pipe. The reader sees end-of-file and exits."""
+    def close(self, timeout: float = 0.0) -> None:
+        """Release the segment and the pipe (nothing is pending: ``timeout`` is not needed).
+        The reader sees end-of-file and exits."""
         if self._closed:
             return
         self._closed = True

@@ -21,24 +21,10 @@ from async_plotter.rl.logger import console_logging, format_duration, format_tab
 from async_plotter.rl.recorder import RunRecorder
 from async_plotter.rl.sample_processing import ProcessedSamples, process_samples
 from async_plotter.rl.samplers import ParallelSampler, Sampler, SerialSampler
+from async_plotter.validation import (non_negative_int, optional_non_negative_int, positive_int,
+                                      unit_interval)
 
 logger = logging.getLogger(__name__)
-
-
-def check_positive_int(name: str, value: Any) -> int:
-    """``value`` if it is a positive int (bools excluded), else a ValueError naming ``name``."""
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
-        raise ValueError(f"{name} must be a positive int, got {value!r}")
-    return int(value)
-
-
-def _check_fraction(name: str, value: Any, allow_zero: bool) -> float:
-    low_ok = value >= 0 if allow_zero else value > 0
-    if not isinstance(value,
-                      (int, float)) or isinstance(value, bool) or not (low_ok and value <= 1):
-        bounds = "[0, 1]" if allow_zero else "(0, 1]"
-        raise ValueError(f"{name} must be a number in {bounds}, got {value!r}")
-    return float(value)
 
 
 class BatchPolopt:
@@ -104,14 +90,12 @@ class BatchPolopt:
             self.env_maker = EnvMaker.from_env(env)
         self.policy = policy
         self.baseline = LinearFeatureBaseline() if baseline is None else baseline
-        self.max_path_length = check_positive_int("max_path_length", max_path_length)
-        self.batch_size = check_positive_int("batch_size", batch_size)
-        self.n_itr = check_positive_int("n_itr", n_itr)
-        if isinstance(start_itr, bool) or not isinstance(start_itr, int) or start_itr < 0:
-            raise ValueError(f"start_itr must be a non-negative int, got {start_itr!r}")
-        self.start_itr = start_itr
-        self.discount = _check_fraction("discount", discount, allow_zero=True)
-        self.gae_lambda = _check_fraction("gae_lambda", gae_lambda, allow_zero=True)
+        self.max_path_length = positive_int("max_path_length", max_path_length)
+        self.batch_size = positive_int("batch_size", batch_size)
+        self.n_itr = positive_int("n_itr", n_itr)
+        self.start_itr = non_negative_int("start_itr", start_itr)
+        self.discount = unit_interval("discount", discount)
+        self.gae_lambda = unit_interval("gae_lambda", gae_lambda)
         self.center_adv = bool(center_adv)
         self.bootstrap_truncated = bool(bootstrap_truncated)
         self.store_paths = bool(store_paths)
@@ -119,12 +103,10 @@ class BatchPolopt:
         self.plot_kwargs = dict(plot_kwargs or {})
         self.pause_for_plot = bool(pause_for_plot)
         if sampler is None:
-            n_parallel = check_positive_int("n_parallel", n_parallel)
+            n_parallel = positive_int("n_parallel", n_parallel)
             sampler = SerialSampler() if n_parallel == 1 else ParallelSampler(n_parallel)
         self.sampler = sampler
-        if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int) or seed < 0):
-            raise ValueError(f"seed must be a non-negative int or None, got {seed!r}")
-        self.seed = seed
+        self.seed = optional_non_negative_int("seed", seed)
         self.log_dir = log_dir
         self.history: List[Dict[str, Any]] = []
         #: the Plotter of the latest ``train()`` with plotting; after it, closed (``stats`` stay)
@@ -218,7 +200,9 @@ class BatchPolopt:
             # ExitStack runs every callback even when one raises, in reverse order.
             cleanup.callback(sampler.shutdown)
             if plot:
-                self.plotter = self._start_plotter(plot_kwargs, recorder.video_dir)
+                # The recorder writes the scalars; the plotter adds the rollouts to the same run.
+                tensorboard_dir = recorder.log_dir if recorder.tensorboard else None
+                self.plotter = self._start_plotter(plot_kwargs, recorder.video_dir, tensorboard_dir)
                 self._plotting = True
                 cleanup.callback(self._close_plotter)
             cleanup.callback(recorder.close)
@@ -293,7 +277,10 @@ class BatchPolopt:
             return self.env_maker.env_id
         return type(self.env).__name__
 
-    def _start_plotter(self, plot_kwargs: Dict[str, Any], video_dir: Optional[str]) -> Any:
+    def _start_plotter(self,
+                       plot_kwargs: Dict[str, Any],
+                       video_dir: Optional[str],
+                       tensorboard_dir: Optional[str] = None) -> Any:
         # Imported here: the core is needed only when plotting, and it must never be a dependency
         # of training without it.
         from async_plotter import Plotter
@@ -301,6 +288,8 @@ class BatchPolopt:
         kwargs: Dict[str, Any] = {"max_path_length": self.max_path_length}
         if video_dir is not None:
             kwargs["video_dir"] = video_dir
+        if tensorboard_dir is not None:
+            kwargs.update(tensorboard_dir=tensorboard_dir, tensorboard_scalars=False)
         kwargs.update(plot_kwargs)
         env = self.env_maker.plotter_env if self.env_maker is not None else self.env
         plotter = Plotter(env, self.policy, **kwargs)

@@ -7,9 +7,11 @@
 Plotting flags: ``--plot/--no-plot`` (on by default), ``--plot-budget`` (the CPU budget),
 ``--plot-path-length`` (steps per plotted rollout), ``--http`` (a live page) and
 ``--plot-priority`` (a fixed priority instead of a budget). Training flags: ``--n-parallel``,
-``--n-itr``, ``--seed``, ``--batch-size``, ``--exp-name``.
+``--n-itr``, ``--seed``, ``--batch-size``, ``--exp-name``, ``--tensorboard/--no-tensorboard``
+(event files in the run folder, on by default).
 """
 import argparse
+import os
 import sys
 from typing import Any, Callable, Dict
 
@@ -32,6 +34,11 @@ def example_parser(doc: str,
                         default=batch_size,
                         help="env steps per iteration")
     parser.add_argument("--exp-name", default=None, help="run folder name under runs/")
+    parser.add_argument("--tensorboard",
+                        action=argparse.BooleanOptionalAction,
+                        default=True,
+                        help="write TensorBoard event files (scalars, rollout animations) into "
+                        "the run folder: tensorboard --logdir runs")
     add_plot_arguments(parser)
     return parser
 
@@ -83,6 +90,7 @@ def run_example(make_algo: Callable[[], Any], args: argparse.Namespace) -> int:
                                      n_parallel=args.n_parallel,
                                      seed=args.seed,
                                      exp_name=args.exp_name,
+                                     tensorboard=args.tensorboard,
                                      **plot_options(args))
     except KeyboardInterrupt:
         print("interrupted; workers and plotter were shut down", file=sys.stderr)
@@ -98,6 +106,8 @@ def describe_outputs(result: ExperimentResult) -> str:
         f"learning curve: {result.learning_curve}",
         f"snapshot:       {result.log_dir}/params.pkl",
     ]
+    if any(name.startswith("events.out.tfevents.") for name in _listdir(result.log_dir)):
+        lines.append(f"tensorboard:    tensorboard --logdir {os.path.dirname(result.log_dir)}")
     if result.video_dir:
         count = len(result.videos)
         lines.append(f"videos:         {count} in {result.video_dir}"
@@ -105,3 +115,10 @@ def describe_outputs(result: ExperimentResult) -> str:
         if result.final_video:
             lines.append(f"final policy:   {result.final_video}")
     return "\n" + "\n".join(lines)
+
+
+def _listdir(path: str) -> list:
+    try:
+        return os.listdir(path)
+    except OSError:
+        return []

@@ -17,7 +17,8 @@ from typing import Any, Callable, Dict, List, Optional, Union
 import numpy as np
 
 from async_plotter.rl import context as experiment_context
-from async_plotter.rl.batch_polopt import BatchPolopt, check_positive_int
+from async_plotter.rl.batch_polopt import BatchPolopt
+from async_plotter.validation import positive_int
 from async_plotter.rl.logger import console_logging
 from async_plotter.rl.recorder import SNAPSHOT_MODES, RunRecorder
 
@@ -59,16 +60,18 @@ def _unique_dir(path: str) -> str:
 
 
 def _validate(fn_or_algo: Any, n_parallel: Any, plot: Any, seed: Any, exp_name: Any, log_dir: Any,
-              snapshot_mode: Any, plot_kwargs: Dict[str, Any]) -> None:
+              snapshot_mode: Any, tensorboard: Any, plot_kwargs: Dict[str, Any]) -> None:
     """Reject bad arguments before anything is created, started or written."""
     if not (isinstance(fn_or_algo, BatchPolopt) or callable(fn_or_algo)):
         raise TypeError(f"fn_or_algo must be an algorithm (e.g. TRPO) or a function that returns "
                         f"or runs one, got {type(fn_or_algo).__name__}")
     if not isinstance(fn_or_algo, BatchPolopt):
         _check_function(fn_or_algo)
-    check_positive_int("n_parallel", n_parallel)
+    positive_int("n_parallel", n_parallel)
     if not isinstance(plot, bool):
         raise TypeError(f"plot must be True or False, got {plot!r}")
+    if not isinstance(tensorboard, bool):
+        raise TypeError(f"tensorboard must be True or False, got {tensorboard!r}")
     if seed is not None and (isinstance(seed, bool) or not isinstance(seed, (int, np.integer))
                              or not 0 <= seed < 2**32):
         raise ValueError(f"seed must be None or an int in [0, 2**32), got {seed!r}")
@@ -159,6 +162,7 @@ def run_experiment_lite(fn_or_algo: Union[BatchPolopt, Callable[..., Any]],
                         exp_name: Optional[str] = None,
                         log_dir: Optional[str] = None,
                         snapshot_mode: str = "last",
+                        tensorboard: bool = True,
                         **plot_kwargs: Any) -> ExperimentResult:
     """Train an algorithm and write its outputs into ``log_dir``.
 
@@ -178,21 +182,29 @@ def run_experiment_lite(fn_or_algo: Union[BatchPolopt, Callable[..., Any]],
             never write into one ``progress.csv``.
         snapshot_mode: ``"last"`` (``params.pkl`` each iteration), ``"all"`` (``itr_<N>.pkl``)
             or ``"none"``.
+        tensorboard: write TensorBoard event files into ``log_dir``: every numeric column of
+            ``progress.csv`` as a scalar ``progress/<column>`` at step = the iteration, and with
+            ``plot`` each plotted rollout as an animated image ``rollout/<env>``. Needs neither
+            TensorFlow nor ``tensorboard`` to write; ``tensorboard --logdir runs`` shows each
+            run folder as one run.
         **plot_kwargs: passed on to :class:`async_plotter.Plotter` (e.g. ``fps``, ``window``); a
             name ``Plotter`` does not take is an error even with ``plot=False``.
 
     Files: ``progress.csv``, ``learning_curve.png``, ``debug.log``, ``experiment.json``, the
-    snapshots, and ``videos/`` when plotting. Ctrl-C stops the sampler workers and the plotter
-    before the ``KeyboardInterrupt`` propagates; the last complete snapshot stays intact.
+    snapshots, ``events.out.tfevents.*`` with ``tensorboard`` (one from the trainer, one per
+    render process when plotting), and ``videos/`` when plotting. Ctrl-C stops the sampler workers
+    and the plotter before the ``KeyboardInterrupt`` propagates; the last complete snapshot stays
+    intact.
     """
-    _validate(fn_or_algo, n_parallel, plot, seed, exp_name, log_dir, snapshot_mode, plot_kwargs)
+    _validate(fn_or_algo, n_parallel, plot, seed, exp_name, log_dir, snapshot_mode, tensorboard,
+              plot_kwargs)
     if exp_name is None:
         exp_name = _default_exp_name()
     if log_dir is None:
         log_dir = _unique_dir(os.path.join("runs", exp_name))
     log_dir = os.path.abspath(os.fspath(log_dir))
     try:
-        recorder = RunRecorder(log_dir, snapshot_mode)
+        recorder = RunRecorder(log_dir, snapshot_mode, tensorboard=tensorboard)
     except OSError as error:  # say which argument it was; the same exception class
         raise type(error)(error.errno, f"log_dir {log_dir!r} cannot be created: "
                           f"{error.strerror}") from error
@@ -205,7 +217,7 @@ def run_experiment_lite(fn_or_algo: Union[BatchPolopt, Callable[..., Any]],
         "plot": plot,
         "seed": None if seed is None else int(seed),
     }
-    recorded = dict(settings, snapshot_mode=snapshot_mode)
+    recorded = dict(settings, snapshot_mode=snapshot_mode, tensorboard=tensorboard)
     recorded["plot_kwargs"] = {key: repr(value) for key, value in plot_kwargs.items()}
     recorder.write_text("experiment.json", json.dumps(recorded, indent=2) + "\n")
     ctx = experiment_context.ExperimentContext(plot=plot,

@@ -1,7 +1,9 @@
-"""Where a run's outputs go: ``progress.csv``, the learning curve, snapshots, videos."""
+"""Where a run's outputs go: ``progress.csv``, TensorBoard scalars, the learning curve, snapshots,
+videos."""
 import csv
 import io
 import logging
+import numbers
 import os
 import time
 from typing import Any, Dict, List, Optional
@@ -12,6 +14,8 @@ from async_plotter.rl.snapshot import atomic_write_bytes, save_snapshot
 logger = logging.getLogger(__name__)
 
 SNAPSHOT_MODES = ("last", "all", "none")
+#: TensorBoard tags of progress.csv's columns: ``progress/AverageReturn``, ... (one group of charts)
+SCALAR_PREFIX = "progress/"
 
 
 class RunRecorder:
@@ -19,6 +23,8 @@ class RunRecorder:
 
     Files:
         ``progress.csv``: one row per iteration, appended as it finishes.
+        ``events.out.tfevents.*`` (``tensorboard=True``): every numeric column of each row as a
+        TensorBoard scalar ``progress/<column>`` at step ``Iteration``, written as the row is.
         ``learning_curve.png``: AverageReturn against Iteration, redrawn after every iteration
         unless iterations are so short that drawing (~50 ms) would cost more than ~5% of the run;
         then as often as that budget allows, and always by :meth:`close`.
@@ -26,7 +32,10 @@ class RunRecorder:
         ``videos/``: where the plotter is told to put its videos.
     """
 
-    def __init__(self, log_dir: Optional[str] = None, snapshot_mode: str = "last") -> None:
+    def __init__(self,
+                 log_dir: Optional[str] = None,
+                 snapshot_mode: str = "last",
+                 tensorboard: bool = False) -> None:
         if snapshot_mode not in SNAPSHOT_MODES:
             raise ValueError(
                 f"snapshot_mode must be one of {', '.join(map(repr, SNAPSHOT_MODES))}; "
@@ -38,6 +47,8 @@ class RunRecorder:
         self._curve_failed = False
         self._curve_stale = False
         self._next_curve_time = 0.0
+        self.tensorboard = bool(tensorboard) and self.log_dir is not None
+        self._summaries: Any = None  # the SummaryWriter, opened with the first row
         if self.log_dir is not None:
             os.makedirs(self.log_dir, exist_ok=True)
 
@@ -66,14 +77,41 @@ class RunRecorder:
         if self.log_dir is None:
             return
         self._write_csv(row)
+        if self.tensorboard:
+            self._write_scalars(row)
         self._curve_stale = True
         if time.monotonic() >= self._next_curve_time:
             self._draw_curve()
 
     def close(self) -> None:
-        """Bring the learning curve up to date (the last iterations may have been throttled)."""
+        """Bring the learning curve up to date (the last iterations may have been throttled) and
+        close the TensorBoard event file."""
         if self._curve_stale and self.log_dir is not None:
             self._draw_curve()
+        if self._summaries is not None:
+            summaries, self._summaries = self._summaries, None
+            try:
+                summaries.close()
+            except OSError as error:
+                logger.warning("could not close the TensorBoard event file: %s", error)
+
+    def _write_scalars(self, row: Dict[str, Any]) -> None:
+        # The trainer may have TensorFlow loaded anyway; this writer does not need it, and a
+        # run without the tensorboard package still gets its event files.
+        from async_plotter.tensorboard.writer import SummaryWriter
+
+        step = row.get("Iteration", len(self.rows) - 1)
+        scalars = {
+            SCALAR_PREFIX + key: value
+            for key, value in row.items() if key != "Iteration" and isinstance(value, numbers.Real)
+        }
+        try:
+            if self._summaries is None:
+                self._summaries = SummaryWriter(self.log_dir)
+            self._summaries.add_scalars(int(step), scalars)
+        except OSError:  # a full disk must not stop training; progress.csv has the numbers
+            self.tensorboard = False
+            logger.exception("could not write TensorBoard scalars; not trying again")
 
     def _write_csv(self, row: Dict[str, Any]) -> None:
         if self._columns is None or any(key not in self._columns for key in row):

@@ -18,7 +18,8 @@ import numpy as np
 import tensorflow as tf
 
 from async_plotter.rl.baselines import Baseline
-from async_plotter.rl.batch_polopt import BatchPolopt, check_positive_int
+from async_plotter.rl.batch_polopt import BatchPolopt
+from async_plotter.validation import positive_int
 from async_plotter.rl.optim import conjugate_gradient, flatten_tensors, unflatten_tensor
 from async_plotter.rl.sample_processing import ProcessedSamples
 
@@ -59,10 +60,10 @@ class TRPO(BatchPolopt):
         if reg_coeff < 0:
             raise ValueError(f"reg_coeff must be non-negative, got {reg_coeff!r}")
         self.step_size = float(step_size)
-        self.cg_iters = check_positive_int("cg_iters", cg_iters)
+        self.cg_iters = positive_int("cg_iters", cg_iters)
         self.reg_coeff = float(reg_coeff)
         self.backtrack_ratio = float(backtrack_ratio)
-        self.max_backtracks = check_positive_int("max_backtracks", max_backtracks)
+        self.max_backtracks = positive_int("max_backtracks", max_backtracks)
         self.subsample_factor = float(subsample_factor)
         # Unseeded, subsampling draws from numpy's global generator (which run_experiment_lite seeds).
         rng_seed = self.seed if self.seed is not None else np.random.randint(2**31 - 1)

@@ -5,7 +5,8 @@ import numpy as np
 import tensorflow as tf
 
 from async_plotter.rl.baselines import Baseline
-from async_plotter.rl.batch_polopt import BatchPolopt, check_positive_int
+from async_plotter.rl.batch_polopt import BatchPolopt
+from async_plotter.validation import positive_int
 from async_plotter.rl.optim import Adam
 from async_plotter.rl.sample_processing import ProcessedSamples
 
@@ -30,7 +31,7 @@ class VPG(BatchPolopt):
         if not learning_rate > 0:
             raise ValueError(f"learning_rate must be positive, got {learning_rate!r}")
         self.learning_rate = float(learning_rate)
-        self.optimizer_steps = check_positive_int("optimizer_steps", optimizer_steps)
+        self.optimizer_steps = positive_int("optimizer_steps", optimizer_steps)
         self._functions = None
 
     def _build(self) -> None:

@@ -2,5 +2,6 @@
 
 ``address`` checks where to serve, ``feed`` passes the newest frames and status between threads,
 ``server`` is the HTTP server (MJPEG stream + server-sent events), ``sink`` plugs it into the render
-process, ``page.html`` is the page, and ``client`` reads the streams from Python.
+process, ``page.html`` is the page, ``videos`` lists and sends the recorded videos of a folder
+(the page's history strip), and ``client`` reads the streams from Python.
 """

@@ -27,7 +27,7 @@ from typing import Any, Callable, Deque, Dict, List, Optional, Tuple
 
 import numpy as np
 
-from async_plotter.worker.stream import EpisodeInfo
+from async_plotter.render.stream import EpisodeInfo
 
 #: training-curve points kept for pages that connect late (oldest dropped beyond this)
 MAX_METRIC_POINTS = 20000

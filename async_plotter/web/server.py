@@ -6,9 +6,13 @@ Routes (all ``GET``; every one checks the token when one is configured):
 * ``/stream.mjpg``: the newest frames as MJPEG (``multipart/x-mixed-replace``). Each part carries
   ``X-Update``, ``X-Iteration``, ``X-Episode``, ``X-Step`` and ``X-Frame-Time`` headers, so that a
   client can tell which policy a frame shows and how old it is.
-* ``/events``: server-sent events: ``status`` (update, iteration, frames/s, viewers; a few times a
-  second and at once when a new policy's episode starts) and ``metrics`` (training-curve points;
-  on connect the whole curve kept so far, then each new point).
+* ``/events``: server-sent events: ``status`` (update, iteration, frames/s, viewers, whether
+  recorded videos are served; a few times a second and at once when a new policy's episode
+  starts) and ``metrics`` (training-curve points; on connect the whole curve kept so far, then
+  each new point).
+* ``/videos.json`` and ``/videos/<name>``, with a video folder (``Plotter(video_dir=...)``): the
+  run's recorded videos (``videos``: ``iter_NNNN.mp4`` and ``update_NNNN.mp4`` only) and one of
+  them, with byte ranges so that a browser can seek. Without a folder both are 404.
 
 Why MJPEG in an ``<img>`` rather than frames over a WebSocket: every browser plays it natively with
 no script, the standard library serves it (it has no WebSocket server, and a hand-written RFC 6455
@@ -30,16 +34,18 @@ must not lock the real user out, so a connection costs nothing until it has prov
   ``Sec-Fetch-Site: cross-site`` or ``same-site``, or whose ``Origin`` is not this server, is
   refused, so a page on another origin cannot read or hold the stream (an ``<img>`` tag sends
   those headers).
-* Only then does a request get a thread: the page from a pool of ``PAGE_WORKERS``, a stream or
-  an events stream one of their own, within ``LiveFeed.max_viewers`` and ``MAX_EVENT_STREAMS``.
-  When the slots are full, a new stream takes the slot of the slowest (``LiveFeed.add_viewer``),
-  a new events stream that of the oldest; the loser's socket is shut down so its thread leaves
-  at once. Responses close the connection: there is no keep-alive to hold open.
+* Only then does a request get a thread: the page and the video list from a pool of
+  ``PAGE_WORKERS``, a stream, an events stream or a video one of their own, within
+  ``LiveFeed.max_viewers``, ``MAX_EVENT_STREAMS`` and ``MAX_VIDEO_SENDS``. When the slots are
+  full, a new stream takes the slot of the slowest (``LiveFeed.add_viewer``), a new events stream
+  or video that of the oldest; the loser's socket is shut down so its thread leaves at once.
+  Responses close the connection: there is no keep-alive to hold open.
 """
 import collections
 import hmac
 import json
 import logging
+import os
 import selectors
 import socket
 import struct
@@ -47,11 +53,12 @@ import threading
 import time
 from http import HTTPStatus
 from importlib import resources
-from typing import Any, Deque, Dict, List, Optional, Tuple
+from typing import Any, Callable, Deque, Dict, List, Optional, Tuple
 from urllib.parse import parse_qs, urlsplit
 
 from async_plotter.web.address import HttpConfig, is_loopback
 from async_plotter.web.feed import FeedClosed, FrameMeta, LiveFeed, ViewerEvicted
+from async_plotter.web.videos import VIDEO_NAME, list_videos, send_video, video_path
 
 logger = logging.getLogger(__name__)
 
@@ -74,6 +81,9 @@ PAGE_WORKERS = 4
 PAGE_QUEUE = 64
 #: simultaneous /events streams; a new one takes the oldest one's slot
 MAX_EVENT_STREAMS = 16
+#: recorded videos being sent at once; a new one takes the oldest one's slot (a browser that
+#: seeks abandons its earlier request for a new one)
+MAX_VIDEO_SENDS = 8
 # Connections accepted per turn of the loop, so that waiting headers are read between bursts.
 _ACCEPT_BATCH = 32
 _LISTEN_BACKLOG = 1024  # the kernel caps it at net.core.somaxconn
@@ -87,9 +97,11 @@ _SECURITY_HEADERS = {
     "Referrer-Policy":
     "no-referrer",
     # The page is self-contained: forbid the browser from fetching anything from elsewhere.
-    "Content-Security-Policy": ("default-src 'none'; img-src 'self' data:; connect-src 'self'; "
-                                "style-src 'unsafe-inline'; script-src 'unsafe-inline'; "
-                                "base-uri 'none'; form-action 'none'; frame-ancestors 'none'"),
+    # Media from this server only: the pages play the recorded videos in a <video>.
+    "Content-Security-Policy": ("default-src 'none'; img-src 'self' data:; media-src 'self'; "
+                                "connect-src 'self'; style-src 'unsafe-inline'; "
+                                "script-src 'unsafe-inline'; base-uri 'none'; "
+                                "form-action 'none'; frame-ancestors 'none'"),
     # Other origins may not read our responses (a browser enforces it for <img> and fetch).
     "Cross-Origin-Resource-Policy":
     "same-origin",
@@ -130,11 +142,18 @@ class LiveServer:
 
     ``serve_forever`` runs the accepting loop (call it in a thread); ``close`` from another
     thread stops everything.
+
+    Args:
+        config: where to serve (``parse_http_address``'s result).
+        feed: the frames, status and curve to serve.
+        video_dir: the folder of the run's recorded videos, served as ``videos.json`` and
+            ``videos/<name>``; None: no videos (both routes are 404).
     """
 
-    def __init__(self, config: HttpConfig, feed: LiveFeed) -> None:
+    def __init__(self, config: HttpConfig, feed: LiveFeed, video_dir: Optional[str] = None) -> None:
         self.config = config
         self.feed = feed
+        self.video_dir = None if video_dir is None else os.path.abspath(video_dir)
         self.page = load_page()
         family = socket.AF_INET6 if ":" in config.host else socket.AF_INET
         self._listener = socket.socket(family, socket.SOCK_STREAM)
@@ -157,7 +176,9 @@ class LiveServer:
         self._active: Dict[int, socket.socket] = {}  # sockets a thread is serving
         self._events: "collections.OrderedDict[int, Tuple[socket.socket, threading.Event]]" = (
             collections.OrderedDict())
-        self._page_queue: Deque[Tuple[socket.socket, bytes]] = collections.deque()
+        self._videos: "collections.OrderedDict[int, socket.socket]" = collections.OrderedDict()
+        # Each short answer is built by a page worker (listing a folder must not block the loop).
+        self._page_queue: Deque[Tuple[socket.socket, Callable[[], bytes]]] = collections.deque()
         self._page_ready = threading.Condition(self._lock)
         self._workers: List[threading.Thread] = []
         self._stream_threads = 0
@@ -184,7 +205,7 @@ class LiveServer:
             return len(self._pending) + len(self._active)
 
     def thread_count(self) -> int:
-        """Threads serving requests now (page workers, streams, events streams)."""
+        """Threads serving requests now (page workers, streams, events streams, videos)."""
         with self._lock:
             return len(self._workers) + self._stream_threads
 
@@ -320,14 +341,28 @@ class LiveServer:
             self.dropped[f"refused {int(code)}"] += 1
             self._reply_now(sock, code, text, extra)
             return
+        self._route(sock, request)
+
+    def _route(self, sock: socket.socket, request: _Request) -> None:
+        """Serve a request that passed the access checks (in the loop's thread: never block).
+
+        Subclasses that serve other pages override this (``async_plotter.serve``); the header
+        reading, the limits and the access checks above stay the same for them."""
         client = _first(request.query, "client")[:64]
-        route = request.path.rstrip("/").rsplit("/", 1)[-1]
+        # Only the last segments count, so the page also works behind a proxy's path prefix.
+        parent, _, route = request.path.rstrip("/").rpartition("/")
         if route in ("", "index.html"):
-            self._queue_page(sock)
+            self._queue_page(sock, self._page)
         elif route == "stream.mjpg":
             self._start_stream(sock, client)
         elif route == "events":
             self._start_events(sock, client)
+        elif route == "videos.json" and self.video_dir is not None:
+            self._queue_page(sock, self._video_list)
+        elif (parent.rpartition("/")[2] == "videos" and self.video_dir is not None
+              and VIDEO_NAME.fullmatch(route)):
+            # The name is checked here, the file looked up in the video's thread (a disk).
+            self._start_video(sock, route, request.headers.get("range", ""))
         else:
             self._reply_now(sock, HTTPStatus.NOT_FOUND, "not found; open / for the live page")
 
@@ -357,11 +392,23 @@ class LiveServer:
             self._stream_threads -= thread
         _close(sock)
 
-    def _queue_page(self, sock: socket.socket) -> None:
+    def _page(self) -> bytes:
+        return _head(HTTPStatus.OK, "text/html; charset=utf-8", len(self.page)) + self.page
+
+    def _video_list(self) -> bytes:
+        videos = list_videos(self.video_dir) if self.video_dir is not None else []
+        body = json.dumps({
+            "videos": [video.as_json() for video in videos]
+        }, separators=(",", ":")).encode("utf-8")
+        return _head(HTTPStatus.OK, "application/json", len(body)) + body
+
+    def _queue_page(self, sock: socket.socket, make: Callable[[], bytes]) -> None:
+        """Have a page worker send ``make()`` (a whole response), or answer 503 when too many
+        wait already."""
         with self._lock:
             full = len(self._page_queue) >= PAGE_QUEUE
             if not full:
-                self._page_queue.append((sock, self.page))
+                self._page_queue.append((sock, make))
                 self._page_ready.notify()
         if full:
             self.dropped["page queue full"] += 1
@@ -374,15 +421,55 @@ class LiveServer:
                     self._page_ready.wait()
                 if self._stopping:
                     return
-                sock, page = self._page_queue.popleft()
+                sock, make = self._page_queue.popleft()
             key = id(sock)
             try:
                 self._serving_socket(sock)
-                sock.sendall(_head(HTTPStatus.OK, "text/html; charset=utf-8", len(page)) + page)
+                sock.sendall(make())
             except OSError:
                 pass
+            except Exception:  # noqa: BLE001 - a bug answers 500; the worker must live on
+                logger.exception("answering a request failed")
+                try:
+                    sock.sendall(_plain(HTTPStatus.INTERNAL_SERVER_ERROR, "internal error"))
+                except OSError:
+                    pass
             finally:
                 self._finished(sock, key)
+
+    def _start_video(self, sock: socket.socket, name: str, range_header: str) -> None:
+        key = id(sock)
+        with self._lock:
+            victim = None
+            if len(self._videos) >= MAX_VIDEO_SENDS:
+                _, victim = self._videos.popitem(last=False)
+            self._videos[key] = sock
+        if victim is not None:
+            self._evicted(victim, "video")
+        self._serving_socket(sock, thread=True)
+        threading.Thread(target=self._video,
+                         args=(sock, key, name, range_header),
+                         name="async_plotter-http-video",
+                         daemon=True).start()
+
+    def _video(self, sock: socket.socket, key: int, name: str, range_header: str) -> None:
+        try:
+            path = None if self.video_dir is None else video_path(self.video_dir, name)
+            if path is None:
+                sock.sendall(_plain(HTTPStatus.NOT_FOUND, "no such video"))
+            else:
+                self._send_video(sock, path, range_header)
+        except OSError:
+            pass  # the browser went away (or seeked: evicted), or the file was just pruned
+        finally:
+            with self._lock:
+                if self._videos.get(key) is sock:
+                    del self._videos[key]
+            self._finished(sock, key, thread=True)
+
+    def _send_video(self, sock: socket.socket, path: str, range_header: str) -> None:
+        """Send the mp4 at ``path`` (or the range asked for) on the blocking ``sock``."""
+        send_video(sock, path, range_header, _head)
 
     def _start_stream(self, sock: socket.socket, client: str) -> None:
         key = id(sock)
@@ -425,21 +512,28 @@ class LiveServer:
         _shut(sock, abort=True)
 
     def _start_events(self, sock: socket.socket, client: str) -> None:
-        key = id(sock)
+        leaving = self._claim_event_slot(self._events, self._lock, sock)
+        threading.Thread(target=self._events_stream,
+                         args=(sock, id(sock), client, leaving),
+                         name="async_plotter-http-events",
+                         daemon=True).start()
+
+    def _claim_event_slot(self, slots: "collections.OrderedDict[int, Tuple[socket.socket, Any]]",
+                          lock: Any, sock: socket.socket) -> threading.Event:
+        """Give ``sock`` one of ``MAX_EVENT_STREAMS`` slots in ``slots`` (the oldest holder is
+        evicted when they are full) and count its thread; returns the event that tells the
+        stream's thread to leave. The caller starts that thread."""
         leaving = threading.Event()
-        with self._lock:
+        with lock:
             victim = None
-            if len(self._events) >= MAX_EVENT_STREAMS:
-                _, victim = self._events.popitem(last=False)
-            self._events[key] = (sock, leaving)
+            if len(slots) >= MAX_EVENT_STREAMS:
+                _, victim = slots.popitem(last=False)
+            slots[id(sock)] = (sock, leaving)
         if victim is not None:
             victim[1].set()
             self._evicted(victim[0], "events")
         self._serving_socket(sock, thread=True)
-        threading.Thread(target=self._events_stream,
-                         args=(sock, key, client, leaving),
-                         name="async_plotter-http-events",
-                         daemon=True).start()
+        return leaving
 
     def _events_stream(self, sock: socket.socket, key: int, client: str,
                        leaving: threading.Event) -> None:
@@ -459,7 +553,8 @@ class LiveServer:
                 chunks = []
                 if points or reset:
                     chunks.append(_event("metrics", {"points": points, "reset": reset}))
-                status = feed.status(client)
+                # The page shows its strip of recorded videos only where there are some to fetch.
+                status = dict(feed.status(client), videos=self.video_dir is not None)
                 if status != last_status:
                     chunks.append(_event("status", status))
                     last_status = status

@@ -1,7 +1,7 @@
 """``HttpSink``: the frame sink that serves the live page from the render process."""
 import logging
 import threading
-from typing import Any, Dict, Optional
+from typing import Callable, Dict, Optional
 
 import numpy as np
 
@@ -9,7 +9,7 @@ from async_plotter.render.sinks.base import FrameSink
 from async_plotter.web.address import HttpConfig
 from async_plotter.web.feed import LiveFeed
 from async_plotter.web.server import LiveServer
-from async_plotter.worker.stream import EpisodeEnd, EpisodeInfo
+from async_plotter.render.stream import EpisodeEnd, EpisodeInfo
 
 logger = logging.getLogger(__name__)
 
@@ -19,27 +19,27 @@ class HttpSink(FrameSink):
 
     The server runs in daemon threads of the render process and binds in the constructor, so a
     taken port is reported as the render process's error. The real URL (``http=0`` picks a free
-    port) is sent to the trainer as an ``"http"`` status message, which ``Plotter.stats`` keeps
-    as ``"http_url"``.
+    port) goes to ``on_url``; the worker reports it to the trainer, whose ``Plotter.stats`` keeps
+    it as ``"http_url"``.
 
     Args:
         config: where to serve (``parse_http_address``'s result).
-        status: the render process's status sender.
+        on_url: called with the page's real address once it is serving.
         title: shown on the page, e.g. the env's name.
         quality: JPEG quality, 1-95.
+        video_dir: the folder the run's videos are written to (``Plotter(video_dir=...)``): the
+            page lists them and plays each; None: the page has no history strip.
     """
-
-    #: a page shows the newest policy at once: the rollout restarts when new parameters arrive
-    live = True
 
     def __init__(self,
                  config: HttpConfig,
-                 status: Any,
+                 on_url: Optional[Callable[[str], None]] = None,
                  title: Optional[str] = None,
-                 quality: int = 80) -> None:
+                 quality: int = 80,
+                 video_dir: Optional[str] = None) -> None:
         self._feed = LiveFeed(title or "async_plotter", quality)
         try:
-            self._server = LiveServer(config, self._feed)
+            self._server = LiveServer(config, self._feed, video_dir)
         except BaseException:
             self._feed.close()
             raise
@@ -52,7 +52,8 @@ class HttpSink(FrameSink):
         self.url = self._server.url
         # The trainer's supervisor logs the address for the user; this is for the worker's log.
         logger.debug("live page at %s%s", self.url, " (token required)" if config.token else "")
-        status.send("http", url=self.url)
+        if on_url is not None:
+            on_url(self.url)
 
     @property
     def port(self) -> int:

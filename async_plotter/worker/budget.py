@@ -34,6 +34,10 @@ from typing import Dict, Optional, Set
 
 from async_plotter.worker import priorities
 
+#: the default CPU budget: the fraction of the machine's CPU that plotting may take from a busy
+#: trainer, beyond the CPU nobody else wants (chosen by benchmarks/plot_overhead.py)
+DEFAULT_BUDGET = 0.02
+
 logger = logging.getLogger("async_plotter")
 
 _CLOCK_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100

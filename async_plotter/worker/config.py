@@ -1,37 +1,55 @@
 """The worker's configuration, built and validated in the trainer, pickled once to each child."""
 import dataclasses
-from typing import Any, Optional, Tuple
+from typing import Any, Iterable, Optional, Tuple
 
 from async_plotter.env_recipe import EnvRecipe
 from async_plotter.policy_recipe import PolicyRecipe
+from async_plotter.worker.sinks import SinkSpec, records, video_dir_of, wants_live
 
 
 @dataclasses.dataclass(frozen=True)
 class WorkerConfig:
-    """Plain data only: user objects are inside the recipes as cloudpickle bytes."""
+    """Plain data only: user objects are inside the recipes and specs as cloudpickle bytes."""
 
     env: EnvRecipe
     policy: PolicyRecipe
     max_path_length: int
     fps: float
     deterministic: bool
-    #: replay the newest policy continuously (a window or a browser is watching), rather than
-    #: recording one rollout per update and then sleeping
-    live: bool
-    video_dir: Optional[str]
-    window: bool
     quality: str  # "auto" | "cheap" | "full"
     #: a fixed CPU priority the user asked for ("idle" | "low" | "normal"); None: the budget
     priority: Optional[str]
     frame_size: Optional[Tuple[int, int]]  # (width, height); None: the env's own
-    on_frame: Optional[bytes]  # cloudpickled callable(frame, info), run in the render process
     mujoco_gl: str  # offscreen GL backend for MuJoCo: "egl" or "osmesa"
     seed: Optional[int]
-    #: where the render process serves the live page (``async_plotter.web``), or None
-    http: Optional[Any] = None
     #: fraction of the machine's CPU the worker may take beyond idle CPU (``worker/budget.py``)
     budget: Optional[float] = None
     #: recorded videos last at least this long: short episodes are chained into one file
     min_video_seconds: float = 3.0
     #: the user's ``Plotter(camera=...)`` (checked): None, "track", a name, an id or a dict
     camera: Any = None
+    #: where frames go (``worker/sinks.py``); only the render process receives them
+    sinks: Tuple[SinkSpec, ...] = ()
+    #: replay the newest policy continuously (somebody is watching) rather than recording one
+    #: rollout per update and then sleeping; set with the sinks by ``with_sinks``
+    live: bool = False
+
+    def with_sinks(self, sinks: Iterable[SinkSpec]) -> "WorkerConfig":
+        """This configuration sending frames to ``sinks``, live exactly when one of them is."""
+        sinks = tuple(sinks)
+        return dataclasses.replace(self, sinks=sinks, live=wants_live(sinks))
+
+    def for_rollout(self) -> "WorkerConfig":
+        """What the rollout process needs: everything but the sinks (their mode stays)."""
+        return dataclasses.replace(self, sinks=())
+
+    @property
+    def records(self) -> bool:
+        """Whether rollouts are kept (mp4 files, TensorBoard images): no step may be dropped,
+        and ``close()`` waits for the final policy's."""
+        return records(self.sinks)
+
+    @property
+    def video_dir(self) -> Optional[str]:
+        """The folder videos go to, or None."""
+        return video_dir_of(self.sinks)

@@ -5,7 +5,6 @@ frame rate, and only renders pixels when some sink wants them.
 """
 import logging
 import os
-import pickle
 import signal
 import sys
 import tempfile
@@ -15,8 +14,9 @@ from typing import Any, List, Optional
 
 from async_plotter.processes import (become_background_child, keep_side_effects_out_of_user_folders)
 from async_plotter.worker.config import WorkerConfig
-from async_plotter.worker.status import StatusSender
-from async_plotter.worker.stream import EpisodeEnd, EpisodeInfo
+from async_plotter.worker.sinks import SinkContext, build_sinks
+from async_plotter.worker.status import StatusKind, StatusSender
+from async_plotter.render.stream import EpisodeEnd, StreamKind, UnknownMessage
 
 logger = logging.getLogger(__name__)
 
@@ -91,62 +91,34 @@ def _close_all(sinks: List[Any]) -> None:
     sinks.clear()
 
 
-def make_sinks(config: WorkerConfig, scene_kind: str, status: StatusSender) -> List[Any]:
-    """The sinks this configuration asks for."""
-    sinks: List[Any] = []
-    if config.video_dir:
-        from async_plotter.render.sinks.video import VideoSink
-
-        def on_written(path: str, recording: EpisodeInfo, episodes: int, frames: int) -> None:
-            status.send("video",
-                        path=path,
-                        update=recording.update,
-                        iteration=recording.iteration,
-                        episodes=episodes,
-                        frames=frames)
-
-        sinks.append(
-            VideoSink(config.video_dir,
-                      config.fps,
-                      on_written,
-                      on_encoder=lambda pid: status.send("encoder", pid=pid),
-                      min_frames=int(config.min_video_seconds * config.fps)))
-    if config.window:
-        from async_plotter.render.sinks.window import MujocoViewerSink, PixelWindowSink
-
-        title = f"async_plotter: {config.env.label}"
-        sinks.append(MujocoViewerSink(title) if scene_kind == "mujoco" else PixelWindowSink(title))
-    if config.http is not None:
-        from async_plotter.web.sink import HttpSink
-
-        sinks.append(HttpSink(config.http, status, title=config.env.label))
-    if config.on_frame is not None:
-        from async_plotter.render.sinks.callback import CallbackSink
-
-        sinks.append(CallbackSink(pickle.loads(config.on_frame)))
-    return sinks
+#: not a message: the rollout process's end of the stream closed
+_GONE = object()
 
 
 def _receive(frames_in: Connection, lifeline: Connection, status: StatusSender) -> Optional[tuple]:
-    """The next message; ``("gone", None)`` once the rollout process is gone; None once the
-    trainer closed the lifeline (it is closing the plotter, or died).
-
-    The lifeline from the trainer carries ``("metrics", (iteration, metrics))`` and
-    ``("final", None)`` (training is over: render the final video at full speed).
-    """
+    """The next ``(StreamKind, body)`` message (see ``render/stream.py``); ``(_GONE, None)``
+    once the rollout process is gone; None once the trainer closed the lifeline (it is closing
+    the plotter, or died). A kind that is not a ``StreamKind`` raises ``UnknownMessage``."""
     while True:
         ready = wait([frames_in, lifeline], timeout=1.0)
         status.beat()
         if lifeline in ready:
             try:
-                return lifeline.recv()
+                return _checked(lifeline.recv())
             except (EOFError, OSError):
                 return None
         if frames_in in ready:
             try:
-                return frames_in.recv()
+                return _checked(frames_in.recv())
             except (EOFError, OSError):
-                return ("gone", None)
+                return (_GONE, None)
+
+
+def _checked(message: Any) -> tuple:
+    if not (isinstance(message, tuple) and len(message) == 2
+            and isinstance(message[0], StreamKind)):
+        raise UnknownMessage(f"the render process got {message!r:.80}, not a stream message")
+    return message
 
 
 def _run(config: WorkerConfig, frames_in: Connection, lifeline: Connection, status: StatusSender,
@@ -155,15 +127,17 @@ def _run(config: WorkerConfig, frames_in: Connection, lifeline: Connection, stat
     final = False
     while True:
         message = _receive(frames_in, lifeline, status)
-        if message is None or message[0] == "gone":
+        if message is None or message[0] is _GONE:
             return
-        if message[0] == "final":
+        if message[0] is StreamKind.FINAL:
             final = True
-        elif message[0] != "metrics":
+        elif message[0] is not StreamKind.METRICS:
             break
         else:
             early_metrics.append(message[1])
     kind, scene_info = message
+    if kind is not StreamKind.SCENE:
+        raise UnknownMessage(f"the rollout process began with {kind}, not the scene")
     scene = None
     if scene_info.kind == "mujoco":
         from async_plotter.render.mujoco_scene import MujocoScene
@@ -175,10 +149,19 @@ def _run(config: WorkerConfig, frames_in: Connection, lifeline: Connection, stat
                             scene_info.height,
                             config.quality,
                             size_chosen=config.frame_size is not None)
-        status.send("ready", gl_renderer=scene.gl_renderer, preset=scene.preset)
+        status.send(StatusKind.READY, gl_renderer=scene.gl_renderer, preset=scene.preset)
     else:
-        status.send("ready", gl_renderer="none (the env draws its own frames)", preset="n/a")
-    sinks.extend(make_sinks(config, scene_info.kind, status))
+        status.send(StatusKind.READY,
+                    gl_renderer="none (the env draws its own frames)",
+                    preset="n/a")
+    sinks.extend(
+        build_sinks(
+            config.sinks,
+            SinkContext(scene_kind=scene_info.kind,
+                        fps=config.fps,
+                        title=config.env.label,
+                        min_video_seconds=config.min_video_seconds,
+                        status=status)))
     for sink in sinks:
         sink.attach(scene)
         for iteration, metrics in early_metrics:
@@ -188,8 +171,8 @@ def _run(config: WorkerConfig, frames_in: Connection, lifeline: Connection, stat
     next_due = time.monotonic()
     # Live viewers want the present, not every step: when the renderer falls behind (software
     # GL under a busy trainer), a state with a newer one already waiting is dropped. Videos need
-    # every step, so with a video_dir nothing is dropped.
-    drop_stale = config.live and not config.video_dir
+    # every step, so when rollouts are kept nothing is dropped.
+    drop_stale = config.live and not config.records
     episode = None
     frames_unreported = 0
     last_report = time.monotonic()
@@ -198,32 +181,32 @@ def _run(config: WorkerConfig, frames_in: Connection, lifeline: Connection, stat
         if message is None:
             break
         kind, body = message
-        if kind == "gone":
+        if kind is _GONE:
             # The rollout process failed mid-episode (a crash, or an exception it reported):
             # what was recorded of that episode is not a video worth keeping.
             if episode is not None:
                 for sink in sinks:
                     sink.end_episode(episode, EpisodeEnd(0, 0.0, False, failed=True))
             break
-        if kind == "metrics":
+        if kind is StreamKind.METRICS:
             for sink in sinks:
                 sink.on_metrics(*body)
-        elif kind == "final":
+        elif kind is StreamKind.FINAL:
             final = True
-        elif kind == "begin":
+        elif kind is StreamKind.BEGIN:
             episode = body
             for sink in sinks:
                 sink.begin_episode(episode)
-        elif kind == "end":
+        elif kind is StreamKind.END:
             for sink in sinks:
                 sink.end_episode(episode, body)
             if frames_unreported:  # an idle worker would otherwise never report the tail
-                status.send("frames", count=frames_unreported)
+                status.send(StatusKind.FRAMES, count=frames_unreported)
                 frames_unreported, last_report = 0, time.monotonic()
-        else:
+        elif kind in (StreamKind.STATE, StreamKind.FRAME):
             if drop_stale and frames_in.poll():
                 continue
-            if kind == "state":
+            if kind is StreamKind.STATE:
                 scene.set_state(body)
                 frame = scene.render() if any(s.wants_pixels() for s in sinks) else None
             else:
@@ -233,7 +216,7 @@ def _run(config: WorkerConfig, frames_in: Connection, lifeline: Connection, stat
             frames_unreported += 1
             now = time.monotonic()
             if now - last_report >= 0.5:
-                status.send("frames", count=frames_unreported)
+                status.send(StatusKind.FRAMES, count=frames_unreported)
                 frames_unreported, last_report = 0, now
             # The frame-rate cap: the worker's CPU use is bounded by fps x cost of one frame.
             # The final video has no cap: training is over, and close() is waiting for it.
@@ -241,5 +224,7 @@ def _run(config: WorkerConfig, frames_in: Connection, lifeline: Connection, stat
             delay = next_due - time.monotonic()
             if delay > 0 and not final:
                 time.sleep(delay)
+        else:
+            raise UnknownMessage(f"{kind} in the middle of the stream")
     if frames_unreported:
-        status.send("frames", count=frames_unreported)
+        status.send(StatusKind.FRAMES, count=frames_unreported)

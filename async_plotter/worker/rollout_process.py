@@ -15,11 +15,11 @@ from typing import Any, Optional
 
 import numpy as np
 
-from async_plotter.channel.base import ParamUpdate, ParentGone
+from async_plotter.channel.base import ChannelAddress, ParamReader, ParamUpdate, ParentGone
 from async_plotter.processes import (become_background_child, keep_side_effects_out_of_user_folders)
 from async_plotter.worker.config import WorkerConfig
-from async_plotter.worker.status import StatusSender
-from async_plotter.worker.stream import EpisodeEnd, EpisodeInfo, SceneInfo
+from async_plotter.worker.status import StatusKind, StatusSender
+from async_plotter.render.stream import EpisodeEnd, EpisodeInfo, SceneInfo, StreamKind
 
 logger = logging.getLogger(__name__)
 
@@ -34,7 +34,7 @@ _THREAD_LIMITS = {
 }
 
 
-def main(config: WorkerConfig, channel_args: tuple, frames_out: Connection,
+def main(config: WorkerConfig, address: ChannelAddress, frames_out: Connection,
          status_connection: Connection) -> None:
     """Entry point of the rollout process (started by the supervisor with ``spawn``)."""
     become_background_child()
@@ -42,9 +42,7 @@ def main(config: WorkerConfig, channel_args: tuple, frames_out: Connection,
     keep_side_effects_out_of_user_folders()
     status = StatusSender(status_connection, "rollout")
     try:
-        from async_plotter.channel import open_reader
-
-        reader = open_reader(*channel_args)
+        reader = address.open_reader()
         _run(config, reader, frames_out, status)
     except ParentGone:
         pass
@@ -55,15 +53,16 @@ def main(config: WorkerConfig, channel_args: tuple, frames_out: Connection,
         sys.exit(1)
 
 
-def _run(config: WorkerConfig, reader: Any, frames_out: Connection, status: StatusSender) -> None:
+def _run(config: WorkerConfig, reader: ParamReader, frames_out: Connection,
+         status: StatusSender) -> None:
     from async_plotter.env_recipe import build_env
     from async_plotter.policy_recipe import PolicyRuntime
 
     runtime = PolicyRuntime(config.policy, config.deterministic)
     env = build_env(config.env, render_mode="rgb_array")
     scene = describe_scene(env, config)
-    frames_out.send(("scene", scene))
-    status.send("ready", scene=scene.kind, env=config.env.label)
+    frames_out.send((StreamKind.SCENE, scene))
+    status.send(StatusKind.READY, scene=scene.kind, env=config.env.label)
     # A video of an episode that ends at once (a young Hopper falls in 5-10 steps) would last a
     # fraction of a second; further episodes of the same parameters join it up to this length.
     min_video_steps = math.ceil(config.min_video_seconds * config.fps)
@@ -79,7 +78,7 @@ def _run(config: WorkerConfig, reader: Any, frames_out: Connection, status: Stat
                 continue
             runtime.set_params(update.params)
             current, part, shown = update, 0, 0
-            status.send("applied", update=update.number, iteration=update.iteration)
+            status.send(StatusKind.APPLIED, update=update.number, iteration=update.iteration)
         info = EpisodeInfo(current.number, current.iteration, episode_index, part)
         episode_index += 1
         steps_left = max(current.max_path_length - shown, 1) if part else current.max_path_length
@@ -87,7 +86,7 @@ def _run(config: WorkerConfig, reader: Any, frames_out: Connection, status: Stat
                            status, min_video_steps - shown)
         shown += end.steps
         part = part + 1 if end.continued else 0
-        status.send("episode",
+        status.send(StatusKind.EPISODE,
                     update=info.update,
                     steps=end.steps,
                     reward=end.total_reward,
@@ -103,7 +102,7 @@ def _run_episode(env: Any, runtime: Any, scene: SceneInfo, info: EpisodeInfo, ma
     reset = getattr(runtime.policy, "reset", None)
     if callable(reset):
         reset()  # as rllab's and garage's rollout(): recurrent policies clear their state here
-    frames_out.send(("begin", info))
+    frames_out.send((StreamKind.BEGIN, info))
     total_reward, steps, completed, ended_early = 0.0, 0, True, False
     _send_step(env, scene, frames_out)
     interval, next_due = 1.0 / config.fps, time.monotonic()
@@ -133,7 +132,7 @@ def _run_episode(env: Any, runtime: Any, scene: SceneInfo, info: EpisodeInfo, ma
     continued = (not config.live and completed and ended_early and steps < video_steps_wanted
                  and not reader.newer_available())
     end = EpisodeEnd(steps, total_reward, completed, continued=continued)
-    frames_out.send(("end", end))
+    frames_out.send((StreamKind.END, end))
     return end
 
 
@@ -170,13 +169,13 @@ def _send_step(env: Any, scene: SceneInfo, frames_out: Connection) -> None:
         spec = mujoco.mjtState.mjSTATE_FULLPHYSICS
         state = np.empty(mujoco.mj_stateSize(unwrapped.model, spec))
         mujoco.mj_getState(unwrapped.model, unwrapped.data, state, spec)
-        frames_out.send(("state", state))
+        frames_out.send((StreamKind.STATE, state))
         return
     frame = env.render()
     if frame is None:
         raise RuntimeError(f"env {scene.label} returned no frame from render(); build it with "
                            "render_mode='rgb_array' (a factory may accept render_mode)")
-    frames_out.send(("frame", np.ascontiguousarray(frame, dtype=np.uint8)))
+    frames_out.send((StreamKind.FRAME, np.ascontiguousarray(frame, dtype=np.uint8)))
 
 
 def _to_env_action(action: np.ndarray, space: Any) -> Any:

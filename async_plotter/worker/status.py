@@ -1,23 +1,55 @@
-"""Messages a child sends back to the trainer's supervisor: events, progress beats and errors."""
+"""Reports a worker process sends back to the trainer's supervisor: events, progress beats and
+errors. Every report is ``(StatusKind, payload_dict)``; the payload always has ``role`` and
+``time``."""
+import enum
 import time
 import traceback
 from multiprocessing.connection import Connection
 from typing import Any
 
 
+class StatusKind(str, enum.Enum):
+    """The reports a worker sends. A ``str`` enum: ``on_event`` listeners get ``kind.value``."""
+
+    READY = "ready"  # a process finished starting (render: gl_renderer, preset)
+    BEAT = "beat"  # the main loop makes progress (hang detection)
+    APPLIED = "applied"  # rollout: new parameters applied (update, iteration)
+    EPISODE = "episode"  # rollout: an episode ended (update, iteration, steps, reward)
+    FRAMES = "frames"  # render: frames drawn since the last report (count)
+    VIDEO = "video"  # render: a video file is complete (path, update, iteration, ...)
+    IMAGE = "tensorboard"  # render: a rollout written to TensorBoard (path, tag, step, ...)
+    ENCODER = "encoder"  # render: the video encoder's pid, to hold it to the budget
+    HTTP = "http"  # render: the live page's URL
+    ERROR = "error"  # an exception (where, traceback); the process exits after it
+
+
+class UnknownReport(Exception):
+    """A report whose kind is not a ``StatusKind``: worker and trainer disagree (a bug)."""
+
+
+def report_kind(kind: Any) -> StatusKind:
+    """``kind`` as a ``StatusKind``; ``UnknownReport`` for anything else."""
+    try:
+        return StatusKind(kind)
+    except ValueError:
+        raise UnknownReport(f"unknown report {kind!r} from the plot worker") from None
+
+
 class StatusSender:
-    """Child side. Every message is ``(kind, payload_dict)``; sending never raises."""
+    """Child side. Sending never raises for a gone trainer; an unknown kind is a ``TypeError``."""
 
     def __init__(self, connection: Connection, role: str) -> None:
         self._connection = connection
         self.role = role
         self._last_beat = 0.0
 
-    def send(self, kind: str, **payload: Any) -> None:
+    def send(self, kind: StatusKind, **payload: Any) -> None:
+        if not isinstance(kind, StatusKind):
+            raise TypeError(f"report kinds are StatusKind members, got {kind!r}")
         payload["role"] = self.role
         payload["time"] = time.time()
         try:
-            self._connection.send((kind, payload))
+            self._connection.send((kind.value, payload))
         except (OSError, ValueError):
             pass  # the trainer is gone; the lifeline will end this process
 
@@ -26,8 +58,8 @@ class StatusSender:
         now = time.monotonic()
         if now - self._last_beat >= interval:
             self._last_beat = now
-            self.send("beat")
+            self.send(StatusKind.BEAT)
 
     def error(self, where: str) -> None:
         """Report the exception being handled, with its traceback."""
-        self.send("error", where=where, traceback=traceback.format_exc())
+        self.send(StatusKind.ERROR, where=where, traceback=traceback.format_exc())

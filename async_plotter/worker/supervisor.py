@@ -4,28 +4,29 @@ them after a crash or a hang, and stops them within a deadline.
 It runs in one daemon thread that sleeps in ``multiprocessing.connection.wait`` on the children's
 status pipes and process sentinels, so it costs the trainer nothing while all is well.
 """
-import collections
 import fcntl
 import logging
 import os
-import pickle
 import signal
 import threading
 import time
 from multiprocessing.connection import Connection, wait
 from typing import Any, Callable, Dict, List, Optional, Set
 
+from async_plotter.channel.base import ChannelAddress
 from async_plotter.processes import spawn_context, start_process, stop_process
 from async_plotter.worker import priorities, render_process, rollout_process
 from async_plotter.worker.budget import CpuGovernor, Phase
+from async_plotter.render.stream import StreamKind
 from async_plotter.worker.config import WorkerConfig
+from async_plotter.worker.ledger import VideoLedger
+from async_plotter.worker.metrics_relay import MetricsRelay
+from async_plotter.worker.status import StatusKind, UnknownReport, report_kind
 
 logger = logging.getLogger("async_plotter")
 
 _F_SETPIPE_SZ = 1031  # Linux: shrink the rollout->render pipe so it cannot hold seconds of stale steps
 _STREAM_PIPE_BYTES = 16384
-# One write of at most PIPE_BUF bytes to a pipe is atomic: all of it or, when full, none.
-_MAX_METRICS_MESSAGE = 4000
 
 
 def new_worker_stats() -> Dict[str, Any]:
@@ -48,6 +49,7 @@ def new_worker_stats() -> Dict[str, Any]:
         "worker_pids": None,
         "final_video": None,
         "video_log": [],
+        "tensorboard_images": 0,
         "boot_seconds": None,
         "worker_cpu_seconds": 0.0,
         "boot_cpu_seconds": 0.0,
@@ -57,8 +59,6 @@ def new_worker_stats() -> Dict[str, Any]:
     }
 
 
-#: how many videos ``stats["video_log"]`` remembers (the newest)
-_VIDEO_LOG_LENGTH = 1000
 #: start-up, unbudgeted, lasts until the first video exists, or this long after the processes
 #: are ready (a window or a live page writes no video)
 _FIRST_VIDEO_GRACE = 20.0
@@ -86,15 +86,18 @@ class _Pair:
 class WorkerSupervisor:
     """Keeps the plot worker alive within limits; never raises into the trainer."""
 
+    #: what each kind of report does (filled in below the class)
+    _handlers: Dict[StatusKind, Callable[["WorkerSupervisor", dict, _Pair], None]] = {}
+
     def __init__(self,
                  config: WorkerConfig,
-                 channel_args: Callable[[], tuple],
+                 channel_address: Callable[[], ChannelAddress],
                  stats: Dict[str, Any],
                  max_restarts: int = 3,
                  hang_timeout: float = 60.0,
                  listener: Optional[Callable[[str, dict], None]] = None) -> None:
         self._config = config
-        self._channel_args = channel_args
+        self._channel_address = channel_address
         self._stats = stats
         self._max_restarts = max_restarts
         self._hang_timeout = hang_timeout
@@ -102,10 +105,7 @@ class WorkerSupervisor:
         self._lock = threading.Lock()
         self._stopping = threading.Event()
         self._pair: Optional[_Pair] = None
-        # Training metrics for the render process: all of them (a restarted worker gets the whole
-        # curve again) and those not yet sent. Appending to a deque is safe across threads.
-        self._metrics_history: List[tuple] = []
-        self._metrics_pending: "collections.deque[tuple]" = collections.deque()
+        self._metrics = MetricsRelay()
         self._thread = threading.Thread(target=self._supervise,
                                         name="async_plotter-supervisor",
                                         daemon=True)
@@ -114,10 +114,7 @@ class WorkerSupervisor:
             self._governor = CpuGovernor(config.budget)
             stats["budget"] = config.budget
             stats["budget_mechanism"] = self._governor.mechanism
-        # The final video: the update it must show, and a condition to wait on for it.
-        self._final_update: Optional[int] = None
-        self._newest_video_update = -1
-        self._video_written = threading.Condition()
+        self._videos = VideoLedger(stats)
 
     def start(self) -> None:
         """Launch in the background; returns at once."""
@@ -127,24 +124,7 @@ class WorkerSupervisor:
 
     def post_metrics(self, iteration: Optional[int], metrics: Dict[str, float]) -> bool:
         """Queue training metrics for the render process; never blocks. False if too large."""
-        message = ("metrics", (iteration, dict(metrics)))
-        if len(pickle.dumps(message)) > _MAX_METRICS_MESSAGE:
-            return False
-        self._metrics_pending.append(message)
-        return True
-
-    def _send_metrics(self, pair: _Pair) -> None:
-        """Forward pending metrics without ever blocking (a full pipe waits for the next turn)."""
-        while self._metrics_pending:
-            message = self._metrics_pending[0]
-            try:
-                pair.lifeline.send(message)
-            except BlockingIOError:
-                return
-            except (OSError, ValueError):
-                return  # the render process is gone; the history is resent after a restart
-            self._metrics_pending.popleft()
-            self._metrics_history.append(message)
+        return self._metrics.post(iteration, metrics)
 
     # ------------------------------------------------------------------ lifecycle of one launch
 
@@ -168,18 +148,17 @@ class WorkerSupervisor:
                                    name="async_plotter-render",
                                    ignore_sigint=True,
                                    die_with_parent=True)
-            rollout = start_process(
-                rollout_process.main,
-                (self._config, self._channel_args(), frames_out, rollout_status_out),
-                name="async_plotter-rollout",
-                ignore_sigint=True,
-                die_with_parent=True)
+            rollout = start_process(rollout_process.main,
+                                    (self._config.for_rollout(), self._channel_address(),
+                                     frames_out, rollout_status_out),
+                                    name="async_plotter-rollout",
+                                    ignore_sigint=True,
+                                    die_with_parent=True)
             # Our copies must go, or end-of-file would never reach the other side when one dies.
             for end in (frames_in, frames_out, lifeline_in, render_status_out, rollout_status_out):
                 end.close()
             os.set_blocking(lifeline_out.fileno(), False)
-            self._metrics_pending.extendleft(reversed(self._metrics_history))
-            self._metrics_history = []
+            self._metrics.resend_all()
             self._stats["worker_pids"] = {"rollout": rollout.pid, "render": render.pid}
             self._stats["alive"] = True
             self._pair = _Pair(rollout, render, rollout_status_in, render_status_in, lifeline_out)
@@ -189,7 +168,7 @@ class WorkerSupervisor:
                 self._governor.forget_all()
                 self._governor.track(rollout.pid)
                 self._governor.track(render.pid)
-            if self._final_update is not None:
+            if self._videos.final_update is not None:
                 self._send_final(self._pair)
             return self._pair
 
@@ -237,7 +216,7 @@ class WorkerSupervisor:
             if self._stopping.is_set():
                 self._read_until_exit(pair, connections, sentinels)
                 return None
-            self._send_metrics(pair)
+            self._metrics.forward(pair.lifeline)
             self._copy_budget_stats()
             if pair.booted is not None and time.monotonic() - pair.booted > _FIRST_VIDEO_GRACE:
                 self._first_video_done(pair, timed_out=True)
@@ -320,58 +299,64 @@ class WorkerSupervisor:
             return f"its {role} process was killed by {name}"
         return f"its {role} process exited with code {code}"
 
-    def _apply(self, kind: str, payload: dict, pair: _Pair) -> None:
-        stats = self._stats
-        if kind == "applied":
-            if payload["update"] > 0:
-                stats["updates_applied"] += 1
-            stats["last_applied_update"] = payload["update"]
-            stats["last_applied_iteration"] = payload["iteration"]
-        elif kind == "episode":
-            stats["episodes"] += 1
-        elif kind == "frames":
-            stats["frames"] += payload["count"]
-        elif kind == "video":
-            self._on_video(payload)
-        elif kind == "encoder":
-            self._settle_priority(payload["pid"])
-        elif kind == "ready":
-            pair.ready.add(payload["role"])
-            if payload["role"] == "render":
-                stats["gl_renderer"] = payload["gl_renderer"]
-                stats["visual_preset"] = payload["preset"]
-                logger.info("plot worker rendering with %s (visual preset: %s)",
-                            payload["gl_renderer"], payload["preset"])
-            if pair.ready >= {"rollout", "render"}:
-                self._end_boot(pair)
-        elif kind == "http":
-            stats["http_url"] = payload["url"]
-            logger.info("live view at %s", payload["url"])
-        elif kind == "error":
-            pair.errors[payload["role"]] = payload["traceback"]
-            stats["last_error"] = payload["traceback"]
-        elif kind not in ("beat", "episode"):
-            logger.error("unknown report %r from the plot worker (a bug: please report it)", kind)
+    def _apply(self, kind: Any, payload: dict, pair: _Pair) -> None:
+        """Act on one report. An unknown kind is a bug (both ends are this package): it is
+        recorded as the process's error, which ``stats["last_error"]`` shows."""
+        try:
+            kind = report_kind(kind)
+        except UnknownReport as error:
+            logger.error("%s (a bug: please report it)", error)
+            pair.errors.setdefault(payload.get("role", "?"), str(error))
+            self._stats["last_error"] = str(error)
+            self._stats["unknown_reports"] = self._stats.get("unknown_reports", 0) + 1
+            return
+        handler = self._handlers.get(kind)
+        if handler is not None:
+            handler(self, payload, pair)
         if self._listener is not None:
-            self._listener(kind, payload)
+            self._listener(kind.value, payload)
 
-    def _on_video(self, payload: dict) -> None:
-        self._first_video_done(self._pair)
+    def _on_applied(self, payload: dict, pair: _Pair) -> None:
         stats = self._stats
-        stats["videos"] += 1
-        stats["last_video"] = payload["path"]
-        entry = {
-            key: payload.get(key)
-            for key in ("path", "update", "iteration", "episodes", "frames", "time")
-        }
-        stats["video_log"] = (stats["video_log"] + [entry])[-_VIDEO_LOG_LENGTH:]
-        with self._video_written:
-            update = payload.get("update")
-            if update is not None and update > self._newest_video_update:
-                self._newest_video_update = update
-            if self._final_update is not None and self._newest_video_update >= self._final_update:
-                stats["final_video"] = payload["path"]
-            self._video_written.notify_all()
+        if payload["update"] > 0:
+            stats["updates_applied"] += 1
+        stats["last_applied_update"] = payload["update"]
+        stats["last_applied_iteration"] = payload["iteration"]
+
+    def _on_episode(self, payload: dict, pair: _Pair) -> None:
+        self._stats["episodes"] += 1
+
+    def _on_frames(self, payload: dict, pair: _Pair) -> None:
+        self._stats["frames"] += payload["count"]
+
+    def _on_encoder(self, payload: dict, pair: _Pair) -> None:
+        self._settle_priority(payload["pid"])
+
+    def _on_ready(self, payload: dict, pair: _Pair) -> None:
+        pair.ready.add(payload["role"])
+        if payload["role"] == "render":
+            self._stats["gl_renderer"] = payload["gl_renderer"]
+            self._stats["visual_preset"] = payload["preset"]
+            logger.info("plot worker rendering with %s (visual preset: %s)", payload["gl_renderer"],
+                        payload["preset"])
+        if pair.ready >= {"rollout", "render"}:
+            self._end_boot(pair)
+
+    def _on_http(self, payload: dict, pair: _Pair) -> None:
+        self._stats["http_url"] = payload["url"]
+        logger.info("live view at %s", payload["url"])
+
+    def _on_error(self, payload: dict, pair: _Pair) -> None:
+        pair.errors[payload["role"]] = payload["traceback"]
+        self._stats["last_error"] = payload["traceback"]
+
+    def _on_video(self, payload: dict, pair: _Pair) -> None:
+        self._first_video_done(self._pair)
+        self._videos.record(payload)
+
+    def _on_image(self, payload: dict, pair: _Pair) -> None:
+        self._first_video_done(self._pair)
+        self._videos.record_image(payload)
 
     def _end_boot(self, pair: _Pair) -> None:
         """Both processes are up. With a fixed priority, it applies from now on; a budget
@@ -393,12 +378,12 @@ class WorkerSupervisor:
             logger.debug(
                 "no video %.0f s after the worker started; holding it to its budget "
                 "from now on", _FIRST_VIDEO_GRACE)
-        governor.set_phase(Phase.GOVERNED if self._final_update is None else Phase.UNLIMITED)
+        governor.set_phase(Phase.GOVERNED if self._videos.final_update is None else Phase.UNLIMITED)
 
     def _settle_priority(self, pid: int) -> None:
         if self._governor is not None:
             self._governor.track(pid)
-        elif self._final_update is None:
+        elif self._videos.final_update is None:
             priorities.apply_static(pid, self._config.priority or "idle")
 
     # ---------------------------------------------------------------------------- final video
@@ -406,15 +391,13 @@ class WorkerSupervisor:
     @property
     def newest_video_update(self) -> int:
         """The newest update a finished video shows (-1: none yet)."""
-        return self._newest_video_update
+        return self._videos.newest_update
 
     def wait_for_final_video(self, update: int, timeout: float) -> bool:
         """Training is over: have the worker record update ``update`` (or a newer one) at full
         speed, and wait up to ``timeout`` s for the video. True once it exists."""
-        with self._video_written:
-            self._final_update = update
-            if self._newest_video_update >= update:
-                return True
+        if self._videos.ask_for_final(update):
+            return True
         if self._governor is not None:
             self._governor.set_phase(Phase.UNLIMITED)
         with self._lock:
@@ -424,18 +407,12 @@ class WorkerSupervisor:
             for process in (pair.rollout, pair.render):
                 if self._governor is None:
                     priorities.set_normal_if_allowed(process.pid)
-        deadline = time.monotonic() + timeout
-        with self._video_written:
-            while self._newest_video_update < update:
-                remaining = deadline - time.monotonic()
-                if remaining <= 0 or self._stats["disabled"] or not self._thread.is_alive():
-                    return False
-                self._video_written.wait(min(remaining, 0.5))
-        return True
+        return self._videos.wait_for(update, timeout,
+                                     lambda: self._stats["disabled"] or not self._thread.is_alive())
 
     def _send_final(self, pair: _Pair) -> None:
         try:
-            pair.lifeline.send(("final", None))
+            pair.lifeline.send((StreamKind.FINAL, None))
         except (BlockingIOError, OSError, ValueError):
             pass  # a full pipe or a dead process: the rollout process sees the flag anyway
 
@@ -487,6 +464,20 @@ class WorkerSupervisor:
             raise
         finally:
             self._stats["alive"] = False
+
+
+# BEAT needs nothing beyond the progress time every report refreshes.
+WorkerSupervisor._handlers = {
+    StatusKind.APPLIED: WorkerSupervisor._on_applied,
+    StatusKind.EPISODE: WorkerSupervisor._on_episode,
+    StatusKind.FRAMES: WorkerSupervisor._on_frames,
+    StatusKind.VIDEO: WorkerSupervisor._on_video,
+    StatusKind.IMAGE: WorkerSupervisor._on_image,
+    StatusKind.ENCODER: WorkerSupervisor._on_encoder,
+    StatusKind.READY: WorkerSupervisor._on_ready,
+    StatusKind.HTTP: WorkerSupervisor._on_http,
+    StatusKind.ERROR: WorkerSupervisor._on_error,
+}
 
 
 def _one_line(culprit: str) -> str:

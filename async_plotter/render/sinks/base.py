@@ -1,16 +1,32 @@
-"""The interface every frame sink implements."""
+"""The interface every frame sink implements: the built-in ones and yours.
+
+A sink of your own is a ``FrameSink`` subclass passed as ``Plotter(..., sinks=[MySink()])``. It
+is pickled in the trainer and runs in the render process, which never imports TensorFlow: open
+files, sockets or windows in ``attach``, not in ``__init__``. Calls come in this order:
+``attach(scene)`` once; per episode ``begin_episode``, ``add_frame`` for each step and
+``end_episode``; ``on_metrics`` whenever the trainer sends metrics; ``close()`` once at the end.
+A sink that raises stops the render process (the supervisor restarts it, as after a crash)::
+
+    class Brightness(FrameSink):
+        def attach(self, scene):
+            self.log = open("/tmp/brightness.txt", "a")
+
+        def add_frame(self, frame, episode):
+            self.log.write(f"{episode.iteration} {frame.mean():.1f}\n")
+
+        def close(self):
+            self.log.close()
+"""
 from typing import Any, Dict, Optional
 
 import numpy as np
 
-from async_plotter.worker.stream import EpisodeEnd, EpisodeInfo
+from async_plotter.render.stream import EpisodeEnd, EpisodeInfo
 
 
 class FrameSink:
-    """Receives episodes frame by frame in the render process. Override what you need."""
-
-    #: replay the newest policy continuously while this sink is attached (windows, web pages)
-    live = False
+    """Receives episodes frame by frame in the render process. Override what you need; every
+    method's default does nothing."""
 
     def attach(self, scene: Any) -> None:
         """Called once the scene exists (a ``MujocoScene``, or None for envs that draw frames)."""
@@ -31,10 +47,6 @@ class FrameSink:
 
     def on_metrics(self, iteration: Optional[int], metrics: Dict[str, float]) -> None:
         """Training metrics the trainer passed to ``update_plot(..., metrics=...)``."""
-
-    def is_open(self) -> bool:
-        """False once the sink can take no more frames (a user closed the window)."""
-        return True
 
     def close(self) -> None:
         """Flush and release everything; called once."""

@@ -4,7 +4,7 @@ from typing import Any, Callable, Optional
 import numpy as np
 
 from async_plotter.render.sinks.base import FrameSink
-from async_plotter.worker.stream import EpisodeInfo
+from async_plotter.render.stream import EpisodeInfo
 
 
 class CallbackSink(FrameSink):

@@ -8,7 +8,7 @@ from typing import Callable, Optional
 import numpy as np
 
 from async_plotter.render.sinks.base import FrameSink
-from async_plotter.worker.stream import EpisodeEnd, EpisodeInfo
+from async_plotter.render.stream import EpisodeEnd, EpisodeInfo
 
 logger = logging.getLogger(__name__)
 

@@ -7,15 +7,13 @@ from typing import Any, Optional
 import numpy as np
 
 from async_plotter.render.sinks.base import FrameSink
-from async_plotter.worker.stream import EpisodeInfo
+from async_plotter.render.stream import EpisodeInfo
 
 logger = logging.getLogger(__name__)
 
 
 class MujocoViewerSink(FrameSink):
     """MuJoCo's passive viewer, posed from the scene's ``MjData`` after every step."""
-
-    live = True
 
     def __init__(self, title: str = "async_plotter") -> None:
         self._title = title
@@ -43,9 +41,6 @@ class MujocoViewerSink(FrameSink):
         if self._viewer is not None and self._viewer.is_running():
             self._viewer.sync()
 
-    def is_open(self) -> bool:
-        return self._viewer is None or self._viewer.is_running()
-
     def close(self) -> None:
         if self._viewer is not None:
             self._viewer.close()
@@ -54,8 +49,6 @@ class MujocoViewerSink(FrameSink):
 
 class PixelWindowSink(FrameSink):
     """A pygame window that shows ready-made frames (CartPole and other self-drawing envs)."""
-
-    live = True
 
     def __init__(self, title: str = "async_plotter") -> None:
         self._title = title

@@ -23,6 +23,7 @@ There is no lifeline pipe to the trainer here, so the reader watches its own par
 the viewer that started the worker dies, ``wait`` and ``newer_available`` raise ``ParentGone``
 within about a second.
 """
+import dataclasses
 import logging
 import os
 import threading
@@ -30,11 +31,11 @@ import time
 from typing import Any, Optional, Set, Tuple, Union
 
 from async_plotter.channel.base import ParamUpdate, ParentGone
-from async_plotter.channel.redis_link import probe, read_exact, redact, run_subscription
-from async_plotter.channel.redis_wire import (MAX_VALUE_BYTES, NO_RUN, UPDATE_HEADER, Expected,
+from async_plotter.channel.redis.link import probe, read_exact, redact, run_subscription
+from async_plotter.channel.redis.wire import (MAX_VALUE_BYTES, NO_RUN, UPDATE_HEADER, Expected,
                                               ExperimentKeys, RunKey, StructureMismatch, UpdateHead,
                                               open_update, parse_update_head, update_bytes)
-from async_plotter.channel.signing import PayloadRejected, Verifier, resolve_secret
+from async_plotter.channel.redis.signing import PayloadRejected, Verifier, resolve_secret
 
 logger = logging.getLogger("async_plotter")
 
@@ -43,6 +44,22 @@ _PARENT_CHECK_INTERVAL = 0.5
 
 class _Known(Exception):
     """The probed update is the one already accepted."""
+
+
+@dataclasses.dataclass(frozen=True)
+class RedisAddress:
+    """Where a viewer's worker reads an experiment: the server, the name, and how to trust it
+    (see ``RedisReader``)."""
+
+    url: str
+    experiment: str
+    secret: Optional[bytes]
+    trust_unsigned: bool
+    expected: Optional[Expected]
+
+    def open_reader(self) -> "RedisReader":
+        return RedisReader(self.url, self.experiment, self.secret, self.trust_unsigned,
+                           self.expected)
 
 
 class RedisReader:

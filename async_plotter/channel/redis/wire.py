@@ -22,7 +22,7 @@ structure or update older than the newest it has accepted, so a replayed value o
 or an earlier update of this run, is refused with a log line.
 
 Sizes: every header states the whole value's length, and readers compare it with ``STRLEN`` before
-downloading anything; a header they already saw is not downloaded again (see ``redis_link``).
+downloading anything; a header they already saw is not downloaded again (see ``link``).
 """
 import dataclasses
 import json
@@ -34,7 +34,7 @@ from typing import Any, Dict, Optional, Tuple
 import numpy as np
 
 from async_plotter.channel.base import ParamUpdate
-from async_plotter.channel.signing import TAG_BYTES, PayloadRejected, Verifier, compute_tag
+from async_plotter.channel.redis.signing import TAG_BYTES, PayloadRejected, Verifier, compute_tag
 
 WIRE_VERSION = 2
 KEY_PREFIX = "async_plotter"

@@ -1,11 +1,31 @@
-"""What the rollout process sends the render process, one message per ``Connection.send``.
+"""What reaches the render process, one ``(StreamKind, body)`` message per ``Connection.send``.
 
-``("scene", SceneInfo)`` once, then per episode ``("begin", EpisodeInfo)``, one ``("state", array)``
-(MuJoCo physics state, a few hundred bytes) or ``("frame", array)`` (pixels, for envs that draw
-themselves) per step, and ``("end", EpisodeEnd)``.
+From the rollout process: ``(SCENE, SceneInfo)`` once, then per episode ``(BEGIN, EpisodeInfo)``,
+one ``(STATE, array)`` (MuJoCo physics state, a few hundred bytes) or ``(FRAME, array)`` (pixels,
+for envs that draw themselves) per step, and ``(END, EpisodeEnd)``. From the trainer, on the
+lifeline: ``(METRICS, (iteration, metrics))`` and ``(FINAL, None)`` (training is over: record the
+final video at full speed). The types live here, with their reader, so that sinks and the live
+page depend on this module and not on the worker that builds them.
 """
 import dataclasses
+import enum
 from typing import Any, Dict, Optional
+
+
+class StreamKind(str, enum.Enum):
+    """The kinds of message on the render process's two inputs."""
+
+    SCENE = "scene"
+    BEGIN = "begin"
+    STATE = "state"
+    FRAME = "frame"
+    END = "end"
+    METRICS = "metrics"
+    FINAL = "final"
+
+
+class UnknownMessage(Exception):
+    """A message whose kind is not a ``StreamKind`` (a bug: both ends are this package)."""
 
 
 @dataclasses.dataclass(frozen=True)

@@ -8,7 +8,7 @@ says ``--trust-unsigned``.
 Every tag covers a domain string naming the payload's kind and experiment, so a signed update can
 not be replayed as a structure, nor into another experiment's keys. Replays of an earlier run's
 signed values into the same keys are stopped elsewhere: every header carries the run's signed start
-time and sequence, and viewers never go back (see ``redis_wire.RunKey``). Unsigned payloads carry a
+time and sequence, and viewers never go back (see ``wire.RunKey``). Unsigned payloads carry a
 plain SHA-256 in the same place: it cannot prove who wrote them, but it still catches corrupted or
 truncated values.
 

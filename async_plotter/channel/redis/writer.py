@@ -13,10 +13,10 @@ Re-assertion: every ``REASSERT_INTERVAL`` seconds the sender reads the first byt
 structure and parameter keys (two ``GETRANGE`` of under 100 bytes) and writes its own values back
 if someone else's are there, so a structure or update injected by another writer of the server
 lasts at most that long for viewers that start meanwhile (running viewers refuse anything older
-than what they accepted; see ``redis_wire.RunKey``).
+than what they accepted; see ``wire.RunKey``).
 
-Viewer side: ``RedisReader`` (``redis_reader``), the worker's end, and ``redis_viewer`` for the
-command line. The byte layout is in ``redis_wire``.
+Viewer side: ``RedisReader`` (``reader``), the worker's end, and ``watcher`` for the
+command line. The byte layout is in ``wire``.
 """
 import collections
 import dataclasses
@@ -31,16 +31,17 @@ from typing import Any, Deque, Dict, Optional, Tuple, Union
 
 import numpy as np
 
-from async_plotter.channel.redis_link import (Backoff, OutageLog, close_quietly, connect,
+from async_plotter.channel.redis.link import (Backoff, OutageLog, close_quietly, connect,
                                               connection_errors, url_problem)
-from async_plotter.channel.redis_reader import RedisReader
-from async_plotter.channel.redis_wire import (MAX_METRICS_BYTES, MAX_VALUE_BYTES, METRICS_CAP,
+from async_plotter.channel.base import metrics_fit
+from async_plotter.channel.redis.reader import RedisAddress, RedisReader
+from async_plotter.channel.redis.wire import (MAX_METRICS_BYTES, MAX_VALUE_BYTES, METRICS_CAP,
                                               STRUCTURE_HEADER, UPDATE_HEADER, Expected,
                                               ExperimentKeys, PayloadRejected, RunKey, dtype_code,
                                               metrics_payload, parse_structure_head, run_hex,
                                               seal_metrics, seal_structure, seal_update,
                                               update_bytes, valid_experiment)
-from async_plotter.channel.signing import SECRET_ENV, resolve_secret, warn_if_weak
+from async_plotter.channel.redis.signing import SECRET_ENV, resolve_secret, warn_if_weak
 from async_plotter.errors import InvalidArgumentError
 
 __all__ = ["check_channel_arguments", "RedisWriter", "RedisReader", "TTL_ENV"]
@@ -50,8 +51,6 @@ logger = logging.getLogger("async_plotter")
 #: environment variable overriding how long (seconds) an abandoned experiment stays in Redis
 TTL_ENV = "ASYNC_PLOTTER_REDIS_TTL"
 DEFAULT_TTL = 3600.0
-# The worker's own limit for one metrics message (an atomic pipe write; see the supervisor).
-_MAX_WORKER_METRICS = 4000
 #: seconds between checks that the structure and newest update in Redis are still this trainer's
 REASSERT_INTERVAL = 2.0
 # A previous run's start this far ahead of our clock is not trusted to bump ours (it may be
@@ -272,10 +271,22 @@ class RedisWriter:
         self._wake.set()
         return number
 
+    @property
+    def published(self) -> int:
+        """The number of the newest update published (-1 before the first)."""
+        return self._number
+
+    def request_final(self) -> None:
+        """Nothing to do: the viewer's worker records at its own pace (its own budget)."""
+
+    def address(self) -> RedisAddress:
+        """Where a worker reads this experiment, trusting this writer's own secret."""
+        return RedisAddress(self._url, self._experiment, self._key, self._key is None,
+                            self.expected)
+
     def post_metrics(self, iteration: Optional[int], metrics: Dict[str, float]) -> bool:
         """Queue training metrics for viewers' live pages; never blocks. False if too large."""
-        # The viewer's worker takes what a local worker takes (see WorkerSupervisor.post_metrics).
-        if len(pickle.dumps((iteration, dict(metrics)))) > _MAX_WORKER_METRICS:
+        if not metrics_fit(iteration, metrics):  # what the viewer's worker will take
             return False
         payload = metrics_payload(self._run_id, self._metrics_seq, iteration, metrics, time.time())
         if len(payload) > MAX_METRICS_BYTES:
@@ -306,12 +317,7 @@ class RedisWriter:
     def _seal_structure(self, config: Any) -> Tuple[bytes, bytes]:
         # The trainer's own outputs mean nothing on a viewer's machine, and the live page's token
         # must not leave this machine.
-        published = dataclasses.replace(config,
-                                        video_dir=None,
-                                        window=False,
-                                        live=False,
-                                        http=None,
-                                        on_frame=None)
+        published = config.with_sinks(())
         body = pickle.dumps(published, protocol=pickle.HIGHEST_PROTOCOL)
         created = self._run_started_ns / 1e9
         meta = {

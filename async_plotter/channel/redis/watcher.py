@@ -10,14 +10,14 @@ import threading
 import time
 from typing import Any, Callable, Dict, List, Optional, Set, Tuple
 
-from async_plotter.channel.redis_link import (bounded_xrange, last_stream_id, probe, read_exact,
+from async_plotter.channel.redis.link import (bounded_xrange, last_stream_id, probe, read_exact,
                                               redact, run_subscription)
-from async_plotter.channel.redis_wire import (MAX_METRICS_BYTES, STRUCTURE_HEADER, TAG_BYTES,
+from async_plotter.channel.redis.wire import (MAX_METRICS_BYTES, STRUCTURE_HEADER, TAG_BYTES,
                                               UPDATE_HEADER, ExperimentKeys, MetricsEntry, NO_RUN,
                                               RunKey, Structure, experiment_from_structure_key,
                                               open_metrics, open_structure, parse_meta,
                                               parse_structure_head, parse_update_head)
-from async_plotter.channel.signing import PayloadRejected, Verifier
+from async_plotter.channel.redis.signing import SECRET_ENV, PayloadRejected, Verifier
 
 logger = logging.getLogger("async_plotter")
 
@@ -165,6 +165,11 @@ class ExperimentWatcher:
             raise PayloadRejected(f"the structure is oversized: {length} bytes, more than "
                                   f"{MAX_STRUCTURE_BYTES}")
         head = parse_structure_head(prefix)
+        if not head.signed and self._verifier.key is not None:
+            # Refused whatever it holds (see Verifier.check): not worth downloading.
+            raise PayloadRejected(
+                f"the structure is unsigned and this viewer has a secret, so it requires a "
+                f"signature; give the trainer the same {SECRET_ENV}")
         if length != head.total:
             problem = "truncated" if length < head.total else "longer than its header says"
             raise PayloadRejected(f"the structure is {problem}: {length} bytes, its header "

@@ -69,7 +69,7 @@ def read_exact(client: Any, key: str, length: int, what: str) -> Optional[bytes]
     One ``GETRANGE`` for at most ``length + 1`` bytes: a value replaced by a larger one since
     ``probe`` still costs no more than the size that was checked.
     """
-    from async_plotter.channel.signing import PayloadRejected
+    from async_plotter.channel.redis.signing import PayloadRejected
 
     value = client.getrange(key, 0, length)
     if not value:
@@ -300,7 +300,7 @@ def _await_subscribed(pubsub: Any, timeout: float = _CONNECT_TIMEOUT) -> None:
 def _event_kinds(message: Optional[dict]) -> Set[str]:
     if message is None or message.get("type") != "message":
         return set()
-    from async_plotter.channel.redis_wire import event_kind
+    from async_plotter.channel.redis.wire import event_kind
 
     return {event_kind(message.get("data"))}
 

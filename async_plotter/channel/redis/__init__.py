@@ -1,0 +1,8 @@
+"""Parameters over a Redis server, for viewers on other machines.
+
+``writer`` (the trainer's ``RedisWriter``), ``reader`` (the worker's ``RedisReader``), ``watcher``
+(what a viewer follows: structure and metrics of one experiment, and the list of all), ``wire``
+(byte layouts, keys, and the checks every payload passes), ``signing`` (HMAC tags and secrets)
+and ``link`` (connections, bounded reads, reconnecting subscriptions). Nothing here imports the
+worker; only ``redis`` (the ``[redis]`` extra) is needed beyond numpy.
+"""

@@ -1,0 +1,140 @@
+"""``async-plotter serve``'s assembly: the catalog, the live views, the recorder and the server.
+
+    options = ServeOptions(url, parse_http_address(8080, None), secret, False)
+    app = ServeApp(options).start()     # returns once the page is served
+    print(app.url)
+    ...
+    app.close()
+
+With no page open and no ``record_dir``, nothing runs but the server's accepting thread: the
+catalog starts with the first events stream (and stops ``catalog.LINGER`` s after the last),
+and a render worker starts with the first stream of an experiment (and stops ``grace`` s after
+its last).
+"""
+import logging
+import signal
+import threading
+from typing import Any, Dict, Optional, Tuple
+
+from async_plotter.channel.redis.link import redact
+from async_plotter.channel.redis.signing import Verifier
+from async_plotter.serve.catalog import Catalog
+from async_plotter.serve.history import History
+from async_plotter.serve.live import LiveManager
+from async_plotter.serve.options import ServeOptions
+from async_plotter.serve.recorder import Recorder
+from async_plotter.serve.server import ServeServer
+from async_plotter.worker.viewer import ViewOptions
+
+logger = logging.getLogger("async_plotter")
+
+
+class ServeApp:
+    """Runs ``async-plotter serve`` until ``close()`` (or, with ``run()``, Ctrl-C / SIGTERM)."""
+
+    def __init__(self, options: ServeOptions) -> None:
+        self.options = options
+        verifier = Verifier(options.secret, options.trust_unsigned)
+        self.history = History(options.record_dir) if options.record_dir else None
+        self.catalog = Catalog(options.url, verifier)
+        self.live = LiveManager(self._live_view,
+                                options.max_live,
+                                options.grace,
+                                on_change=self.catalog.poke)
+        self.recorder: Optional[Recorder] = None
+        if self.history is not None:
+            self.recorder = Recorder(self.catalog,
+                                     self.history,
+                                     self._record_view,
+                                     options.record_budget,
+                                     options.record_every,
+                                     on_video=lambda name: self.catalog.touch(name))
+            self.catalog.extra = self._videos
+        self.server = ServeServer(options.http, self.catalog, self.live, self.history, self._info)
+        self._thread = threading.Thread(target=self.server.serve_forever,
+                                        kwargs={"poll_interval": 0.5},
+                                        name="async_plotter-serve-http",
+                                        daemon=True)
+        self._closed = False
+
+    @property
+    def url(self) -> str:
+        """The page's address (without the token)."""
+        return self.server.url
+
+    def start(self) -> "ServeApp":
+        """Serve in background threads; returns at once."""
+        self._thread.start()
+        if self.recorder is not None:
+            self.recorder.start()
+        token = " (add ?token=<token>)" if self.options.http.token else ""
+        logger.info("serving the experiments of %s at %s%s", redact(self.options.url), self.url,
+                    token)
+        return self
+
+    def close(self) -> None:
+        """Stop everything: the page, the live workers, the recorder (within ~10 s)."""
+        if self._closed:
+            return
+        self._closed = True
+        self.server.close()
+        self._thread.join(5.0)
+        if self.recorder is not None:
+            self.recorder.close()
+        self.live.close()
+        self.catalog.close()
+
+    def run(self) -> int:
+        """Serve until Ctrl-C or SIGTERM; returns the exit code."""
+        signal.signal(signal.SIGTERM, _interrupt)
+        self.start()
+        try:
+            threading.Event().wait()
+        except KeyboardInterrupt:
+            logger.info("stopping")
+        finally:
+            # A second Ctrl-C must not cut the bounded shutdown short and orphan workers.
+            signal.signal(signal.SIGINT, signal.SIG_IGN)
+            signal.signal(signal.SIGTERM, signal.SIG_IGN)
+            self.close()
+        return 0
+
+    # ---------------------------------------------------------------------------- inside
+
+    def _view(self, name: str, sinks: Tuple[Any, ...], **cpu: Any) -> ViewOptions:
+        options = self.options
+        return ViewOptions(options.url,
+                           name,
+                           options.secret,
+                           options.trust_unsigned,
+                           sinks,
+                           fps=options.fps,
+                           max_restarts=options.max_restarts,
+                           **cpu)
+
+    def _live_view(self, name: str, sinks: Tuple[Any, ...]) -> ViewOptions:
+        return self._view(name, sinks, priority=self.options.priority, budget=self.options.budget)
+
+    def _record_view(self, name: str, sinks: Tuple[Any, ...]) -> ViewOptions:
+        # Nice 10, not SCHED_IDLE: at idle priority a recording beside busy trainers took
+        # 47 s of wall time for 1 CPU-s (and timed out under more load). Its share of a busy
+        # machine is small at nice 10, and the recorder's bucket bounds its average anyway.
+        return self._view(name, sinks, priority="low")
+
+    def _videos(self, name: str) -> Dict[str, Any]:
+        history = self.history
+        return {"videos": [] if history is None else [v.as_json() for v in history.videos(name)]}
+
+    def _info(self) -> Dict[str, Any]:
+        recorder = self.recorder
+        return {
+            "server": redact(self.options.url),
+            "record": recorder is not None,
+            "record_every": self.options.record_every if recorder else None,
+            "record_budget": self.options.record_budget if recorder else None,
+            "signed_only": self.options.secret is not None,
+        }
+
+
+def _interrupt(signum: int, frame: Any) -> None:
+    raise KeyboardInterrupt()

@@ -1,0 +1,243 @@
+"""The history: one shared recorder that makes a video of each experiment every few updates,
+within a hard CPU budget.
+
+Why one shared recorder rather than a recording worker per experiment: a worker is two
+processes that rebuild the env and the policy (a TensorFlow policy's rollout process alone is
+hundreds of MiB), and a persistent recorder per experiment, as ``async-plotter view
+--video-dir`` runs, records every update it can on whatever CPU is idle. Ten experiments would
+mean twenty processes and as many videos as the machine can encode. Here there is at most one
+recording at a time, for the experiment whose newest video is the most updates behind (at
+least ``every`` updates, or none yet), and the recorder pays for everything it uses:
+
+* a token bucket fills at ``budget x cores`` CPU-seconds per second, up to ``CAPACITY``;
+* a recording starts only when the bucket is not in debt; it is charged what it really cost,
+  measured from ``/proc`` over its processes and their children (start-up, rollout, rendering
+  and the video encoder), so the long-run average never exceeds the budget, start-ups
+  included;
+* its worker runs at low priority (nice 10 after start-up): beside busy trainers or live views
+  it gets a small share while it runs (about a tenth of a core against one busy process at
+  nice 0), and the bucket bounds its average. (At idle priority, ``SCHED_IDLE``, it starved:
+  a recording beside CPU-bound processes took 47 s of wall time for 1 CPU-second.)
+
+A recording is the same viewer ``async-plotter view --video-dir`` runs (verified structure,
+the newest update), stopped as soon as its first video is written; a recording that fails or
+takes longer than ``RECORD_TIMEOUT`` is charged too, and that experiment waits longer before
+its next try.
+"""
+import logging
+import os
+import threading
+import time
+from typing import Any, Callable, Dict, List, Optional, Set, Tuple
+
+from async_plotter.serve.cpu import tree_cpu_seconds
+from async_plotter.serve.history import History
+from async_plotter.worker.sinks import VideoSpec
+from async_plotter.worker.viewer import ExperimentViewer, ViewOptions
+
+logger = logging.getLogger("async_plotter")
+
+#: CPU-seconds the bucket holds at most (and at the start: the first video comes soon)
+CAPACITY = 5.0
+#: seconds a recording may take before it is abandoned
+RECORD_TIMEOUT = 60.0
+# Seconds before an experiment whose recording failed is tried again (doubling, capped).
+_RETRY_FIRST, _RETRY_CAP = 30.0, 600.0
+_IDLE_POLL = 1.0
+
+
+class Recorder:
+    """Records the experiments of ``catalog`` into ``history`` within ``budget``.
+
+    Args:
+        catalog: the experiments and their newest updates (``Catalog``).
+        history: where videos go.
+        view: builds the ``ViewOptions`` of an experiment from its sink specs.
+        budget: fraction of the machine's CPU (all cores) recording may use on average.
+        every: updates between two videos of one experiment.
+        on_video: called with the experiment's name after each new video.
+    """
+
+    def __init__(self,
+                 catalog: Any,
+                 history: History,
+                 view: Callable[[str, Tuple[Any, ...]], ViewOptions],
+                 budget: float,
+                 every: int,
+                 on_video: Optional[Callable[[str], None]] = None) -> None:
+        self._catalog = catalog
+        self._history = history
+        self._view = view
+        self.rate = budget * (os.cpu_count() or 1)  # CPU-seconds per second
+        self.every = every
+        self._on_video = on_video or (lambda name: None)
+        self._tokens = CAPACITY
+        self._refilled = time.monotonic()
+        self._recorded: Dict[str, Tuple[int, int]] = {}  # name -> (run id, update) of its video
+        self._retry_at: Dict[str, float] = {}
+        self._failures: Dict[str, int] = {}
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run,
+                                        name="async_plotter-serve-recorder",
+                                        daemon=True)
+        #: what the recorder did (tests, benchmarks, the page's footer)
+        self.stats: Dict[str, Any] = {
+            "recordings": 0,
+            "videos": 0,
+            "failures": 0,
+            "cpu_seconds": 0.0,
+            "recording": None,
+        }
+
+    def start(self) -> None:
+        """Start recording in the background (the catalog is held while it runs)."""
+        self._catalog.acquire()
+        self._thread.start()
+
+    def close(self) -> None:
+        """Stop, finishing or abandoning the recording under way (within ~6 s)."""
+        self._stop.set()
+        self._thread.join(10.0)
+        self._catalog.release()
+
+    # ------------------------------------------------------------------------ the loop
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self._refill()
+            if self._tokens < 0:
+                # In debt: wait until the budget has paid for the last recording.
+                self._stop.wait(min(-self._tokens / max(self.rate, 1e-6), 5.0))
+                continue
+            name = self._due()
+            if name is None:
+                self._stop.wait(_IDLE_POLL)
+                continue
+            self._record(name)
+
+    def _refill(self) -> None:
+        now = time.monotonic()
+        self._tokens = min(self._tokens + (now - self._refilled) * self.rate, CAPACITY)
+        self._refilled = now
+
+    def _due(self) -> Optional[str]:
+        """The experiment most behind its last video, if any is due."""
+        now = time.monotonic()
+        best, best_gap = None, -1.0
+        for name in self._catalog.names():
+            newest = self._catalog.newest_update(name)
+            if newest is None or self._retry_at.get(name, 0.0) > now:
+                continue
+            last = self._recorded.get(name)
+            if last is None or last[0] != newest[0]:
+                gap = float("inf")  # none yet, or a new trainer run
+            else:
+                gap = float(newest[1] - last[1])
+                if gap < self.every:
+                    continue
+            if gap > best_gap:
+                best, best_gap = name, gap
+        return best
+
+    def _record(self, name: str) -> None:
+        written: Dict[str, Any] = {}
+        done = threading.Event()
+
+        def listener(kind: str, payload: Dict[str, Any]) -> None:
+            if kind == "video" and not written:
+                written.update(payload)
+                done.set()
+
+        folder = self._history.folder(name)
+        os.makedirs(folder, exist_ok=True)
+        newest = self._catalog.newest_update(name)
+        before = {video.name for video in self._history.videos(name)}
+        viewer = ExperimentViewer(self._view(name, (VideoSpec(folder), )), listener=listener)
+        meter = _CpuMeter(
+            lambda: [p for p in (viewer.stats.get("worker_pids") or {}).values() if p])
+        self.stats["recording"] = name
+        self.stats["recordings"] += 1
+        started = time.monotonic()
+        logger.debug("serve: recording %r (budget %.2f CPU-s in hand)", name, self._tokens)
+        meter.start()
+        try:
+            viewer.start()
+            while not done.is_set() and not self._stop.is_set():
+                viewer.poll(0.25)
+                if time.monotonic() - started > RECORD_TIMEOUT or viewer.stats.get("disabled"):
+                    break
+        finally:
+            # The render process finishes the video it is writing (a newer update's, sometimes:
+            # _drop_tail removes it); the meter keeps counting until the processes are gone.
+            viewer.stop(5.0)
+            cost = meter.stop()
+        self._tokens -= cost
+        self.stats["cpu_seconds"] = round(self.stats["cpu_seconds"] + cost, 3)
+        self.stats["recording"] = None
+        self._drop_tail(name, before, written.get("path"))
+        if written:
+            update = written.get("update")
+            run = newest[0] if newest is not None else 0
+            self._recorded[name] = (run, update if isinstance(update, int) else 0)
+            self._failures.pop(name, None)
+            self.stats["videos"] += 1
+            logger.info("serve: recorded %s (%.1f CPU-s)", written.get("path"), cost)
+            self._history.prune(name)
+            self._on_video(name)
+        elif not self._stop.is_set():
+            failures = self._failures.get(name, 0) + 1
+            self._failures[name] = failures
+            self.stats["failures"] += 1
+            delay = min(_RETRY_FIRST * 2**(failures - 1), _RETRY_CAP)
+            self._retry_at[name] = time.monotonic() + delay
+            logger.warning(
+                "serve: no video of %r after %.0f s (%.1f CPU-s); trying again in "
+                "%.0f s", name,
+                time.monotonic() - started, cost, delay)
+
+    def _drop_tail(self, name: str, before: Set[str], kept: Optional[str]) -> None:
+        """Delete what the worker wrote after the video asked for: stopped in the middle of the
+        next update's episode, it finishes that video with the frames it has (often one)."""
+        kept_name = os.path.basename(kept) if kept else None
+        for video in self._history.videos(name):
+            if video.name not in before and video.name != kept_name:
+                try:
+                    os.remove(os.path.join(self._history.folder(name), video.name))
+                except OSError as error:
+                    logger.debug("cannot remove %s: %s", video.name, error)
+
+
+class _CpuMeter:
+    """Samples the CPU time of a recording's processes (and their children) in a thread, from
+    before they start until after they are gone: a process's time can only be read while it
+    exists (once reaped, it is in this process's children total, mixed with the live views')."""
+
+    def __init__(self, pids: Callable[[], List[int]], interval: float = 0.1) -> None:
+        self._pids = pids
+        self._interval = interval
+        self._seen: Dict[int, float] = {}
+        self._done = threading.Event()
+        self._thread = threading.Thread(target=self._sample,
+                                        name="async_plotter-serve-meter",
+                                        daemon=True)
+
+    def start(self) -> None:
+        """Start sampling."""
+        self._thread.start()
+
+    def stop(self) -> float:
+        """Stop sampling; the CPU-seconds the processes used."""
+        self._done.set()
+        self._thread.join(2.0)
+        self._sample_once()
+        return sum(self._seen.values())
+
+    def _sample(self) -> None:
+        while not self._done.wait(self._interval):
+            self._sample_once()
+
+    def _sample_once(self) -> None:
+        for pid in self._pids():
+            used = tree_cpu_seconds([pid])
+            if used > self._seen.get(pid, 0.0):
+                self._seen[pid] = used

@@ -1,0 +1,165 @@
+"""``TensorBoardSink``: each recorded rollout as an animated image in TensorBoard's Images tab.
+
+It runs in the render process, which never imports TensorFlow: the event file is written by
+:class:`~async_plotter.tensorboard.writer.SummaryWriter`, which needs only Pillow.
+"""
+import logging
+import time
+from typing import Callable, Dict, Optional
+
+import numpy as np
+
+from async_plotter.render.sinks.base import FrameSink
+from async_plotter.render.sinks.video import BOUNDARY_PAUSE_SECONDS
+from async_plotter.render.stream import EpisodeEnd, EpisodeInfo
+from async_plotter.tensorboard.gif import MAX_FRAMES, MAX_SIDE, FrameReel
+from async_plotter.tensorboard.writer import SummaryWriter
+
+logger = logging.getLogger(__name__)
+
+#: ``on_written(tag, step, recording, size_bytes, frames)``
+WrittenCallback = Callable[[str, int, EpisodeInfo, int, int], None]
+
+
+def rollout_step(episode: EpisodeInfo) -> int:
+    """The TensorBoard step of a rollout: its iteration, else its update number."""
+    return episode.iteration if episode.iteration is not None else episode.update
+
+
+class TensorBoardSink(FrameSink):
+    """Writes the first rollout of each update (with the short episodes chained to it) as one
+    animated GIF image summary at step :func:`rollout_step`, tag ``tag``.
+
+    It keeps and drops what :class:`~async_plotter.render.sinks.video.VideoSink` keeps and drops:
+    replays of an update already written are skipped, a failed rollout is dropped, and so is one
+    cut short by newer parameters below ``min_frames`` frames.
+
+    Args:
+        logdir: the folder of the event file (created when the first summary is written).
+        tag: the images' tag, e.g. ``"rollout/Swimmer-v5"``.
+        fps: the rate of the rollout's frames (the plotter's ``fps``), for playback speed.
+        scalars: also write the metrics of ``update_plot(..., metrics=...)`` as scalars (leave
+            it off where the trainer writes its own scalars, as ``run_experiment_lite`` does).
+        min_frames: shorter recordings cut short by newer parameters are dropped.
+        max_frames, max_side: bounds of each GIF (see :mod:`async_plotter.tensorboard.gif`).
+        on_written: called after each image is written.
+
+    A failure to write (a full disk, a folder taken away) is logged once and turns the sink off;
+    the other sinks and the worker carry on.
+    """
+
+    def __init__(self,
+                 logdir: str,
+                 tag: str,
+                 fps: float,
+                 *,
+                 scalars: bool = False,
+                 min_frames: int = 0,
+                 max_frames: int = MAX_FRAMES,
+                 max_side: int = MAX_SIDE,
+                 on_written: Optional[WrittenCallback] = None) -> None:
+        self.logdir = logdir
+        self.tag = tag
+        self.fps = fps
+        self.scalars = scalars
+        self._min_frames = min_frames
+        self._max_frames = max_frames
+        self._max_side = max_side
+        self._on_written = on_written
+        self._writer: Optional[SummaryWriter] = None
+        self._broken = False
+        self._recording: Optional[EpisodeInfo] = None
+        self._reel: Optional[FrameReel] = None
+        self._episodes = 0
+        self._last_written_update = -1
+        self._metrics_seen = 0
+        #: images written so far
+        self.written = 0
+
+    def wants_pixels(self) -> bool:
+        # Replays of an update already written need no pixels from this sink.
+        return self._recording is not None and not self._broken
+
+    def begin_episode(self, episode: EpisodeInfo) -> None:
+        if self._recording is not None and episode.part > 0 \
+                and episode.update == self._recording.update:
+            self._episodes += 1  # chained into the image being collected
+            return
+        self._finish()  # an episode that never got its end message
+        if episode.update == self._last_written_update or self._broken:
+            return
+        self._recording = episode
+        self._episodes = 1
+        self._reel = FrameReel(self.fps, max_frames=self._max_frames, max_side=self._max_side)
+
+    def add_frame(self, frame: Optional[np.ndarray], episode: EpisodeInfo) -> None:
+        if self._reel is not None and frame is not None:
+            self._reel.add(frame)
+
+    def end_episode(self, episode: EpisodeInfo, end: EpisodeEnd) -> None:
+        if self._reel is None:
+            return
+        if end.failed:
+            self._discard("its rollout failed")
+            return
+        if not end.completed and self._reel.offered < self._min_frames and self._episodes == 1:
+            self._discard(f"cut short after {self._reel.offered} frames by newer parameters")
+            return
+        if end.continued:
+            self._reel.hold(BOUNDARY_PAUSE_SECONDS)  # the still between chained episodes
+            return
+        self._finish()
+
+    def on_metrics(self, iteration: Optional[int], metrics: Dict[str, float]) -> None:
+        if not self.scalars:
+            return
+        # Metrics sent without an iteration are numbered in the order they arrive.
+        step = iteration if iteration is not None else self._metrics_seen
+        self._metrics_seen += 1
+        self._write(lambda writer: writer.add_scalars(step, metrics))
+
+    def close(self) -> None:
+        self._finish()
+        if self._writer is not None:
+            writer, self._writer = self._writer, None
+            try:
+                writer.close()
+            except OSError as error:
+                logger.warning("closing the TensorBoard event file %s failed: %s", writer.path,
+                               error)
+
+    def _finish(self) -> None:
+        recording, reel = self._recording, self._reel
+        self._recording, self._reel = None, None
+        if recording is None or reel is None or not len(reel):
+            return
+        step = rollout_step(recording)
+        started = time.process_time()
+        size = self._write(lambda writer: writer.add_reel(self.tag, step, reel))
+        if size is None:
+            return
+        self._last_written_update = recording.update
+        self.written += 1
+        logger.info("TensorBoard: %s at step %d, %d frames of %dx%d, %.0f KB (%.0f ms of CPU)",
+                    self.tag, step, len(reel), *reel.frames[0].size, size / 1024,
+                    1000 * (time.process_time() - started))
+        if self._on_written is not None:
+            self._on_written(self.tag, step, recording, size, len(reel))
+
+    def _discard(self, why: str) -> None:
+        self._recording, self._reel = None, None
+        logger.info("TensorBoard: dropped the rollout being collected: %s", why)
+
+    def _write(self, write: Callable[[SummaryWriter], int]) -> Optional[int]:
+        if self._broken:
+            return None
+        try:
+            if self._writer is None:
+                self._writer = SummaryWriter(self.logdir)
+            return write(self._writer)
+        except OSError as error:
+            self._broken = True
+            logger.warning(
+                "TensorBoard: cannot write into %s (%s); no more TensorBoard summaries from "
+                "this worker", self.logdir, error)
+            return None

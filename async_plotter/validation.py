@@ -1,0 +1,108 @@
+"""Argument checks shared by the Plotter and the RL host: each returns the checked value or raises
+``InvalidArgumentError`` (a ``ValueError``) whose message names the argument and what it got."""
+import math
+import numbers
+from typing import Any, Dict, Optional, Tuple
+
+from async_plotter.errors import InvalidArgumentError
+
+
+def is_int(value: Any) -> bool:
+    """An integer (numpy's too), but not a bool."""
+    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
+
+
+def _is_real(value: Any) -> bool:
+    return isinstance(value, numbers.Real) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def positive_int(name: str, value: Any) -> int:
+    if not is_int(value) or value <= 0:
+        raise InvalidArgumentError(f"{name} must be a positive int, got {value!r}")
+    return int(value)
+
+
+def non_negative_int(name: str, value: Any) -> int:
+    if not is_int(value) or value < 0:
+        raise InvalidArgumentError(f"{name} must be a non-negative int, got {value!r}")
+    return int(value)
+
+
+def optional_non_negative_int(name: str, value: Any) -> Optional[int]:
+    if value is not None and (not is_int(value) or value < 0):
+        raise InvalidArgumentError(f"{name} must be a non-negative int or None, got {value!r}")
+    return None if value is None else int(value)
+
+
+def positive_number(name: str, value: Any) -> float:
+    if not _is_real(value) or value <= 0:
+        raise InvalidArgumentError(f"{name} must be a positive number, got {value!r}")
+    return float(value)
+
+
+def non_negative_number(name: str, value: Any) -> float:
+    if not _is_real(value) or value < 0:
+        raise InvalidArgumentError(f"{name} must be a non-negative number, got {value!r}")
+    return float(value)
+
+
+def unit_interval(name: str, value: Any, allow_zero: bool = True) -> float:
+    """A number in [0, 1] (or (0, 1] without ``allow_zero``): discounts, GAE's lambda."""
+    if not _is_real(value) or not (value >= 0 if allow_zero else value > 0) or value > 1:
+        bounds = "[0, 1]" if allow_zero else "(0, 1]"
+        raise InvalidArgumentError(f"{name} must be a number in {bounds}, got {value!r}")
+    return float(value)
+
+
+def cpu_fraction(name: str, value: Any) -> float:
+    """A share of the machine's CPU, in (0, 1]."""
+    if not _is_real(value) or not 0 < value <= 1:
+        raise InvalidArgumentError(
+            f"{name} must be a fraction of the machine's CPU in (0, 1], e.g. 0.05 for 5%; "
+            f"got {value!r}")
+    return float(value)
+
+
+def boolean(name: str, value: Any) -> bool:
+    if not isinstance(value, bool):
+        raise InvalidArgumentError(f"{name} must be True or False, got {value!r}")
+    return value
+
+
+def one_of(name: str, value: Any, choices: Tuple[str, ...]) -> str:
+    if value not in choices:
+        raise InvalidArgumentError(f"{name} must be one of {', '.join(map(repr, choices))}; "
+                                   f"got {value!r}")
+    return value
+
+
+def frame_size(value: Any) -> Optional[Tuple[int, int]]:
+    """``(width, height)`` of positive ints, or None."""
+    if value is None:
+        return None
+    if (not isinstance(value, (tuple, list)) or len(value) != 2
+            or not all(is_int(v) and v > 0 for v in value)):
+        raise InvalidArgumentError(
+            f"frame_size must be (width, height) with positive ints, got {value!r}")
+    return int(value[0]), int(value[1])
+
+
+def metrics(value: Any) -> Dict[str, float]:
+    """A dict of name -> number, as floats (their size is the channel's rule: ``metrics_fit``)."""
+    if not isinstance(value, dict):
+        raise InvalidArgumentError(
+            f"metrics must be a dict of name -> number, got {type(value).__name__}")
+    checked = {}
+    for name, number in value.items():
+        if not isinstance(name, str):
+            raise InvalidArgumentError(f"metrics keys must be strings, got {name!r}")
+        if not isinstance(number, numbers.Real) or isinstance(number, bool):
+            raise InvalidArgumentError(
+                f"metrics[{name!r}] must be a number, got {type(number).__name__}")
+        checked[name] = float(number)
+    return checked
+
+
+def callable_or_none(name: str, value: Any) -> None:
+    if value is not None and not callable(value):
+        raise InvalidArgumentError(f"{name} must be a callable or None, got {type(value).__name__}")

@@ -1,0 +1,72 @@
+"""What the worker has delivered: the videos it wrote, and whether one shows the final policy.
+
+Kept by the supervisor's thread (``record``) and read by the trainer's (``wait_for``, from
+``Plotter.close()``), hence the condition variable.
+"""
+import threading
+import time
+from typing import Any, Callable, Dict, Optional
+
+#: how many videos ``stats["video_log"]`` remembers (the newest)
+VIDEO_LOG_LENGTH = 1000
+_LOGGED_KEYS = ("path", "update", "iteration", "episodes", "frames", "time")
+
+
+class VideoLedger:
+    """Counts kept rollouts into ``stats`` (``videos``, ``last_video``, ``video_log``,
+    ``final_video``; ``tensorboard_images``) and lets the trainer wait for a rollout of an
+    update (an mp4 or a TensorBoard image, whichever comes first)."""
+
+    def __init__(self, stats: Dict[str, Any]) -> None:
+        self._stats = stats
+        self._written = threading.Condition()
+        self._newest_update = -1
+        #: the update the final video must show (or a newer one); None until training is over
+        self.final_update: Optional[int] = None
+
+    @property
+    def newest_update(self) -> int:
+        """The newest update a kept rollout shows (-1: none yet)."""
+        return self._newest_update
+
+    def record(self, payload: Dict[str, Any]) -> None:
+        """A video report from the render process."""
+        stats = self._stats
+        stats["videos"] += 1
+        stats["last_video"] = payload["path"]
+        entry = {key: payload.get(key) for key in _LOGGED_KEYS}
+        stats["video_log"] = (stats["video_log"] + [entry])[-VIDEO_LOG_LENGTH:]
+        with self._written:
+            update = payload.get("update")
+            if update is not None and update > self._newest_update:
+                self._newest_update = update
+            if self.final_update is not None and self._newest_update >= self.final_update:
+                stats["final_video"] = payload["path"]
+            self._written.notify_all()
+
+    def record_image(self, payload: Dict[str, Any]) -> None:
+        """A TensorBoard image report: a kept rollout too (it may be the final one)."""
+        self._stats["tensorboard_images"] += 1
+        with self._written:
+            update = payload.get("update")
+            if update is not None and update > self._newest_update:
+                self._newest_update = update
+            self._written.notify_all()
+
+    def ask_for_final(self, update: int) -> bool:
+        """Training is over at ``update``; True if a video of it (or newer) already exists."""
+        with self._written:
+            self.final_update = update
+            return self._newest_update >= update
+
+    def wait_for(self, update: int, timeout: float, give_up: Callable[[], bool]) -> bool:
+        """Wait up to ``timeout`` s for a video of ``update`` or newer; stop early once
+        ``give_up()`` (the worker is disabled or gone). True once it exists."""
+        deadline = time.monotonic() + timeout
+        with self._written:
+            while self._newest_update < update:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0 or give_up():
+                    return False
+                self._written.wait(min(remaining, 0.5))
+        return True

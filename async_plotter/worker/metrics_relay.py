@@ -1,0 +1,43 @@
+"""Training metrics on their way to the render process, and the curve a restarted one needs."""
+import collections
+from typing import Any, Dict, List, Optional
+
+from async_plotter.channel.base import metrics_fit
+from async_plotter.render.stream import StreamKind
+
+
+class MetricsRelay:
+    """Queues metrics from any thread; the supervisor's thread forwards them without blocking.
+
+    All metrics sent are kept: a restarted render process gets the whole curve again."""
+
+    def __init__(self) -> None:
+        self._history: List[tuple] = []
+        # Appending to a deque is safe across threads.
+        self._pending: "collections.deque[tuple]" = collections.deque()
+
+    def post(self, iteration: Optional[int], metrics: Dict[str, float]) -> bool:
+        """Queue metrics; never blocks. False if they break ``metrics_fit``."""
+        if not metrics_fit(iteration, metrics):
+            return False
+        self._pending.append((StreamKind.METRICS, (iteration, dict(metrics))))
+        return True
+
+    def forward(self, lifeline: Any) -> None:
+        """Send what is pending on the non-blocking ``lifeline``; a full pipe waits for the next
+        turn, a dead process for the restart."""
+        while self._pending:
+            message = self._pending[0]
+            try:
+                lifeline.send(message)
+            except BlockingIOError:
+                return
+            except (OSError, ValueError):
+                return  # the render process is gone; the history is resent after a restart
+            self._pending.popleft()
+            self._history.append(message)
+
+    def resend_all(self) -> None:
+        """A new render process: everything sent so far goes again, before what is pending."""
+        self._pending.extendleft(reversed(self._history))
+        self._history = []

@@ -1,0 +1,264 @@
+"""The viewer's assembly: a worker fed from Redis, for ``async-plotter view`` (and any program
+that shows experiments published by trainers elsewhere).
+
+It waits for the experiment's structure (it may start before the trainer), checks its signature,
+and runs the same worker a local ``Plotter`` runs (``WorkerSupervisor``: rollout and render
+processes, restarted after crashes), fed from Redis instead of shared memory, with the viewer's
+own outputs (sink specs) and CPU settings. A trainer restarted with another policy publishes a
+new structure; the worker is then restarted with it.
+"""
+import collections
+import dataclasses
+import logging
+import pickle
+import signal
+import threading
+import time
+from typing import Any, Callable, Deque, Dict, Optional, Tuple
+
+from async_plotter.channel.redis.link import redact
+from async_plotter.channel.redis.reader import RedisAddress
+from async_plotter.channel.redis.signing import PayloadRejected, Verifier
+from async_plotter.channel.redis.wire import METRICS_CAP, MetricsEntry, Structure
+from async_plotter.display import offscreen_gl_backend
+from async_plotter.worker.budget import DEFAULT_BUDGET
+from async_plotter.worker.config import WorkerConfig
+from async_plotter.worker.sinks import SinkSpec
+from async_plotter.worker.supervisor import WorkerSupervisor, new_worker_stats
+
+logger = logging.getLogger("async_plotter")
+
+_WAITING_HINT_AFTER = 15.0  # seconds without the experiment before suggesting `list`
+
+
+@dataclasses.dataclass(frozen=True)
+class ViewOptions:
+    """What to watch and how: checked by the caller (the command line checks its arguments)."""
+
+    url: str
+    experiment: str
+    secret: Optional[bytes]
+    trust_unsigned: bool
+    #: the viewer's own outputs; the trainer's never travel
+    sinks: Tuple[SinkSpec, ...]
+    fps: Optional[float] = None
+    priority: Optional[str] = None
+    max_restarts: int = 3
+    budget: Optional[float] = None
+
+
+def viewer_config(trainer_config: WorkerConfig, options: ViewOptions) -> WorkerConfig:
+    """The trainer's published configuration with this viewer's outputs, frame rate, CPU
+    settings and GL backend."""
+    return dataclasses.replace(trainer_config,
+                               fps=options.fps or trainer_config.fps,
+                               mujoco_gl=offscreen_gl_backend(),
+                               **_cpu_settings(options, trainer_config)).with_sinks(options.sinks)
+
+
+def _cpu_settings(options: ViewOptions, trainer_config: Any) -> Dict[str, Any]:
+    """The viewer's own --budget or --priority, else the trainer's choice (the default budget
+    when a trainer from before budgets set neither)."""
+    if options.budget is not None:
+        return {"budget": options.budget, "priority": None}
+    if options.priority is not None:
+        return {"budget": None, "priority": options.priority}
+    budget = getattr(trainer_config, "budget", None)
+    priority = getattr(trainer_config, "priority", None)
+    return {
+        "budget": DEFAULT_BUDGET if budget is None and priority is None else budget,
+        "priority": priority
+    }
+
+
+class ExperimentViewer:
+    """Runs one worker at a time for the newest structure of an experiment on a Redis server.
+
+    ``start()`` follows the experiment; ``poll()`` (called in a loop by its owner) starts,
+    switches or restarts the worker as the trainer publishes; ``stop()`` ends both. ``run()`` is
+    the command line's loop around them, until Ctrl-C or SIGTERM.
+    """
+
+    def __init__(self,
+                 options: ViewOptions,
+                 listener: Optional[Callable[[str, Dict[str, Any]], None]] = None) -> None:
+        self._options = options
+        self._listener = listener or _log_event
+        self._watcher: Optional[Any] = None
+        self._verifier = Verifier(options.secret, options.trust_unsigned)
+        self._lock = threading.Lock()
+        self._changed = threading.Event()
+        self._newest: Optional[Structure] = None
+        self._metrics: Deque[MetricsEntry] = collections.deque(maxlen=METRICS_CAP)
+        self._supervisor: Optional[Any] = None
+        self._worker_stats: Dict[str, Any] = {}
+        self._current: Optional[Structure] = None
+        self._failed_structure: Optional[bytes] = None
+
+    @property
+    def stats(self) -> Dict[str, Any]:
+        """The running worker's counters (``Plotter.stats``'s keys); empty before the first."""
+        return dict(self._worker_stats)
+
+    @property
+    def current(self) -> Optional[Structure]:
+        """The structure the worker runs (None before the trainer published one)."""
+        return self._current
+
+    def start(self) -> None:
+        """Follow the experiment (in a thread); the worker starts at the next ``poll``."""
+        from async_plotter.channel.redis.watcher import ExperimentWatcher
+
+        options = self._options
+        self._watcher = ExperimentWatcher(options.url, options.experiment, self._verifier,
+                                          self._on_structure, self._on_metrics)
+        self._watcher.start()
+
+    def poll(self, timeout: float = 0.5) -> None:
+        """Wait up to ``timeout`` s for news of the experiment and act on it."""
+        if self._changed.wait(timeout):
+            self._changed.clear()
+            self._switch()
+
+    def stop(self, timeout: float = 5.0) -> None:
+        """Stop the worker (within ``timeout`` s) and the watcher."""
+        self._stop_worker(timeout)
+        if self._watcher is not None:
+            self._watcher.stop()
+            self._watcher = None
+
+    def run(self) -> int:
+        """Show the experiment until Ctrl-C or SIGTERM; returns the exit code."""
+        options = self._options
+        signal.signal(signal.SIGTERM, _interrupt)
+        logger.info("waiting for experiment %r on %s (Ctrl-C to stop)", options.experiment,
+                    redact(options.url))
+        disabled_logged = False
+        hint_at = time.monotonic() + _WAITING_HINT_AFTER
+        try:
+            self.start()
+            while True:
+                before = self._current
+                self.poll(0.5)
+                if self._current is not before:
+                    disabled_logged = False
+                if self._current is None and time.monotonic() > hint_at:
+                    hint_at = float("inf")
+                    logger.info(
+                        "still waiting for experiment %r; `async-plotter list %s` shows the "
+                        "experiments that server holds", options.experiment, redact(options.url))
+                if self._worker_stats.get("disabled") and not disabled_logged:
+                    disabled_logged = True
+                    logger.error("the worker keeps failing; waiting for the trainer to publish "
+                                 "a new structure (or press Ctrl-C)")
+        except KeyboardInterrupt:
+            logger.info("stopping")
+        finally:
+            # A second Ctrl-C must not cut the bounded shutdown short and orphan the worker.
+            signal.signal(signal.SIGINT, signal.SIG_IGN)
+            signal.signal(signal.SIGTERM, signal.SIG_IGN)
+            self.stop()
+        return 0
+
+    # Called from the watcher's thread.
+    def _on_structure(self, structure: Structure) -> None:
+        with self._lock:
+            self._newest = structure
+        self._changed.set()
+
+    def _on_metrics(self, entry: MetricsEntry) -> None:
+        with self._lock:
+            self._metrics.append(entry)
+            supervisor, current = self._supervisor, self._current
+        if supervisor is not None and current is not None and entry.run_id == current.run_id:
+            supervisor.post_metrics(entry.iteration, entry.metrics)
+
+    def _switch(self) -> None:
+        with self._lock:
+            structure = self._newest
+        if structure is None:
+            return
+        current = self._current
+        if current is not None and current.structure_id == structure.structure_id:
+            if current.run_id == structure.run_id:
+                return
+            logger.info("the trainer restarted with the same policy structure")
+            if not self._worker_stats.get("disabled"):
+                with self._lock:
+                    self._current = structure  # the running worker follows the new run
+                    self._replay_metrics(structure)
+                return
+            # A worker that gave up gets another chance with the new run.
+        if structure.structure_id == self._failed_structure:
+            return
+        config = self._load(structure)
+        if config is None:
+            self._failed_structure = structure.structure_id
+            return
+        self._stop_worker()
+        self._start_worker(structure, config)
+
+    def _load(self, structure: Structure) -> Optional[Any]:
+        """Unpickle the verified structure into the worker configuration for this viewer."""
+        try:
+            trainer_config = pickle.loads(structure.body)
+            if not isinstance(trainer_config, WorkerConfig):
+                raise PayloadRejected(f"it holds a {type(trainer_config).__name__}, not a "
+                                      "WorkerConfig")
+        except Exception as error:  # noqa: BLE001 - a missing module, a version mismatch, ...
+            logger.error(
+                "cannot load the structure of experiment %r: %s: %s. The viewer needs the "
+                "packages that define the trainer's env and policy.", self._options.experiment,
+                type(error).__name__, error)
+            return None
+        return viewer_config(trainer_config, self._options)
+
+    def _start_worker(self, structure: Structure, config: Any) -> None:
+        options = self._options
+        meta = structure.meta
+        logger.info("experiment %r: %s with %s, %s %s parameters, from %s", options.experiment,
+                    meta.get("env"), meta.get("policy"), meta.get("size"), meta.get("dtype"),
+                    meta.get("host"))
+        address = RedisAddress(options.url, options.experiment, options.secret,
+                               options.trust_unsigned, structure.expected())
+        self._worker_stats = new_worker_stats()
+        supervisor = WorkerSupervisor(config,
+                                      lambda: address,
+                                      self._worker_stats,
+                                      max_restarts=options.max_restarts,
+                                      listener=self._listener)
+        with self._lock:
+            self._supervisor, self._current = supervisor, structure
+            self._replay_metrics(structure)
+        supervisor.start()
+
+    def _replay_metrics(self, structure: Structure) -> None:
+        """Hand the worker the run's curve so far; later entries come through _on_metrics.
+
+        Called with the lock held, as _on_metrics stores and checks under it: each entry then
+        reaches the worker exactly once."""
+        for entry in self._metrics:
+            if entry.run_id == structure.run_id:
+                self._supervisor.post_metrics(entry.iteration, entry.metrics)
+
+    def _stop_worker(self, timeout: float = 5.0) -> None:
+        with self._lock:
+            supervisor, self._supervisor = self._supervisor, None
+        if supervisor is not None:
+            supervisor.stop(timeout)
+
+
+def _interrupt(signum: int, frame: Any) -> None:
+    raise KeyboardInterrupt()
+
+
+def _log_event(kind: str, payload: Dict[str, Any]) -> None:
+    if kind == "applied":
+        iteration = payload.get("iteration")
+        logger.info("applied update %s%s", payload.get("update"),
+                    "" if iteration is None else f" (iteration {iteration})")
+    elif kind == "video":
+        logger.info("wrote %s", payload.get("path"))
+    elif kind == "episode":
+        logger.debug("episode of update %s: %s steps, return %.3g", payload.get("update"),
+                     payload.get("steps"), payload.get("reward", float("nan")))
