@@ -76,12 +76,7 @@ def _parser() -> argparse.ArgumentParser:
                       type=int,
                       default=3,
                       help="worker failures tolerated before plotting stops (default 3)")
-    view.add_argument("--secret-file",
-                      help=f"file holding the shared signing secret (default ${SECRET_ENV})")
-    view.add_argument("--trust-unsigned",
-                      action="store_true",
-                      help="accept structures whose signature cannot be checked. Loading one "
-                      "runs code: only for a Redis server nobody else can write to")
+    _add_trust_arguments(view)
 
     listing = commands.add_parser("list",
                                   help="list the experiments on a Redis server",
@@ -215,13 +210,7 @@ def _check_view_arguments(parser: argparse.ArgumentParser, args: argparse.Namesp
         parser.error(f"--fps must be a positive number, got {args.fps}")
     if args.max_restarts < 0:
         parser.error(f"--max-restarts must be 0 or more, got {args.max_restarts}")
-    if args.budget is not None:
-        if not (math.isfinite(args.budget) and 0 < args.budget <= 1):
-            parser.error(f"--budget must be a fraction of the machine's CPU in (0, 1], e.g. 0.05 "
-                         f"for 5%; got {args.budget}")
-        if args.priority is not None:
-            parser.error("pass either --budget or --priority, not both: a budget sets the "
-                         "worker's priority itself")
+    _check_cpu_arguments(parser, args)
     if args.window:
         from async_plotter.display import x_display_available
 
@@ -347,12 +336,7 @@ def _serve_parser(commands: Any) -> argparse.ArgumentParser:
     serve.add_argument("--priority",
                        choices=("idle", "low", "normal"),
                        help="a fixed CPU priority for the live workers instead of a budget")
-    serve.add_argument("--secret-file",
-                       help=f"file holding the shared signing secret (default ${SECRET_ENV})")
-    serve.add_argument("--trust-unsigned",
-                       action="store_true",
-                       help="accept structures whose signature cannot be checked. Loading one "
-                       "runs code: only for a Redis server nobody else can write to")
+    _add_trust_arguments(serve)
     return serve
 
 
@@ -386,16 +370,8 @@ def _check_serve_arguments(parser: argparse.ArgumentParser, args: argparse.Names
         parser.error(f"--fps must be a positive number, got {args.fps}")
     if args.record_every < 1:
         parser.error(f"--record-every must be 1 or more updates, got {args.record_every}")
-    if not (math.isfinite(args.record_budget) and 0 < args.record_budget <= 1):
-        parser.error("--record-budget must be a fraction of the machine's CPU in (0, 1], e.g. "
-                     f"0.05 for 5%; got {args.record_budget}")
-    if args.budget is not None:
-        if not (math.isfinite(args.budget) and 0 < args.budget <= 1):
-            parser.error(f"--budget must be a fraction of the machine's CPU in (0, 1], e.g. 0.05 "
-                         f"for 5%; got {args.budget}")
-        if args.priority is not None:
-            parser.error("pass either --budget or --priority, not both: a budget sets the "
-                         "workers' priority itself")
+    _check_cpu_fraction(parser, "--record-budget", args.record_budget)
+    _check_cpu_arguments(parser, args)
     record_dir = _checked_video_dir(parser, args.record_dir)
     http = _checked_http(parser, args.http, args.http_token)
     secret = _checked_secret(parser, args)
@@ -413,6 +389,31 @@ def _check_serve_arguments(parser: argparse.ArgumentParser, args: argparse.Names
                         record_every=args.record_every,
                         priority=args.priority,
                         budget=args.budget)
+
+
+def _add_trust_arguments(parser: argparse.ArgumentParser) -> None:
+    """--secret-file and --trust-unsigned, for the commands that load trainers' structures."""
+    parser.add_argument("--secret-file",
+                        help=f"file holding the shared signing secret (default ${SECRET_ENV})")
+    parser.add_argument("--trust-unsigned",
+                        action="store_true",
+                        help="accept structures whose signature cannot be checked. Loading one "
+                        "runs code: only for a Redis server nobody else can write to")
+
+
+def _check_cpu_fraction(parser: argparse.ArgumentParser, flag: str, value: float) -> None:
+    if not (math.isfinite(value) and 0 < value <= 1):
+        parser.error(f"{flag} must be a fraction of the machine's CPU in (0, 1], e.g. 0.05 for "
+                     f"5%; got {value}")
+
+
+def _check_cpu_arguments(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """--budget (a fraction of the machine) or --priority, not both."""
+    if args.budget is not None:
+        _check_cpu_fraction(parser, "--budget", args.budget)
+        if args.priority is not None:
+            parser.error("pass either --budget or --priority, not both: a budget sets the "
+                         "worker's priority itself")
 
 
 def _checked_secret(parser: argparse.ArgumentParser, args: argparse.Namespace) -> Optional[bytes]:

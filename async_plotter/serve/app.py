@@ -12,12 +12,12 @@ and a render worker starts with the first stream of an experiment (and stops ``g
 its last).
 """
 import logging
-import signal
 import threading
 from typing import Any, Dict, Optional, Tuple
 
 from async_plotter.channel.redis.link import redact
 from async_plotter.channel.redis.signing import Verifier
+from async_plotter.processes import until_interrupted
 from async_plotter.serve.catalog import Catalog
 from async_plotter.serve.history import History
 from async_plotter.serve.live import LiveManager
@@ -86,17 +86,9 @@ class ServeApp:
 
     def run(self) -> int:
         """Serve until Ctrl-C or SIGTERM; returns the exit code."""
-        signal.signal(signal.SIGTERM, _interrupt)
-        self.start()
-        try:
+        with until_interrupted(self.close):
+            self.start()
             threading.Event().wait()
-        except KeyboardInterrupt:
-            logger.info("stopping")
-        finally:
-            # A second Ctrl-C must not cut the bounded shutdown short and orphan workers.
-            signal.signal(signal.SIGINT, signal.SIG_IGN)
-            signal.signal(signal.SIGTERM, signal.SIG_IGN)
-            self.close()
         return 0
 
     # ---------------------------------------------------------------------------- inside
@@ -134,7 +126,3 @@ class ServeApp:
             "record_budget": self.options.record_budget if recorder else None,
             "signed_only": self.options.secret is not None,
         }
-
-
-def _interrupt(signum: int, frame: Any) -> None:
-    raise KeyboardInterrupt()

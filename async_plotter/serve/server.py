@@ -177,7 +177,8 @@ class ServeServer(LiveServer):
     # ------------------------------------------------------------------- events
 
     def _start_overview(self, sock: socket.socket) -> None:
-        leaving = self._claim_event_slot(self._overview, self._serve_lock, sock)
+        leaving = self._claim_slot(self._overview, self._serve_lock, sock, MAX_EVENT_STREAMS,
+                                   "events")
         threading.Thread(target=self._overview_stream,
                          args=(sock, id(sock), leaving),
                          name="async_plotter-serve-events",

@@ -176,7 +176,8 @@ class LiveServer:
         self._active: Dict[int, socket.socket] = {}  # sockets a thread is serving
         self._events: "collections.OrderedDict[int, Tuple[socket.socket, threading.Event]]" = (
             collections.OrderedDict())
-        self._videos: "collections.OrderedDict[int, socket.socket]" = collections.OrderedDict()
+        self._videos: "collections.OrderedDict[int, Tuple[socket.socket, threading.Event]]" = (
+            collections.OrderedDict())
         # Each short answer is built by a page worker (listing a folder must not block the loop).
         self._page_queue: Deque[Tuple[socket.socket, Callable[[], bytes]]] = collections.deque()
         self._page_ready = threading.Condition(self._lock)
@@ -438,17 +439,9 @@ class LiveServer:
                 self._finished(sock, key)
 
     def _start_video(self, sock: socket.socket, name: str, range_header: str) -> None:
-        key = id(sock)
-        with self._lock:
-            victim = None
-            if len(self._videos) >= MAX_VIDEO_SENDS:
-                _, victim = self._videos.popitem(last=False)
-            self._videos[key] = sock
-        if victim is not None:
-            self._evicted(victim, "video")
-        self._serving_socket(sock, thread=True)
+        self._claim_slot(self._videos, self._lock, sock, MAX_VIDEO_SENDS, "video")
         threading.Thread(target=self._video,
-                         args=(sock, key, name, range_header),
+                         args=(sock, id(sock), name, range_header),
                          name="async_plotter-http-video",
                          daemon=True).start()
 
@@ -463,7 +456,7 @@ class LiveServer:
             pass  # the browser went away (or seeked: evicted), or the file was just pruned
         finally:
             with self._lock:
-                if self._videos.get(key) is sock:
+                if self._videos.get(key, (None, ))[0] is sock:
                     del self._videos[key]
             self._finished(sock, key, thread=True)
 
@@ -512,26 +505,26 @@ class LiveServer:
         _shut(sock, abort=True)
 
     def _start_events(self, sock: socket.socket, client: str) -> None:
-        leaving = self._claim_event_slot(self._events, self._lock, sock)
+        leaving = self._claim_slot(self._events, self._lock, sock, MAX_EVENT_STREAMS, "events")
         threading.Thread(target=self._events_stream,
                          args=(sock, id(sock), client, leaving),
                          name="async_plotter-http-events",
                          daemon=True).start()
 
-    def _claim_event_slot(self, slots: "collections.OrderedDict[int, Tuple[socket.socket, Any]]",
-                          lock: Any, sock: socket.socket) -> threading.Event:
-        """Give ``sock`` one of ``MAX_EVENT_STREAMS`` slots in ``slots`` (the oldest holder is
-        evicted when they are full) and count its thread; returns the event that tells the
-        stream's thread to leave. The caller starts that thread."""
+    def _claim_slot(self, slots: "collections.OrderedDict[int, Tuple[socket.socket, Any]]",
+                    lock: Any, sock: socket.socket, limit: int, what: str) -> threading.Event:
+        """Give ``sock`` one of ``limit`` slots in ``slots`` (the oldest holder is evicted when
+        they are full) and count its thread; returns the event that tells the slot's thread to
+        leave. The caller starts that thread."""
         leaving = threading.Event()
         with lock:
             victim = None
-            if len(slots) >= MAX_EVENT_STREAMS:
+            if len(slots) >= limit:
                 _, victim = slots.popitem(last=False)
             slots[id(sock)] = (sock, leaving)
         if victim is not None:
             victim[1].set()
-            self._evicted(victim[0], "events")
+            self._evicted(victim[0], what)
         self._serving_socket(sock, thread=True)
         return leaving
 

@@ -11,7 +11,6 @@ import collections
 import dataclasses
 import logging
 import pickle
-import signal
 import threading
 import time
 from typing import Any, Callable, Deque, Dict, Optional, Tuple
@@ -21,6 +20,7 @@ from async_plotter.channel.redis.reader import RedisAddress
 from async_plotter.channel.redis.signing import PayloadRejected, Verifier
 from async_plotter.channel.redis.wire import METRICS_CAP, MetricsEntry, Structure
 from async_plotter.display import offscreen_gl_backend
+from async_plotter.processes import until_interrupted
 from async_plotter.worker.budget import DEFAULT_BUDGET
 from async_plotter.worker.config import WorkerConfig
 from async_plotter.worker.sinks import SinkSpec
@@ -130,12 +130,11 @@ class ExperimentViewer:
     def run(self) -> int:
         """Show the experiment until Ctrl-C or SIGTERM; returns the exit code."""
         options = self._options
-        signal.signal(signal.SIGTERM, _interrupt)
         logger.info("waiting for experiment %r on %s (Ctrl-C to stop)", options.experiment,
                     redact(options.url))
         disabled_logged = False
         hint_at = time.monotonic() + _WAITING_HINT_AFTER
-        try:
+        with until_interrupted(self.stop):
             self.start()
             while True:
                 before = self._current
@@ -151,13 +150,6 @@ class ExperimentViewer:
                     disabled_logged = True
                     logger.error("the worker keeps failing; waiting for the trainer to publish "
                                  "a new structure (or press Ctrl-C)")
-        except KeyboardInterrupt:
-            logger.info("stopping")
-        finally:
-            # A second Ctrl-C must not cut the bounded shutdown short and orphan the worker.
-            signal.signal(signal.SIGINT, signal.SIG_IGN)
-            signal.signal(signal.SIGTERM, signal.SIG_IGN)
-            self.stop()
         return 0
 
     # Called from the watcher's thread.
@@ -246,10 +238,6 @@ class ExperimentViewer:
             supervisor, self._supervisor = self._supervisor, None
         if supervisor is not None:
             supervisor.stop(timeout)
-
-
-def _interrupt(signum: int, frame: Any) -> None:
-    raise KeyboardInterrupt()
 
 
 def _log_event(kind: str, payload: Dict[str, Any]) -> None:
