@@ -6,7 +6,7 @@
             train_one_iteration(policy)
             plotter.update_plot(policy, iteration=itr)   # returns at once
 """
-from async_plotter.core import DEFAULT_BUDGET, Plotter, PlotterState
+from async_plotter.core import DEFAULT_BUDGET, DEFAULT_VIDEO_LENGTH, Plotter, PlotterState
 from async_plotter.errors import (CameraError, EnvBuildError, EnvRenderError, EnvSpecError,
                                   InvalidArgumentError, NoDisplayError, ParameterMismatchError,
                                   PlotterClosedError, PlotterError, PolicyNotRebuildableError,
@@ -21,5 +21,6 @@ __all__ = [
     "Plotter", "Serializable", "PlotterError", "PlotterClosedError", "PolicyProtocolError",
     "PolicyNotRebuildableError", "ParameterMismatchError", "EnvSpecError", "NoDisplayError",
     "VideoDirError", "InvalidArgumentError", "PolicyShapeError", "EnvRenderError", "EnvBuildError",
-    "CameraError", "DEFAULT_BUDGET", "FrameSink", "EpisodeInfo", "EpisodeEnd", "PlotterState"
+    "CameraError", "DEFAULT_BUDGET", "DEFAULT_VIDEO_LENGTH", "FrameSink", "EpisodeInfo",
+    "EpisodeEnd", "PlotterState"
 ]

@@ -5,8 +5,11 @@ Whole runs as users run them: ``run_experiment_lite`` with TRPO, ``n_parallel=2`
 over rounds (A B C D E A B C D E ...) so that machine drift hits every mode alike. Modes:
 
 * ``off``: no plotting.
-* ``defaults``: ``plot=True`` and nothing else (the library's CPU budget, 0.02, final video).
-* ``budget-0.05`` / ``budget-0.10``: larger budgets; ``budget-0.01``: the floor.
+* ``defaults``: ``plot=True`` and nothing else (the library's CPU budget, 0.03, 200-step videos
+  while training, a whole rollout of the final policy).
+* ``budget-0.05`` / ``budget-0.10``: larger budgets; ``budget-0.02`` / ``budget-0.01``: the floor.
+* ``long-videos``: the defaults with whole 500-step videos while training (``video_length=None``,
+  what this library did before), for comparison (not run by default).
 * ``idle``: ``priority="idle"`` (SCHED_IDLE after start-up), for comparison (not run by default).
 * ``sync-every-K``: what SB3/CleanRL users do today: every K iterations the trainer stops and
   waits for a video of the current policy (rendered by the same worker at normal priority, as
@@ -22,6 +25,9 @@ one-off start-up cost (extra seconds over ``off`` in the first 5 iterations).
 
     python benchmarks/plot_overhead.py                 # Swimmer-v5 and HalfCheetah-v5, 2 rounds
     python benchmarks/plot_overhead.py --quick         # smoke run: tiny batches, one round
+    python benchmarks/plot_overhead.py --n-parallel 1 --envs Swimmer-v5 --modes off,defaults,sync \
+        --n-itr 40 \
+        --out benchmarks/results/plot_overhead_one_sampler.json   # a core left to plotting
 
 Writes benchmarks/results/plot_overhead.json and plot_overhead.png.
 """
@@ -47,6 +53,12 @@ MODES = {
     "budget-0.01": {
         "budget": 0.01
     },
+    "budget-0.02": {
+        "budget": 0.02
+    },
+    "long-videos": {
+        "video_length": None
+    },
     "budget-0.05": {
         "budget": 0.05
     },
@@ -63,7 +75,7 @@ MODES = {
         "fps": 1000
     },
 }
-DEFAULT_MODES = ["off", "defaults", "budget-0.05", "budget-0.10", "budget-0.01", "sync"]
+DEFAULT_MODES = ["off", "defaults", "budget-0.02", "budget-0.10", "sync"]
 ENVS = ("Swimmer-v5", "HalfCheetah-v5")
 STARTUP_ITERATIONS = 5
 
@@ -71,7 +83,7 @@ STARTUP_ITERATIONS = 5
 
 
 def _child(mode: str, env_id: str, n_itr: int, batch_size: int, max_path_length: int, seed: int,
-           sync_every: int) -> dict:
+           sync_every: int, n_parallel: int) -> dict:
     import logging
 
     from async_plotter.rl import TRPO, GaussianMLPPolicy, LinearFeatureBaseline
@@ -85,6 +97,7 @@ def _child(mode: str, env_id: str, n_itr: int, batch_size: int, max_path_length:
     def timed_iteration(self, itr, *args, **kwargs):
         original_iteration(self, itr, *args, **kwargs)
         iteration_ends.append(time.time())
+        iteration_idle.append(machine_idle_seconds())
 
     BatchPolopt._iteration = timed_iteration
     sync_waits = []
@@ -102,10 +115,14 @@ def _child(mode: str, env_id: str, n_itr: int, batch_size: int, max_path_length:
                 step_size=0.01)
     plot_kwargs = MODES[mode]
     log_dir = tempfile.mkdtemp(prefix="plot_overhead_")
+    from async_plotter.worker.budget import machine_idle_seconds
+
+    idle_at_start = machine_idle_seconds()
+    iteration_idle = []
     started = time.time()
     result = run_experiment_lite(
         algo,
-        n_parallel=2,
+        n_parallel=n_parallel,
         plot=plot_kwargs is not None,
         seed=seed,
         log_dir=log_dir,
@@ -118,6 +135,8 @@ def _child(mode: str, env_id: str, n_itr: int, batch_size: int, max_path_length:
         "env": env_id,
         "started": started,
         "iteration_ends": iteration_ends,
+        # the machine's idle CPU-seconds from the start to each iteration's end
+        "iteration_idle": [idle - idle_at_start for idle in iteration_idle],
         "finished": finished,
         "videos": stats.get("video_log", []),
         "final_video": stats.get("final_video"),
@@ -137,8 +156,8 @@ def _make_update_plot_synchronous(batch_polopt, every: int, n_itr: int, waits: l
     until its video exists, the way a synchronous video recorder holds up training."""
     original_start = batch_polopt._start_plotter
 
-    def start_plotter(self, kwargs, video_dir):
-        plotter = original_start(self, kwargs, video_dir)
+    def start_plotter(self, *args):
+        plotter = original_start(self, *args)
         update = plotter.update_plot
 
         def update_and_wait(policy, iteration=None, **rest):
@@ -170,7 +189,8 @@ def run_child(mode, env_id, args, sync_every=0):
         str(batch_size),
         str(max_path_length),
         str(args.seed),
-        str(sync_every)
+        str(sync_every),
+        str(args.n_parallel)
     ]
     result = subprocess.run(command, capture_output=True, text=True, timeout=3600)
     for line in result.stdout.splitlines():
@@ -217,25 +237,33 @@ def measure(run: dict, off: dict) -> dict:
         "boot_seconds": run.get("boot_seconds"),
         "boot_cpu_seconds": run.get("boot_cpu_seconds"),
         "sync_every": run.get("sync_every"),
+        # CPU nobody used during training: all a worker could take without slowing it
+        "machine_idle_share": run["iteration_idle"][-1] / (training * run["cores"]),
     }
 
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--child",
-                        nargs=7,
-                        metavar=("MODE", "ENV", "N_ITR", "BATCH", "PATH", "SEED", "SYNC_EVERY"))
+                        nargs=8,
+                        metavar=("MODE", "ENV", "N_ITR", "BATCH", "PATH", "SEED", "SYNC_EVERY",
+                                 "N_PARALLEL"))
     parser.add_argument("--envs", default=",".join(ENVS))
     parser.add_argument("--modes", default=",".join(DEFAULT_MODES))
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--n-itr", type=int, default=60)
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--n-parallel",
+                        type=int,
+                        default=2,
+                        help="sampler processes (2: both cores busy; 1 leaves a core to plotting)")
     parser.add_argument("--quick", action="store_true", help="tiny settings: a smoke run")
     parser.add_argument("--out", default=os.path.join(RESULTS, "plot_overhead.json"))
     args = parser.parse_args()
     if args.child:
-        mode, env_id, n_itr, batch, path, seed, sync_every = args.child
-        result = _child(mode, env_id, int(n_itr), int(batch), int(path), int(seed), int(sync_every))
+        mode, env_id, n_itr, batch, path, seed, sync_every, n_parallel = args.child
+        result = _child(mode, env_id, int(n_itr), int(batch), int(path), int(seed), int(sync_every),
+                        int(n_parallel))
         print("RESULT " + json.dumps(result), flush=True)
         return
     if args.quick:
@@ -304,6 +332,7 @@ def _summarize(measured, envs, modes):
                 "startup_cost_s": mean("startup_cost_s"),
                 "boot_seconds": mean("boot_seconds"),
                 "sync_every": rows[0]["sync_every"] if rows else None,
+                "machine_idle_share": mean("machine_idle_share"),
             }
     return summary
 
@@ -331,6 +360,10 @@ def _print_table(summary, envs, modes):
                 f"{f('first_video_s', '.0f', ' s')} | {row['final_video_runs']} | "
                 f"{'-' if row['worker_cpu_share'] is None else format(row['worker_cpu_share'] * 100, '.1f') + '%'} | "
                 f"{f('cost_per_video_s', '.2f', ' s')} | {f('startup_cost_s', '.1f', ' s')} |")
+    for env_id in envs:
+        idle = summary[env_id]["off"]["machine_idle_share"]
+        print(f"\n{env_id}: {idle * 100:.1f}% of the machine's CPU was idle during the `off` "
+              "runs' training (all a worker could use without taking it from training)")
 
 
 def _chart(summary, envs, modes, path):

@@ -46,8 +46,9 @@ class Flailing(Serializable):
 
 def record(env_id, policy, tmp_path, steps, env=None, **kwargs):
     """Frames of the initial policy's video, from a real plot worker, at the size of Gymnasium's
-    own frames (the cheap preset would otherwise draw 2/3 of it)."""
+    own frames (the cheap preset would otherwise draw 2/3 of it), of every step."""
     kwargs.setdefault("frame_size", (480, 480))
+    kwargs.setdefault("video_length", None)
     videos = tmp_path / env_id
     with Plotter(env or env_id,
                  policy,

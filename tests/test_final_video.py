@@ -48,6 +48,28 @@ def test_close_records_the_final_policy_and_counts_it(tmp_path, caplog, no_lefto
     assert summary and "shows the final policy" in summary[-1], summary
 
 
+def test_videos_while_training_stop_at_video_length_and_the_final_one_is_whole(
+        tmp_path, no_leftovers):
+    policy = LinearPolicy(8, 2)
+    plotter = Plotter("Swimmer-v5",
+                      policy,
+                      max_path_length=90,
+                      video_length=30,
+                      video_dir=str(tmp_path),
+                      seed=0).start()
+    policy.fill(0.1)
+    plotter.update_plot(policy, iteration=0)
+    wait_for(lambda: any(v["iteration"] == 0 for v in plotter.stats["video_log"]),
+             90,
+             message="iteration 0's video")
+    policy.fill(0.2)
+    plotter.update_plot(policy, iteration=1)
+    plotter.close()
+    assert frame_count(str(tmp_path / "iter_0000.mp4")) == 31  # the reset pose and 30 steps
+    assert plotter.stats["final_video"] == str(tmp_path / "iter_0001.mp4")
+    assert frame_count(plotter.stats["final_video"]) == 91, "the final video is a whole rollout"
+
+
 def test_close_with_a_final_video_already_there_does_not_wait(tmp_path, no_leftovers):
     policy = LinearPolicy(8, 2)
     with Plotter("Swimmer-v5", policy, max_path_length=20, video_dir=str(tmp_path)) as plotter:

@@ -5,17 +5,20 @@
     sys.exit(run_example(make_algo, args))
 
 Plotting flags: ``--plot/--no-plot`` (on by default), ``--plot-budget`` (the CPU budget),
-``--plot-path-length`` (steps per plotted rollout), ``--http`` (a live page) and
-``--plot-priority`` (a fixed priority instead of a budget). Training flags: ``--n-parallel``,
-``--n-itr``, ``--seed``, ``--batch-size``, ``--exp-name``, ``--tensorboard/--no-tensorboard``
-(event files in the run folder, on by default).
+``--plot-path-length`` (steps per plotted rollout), ``--plot-video-length`` (steps per video
+while training), ``--http`` (a live page) and ``--plot-priority`` (a fixed priority instead of
+a budget). Training flags: ``--n-parallel``, ``--n-itr``, ``--seed``, ``--batch-size``,
+``--exp-name``, ``--tensorboard/--no-tensorboard`` (event files in the run folder, on by
+default).
 """
 import argparse
 import os
 import sys
 from typing import Any, Callable, Dict
 
+from async_plotter.core import DEFAULT_VIDEO_LENGTH
 from async_plotter.rl.experiment import ExperimentResult, run_experiment_lite
+from async_plotter.worker.budget import DEFAULT_BUDGET
 
 
 def example_parser(doc: str,
@@ -54,12 +57,18 @@ def add_plot_arguments(parser: argparse.ArgumentParser) -> None:
                        type=float,
                        default=None,
                        help="fraction of the machine's CPU plotting may take from training, "
-                       "beyond idle CPU (default: the library's, 0.05)")
+                       f"beyond idle CPU (default: the library's, {DEFAULT_BUDGET})")
     group.add_argument("--plot-path-length",
                        type=int,
                        default=None,
-                       help="steps per plotted rollout (default: the training's); shorter "
-                       "rollouts give more frequent videos")
+                       help="steps per plotted rollout (default: the training's); the final "
+                       "policy's video shows this many")
+    group.add_argument("--plot-video-length",
+                       type=int,
+                       default=None,
+                       help="steps a video recorded while training shows at most (default: "
+                       f"the library's, {DEFAULT_VIDEO_LENGTH}); shorter videos come more often "
+                       "for the same budget")
     group.add_argument("--http",
                        default=None,
                        help="also serve a live page: a port (8080) or host:port")
@@ -76,6 +85,7 @@ def plot_options(args: argparse.Namespace) -> Dict[str, Any]:
     options = {
         "budget": args.plot_budget,
         "max_path_length": args.plot_path_length,
+        "video_length": args.plot_video_length,
         "http": args.http,
         "priority": args.plot_priority,
     }
@@ -111,7 +121,7 @@ def describe_outputs(result: ExperimentResult) -> str:
     if result.video_dir:
         count = len(result.videos)
         lines.append(f"videos:         {count} in {result.video_dir}"
-                     if count else f"videos:         none (see the plotter's summary above)")
+                     if count else "videos:         none (see the plotter's summary above)")
         if result.final_video:
             lines.append(f"final policy:   {result.final_video}")
     return "\n" + "\n".join(lines)

@@ -36,7 +36,7 @@ from async_plotter.worker import priorities
 
 #: the default CPU budget: the fraction of the machine's CPU that plotting may take from a busy
 #: trainer, beyond the CPU nobody else wants (chosen by benchmarks/plot_overhead.py)
-DEFAULT_BUDGET = 0.02
+DEFAULT_BUDGET = 0.03
 
 logger = logging.getLogger("async_plotter")
 

@@ -26,6 +26,9 @@ class WorkerConfig:
     budget: Optional[float] = None
     #: recorded videos last at least this long: short episodes are chained into one file
     min_video_seconds: float = 3.0
+    #: steps a video recorded while training shows at most (None: ``max_path_length``); the
+    #: final policy's video and live views show whole rollouts
+    video_length: Optional[int] = None
     #: the user's ``Plotter(camera=...)`` (checked): None, "track", a name, an id or a dict
     camera: Any = None
     #: where frames go (``worker/sinks.py``); only the render process receives them

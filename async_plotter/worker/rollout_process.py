@@ -81,9 +81,11 @@ def _run(config: WorkerConfig, reader: ParamReader, frames_out: Connection,
             status.send(StatusKind.APPLIED, update=update.number, iteration=update.iteration)
         info = EpisodeInfo(current.number, current.iteration, episode_index, part)
         episode_index += 1
-        steps_left = max(current.max_path_length - shown, 1) if part else current.max_path_length
-        end = _run_episode(env, runtime, scene, info, steps_left, reader, config, frames_out,
-                           status, min_video_steps - shown)
+        full, clip = current.max_path_length, _clip_steps(current, config)
+        steps_left = max(full - shown, 1) if part else full
+        clip_left = max(clip - shown, 1) if part else clip
+        end = _run_episode(env, runtime, scene, info, (steps_left, clip_left), reader, config,
+                           frames_out, status, min_video_steps - shown)
         shown += end.steps
         part = part + 1 if end.continued else 0
         status.send(StatusKind.EPISODE,
@@ -94,9 +96,22 @@ def _run(config: WorkerConfig, reader: ParamReader, frames_out: Connection,
                     part=info.part)
 
 
-def _run_episode(env: Any, runtime: Any, scene: SceneInfo, info: EpisodeInfo, max_path_length: int,
+def _clip_steps(update: ParamUpdate, config: WorkerConfig) -> int:
+    """Where a video recorded while training stops: ``video_length`` steps (most of a video's
+    CPU is its frames, and the budget buys more, fresher videos when each is shorter). Live
+    views get whole rollouts, and so does the final policy's video (``_run_episode`` goes on
+    past the clip once the final video is asked for)."""
+    if config.live or config.video_length is None:
+        return update.max_path_length
+    return min(update.max_path_length, config.video_length)
+
+
+def _run_episode(env: Any, runtime: Any, scene: SceneInfo, info: EpisodeInfo, limits: tuple,
                  reader: Any, config: WorkerConfig, frames_out: Connection, status: StatusSender,
                  video_steps_wanted: int) -> EpisodeEnd:
+    """One episode of at most ``limits[0]`` steps, cut at ``limits[1]`` unless the final video
+    is asked for; each step is streamed to the render process."""
+    max_path_length, clip_length = limits
     seed = None if config.seed is None else config.seed + info.episode
     observation, _ = env.reset(seed=seed)
     reset = getattr(runtime.policy, "reset", None)
@@ -126,6 +141,8 @@ def _run_episode(env: Any, runtime: Any, scene: SceneInfo, info: EpisodeInfo, ma
         status.beat()
         if terminated or truncated:
             ended_early = steps < max_path_length
+            break
+        if steps >= clip_length and not reader.final_requested():
             break
     # Chain another episode of these parameters into the same video while it is still short
     # (recorded videos only; live views replay anyway).

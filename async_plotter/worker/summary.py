@@ -73,4 +73,5 @@ def _why_few(stats: Dict[str, Any], videos: int, iterations: int, elapsed: float
     return (f"Fewer than one per 10 iterations: the budget ({budget:g} of the machine, "
             f"~{per_iteration:.2f} CPU-s an iteration) is small for this frame cost{cost}. "
             f"Raise budget= (e.g. {min(budget * 2, 1.0):g}), or make videos cheaper: shorter "
-            f"plotted rollouts (max_path_length=) or a smaller frame_size=")
+            f"ones (video_length=, steps a video shows while training) or a smaller "
+            f"frame_size=")

@@ -44,8 +44,17 @@ def test_a_short_run_on_a_saturated_machine_shows_its_final_policy(tmp_path, cap
 
 def test_the_examples_share_their_plotting_flags():
     parser = example_parser(__doc__)
-    args = parser.parse_args(["--plot-budget", "0.1", "--plot-path-length", "50", "--http", "0"])
-    assert plot_options(args) == {"plot": True, "budget": 0.1, "max_path_length": 50, "http": "0"}
+    args = parser.parse_args([
+        "--plot-budget", "0.1", "--plot-path-length", "50", "--plot-video-length", "40", "--http",
+        "0"
+    ])
+    assert plot_options(args) == {
+        "plot": True,
+        "budget": 0.1,
+        "max_path_length": 50,
+        "video_length": 40,
+        "http": "0"
+    }
     assert plot_options(parser.parse_args(["--no-plot", "--plot-budget", "0.1"])) == {"plot": False}
     for script in ("trpo_swimmer.py", "trpo_cartpole.py", "vpg_inverted_pendulum.py",
                    "plot_random_policy.py"):
@@ -55,7 +64,8 @@ def test_the_examples_share_their_plotting_flags():
             text=True,
             timeout=120,
             check=True).stdout
-        for flag in ("--plot, --no-plot", "--plot-budget", "--plot-path-length", "--http"):
+        for flag in ("--plot, --no-plot", "--plot-budget", "--plot-path-length",
+                     "--plot-video-length", "--http"):
             assert flag in shown, f"{script} has no {flag}"
 
 

@@ -14,11 +14,12 @@ logger = logging.getLogger(__name__)
 
 #: the still shown where one chained episode ends and the next begins, in seconds
 BOUNDARY_PAUSE_SECONDS = 0.3
-# x264's "veryfast" preset on one thread: ~2.0 ms of CPU a 480x480 MuJoCo frame against ~2.6 ms
-# with its default threads and more with its default preset, at the same file size (measured:
-# 88 KB per 300 Swimmer frames; "ultrafast" costs 1.4 ms but makes files 4.6x larger). The
-# encoder's CPU counts against the budget like the rendering's.
-_ENCODER_PARAMS = ["-preset", "veryfast", "-threads", "1"]
+# x264's "superfast" preset on one thread: measured per 320x320 MuJoCo frame 1.3 ms of CPU
+# (Swimmer) and 1.4 ms (HalfCheetah) against 1.9 and 2.6 ms with "veryfast", for files about
+# twice as large (~1.1 KB and ~2.6 KB a frame); "ultrafast" saves little more and makes them
+# 3-5 times larger. Its threads add CPU, not speed, at this size. The encoder's CPU counts
+# against the budget like the rendering's.
+_ENCODER_PARAMS = ["-preset", "superfast", "-threads", "1"]
 
 #: ``on_written(path, first_episode, episodes, frames)``
 WrittenCallback = Callable[[str, EpisodeInfo, int, int], None]
