@@ -305,7 +305,7 @@ def main():
     with open(args.out, "w") as out:
         json.dump(report, out, indent=2)
     chart = os.path.splitext(args.out)[0] + ".png"
-    _chart(summary, envs, modes, chart)
+    _chart(summary, envs, modes, chart, args)
     print(f"\nwrote {args.out} and {chart} ({time.time() - started:.0f} s)")
 
 
@@ -366,7 +366,7 @@ def _print_table(summary, envs, modes):
               "runs' training (all a worker could use without taking it from training)")
 
 
-def _chart(summary, envs, modes, path):
+def _chart(summary, envs, modes, path, args):
     import matplotlib
 
     matplotlib.use("Agg")
@@ -388,7 +388,9 @@ def _chart(summary, envs, modes, path):
     cost.axhline(1.0, color="black", linewidth=0.8)
     cost.axhline(1.05, color="red", linewidth=0.8, linestyle="--", label="goal 1.05")
     cost.set_ylabel("training time / no plotting")
-    cost.set_title("What plotting cost (60-iteration TRPO runs)", fontsize=9)
+    cost.set_title(
+        f"What plotting cost ({args.n_itr}-iteration TRPO runs, n_parallel={args.n_parallel})",
+        fontsize=9)
     seen.axhline(1.0, color="red", linewidth=0.8, linestyle="--", label="goal 1")
     seen.set_ylabel("videos per 10 iterations")
     seen.set_title("What the user got to see", fontsize=9)
