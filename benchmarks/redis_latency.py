@@ -25,7 +25,6 @@ import argparse
 import json
 import os
 import pickle
-import platform
 import random
 import statistics
 import sys
@@ -36,6 +35,7 @@ import numpy as np
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
+from benchmarks.machine import machine_facts  # noqa: E402
 from async_plotter.channel.redis.writer import RedisWriter  # noqa: E402
 from async_plotter.channel.redis.reader import RedisReader  # noqa: E402
 
@@ -288,13 +288,7 @@ def main():
     with open(path, "w") as handle:
         json.dump(
             {
-                "machine": {
-                    "platform": platform.platform(),
-                    "python": platform.python_version(),
-                    "cpus": os.cpu_count(),
-                    "load_average_before": load_before,
-                    "load_average_after": load_after,
-                },
+                "machine": machine_facts(load_before, load_after),
                 "rounds": rounds,
                 "reply_parser": parser,
                 "baseline_poll_sleep_s": BASELINE_POLL_SLEEP,

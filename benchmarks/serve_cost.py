@@ -28,7 +28,6 @@ average before and after is recorded beside the results).
 import argparse
 import json
 import os
-import platform
 import signal
 import subprocess
 import sys
@@ -41,6 +40,7 @@ import numpy as np
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
+from benchmarks.machine import machine_facts  # noqa: E402
 from async_plotter.serve.cpu import tree_cpu_seconds  # noqa: E402
 
 RESULTS = os.path.join(ROOT, "benchmarks", "results")
@@ -366,13 +366,7 @@ def report(results: List[Dict[str, Any]], load_before: Any, load_after: Any, win
     with open(path, "w") as handle:
         json.dump(
             {
-                "machine": {
-                    "platform": platform.platform(),
-                    "python": platform.python_version(),
-                    "cpus": os.cpu_count(),
-                    "load_average_before": load_before,
-                    "load_average_after": load_after,
-                },
+                "machine": machine_facts(load_before, load_after),
                 "trainers": TRAINERS,
                 "publish_interval_s": PUBLISH_INTERVAL,
                 "window_s": window,

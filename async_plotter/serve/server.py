@@ -35,8 +35,8 @@ from async_plotter.serve.history import History
 from async_plotter.serve.live import LiveLimit, LiveManager
 from async_plotter.web.address import HttpConfig
 from async_plotter.web.feed import FeedClosed, LiveFeed, ViewerEvicted
-from async_plotter.web.server import (BOUNDARY, KEEPALIVE_INTERVAL, STREAM_SEND_BUFFER, LiveServer,
-                                      _event, _first, _head, _plain, _Request)
+from async_plotter.web.server import (KEEPALIVE_INTERVAL, LiveServer, _event, _first, _head, _plain,
+                                      _Request, start_frame_stream)
 
 logger = logging.getLogger("async_plotter")
 
@@ -264,10 +264,7 @@ class ServeServer(LiveServer):
                 return
             relay = session.relay
             try:
-                sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, STREAM_SEND_BUFFER)
-                sock.sendall(
-                    _head(HTTPStatus.OK, f"multipart/x-mixed-replace; boundary={BOUNDARY}", None) +
-                    f"--{BOUNDARY}\r\n".encode())
+                start_frame_stream(sock)
                 while True:
                     part = relay.next_part(viewer, timeout=1.0)
                     if part is None:

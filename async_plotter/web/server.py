@@ -480,12 +480,7 @@ class LiveServer:
     def _stream(self, sock: socket.socket, key: int, viewer: Any) -> None:
         feed = self.feed
         try:
-            # A small send buffer: newest-wins only works if the kernel does not queue seconds
-            # of frames for a slow browser (it would autotune up to megabytes).
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, STREAM_SEND_BUFFER)
-            sock.sendall(
-                _head(HTTPStatus.OK, f"multipart/x-mixed-replace; boundary={BOUNDARY}", None) +
-                f"--{BOUNDARY}\r\n".encode())
+            start_frame_stream(sock)
             while True:
                 item = feed.next_jpeg(viewer, timeout=1.0)
                 if item is not None:
@@ -688,6 +683,16 @@ def _head(code: int,
     lines.extend(f"{name}: {value}"
                  for name, value in dict(_SECURITY_HEADERS, **(extra or {})).items())
     return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
+
+
+def start_frame_stream(sock: socket.socket) -> None:
+    """Answer a stream request: the multipart head and the first boundary, on a socket whose
+    send buffer is kept small (newest-wins only works if the kernel does not queue seconds of
+    frames for a slow browser; it would autotune up to megabytes)."""
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, STREAM_SEND_BUFFER)
+    sock.sendall(
+        _head(HTTPStatus.OK, f"multipart/x-mixed-replace; boundary={BOUNDARY}", None) +
+        f"--{BOUNDARY}\r\n".encode())
 
 
 def _plain(code: int, text: str, extra: Optional[Dict[str, str]] = None) -> bytes:
