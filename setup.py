@@ -35,16 +35,27 @@ setup(
         "imageio-ffmpeg>=0.4.9",
         "matplotlib>=3.7",
         "pillow>=9.1",
+        # TensorBoard event files, written by the render process whenever tensorboard_dir is set
+        # and by every run_experiment_lite run: tensorboardX frames them without TensorFlow, and
+        # uses crc32c's compiled checksum when present (35x faster than its pure-Python one).
+        "tensorboardX>=2.6",
+        "crc32c>=2.3",
+        # process CPU times and trees for the CPU budget, on Linux, macOS and Windows
+        "psutil>=5.9",
     ],
     extras_require={
         "cpu": ["tensorflow-cpu>=2.15"],
         "gpu": ["tensorflow>=2.15"],
-        "redis": ["redis>=5.0"],
+        # hiredis parses replies in C: a 1e6-parameter update's GET in 5.6 ms instead of 15 ms
+        # (benchmarks/redis_latency.py, and the parsers side by side)
+        "redis": ["redis>=5.0", "hiredis>=2.0"],
         # Reading and serving event files; writing them needs neither this nor TensorFlow.
         "tensorboard": ["tensorboard>=2.15"],
         "test": [
             "pytest>=7", "pytest-timeout>=2.2", "psutil>=5.9", "yapf>=0.40", "redis>=5.0",
-            "websockets>=12", "tensorboard>=2.15"
+            "websockets>=12", "tensorboard>=2.15",
+            # the real gym package (0.26, numpy-2 broken in places) whose envs users still bring
+            "gym==0.26.2"
         ],
     },
     entry_points={"console_scripts": ["async-plotter=async_plotter.cli:main"]},

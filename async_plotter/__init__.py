@@ -6,11 +6,13 @@
             train_one_iteration(policy)
             plotter.update_plot(policy, iteration=itr)   # returns at once
 """
-from async_plotter.core import DEFAULT_BUDGET, DEFAULT_VIDEO_LENGTH, Plotter, PlotterState
+from async_plotter.core import (DEFAULT_BUDGET, DEFAULT_VIDEO_LENGTH, DEFAULT_VIDEO_SECONDS,
+                                Plotter, PlotterState)
 from async_plotter.errors import (CameraError, EnvBuildError, EnvRenderError, EnvSpecError,
                                   InvalidArgumentError, NoDisplayError, ParameterMismatchError,
-                                  PlotterClosedError, PlotterError, PolicyNotRebuildableError,
-                                  PolicyProtocolError, PolicyShapeError, VideoDirError)
+                                  PlotterClosedError, PlotterError, PolicyMismatchError,
+                                  PolicyNotRebuildableError, PolicyProtocolError, PolicyShapeError,
+                                  VideoDirError)
 from async_plotter.render.sinks.base import FrameSink
 from async_plotter.render.stream import EpisodeEnd, EpisodeInfo
 from async_plotter.serializable import Serializable
@@ -19,8 +21,8 @@ __version__ = "0.1.0"
 
 __all__ = [
     "Plotter", "Serializable", "PlotterError", "PlotterClosedError", "PolicyProtocolError",
-    "PolicyNotRebuildableError", "ParameterMismatchError", "EnvSpecError", "NoDisplayError",
-    "VideoDirError", "InvalidArgumentError", "PolicyShapeError", "EnvRenderError", "EnvBuildError",
-    "CameraError", "DEFAULT_BUDGET", "DEFAULT_VIDEO_LENGTH", "FrameSink", "EpisodeInfo",
-    "EpisodeEnd", "PlotterState"
+    "PolicyNotRebuildableError", "PolicyMismatchError", "ParameterMismatchError", "EnvSpecError",
+    "NoDisplayError", "VideoDirError", "InvalidArgumentError", "PolicyShapeError", "EnvRenderError",
+    "EnvBuildError", "CameraError", "DEFAULT_BUDGET", "DEFAULT_VIDEO_LENGTH",
+    "DEFAULT_VIDEO_SECONDS", "FrameSink", "EpisodeInfo", "EpisodeEnd", "PlotterState"
 ]

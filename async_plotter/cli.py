@@ -19,6 +19,8 @@ from async_plotter.channel.redis.link import redact, url_problem
 from async_plotter.channel.redis.signing import (SECRET_ENV, read_secret_file, resolve_secret,
                                                  warn_if_weak)
 from async_plotter.channel.redis.wire import valid_experiment
+from async_plotter.worker.budget import DEFAULT_BUDGET
+from async_plotter.worker.priorities import PRIORITIES
 
 logger = logging.getLogger("async_plotter")
 
@@ -58,20 +60,12 @@ def _parser() -> argparse.ArgumentParser:
                       help="write each update's rollout into TensorBoard event files here "
                       "(an animated image, and the trainer's metrics as scalars)")
     view.add_argument("--window", action="store_true", help="open a window (needs a display)")
-    view.add_argument("--http",
-                      help="serve a live page: a port (8080) or host:port; other hosts than "
-                      "127.0.0.1 need --http-token")
-    view.add_argument("--http-token",
-                      help="token the live page requires (default $ASYNC_PLOTTER_HTTP_TOKEN)")
-    view.add_argument("--fps", type=float, help="frame-rate cap (default: the trainer's)")
-    view.add_argument("--budget",
-                      type=float,
-                      help="fraction of this machine's CPU the worker may take from other work, "
-                      "beyond idle CPU (default: the trainer's budget, 0.05 unless it set one)")
-    view.add_argument("--priority",
-                      choices=("idle", "low", "normal"),
-                      help="a fixed CPU priority for the worker instead of a budget. A machine "
-                      "that only views can use normal; idle yields to everything else")
+    _add_worker_arguments(view,
+                          http=None,
+                          http_help="serve a live page: a port (8080) or host:port; other hosts "
+                          "than 127.0.0.1 need --http-token",
+                          fps=None,
+                          workers="the worker")
     view.add_argument("--max-restarts",
                       type=int,
                       default=3,
@@ -295,12 +289,12 @@ def _serve_parser(commands: Any) -> argparse.ArgumentParser:
         "iteration, age, learning curve), with a live view of those you watch: a render worker "
         "runs for an experiment only while somebody watches it.")
     serve.add_argument("url", help="the Redis server, e.g. redis://host:6379/0 or rediss://...")
-    serve.add_argument("--http",
-                       default="8080",
-                       help="where to serve the page: a port (default 8080, on 127.0.0.1) or "
-                       "host:port; other hosts than loopback need --http-token")
-    serve.add_argument("--http-token",
-                       help="token the page requires (default $ASYNC_PLOTTER_HTTP_TOKEN)")
+    _add_worker_arguments(serve,
+                          http="8080",
+                          http_help="where to serve the page: a port (default 8080, on "
+                          "127.0.0.1) or host:port; other hosts than loopback need --http-token",
+                          fps=DEFAULT_FPS,
+                          workers="each live worker")
     serve.add_argument("--max-live",
                        type=int,
                        default=DEFAULT_MAX_LIVE,
@@ -311,11 +305,6 @@ def _serve_parser(commands: Any) -> argparse.ArgumentParser:
                        default=DEFAULT_GRACE,
                        help="seconds a render worker outlives its last viewer (default "
                        f"{DEFAULT_GRACE:g})")
-    serve.add_argument("--fps",
-                       type=float,
-                       default=DEFAULT_FPS,
-                       help=f"frame-rate cap of the live views and videos (default "
-                       f"{DEFAULT_FPS:g})")
     serve.add_argument("--record-dir",
                        help="keep a history: a video of each experiment every few updates, "
                        "in DIR/<experiment>/")
@@ -329,13 +318,6 @@ def _serve_parser(commands: Any) -> argparse.ArgumentParser:
                        default=DEFAULT_RECORD_BUDGET,
                        help="fraction of this machine's CPU recording may use on average, "
                        f"start-ups included (default {DEFAULT_RECORD_BUDGET:g})")
-    serve.add_argument("--budget",
-                       type=float,
-                       help="CPU budget of each live worker, as view's --budget (default: "
-                       "the trainer's)")
-    serve.add_argument("--priority",
-                       choices=("idle", "low", "normal"),
-                       help="a fixed CPU priority for the live workers instead of a budget")
     _add_trust_arguments(serve)
     return serve
 
@@ -391,6 +373,29 @@ def _check_serve_arguments(parser: argparse.ArgumentParser, args: argparse.Names
                         budget=args.budget)
 
 
+def _add_worker_arguments(parser: argparse.ArgumentParser, *, http: Optional[str], http_help: str,
+                          fps: Optional[float], workers: str) -> None:
+    """--http, --http-token, --fps, --budget and --priority: the live page and the CPU settings
+    of the render workers ``view`` and ``serve`` start."""
+    fps_default = "the trainer's" if fps is None else f"{fps:g}"
+    parser.add_argument("--http", default=http, help=http_help)
+    parser.add_argument("--http-token",
+                        help="token the page requires (default $ASYNC_PLOTTER_HTTP_TOKEN)")
+    parser.add_argument("--fps",
+                        type=float,
+                        default=fps,
+                        help=f"frame-rate cap of the live view and videos (default: {fps_default})")
+    parser.add_argument("--budget",
+                        type=float,
+                        help=f"fraction of this machine's CPU {workers} may take from other work, "
+                        "beyond idle CPU (default: the trainer's budget, "
+                        f"{DEFAULT_BUDGET:g} unless it set one)")
+    parser.add_argument("--priority",
+                        choices=PRIORITIES,
+                        help=f"a fixed CPU priority for {workers} instead of a budget: idle "
+                        "yields to everything else; a machine that only views can use normal")
+
+
 def _add_trust_arguments(parser: argparse.ArgumentParser) -> None:
     """--secret-file and --trust-unsigned, for the commands that load trainers' structures."""
     parser.add_argument("--secret-file",
@@ -403,8 +408,8 @@ def _add_trust_arguments(parser: argparse.ArgumentParser) -> None:
 
 def _check_cpu_fraction(parser: argparse.ArgumentParser, flag: str, value: float) -> None:
     if not (math.isfinite(value) and 0 < value <= 1):
-        parser.error(f"{flag} must be a fraction of the machine's CPU in (0, 1], e.g. 0.05 for "
-                     f"5%; got {value}")
+        parser.error(f"{flag} must be a fraction of the machine's CPU in (0, 1], e.g. "
+                     f"{DEFAULT_BUDGET:g} for {DEFAULT_BUDGET:.0%}; got {value}")
 
 
 def _check_cpu_arguments(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:

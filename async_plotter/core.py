@@ -23,13 +23,14 @@ import numpy as np
 
 from async_plotter.channel.base import ParamWriter
 from async_plotter.channel.shm import SharedMemoryWriter, supported_dtype
-from async_plotter.display import offscreen_gl_backend, x_display_available
+from async_plotter.display import offscreen_gl_backend, private_runtime_dir, x_display_available
 from async_plotter.env_recipe import describe_env
 from async_plotter.errors import (InvalidArgumentError, NoDisplayError, ParameterMismatchError,
-                                  PlotterClosedError, VideoDirError)
+                                  PlotterClosedError, PolicyProtocolError, VideoDirError)
 from async_plotter.policy_adapters import PolicyAdapter, adapter_for
 from async_plotter.policy_recipe import describe_policy
 from async_plotter.preflight import check_before_start
+from async_plotter.processes import POLICY_DEVICES
 from async_plotter.render.camera import check_camera_argument
 from async_plotter.render.sinks.base import FrameSink
 from async_plotter.validation import (boolean, callable_or_none, cpu_fraction, frame_size as
@@ -53,14 +54,22 @@ _QUALITIES = ("auto", "cheap", "full")
 # preset on 2 cores; the rest is margin for a machine still busy with other work).
 _FINAL_VIDEO_BASE_SECONDS = 5.0
 _FINAL_VIDEO_SECONDS_PER_STEP = 0.03
-#: steps a video recorded while training shows at most (``Plotter(video_length=...)``), as
-#: Stable-Baselines3's video recorder. A video's CPU is nearly all its frames (~7 ms each for
-#: Swimmer at 320x320 on llvmpipe: rollout, drawing, encoding), and on a machine kept busy by
-#: training each CPU-second the worker takes costs ~0.6 s of training time (measured); at 200
-#: steps rather than 500 the same budget buys 2.5 times as many videos.
-DEFAULT_VIDEO_LENGTH = 200
+#: seconds of simulated time a video recorded while training shows at most, the same span on
+#: every env (``Plotter(video_length="auto")``; the rollout process turns it into steps from
+#: the env's rate: 1000 Hopper steps, 200 Swimmer steps, 160 HalfCheetah steps). 8 s is a whole
+#: default episode of Hopper and Walker2d (1000 steps at 125 steps/s) and several strides of
+#: any gait; at a cap of 30 frames/s it is 160-250 frames, about the 200 that the earlier
+#: default of 200 steps drew. A video's CPU is nearly all its frames, and on a machine kept busy
+#: by training each CPU-second the worker takes costs ~0.6 s of training time (measured), so
+#: shorter videos let the same budget buy more of them.
+DEFAULT_VIDEO_SECONDS = 8.0
+#: ``Plotter(video_length=...)``'s default: ``DEFAULT_VIDEO_SECONDS`` of simulated time
+DEFAULT_VIDEO_LENGTH = "auto"
 # After the final video: time for the processes to finish and exit.
 _SHUTDOWN_SECONDS = 10.0
+# close() of a publish-only trainer (channel=...): at most this long for the last update to reach
+# Redis, whatever the server does (as RedisWriter.close's own default).
+_PUBLISH_CLOSE_SECONDS = 2.0
 
 
 class PlotterState(enum.Enum):
@@ -83,13 +92,19 @@ class Plotter:
         video_dir: write one mp4 per rendered update here (``iter_0007.mp4`` / ``update_0003.mp4``).
         tensorboard_dir: write each rendered update's rollout into a TensorBoard event file here,
             as an animated image ``rollout/<env>`` at step = its iteration (else its update
-            number); at most 100 frames of at most 160 px. Written in the render process
+            number; the initial policy's at step -1); at most 100 frames of at most 160 px. Written in the render process
             without TensorFlow; ``tensorboard --logdir`` on this folder (or a parent) shows it.
         tensorboard_scalars: with ``tensorboard_dir``, also write the ``metrics`` passed to
             ``update_plot`` as scalars (turn off where the trainer writes its own).
         window: ``True`` opens a window (error without a display), ``"auto"`` only if a display
             exists, ``False`` never.
-        fps: frame-rate cap of the worker and the videos' playback rate.
+        fps: the frame cap: frames drawn per second at most. Videos (and live views, GIFs in
+            TensorBoard, ``on_frame``) play at the env's own rate, real time:
+            ``metadata["render_fps"]``, else ``1 / env.unwrapped.dt``, else ``fps``. Where that
+            rate is above the cap only every k-th step is drawn, the smallest k that brings it
+            within 5% of the cap: Hopper and Walker2d (125 steps/s) every 4th step at 31.25
+            frames/s, CartPole and Reacher (50) every 2nd at 25, Swimmer (25) every step.
+            ``stats["video_fps"]`` and ``stats["frame_stride"]`` say what the worker chose.
         deterministic: show the policy's mean action when it reports one.
         quality: ``"auto"`` (cheap visuals on software GL, full on a GPU), ``"cheap"`` or ``"full"``.
         budget: the fraction of the machine's CPU plotting may take from a busy trainer
@@ -104,20 +119,32 @@ class Plotter:
             when none exists yet (recorded at full speed: training is over). Default: enough
             for one rollout of ``max_path_length`` steps with the cheap visual preset on a
             2-core machine. ``0`` skips the final video.
-        min_video_seconds: a recorded video lasts at least this long: an episode that ends
-            sooner is followed by more episodes of the same parameters in the same file (up to
-            ``max_path_length`` steps in all).
-        video_length: steps a video recorded while training shows at most (its rollout stops
-            there). Nearly all of a video's CPU is its frames, so shorter videos let the budget
-            buy more, fresher ones. The final policy's video at ``close()`` and live views
-            (window, ``http``) show whole rollouts of up to ``max_path_length`` steps. Default
-            ``DEFAULT_VIDEO_LENGTH`` (200); None: every video up to ``max_path_length``.
+        min_video_seconds: a recorded video lasts at least this long (seconds of simulated
+            time, which is playback time): an episode that ends sooner is followed by more
+            episodes of the same parameters in the same file (up to ``max_path_length`` steps
+            in all), also while newer parameters wait. Only once ``close()`` asks for the newest
+            parameters' video may an older one end with its episode.
+        video_length: how much a video recorded while training shows at most (its rollout
+            stops there). ``"auto"`` (default): ``DEFAULT_VIDEO_SECONDS`` (8) seconds of
+            simulated time, the same span on every env, in steps of its own rate (1000 Hopper
+            steps, 200 Swimmer steps); an int: that many steps; None: whole rollouts. Nearly
+            all of a video's CPU is its frames, so shorter videos let the budget buy more,
+            fresher ones. The final policy's video at ``close()`` and live views (window,
+            ``http``) show whole rollouts of up to ``max_path_length`` steps.
+        policy_device: where the worker's TensorFlow runs the policy: ``"cpu"`` (default; the
+            rollout process starts with ``CUDA_VISIBLE_DEVICES=""``: TensorFlow reserves most
+            of a GPU's memory in every process that initialises CUDA, and a one-observation
+            step is faster on the CPU anyway) or ``"gpu"`` (the trainer's GPUs, with
+            TensorFlow's memory growth on). The trainer's own environment is never changed,
+            and the render process draws with the GPU (EGL) either way.
         max_restarts: worker failures tolerated before plotting is disabled (training goes on).
         hang_timeout: seconds without progress after which a worker process counts as hung.
         frame_size: ``(width, height)`` of rendered frames; default the env's own.
         policy_factory: zero-argument function that builds the policy's structure in the worker,
             for policies that cannot be pickled (parameters still come from ``update_plot``).
-        on_frame: ``f(frame, info)`` called in the render process for every frame.
+        on_frame: ``f(frame, info)`` called in the render process for every frame drawn (every
+            ``stats["frame_stride"]``-th step); ``info`` has ``update``, ``iteration``,
+            ``episode`` and ``fps`` (the frames' rate in simulated time, as videos play).
         sinks: your own outputs: ``FrameSink`` subclass instances (see
             ``async_plotter.FrameSink``), pickled here and run in the render process, which
             calls ``attach``, ``begin_episode``, ``add_frame``, ``end_episode``,
@@ -126,7 +153,8 @@ class Plotter:
         seed: seeds the worker's episodes (``seed + episode``); None for random starts.
         http: serve a live page from the worker: a port (``8080``; ``0`` picks a free one) or
             ``"host:port"``. Binds to 127.0.0.1 unless told otherwise; other addresses need
-            ``http_token``. The address is in ``stats["http_url"]`` once serving.
+            ``http_token``. The address is in ``stats["http_url"]`` (None until the page
+            serves, seconds after ``start()``); ``wait_for_http_url(timeout)`` waits for it.
         http_token: the token a browser must present (``?token=...``); default
             ``$ASYNC_PLOTTER_HTTP_TOKEN``.
         channel: ``None`` renders here; ``"redis://host:6379/0"`` (or ``rediss://``) publishes
@@ -167,7 +195,8 @@ class Plotter:
                  priority: Optional[str] = None,
                  final_video_timeout: Optional[float] = None,
                  min_video_seconds: float = 3.0,
-                 video_length: Optional[int] = DEFAULT_VIDEO_LENGTH,
+                 video_length: Union[int, str, None] = DEFAULT_VIDEO_LENGTH,
+                 policy_device: str = "cpu",
                  max_restarts: int = 3,
                  hang_timeout: float = 60.0,
                  frame_size: Optional[Tuple[int, int]] = None,
@@ -196,9 +225,8 @@ class Plotter:
         else:
             final_video_timeout = non_negative_number("final_video_timeout", final_video_timeout)
         min_video_seconds = non_negative_number("min_video_seconds", min_video_seconds)
-        if video_length is not None and (not is_int(video_length) or video_length <= 0):
-            raise InvalidArgumentError("video_length must be a positive number of steps, or None "
-                                       f"for whole rollouts; got {video_length!r}")
+        video_length, video_seconds = _video_span(video_length)
+        one_of("policy_device", policy_device, POLICY_DEVICES)
         max_restarts = non_negative_int("max_restarts", max_restarts)
         hang_timeout = positive_number("hang_timeout", hang_timeout)
         boolean("deterministic", deterministic)
@@ -229,7 +257,13 @@ class Plotter:
 
         env_recipe = describe_env(env)
         policy_recipe = self._read_policy(policy, policy_factory)
-        check_before_start(env_recipe, policy, self._adapter, camera)
+        with private_runtime_dir():  # pygame's Wayland probe: no "XDG_RUNTIME_DIR" error line
+            check_before_start(env_recipe,
+                               policy_recipe,
+                               policy,
+                               self._adapter,
+                               camera,
+                               policy_on_cpu=policy_device == "cpu")
         _create_video_dir(video_dir)
         _create_video_dir(tensorboard_dir, "tensorboard_dir")
 
@@ -261,6 +295,8 @@ class Plotter:
             budget=budget,
             min_video_seconds=min_video_seconds,
             video_length=video_length,
+            video_seconds=video_seconds,
+            policy_device=policy_device,
         ).with_sinks(specs)
         self._final_video_timeout = final_video_timeout
         self._iterations: list = []  # iterations passed to update_plot, in order
@@ -359,21 +395,47 @@ class Plotter:
         ``disabled``, ``last_applied_update``, ``last_applied_iteration``, ``last_video``,
         ``final_video`` (the video of the newest parameters made at ``close()``), ``video_log``
         (path, update, iteration, episodes, frames of each video), ``last_error``,
-        ``gl_renderer``, ``visual_preset``, ``worker_pids``, ``boot_seconds`` (start to both
+        ``gl_renderer``, ``visual_preset``, ``policy_call`` (how the worker calls the policy
+        each step: ``"xla"`` or ``"graph"``, one traced TensorFlow function, ``"eager"`` where
+        it cannot be traced, ``"get_action"`` for rllab-protocol policies), ``env_rate`` (the env's steps per second of
+        simulated time), ``frame_stride`` (every how many steps a frame is drawn),
+        ``video_fps`` (the videos' frame rate), ``worker_pids``, ``boot_seconds`` (start to both
         processes ready), ``worker_cpu_seconds`` / ``boot_cpu_seconds`` /
         ``budget_charged_seconds`` (the worker's CPU: in all, while starting, and counted
         against the budget), ``budget``, ``budget_mechanism`` (``"sched"``: ``SCHED_IDLE`` when
-        over budget; ``"stop"``: stopped when over budget, where priorities cannot be raised).
+        over budget; ``"stop"``: stopped when over budget, where priorities cannot be raised),
+        ``http_url`` (the live page's address; None until it serves).
         """
         return dict(self._stats)
+
+    def wait_for_http_url(self, timeout: float = 30.0) -> Optional[str]:
+        """The live page's address (``Plotter(http=...)``), waiting up to ``timeout`` seconds
+        for the worker to serve it (it starts TensorFlow and the page first: seconds after
+        ``start()``, which this calls if need be). None without ``http=``, once plotting is
+        off, or if it is not serving by then. The URL is also in ``stats["http_url"]``."""
+        timeout = non_negative_number("timeout", timeout)
+        if not any(isinstance(spec, HttpSpec) for spec in self._config.sinks):
+            return None
+        if self._state is PlotterState.CREATED:
+            self.start()
+        deadline = time.monotonic() + timeout
+        while True:
+            url = self._stats.get("http_url")
+            if url or self._stats["disabled"] or self._state is PlotterState.CLOSED:
+                return url or None
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return None
+            time.sleep(min(0.05, remaining))
 
     def close(self, timeout: Optional[float] = None, *, final_video: bool = True) -> None:
         """Stop the worker. First, when no video shows the newest parameters yet, the worker
         records one at full speed (at most ``final_video_timeout`` seconds; ``final_video=False``
         skips it); then it finishes the video it is writing and exits. Bounded by ``timeout``
         seconds in all (default: the final video's limit plus 10 s), after which the worker is
-        terminated, then killed. Logs a one-line summary of the videos. Calling it again does
-        nothing."""
+        terminated, then killed. A publish-only trainer (``channel=...``) has no video to wait
+        for: it waits at most 2 s for its last update to reach Redis, whatever the server does.
+        Logs a one-line summary of the videos. Calling it again does nothing."""
         if self._state is PlotterState.CLOSED:
             return
         if not final_video:
@@ -397,8 +459,13 @@ class Plotter:
             # Also after a Ctrl-C during the wait above: the segment must not outlive close()
             # (otherwise only the resource tracker, at the interpreter's exit, removes it).
             if self._writer is not None:
-                # What the writer still has to deliver (Redis: the last update) gets the rest.
-                self._writer.close(max(deadline - time.monotonic(), 0.1))
+                # What the writer still has to deliver (Redis: the last update) gets the rest;
+                # a publish-only trainer has no video to wait for, and a Redis server that
+                # never answers must not hold it longer than the writer's own bound.
+                remaining = max(deadline - time.monotonic(), 0.1)
+                if self._supervisor is None:
+                    remaining = min(remaining, _PUBLISH_CLOSE_SECONDS)
+                self._writer.close(remaining)
             self._stats["alive"] = False
         if self._supervisor is not None:
             logger.info(
@@ -440,6 +507,12 @@ class Plotter:
         self._adapter = adapter_for(policy)
         recipe = describe_policy(policy, self._adapter, factory)
         initial = self._flat(policy, self._adapter, "the policy given to Plotter()")
+        if initial.size == 0:
+            raise PolicyProtocolError(
+                f"the policy {type(policy).__qualname__} has no parameters (its flat parameter "
+                "vector is empty), so nothing sent by update_plot() would ever change what is "
+                "shown. Plot the object that holds the trained variables, or make "
+                "get_param_values() return them.")
         self._size = initial.size
         self._shape = initial.shape
         self._dtype = initial.dtype
@@ -482,6 +555,17 @@ class Plotter:
 
 
 # --------------------------------------------------------------------------- argument checks
+
+
+def _video_span(video_length: Any) -> Tuple[Optional[int], Optional[float]]:
+    """``(steps, seconds)`` a video recorded while training shows at most (None, None: whole)."""
+    if isinstance(video_length, str) and video_length == "auto":
+        return None, DEFAULT_VIDEO_SECONDS
+    if video_length is not None and (not is_int(video_length) or video_length <= 0):
+        raise InvalidArgumentError(
+            "video_length must be a positive number of steps, 'auto' (DEFAULT_VIDEO_SECONDS "
+            f"of simulated time) or None for whole rollouts; got {video_length!r}")
+    return video_length, None
 
 
 def _checked_budget(budget: Any, priority: Any) -> Optional[float]:

@@ -3,9 +3,11 @@
 Opening a GLFW window without a display aborts the whole process (SIGABRT inside GLFW, not an
 exception), so this check connects to the X server's socket itself instead of asking a GL library.
 """
+import contextlib
 import os
 import socket
-from typing import Optional
+import tempfile
+from typing import Iterator, Optional
 
 
 def x_display_available(display: Optional[str] = None, timeout: float = 0.5) -> bool:
@@ -37,6 +39,32 @@ def _can_connect_unix(path: str, timeout: float) -> bool:
             return True
         except OSError:
             return False
+
+
+@contextlib.contextmanager
+def private_runtime_dir() -> Iterator[None]:
+    """A private, empty ``XDG_RUNTIME_DIR`` for the block's length, where none is set.
+
+    The trainer-side check draws one frame of a self-drawing env (CartPole's ``rgb_array``
+    through pygame); SDL's video start-up then asks libwayland for a compositor, which prints
+    ``error: XDG_RUNTIME_DIR is invalid or not set in the environment.`` on every ``Plotter()``
+    where the variable is missing (servers, containers, ``sudo``). With an empty directory there
+    is nothing to find and nothing to print; SDL goes on to the driver it would have used. The
+    user's environment is as it was after the block."""
+    current = os.environ.get("XDG_RUNTIME_DIR")
+    if current and os.path.isdir(current):
+        yield
+        return
+    with tempfile.TemporaryDirectory(prefix="async_plotter_runtime_") as private:
+        os.chmod(private, 0o700)
+        os.environ["XDG_RUNTIME_DIR"] = private
+        try:
+            yield
+        finally:
+            if current is None:
+                os.environ.pop("XDG_RUNTIME_DIR", None)
+            else:
+                os.environ["XDG_RUNTIME_DIR"] = current
 
 
 def offscreen_gl_backend() -> str:

@@ -17,7 +17,7 @@ import cloudpickle
 import gymnasium
 
 from async_plotter.errors import EnvSpecError
-from async_plotter.gym_compat import GymCompat, uses_old_gym_api
+from async_plotter.gym_compat import GymCompat, uses_old_gym_api, without_passive_checker
 
 
 @dataclasses.dataclass(frozen=True)
@@ -105,7 +105,7 @@ def build_env(recipe: EnvRecipe, render_mode: Optional[str]) -> Any:
     else:
         env = pickle.loads(recipe.payload)
     if uses_old_gym_api(env):
-        env = GymCompat(env)
+        env = GymCompat(without_passive_checker(env))
     return env
 
 

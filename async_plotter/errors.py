@@ -45,6 +45,11 @@ class EnvRenderError(PlotterError, ValueError):
     """An env that draws its own frames returns no RGB array from ``render()``."""
 
 
+class PolicyMismatchError(PlotterError, ValueError):
+    """The worker's copy of the policy, rebuilt from what is sent to it, would act differently
+    from the trainer's policy: the videos would show another policy."""
+
+
 class PolicyShapeError(PlotterError, ValueError):
     """The policy does not fit the env: it rejects the env's observations, or its action does not
     match the env's action space."""

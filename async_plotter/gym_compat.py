@@ -1,7 +1,12 @@
 """An adapter that gives old ``gym``-style envs (and rllab's) the Gymnasium API the worker uses.
 
 Old API: ``reset() -> obs``, ``step(a) -> (obs, reward, done, info)``, ``render(mode=...)``.
+gym 0.26 already returns ``(obs, info)`` and five-tuples, and renders in the ``render_mode`` it was
+built with. Its passive env checker (a wrapper that only checks) calls ``np.bool8``, gone in
+numpy 2, on the first ``step()``; ``without_passive_checker`` takes it out of the worker's copy,
+so an env that works in the trainer works there too.
 """
+import inspect
 from typing import Any, Optional, Tuple
 
 import gymnasium
@@ -27,9 +32,12 @@ class GymCompat:
         return getattr(self.env, "unwrapped", self.env)
 
     def reset(self, seed: Optional[int] = None) -> Tuple[Any, dict]:
-        if seed is not None and hasattr(self.env, "seed"):
-            self.env.seed(seed)
-        result = self.env.reset()
+        if seed is not None and _takes(self.env, "reset", "seed"):
+            result = self.env.reset(seed=seed)  # gym >= 0.22 has no env.seed()
+        else:
+            if seed is not None and hasattr(self.env, "seed"):
+                self.env.seed(seed)
+            result = self.env.reset()
         if isinstance(result, tuple) and len(result) == 2 and isinstance(result[1], dict):
             return result  # a gym 0.26 env: already (obs, info)
         return result, {}
@@ -44,15 +52,45 @@ class GymCompat:
         return observation, float(reward), bool(done) and not truncated, truncated, info
 
     def render(self) -> Optional[np.ndarray]:
-        for call in (lambda: self.env.render(mode="rgb_array"), lambda: self.env.render()):
-            try:
-                frame = call()
-            except TypeError:
-                continue
-            return None if frame is None else np.asarray(frame)
-        return None
+        # gym >= 0.26 envs render in the mode they were built with, older ones take it per
+        # call. Telling them apart by the env's signature, not by catching TypeError, lets a
+        # real error inside render() show as itself.
+        if _takes(self.env, "render", "mode"):
+            frame = self.env.render(mode="rgb_array")
+        else:
+            frame = self.env.render()
+        return None if frame is None else np.asarray(frame)
 
     def close(self) -> None:
         close = getattr(self.env, "close", None)
         if callable(close):
             close()
+
+
+def _takes(env: Any, method: str, argument: str) -> bool:
+    """Whether the env's ``method`` takes ``argument`` (wrappers forward ``**kwargs``: the env
+    underneath them says)."""
+    try:
+        parameters = inspect.signature(getattr(getattr(env, "unwrapped", env), method)).parameters
+    except (TypeError, ValueError, AttributeError):
+        return False
+    return argument in parameters
+
+
+def without_passive_checker(env: Any) -> Any:
+    """``env`` without gym's ``PassiveEnvChecker`` wrapper (it checks, and changes nothing)."""
+    if _is_gym_passive_checker(env):
+        return env.env
+    outer = env
+    while hasattr(outer, "env"):
+        inner = outer.env
+        if _is_gym_passive_checker(inner):
+            outer.env = inner.env
+            break
+        outer = inner
+    return env
+
+
+def _is_gym_passive_checker(env: Any) -> bool:
+    cls = type(env)
+    return cls.__name__ == "PassiveEnvChecker" and cls.__module__.startswith("gym.")

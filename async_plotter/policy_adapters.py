@@ -3,22 +3,35 @@
 * ``ProtocolAdapter``: rllab's protocol (``get_param_values``, ``set_param_values``,
   ``get_action``); the structure travels by ``cloudpickle`` (a ``Serializable`` policy pickles as
   its constructor arguments, so TensorFlow objects inside it are rebuilt, not copied).
-* ``KerasAdapter``: a built ``keras.Model``; the structure travels as its Keras config, the
-  parameters are all its weights (trainable or not) flattened in ``get_weights()`` order.
+* ``KerasAdapter``: a built ``keras.Model`` (Sequential, functional, subclassed); the structure
+  travels as its Keras config with its custom classes (``keras_support``; the trainer's Keras
+  settings travel in the recipe), the parameters are all its weights (trainable or not) flattened in
+  ``get_weights()`` order; state computed from weights (an adapted ``Normalization``) is rebuilt
+  after each update.
 * ``ModuleAdapter``: a callable ``tf.Module`` mapping a batch of observations to a batch of
-  actions; it travels by ``cloudpickle``, the parameters are ``module.variables``.
+  actions; it travels by ``cloudpickle``, the parameters are its variables, those of objects it
+  holds from ``tf.saved_model.load`` included.
+
+Keras models and modules act through one traced function per observation shape
+(``compiled_call``): the worker's path, and the one the trainer-side check runs, while
+``reference_act`` calls the trainer's own object the plain way. rllab-protocol policies act
+through their own ``get_action``.
 
 ``adapter_for(policy)`` classifies a trainer's policy once; the worker finds the same adapter from
 the recipe's ``kind`` with ``adapter_named``. Nothing else branches on the kind of policy.
 """
+import copy
 import sys
 from typing import Any, Dict, List, Optional, Tuple, Type
 
 import numpy as np
 
-from async_plotter.errors import PolicyNotRebuildableError, PolicyProtocolError
+from async_plotter.compiled_call import CompiledCall
+from async_plotter.errors import PolicyNotRebuildableError, PolicyProtocolError, PolicyShapeError
 
 PROTOCOL_METHODS = ("get_param_values", "set_param_values", "get_action")
+#: the entries of an rllab policy's ``info`` that describe its action distribution
+DISTRIBUTION_KEYS = ("mean", "log_std", "std", "prob", "logits")
 
 
 class PolicyAdapter:
@@ -41,6 +54,7 @@ class PolicyAdapter:
     def structure(self, policy: Any) -> Tuple[str, Any]:
         """What travels to the worker to rebuild the policy: ``("object", policy)`` by default
         (cloudpickled by the caller), checked here so that errors appear in the trainer."""
+        self.check_built(policy)
         return ("object", policy)
 
     def rebuild(self, how: str, value: Any) -> Any:
@@ -56,8 +70,37 @@ class PolicyAdapter:
         raise NotImplementedError
 
     def act(self, policy: Any, observation: np.ndarray, deterministic: bool) -> np.ndarray:
-        """The action for one observation."""
+        """The action for one observation, the way the worker computes it."""
         raise NotImplementedError
+
+    def reference_act(self, policy: Any, observation: np.ndarray,
+                      deterministic: bool) -> np.ndarray:
+        """The action for one observation, computed the plain way (what the trainer's own
+        object does); the trainer-side check compares the worker's ``act`` with it."""
+        return self.act(policy, observation, deterministic)
+
+    def comparable_output(self, policy: Any, observation: np.ndarray,
+                          reference: bool) -> Optional[np.ndarray]:
+        """What two copies of the policy must agree on for one observation (None: nothing
+        deterministic to compare): its deterministic action, by ``reference_act`` (the plain
+        call) or ``act`` (the worker's path)."""
+        if reference:
+            return self.reference_act(policy, observation, deterministic=True)
+        return self.act(policy, observation, deterministic=True)
+
+    def check_built(self, policy: Any) -> None:
+        """Raise ``PolicyNotRebuildableError`` if the policy's structure is not known yet."""
+
+    def call_path(self) -> str:
+        """How ``act`` reaches the policy: ``"xla"``, ``"graph"``, ``"eager"`` (traced or not,
+        ``compiled_call``), or ``"get_action"`` (the policy's own method)."""
+        return "get_action"
+
+    def rebuild_advice(self) -> str:
+        """What to do when the worker cannot rebuild this kind of policy."""
+        return ("make its class derive from async_plotter.Serializable (it then travels as its "
+                "constructor arguments), or pass policy_factory=<zero-argument function that "
+                "builds the same policy>")
 
     def _pieces(self, weights: List[Any], flat: np.ndarray) -> List[np.ndarray]:
         if self._shapes is None:
@@ -90,69 +133,181 @@ class ProtocolAdapter(PolicyAdapter):
             return np.asarray(info["mean"])
         return np.asarray(action)
 
+    def comparable_output(self, policy: Any, observation: np.ndarray,
+                          reference: bool) -> Optional[np.ndarray]:
+        # The action may be sampled; the distribution it reports is not (other entries of info
+        # may be: the noise drawn, a step counter).
+        _, info = policy.get_action(observation)
+        if not isinstance(info, dict):
+            return None
+        numbers = [
+            np.asarray(info[key], np.float64).ravel() for key in DISTRIBUTION_KEYS if key in info
+        ]
+        return np.concatenate(numbers) if numbers else None
+
 
 class KerasAdapter(PolicyAdapter):
     kind = "keras"
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._compiled: Optional[CompiledCall] = None
+        self._stateful: Optional[List[Any]] = None  # layers with state made from weights
 
     @staticmethod
     def matches(policy: Any) -> bool:
         keras = sys.modules.get("keras")
         return keras is not None and isinstance(policy, keras.Model)
 
-    def structure(self, policy: Any) -> Tuple[str, Any]:
-        import keras  # only reached for Keras models, so keras is already imported
+    def check_built(self, policy: Any) -> None:
+        from async_plotter import keras_support
 
         if not policy.weights:
             raise PolicyNotRebuildableError(
                 f"the Keras model {policy.name!r} has no weights yet, so its structure is "
                 "unknown; build it first (give it a keras.Input or call it once on an "
                 "observation batch)")
+        stateful = keras_support.stateful_layers(policy)
+        if stateful:
+            raise PolicyNotRebuildableError(
+                f"the Keras model {policy.name!r} has stateful=True layers ({', '.join(stateful)}):"
+                " their state lives between calls and is neither sent nor reset per episode, so "
+                "the worker could not show what the trainer computes. Plot a copy built with "
+                "stateful=False (policy_factory= can build it).")
+
+    def structure(self, policy: Any) -> Tuple[str, Any]:
+        import keras
+
+        from async_plotter import keras_support
+
+        self.check_built(policy)
         try:
             config = keras.saving.serialize_keras_object(policy)
-            # Rebuilding here proves the worker can do it, and makes the error appear here.
-            keras.saving.deserialize_keras_object(config)
         except Exception as error:  # Keras raises TypeError, ValueError, NotImplementedError...
             raise PolicyNotRebuildableError(
-                f"the Keras model {policy.name!r} ({type(policy).__qualname__}) cannot be rebuilt "
-                f"from its config: {error}. Register the custom classes with "
-                "@keras.saving.register_keras_serializable(), or pass "
-                "policy_factory=<zero-argument function that builds the same model>.") from error
-        return ("keras_config", config)
+                f"the Keras model {policy.name!r} ({type(policy).__qualname__}) cannot be "
+                f"serialized: {error}. {self.rebuild_advice()}.") from error
+        return ("keras_config", {
+            "config": config,
+            "custom_objects": keras_support.custom_objects(policy, config)
+        })
 
     def rebuild(self, how: str, value: Any) -> Any:
         import keras
 
-        return keras.saving.deserialize_keras_object(value)
+        # deserialize_keras_object empties a functional model's config in place: use a copy.
+        config = copy.deepcopy(value["config"])
+        return keras.saving.deserialize_keras_object(config, custom_objects=value["custom_objects"])
+
+    def rebuild_advice(self) -> str:
+        return ("Register its custom classes with @keras.saving.register_keras_serializable() "
+                "and give them get_config(), or pass policy_factory=<zero-argument function "
+                "that builds the same model>")
 
     def flat(self, policy: Any) -> np.ndarray:
         return _concat([np.asarray(w) for w in policy.get_weights()])
 
     def set_flat(self, policy: Any, flat: np.ndarray) -> None:
-        policy.set_weights(self._pieces(policy.get_weights(), flat))
+        from async_plotter import keras_support
+
+        if self._stateful is None:
+            self._stateful = keras_support.layers_with_derived_state(policy)
+        before = [w for layer in self._stateful for w in layer.get_weights()]
+        policy.set_weights(self._pieces(policy.weights, flat))
+        after = [w for layer in self._stateful for w in layer.get_weights()]
+        if any(not np.array_equal(old, new) for old, new in zip(before, after)):
+            # Their derived tensors were made from the old weights, and traced calls hold them.
+            keras_support.finalize(self._stateful)
+            if self._compiled is not None:
+                self._compiled.forget()
 
     def act(self, policy: Any, observation: np.ndarray, deterministic: bool) -> np.ndarray:
-        output = policy(np.asarray(observation, np.float32)[None], training=False)
-        return np.asarray(output)[0]
+        if self._compiled is None:
+            label = f"{policy.name!r}"
+            self._compiled = CompiledCall(
+                lambda batch: _one_output(policy(batch, training=False), label), label)
+        return self._compiled(_batch_of_one(observation, _input_dtype(policy)))[0]
+
+    def reference_act(self, policy: Any, observation: np.ndarray,
+                      deterministic: bool) -> np.ndarray:
+        batch = _batch_of_one(observation, _input_dtype(policy))
+        return np.asarray(_one_output(policy(batch, training=False), f"{policy.name!r}"))[0]
+
+    def call_path(self) -> str:
+        return self._compiled.path if self._compiled is not None else "eager"
 
 
 class ModuleAdapter(PolicyAdapter):
     kind = "module"
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._compiled: Optional[CompiledCall] = None
 
     @staticmethod
     def matches(policy: Any) -> bool:
         tf = sys.modules.get("tensorflow")
         return tf is not None and isinstance(policy, tf.Module) and callable(policy)
 
+    def check_built(self, policy: Any) -> None:
+        if not module_variables(policy):
+            raise PolicyNotRebuildableError(
+                f"the tf.Module {type(policy).__qualname__} has no variables yet, so there is "
+                "nothing to send and nothing would ever change on screen; build it first (call "
+                "it once on an observation batch, as with an unbuilt Keras model)")
+
     def flat(self, policy: Any) -> np.ndarray:
-        return _concat([v.numpy() for v in policy.variables])
+        return _concat([v.numpy() for v in module_variables(policy)])
 
     def set_flat(self, policy: Any, flat: np.ndarray) -> None:
-        variables = policy.variables
+        variables = module_variables(policy)
         for variable, piece in zip(variables, self._pieces(variables, flat)):
             variable.assign(piece.astype(variable.dtype.as_numpy_dtype))
 
     def act(self, policy: Any, observation: np.ndarray, deterministic: bool) -> np.ndarray:
-        return np.asarray(policy(np.asarray(observation, np.float32)[None]))[0]
+        if self._compiled is None:
+            label = type(policy).__qualname__
+            self._compiled = CompiledCall(lambda batch: _one_output(policy(batch), label), label)
+        return self._compiled(_batch_of_one(observation, _module_dtype(policy)))[0]
+
+    def reference_act(self, policy: Any, observation: np.ndarray,
+                      deterministic: bool) -> np.ndarray:
+        batch = _batch_of_one(observation, _module_dtype(policy))
+        return np.asarray(_one_output(policy(batch), type(policy).__qualname__))[0]
+
+    def call_path(self) -> str:
+        return self._compiled.path if self._compiled is not None else "eager"
+
+
+def module_variables(module: Any) -> List[Any]:
+    """A module's variables in a fixed order: ``module.variables``, then those of objects it
+    holds that ``tf.Module`` does not look into (a ``tf.saved_model.load`` result)."""
+    import tensorflow as tf
+
+    found = list(module.variables)
+    seen = {id(variable) for variable in found}
+    # tf.Module.variables walks only tf.Module attributes; the trackable graph reaches every
+    # object a checkpoint of the module would save, in a deterministic order.
+    for trackable in tf.train.TrackableView(module).descendants():
+        if isinstance(trackable, tf.Variable) and id(trackable) not in seen:
+            seen.add(id(trackable))
+            found.append(trackable)
+    return found
+
+
+def _one_output(output: Any, label: str) -> Any:
+    """The model's one action output; a model with several (actor-critic heads) is refused by
+    name rather than acting with whichever comes first."""
+    if isinstance(output, dict):
+        output = list(output.values())
+    if isinstance(output, (list, tuple)):
+        if len(output) == 1:
+            return output[0]
+        raise PolicyShapeError(
+            f"the policy {label} returns {len(output)} outputs; the plotter acts with one "
+            "action output. Plot a model of the actor alone, e.g. keras.Model(model.inputs, "
+            "model.outputs[0]) (it shares the weights), or a module that returns the action.")
+    return output
 
 
 #: in the order they are tried: a Keras model with rllab's methods is used through them
@@ -181,7 +336,45 @@ def adapter_named(kind: str) -> PolicyAdapter:
         raise ValueError(f"unknown policy kind {kind!r}; known: {', '.join(_BY_KIND)}") from None
 
 
+def _batch_of_one(observation: Any, dtype: Any) -> np.ndarray:
+    if isinstance(observation, dict):
+        raise PolicyShapeError(
+            f"the env's observations are a dict (keys {', '.join(map(str, observation))}); "
+            "Keras models and tf.Modules are fed one array. Flatten them with "
+            "gymnasium.wrappers.FlattenObservation in the env factory, or give the policy "
+            "rllab's protocol (get_action(obs) receives the dict).")
+    return np.asarray(observation, dtype)[None]
+
+
+def _input_dtype(model: Any) -> Any:
+    """The dtype the model's input expects (float32 unless it was built for another)."""
+    inputs = getattr(model, "inputs", None)
+    try:
+        dtype = np.dtype(inputs[0].dtype) if inputs else np.float32
+    except (TypeError, AttributeError, IndexError, ValueError):
+        return np.float32
+    return dtype if np.issubdtype(dtype, np.floating) else np.float32
+
+
+def _module_dtype(module: Any) -> Any:
+    """A module is fed observations of the dtype its ``__call__``'s input signature names, else
+    of its first floating variable's dtype (float64 weights cannot multiply float32
+    observations)."""
+    signature = getattr(module.__call__, "input_signature", None)
+    if signature:
+        return np.dtype(signature[0].dtype.as_numpy_dtype)
+    for variable in module_variables(module):
+        dtype = np.dtype(variable.dtype.as_numpy_dtype)
+        if np.issubdtype(dtype, np.floating):
+            return dtype
+    return np.float32
+
+
 def _concat(arrays: List[np.ndarray]) -> np.ndarray:
+    """One vector in the floating weights' dtype: integer weights (a Normalization layer's
+    sample count) are cast into it, rather than turning every update into float64."""
     if not arrays:
         return np.zeros(0, np.float32)
-    return np.concatenate([a.ravel() for a in arrays])
+    floating = [a.dtype for a in arrays if np.issubdtype(a.dtype, np.floating)]
+    dtype = np.result_type(*floating) if floating else np.float32
+    return np.concatenate([a.ravel().astype(dtype, copy=False) for a in arrays])

@@ -11,7 +11,7 @@ import dataclasses
 import io
 import pickle
 import sys
-from typing import Any, Callable, Optional, Tuple
+from typing import Any, Callable, Dict, Optional, Tuple
 
 import cloudpickle
 import numpy as np
@@ -28,6 +28,9 @@ class PolicyRecipe:
     payload: bytes
     graph_mode: bool
     description: str
+    #: the trainer's Keras settings (``keras_support.trainer_settings``), applied in the worker
+    #: before the policy is rebuilt; None where the trainer never imported Keras
+    keras_settings: Optional[Dict[str, Any]] = None
 
 
 def describe_policy(policy: Any,
@@ -38,12 +41,20 @@ def describe_policy(policy: Any,
     kind = adapter.kind
     graph_mode = _trainer_in_graph_mode()
     description = f"{type(policy).__module__}.{type(policy).__qualname__} ({kind})"
+    settings = None
+    if "keras" in sys.modules:
+        from async_plotter.keras_support import trainer_settings
+
+        settings = trainer_settings()
     if factory is not None:
         if not callable(factory):
             raise PolicyNotRebuildableError(
                 f"policy_factory must be a zero-argument callable, got {type(factory).__name__}")
-        return PolicyRecipe(kind, _dumps(("factory", factory), factory), graph_mode, description)
-    return PolicyRecipe(kind, _dumps(adapter.structure(policy), policy), graph_mode, description)
+        adapter.check_built(policy)
+        payload = _dumps(("factory", factory), factory)
+    else:
+        payload = _dumps(adapter.structure(policy), policy)
+    return PolicyRecipe(kind, payload, graph_mode, description, settings)
 
 
 def _dumps(recipe: Tuple[str, Any], obj: Any) -> bytes:
@@ -89,6 +100,10 @@ class PolicyRuntime:
         self.deterministic = deterministic
         self._session = None
         self._contexts = []
+        if recipe.keras_settings is not None:
+            from async_plotter.keras_support import apply_settings
+
+            apply_settings(recipe.keras_settings)
         if recipe.graph_mode:
             self._enter_own_graph_and_session()
         how, value = pickle.loads(recipe.payload)
@@ -111,10 +126,6 @@ class PolicyRuntime:
             context.__enter__()
             self._contexts.append(context)
 
-    def param_count(self) -> int:
-        """Number of parameters the rebuilt policy holds."""
-        return self.adapter.flat(self.policy).size
-
     def set_params(self, flat: np.ndarray) -> None:
         """Apply a flat parameter vector."""
         self.adapter.set_flat(self.policy, flat)
@@ -123,10 +134,22 @@ class PolicyRuntime:
         """The action for one observation (the mean, if deterministic and the policy reports one)."""
         return self.adapter.act(self.policy, observation, self.deterministic)
 
+    def warm_up(self, observation: np.ndarray) -> str:
+        """Act once on ``observation`` so that tracing happens now rather than in the first
+        video's first step; returns ``call_path``."""
+        self.act(observation)
+        return self.call_path
+
+    @property
+    def call_path(self) -> str:
+        """How the policy is called per step (``PolicyAdapter.call_path``)."""
+        return self.adapter.call_path()
+
     def close(self) -> None:
-        """Leave the graph and session contexts."""
+        """Leave the graph and session contexts; calling it again does nothing."""
         for context in reversed(self._contexts):
             context.__exit__(None, None, None)
         self._contexts = []
         if self._session is not None:
             self._session.close()
+            self._session = None

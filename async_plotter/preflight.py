@@ -9,10 +9,12 @@ What runs here, all of it cheap and without GL (TensorFlow and software GL segfa
 process, and a window without a display aborts it):
 
 * the env is built without rendering, as the worker builds it, and reset once;
-* the policy acts once on a copy of that observation, through the worker's own code (its
-  adapter's ``act``); its random generators are put back afterwards, so training draws the
-  same numbers with plotting on or off; the action must fit the action space as the worker adapts
-  it (a ``Box`` needs as many values as its shape; a ``Discrete(n)`` an index or ``n`` logits);
+* the policy acts once on a copy of that observation; the action must fit the action space as
+  the worker adapts it (a ``Box`` needs as many values as its shape; a ``Discrete(n)`` an index
+  or ``n`` logits; gym's and Gymnasium's spaces alike, ``spaces``);
+* the worker's copy of the policy, rebuilt from what is sent to it, acts like the trainer's
+  (``policy_check``); random generators are put back afterwards, so training draws the same
+  numbers with plotting on or off;
 * an env that draws its own frames (not MuJoCo) is built with ``render_mode="rgb_array"`` where
   it can be and must return an RGB array from ``render()``;
 * a ``camera=`` argument must name a camera of the MuJoCo model.
@@ -22,17 +24,19 @@ is skipped with one log line; the worker then reports the problem as before.
 """
 import inspect
 import logging
-import random
-import re
 import sys
 import time
-from typing import Any, Callable, List, Optional, Tuple
+from typing import Any, List, Optional
 
 import numpy as np
 
 from async_plotter.env_recipe import EnvRecipe, build_env, factory_accepts_render_mode
 from async_plotter.errors import EnvBuildError, EnvRenderError, PolicyShapeError
 from async_plotter.policy_adapters import KerasAdapter, PolicyAdapter
+from async_plotter.policy_check import brief_error, check_worker_copy
+from async_plotter.policy_recipe import PolicyRecipe
+from async_plotter.random_state import random_state_kept
+from async_plotter.spaces import BOX, DISCRETE, space_kind
 
 logger = logging.getLogger("async_plotter")
 
@@ -41,16 +45,24 @@ logger = logging.getLogger("async_plotter")
 _GL_MARKERS = ("OpenGL", "pyglet", "moderngl", "glfw", "mujoco", "dm_control", "pybullet")
 
 
-def check_before_start(env_recipe: EnvRecipe, policy: Any, adapter: PolicyAdapter,
-                       camera: Any) -> None:
-    """Raise a named error if the env, the policy or the camera cannot work together."""
+def check_before_start(env_recipe: EnvRecipe,
+                       policy_recipe: PolicyRecipe,
+                       policy: Any,
+                       adapter: PolicyAdapter,
+                       camera: Any,
+                       policy_on_cpu: bool = True) -> None:
+    """Raise a named error if the env, the policy or the camera cannot work together, or if the
+    worker's copy of the policy would act differently from ``policy`` (checked on the CPU when
+    the worker's TensorFlow sees no GPU, ``policy_on_cpu``)."""
     started = time.perf_counter()
     env = _build(env_recipe, None)
     opened = [env]
     try:
         observation = _reset(env, env_recipe.label)
         model = _mujoco_model(env)
-        _check_policy(policy, adapter, observation, env, env_recipe.label)
+        if _check_policy(policy, adapter, observation, env, env_recipe.label):
+            check_worker_copy(policy_recipe, policy, adapter, _copy(observation), env_recipe.label,
+                              policy_on_cpu)
         if model is not None:
             from async_plotter.render.camera import check_camera_for_model
 
@@ -152,28 +164,32 @@ def _close_quietly(env: Any) -> None:
 
 
 def _check_policy(policy: Any, adapter: PolicyAdapter, observation: Any, env: Any,
-                  label: str) -> None:
+                  label: str) -> bool:
+    """Check the policy's action against the env; False where it cannot act here."""
     if _graph_mode() and not adapter.acts_in_graph_mode:
         logger.info(
             "Plotter: not running the %s policy in the trainer (TensorFlow runs in graph "
             "mode here); the worker checks its shapes", adapter.kind)
-        return
+        return False
     observation_space = getattr(env, "observation_space", None)
     action_space = getattr(env, "action_space", None)
-    with _random_state_kept(policy):
+    with random_state_kept(policy):
         try:
-            action = adapter.act(policy, _copy(observation), deterministic=False)
+            action = adapter.reference_act(policy, _copy(observation), deterministic=False)
+        except PolicyShapeError:
+            raise  # the adapter's own diagnosis (several outputs, dict observations)
         except Exception as error:  # noqa: BLE001 - the policy's own code
             if _graph_mode():
                 logger.info(
                     "Plotter: the policy could not act in the trainer (%s: %s; graph "
                     "mode); the worker checks its shapes",
                     type(error).__name__, error)
-                return
+                return False
             raise PolicyShapeError(
                 _input_mismatch(policy, adapter, observation, observation_space, label,
                                 error)) from error
     _check_action(np.asarray(action), action_space, label)
+    return True
 
 
 def _input_mismatch(policy: Any, adapter: PolicyAdapter, observation: Any, space: Any, label: str,
@@ -187,34 +203,41 @@ def _input_mismatch(policy: Any, adapter: PolicyAdapter, observation: Any, space
         fix = f"make its input size match env.observation_space.shape = {shape}"
     return (f"the policy cannot act on {label}'s observations: it was given one of shape {shape} "
             f"(observation space {space}){expected}, and raised {type(error).__name__}: "
-            f"{_brief(error)}. Use a policy built for {label}: {fix}.")
-
-
-def _brief(error: BaseException) -> str:
-    """Keras's message without its colour codes and its echo of the call's arguments."""
-    text = re.sub(r"\x1b\[[0-9;]*m", "", str(error)).split("Arguments received")[0]
-    return " ".join(text.split())
+            f"{brief_error(error)}. Use a policy built for {label}: {fix}.")
 
 
 def _check_action(action: np.ndarray, space: Any, label: str) -> None:
-    import gymnasium
-
-    if isinstance(space, gymnasium.spaces.Discrete):
+    kind = space_kind(space)
+    if kind == DISCRETE:
         if action.size not in (1, int(space.n)):
             raise PolicyShapeError(
                 f"the policy's action has shape {action.shape} ({action.size} values), but "
                 f"{label}'s action space is {space}: it takes one index in [0, {space.n}) or "
                 f"{space.n} logits. Give the policy's output {space.n} units (or 1 index).")
+        if action.size == 1 and int(space.n) > 1:
+            _check_index(float(action.reshape(-1)[0]), space, label)
         return
     expected = getattr(space, "shape", None)
-    if not isinstance(expected, tuple) or isinstance(space, gymnasium.spaces.Dict):
-        return  # Dict/Tuple spaces: the worker passes the action through unchanged
+    if kind != BOX:
+        return  # Dict/Tuple/MultiBinary... spaces: the worker passes the action through unchanged
     size = int(np.prod(expected))
     if action.size != size:
         raise PolicyShapeError(
             f"the policy's action has shape {action.shape} ({action.size} values), but "
             f"{label}'s action space is {space} with shape {expected} ({size} values). Give the "
             f"policy's output layer {size} units (env.action_space.shape = {expected}).")
+
+
+def _check_index(value: float, space: Any, label: str) -> None:
+    """One value for a Discrete space must be an index of it, not a probability or a score (a
+    sigmoid's 0.7 would always be action 0)."""
+    start = int(getattr(space, "start", 0))
+    if value != round(value) or not start <= value < start + int(space.n):
+        raise PolicyShapeError(
+            f"the policy gives one value, {value:.4g}, for {label}'s action space {space}, which "
+            f"takes an index in [{start}, {start + int(space.n)}): a probability or score would "
+            f"always pick one action. Give the policy's output {space.n} units (logits), or "
+            "return the action's index.")
 
 
 def _copy(observation: Any) -> Any:
@@ -226,43 +249,3 @@ def _copy(observation: Any) -> Any:
 def _graph_mode() -> bool:
     tf = sys.modules.get("tensorflow")
     return tf is not None and not tf.executing_eagerly()
-
-
-class _random_state_kept:  # noqa: N801 - used as a context manager, named like one
-    """Puts back numpy's and Python's global generators and the policy's own ones on exit: the
-    check's one action must not shift the numbers training draws."""
-
-    def __init__(self, policy: Any) -> None:
-        self._saved: List[Tuple[Callable[[Any], None], Any]] = []
-        self._policy = policy
-
-    def __enter__(self) -> None:
-        self._saved.append((np.random.set_state, np.random.get_state()))
-        self._saved.append((random.setstate, random.getstate()))
-        for generator in _generators_of(self._policy):
-            if isinstance(generator, np.random.Generator):
-                state = generator.bit_generator.state
-                self._saved.append(
-                    (lambda s, g=generator: setattr(g.bit_generator, "state", s), state))
-            else:
-                self._saved.append((generator.set_state, generator.get_state()))
-
-    def __exit__(self, *exc_info: Any) -> None:
-        for restore, state in reversed(self._saved):
-            restore(state)
-
-
-def _generators_of(obj: Any, depth: int = 0, seen: Optional[set] = None) -> List[Any]:
-    """numpy generators held by the policy, up to two attributes deep."""
-    seen = set() if seen is None else seen
-    found: List[Any] = []
-    attributes = getattr(obj, "__dict__", None)
-    if not isinstance(attributes, dict) or id(obj) in seen or depth > 2:
-        return found
-    seen.add(id(obj))
-    for value in attributes.values():
-        if isinstance(value, (np.random.Generator, np.random.RandomState)):
-            found.append(value)
-        elif not isinstance(value, (np.ndarray, str, bytes, int, float)):
-            found.extend(_generators_of(value, depth + 1, seen))
-    return found

@@ -9,6 +9,11 @@ Two facts shape this module (both measured; see DESIGN.md):
   ``start_process`` leaves the main module out of what the child is told, so the child imports
   only what it is handed. Everything the child needs must therefore arrive by value: pass user
   objects as ``cloudpickle`` bytes, never as references to ``__main__``.
+
+A third: TensorFlow reserves most of a GPU's memory in every process that initialises CUDA, so
+the processes that run a policy for the plotter or the sampler start with GPUs hidden
+(``worker_environment``), set in the child's environment from its first instruction and never in
+the parent's.
 """
 import contextlib
 import ctypes
@@ -16,11 +21,13 @@ import logging
 import multiprocessing
 import multiprocessing.context
 import os
+import shutil
 import signal
+import stat
 import sys
 import threading
-from multiprocessing import resource_tracker, spawn
-from typing import Any, Callable, Iterator, Optional, Sequence
+from multiprocessing import resource_tracker, spawn, util
+from typing import Any, Callable, Dict, Iterator, Mapping, Optional, Sequence
 
 _SPAWN = multiprocessing.get_context("spawn")
 _MAIN_KEYS = ("init_main_from_path", "init_main_from_name")
@@ -50,13 +57,60 @@ _original_preparation_data = getattr(spawn.get_preparation_data, "__wrapped_orig
 _preparation_data_without_main.__wrapped_original__ = _original_preparation_data
 spawn.get_preparation_data = _preparation_data_without_main
 
+#: where a policy's TensorFlow may run in a worker process (``worker_environment``)
+POLICY_DEVICES = ("cpu", "gpu")
+
+
+def worker_environment(policy_device: str) -> Dict[str, str]:
+    """What a process that runs a policy for the plotter or a sampler adds to its environment.
+
+    ``"cpu"`` (the default): ``CUDA_VISIBLE_DEVICES=""``, so its TensorFlow sees no GPU. TF
+    reserves most of a GPU's memory in every process that initialises CUDA, so a worker that
+    starts before the trainer builds its model (or four samplers) could take the memory training
+    needs; a one-observation policy step is faster on the CPU anyway. ``"gpu"``: the trainer's
+    GPUs, with TensorFlow's memory growth on (``TF_FORCE_GPU_ALLOW_GROWTH``) unless already set.
+    The render process gets none of this: it draws with the GPU's EGL where there is one.
+    """
+    if policy_device == "gpu":
+        if "TF_FORCE_GPU_ALLOW_GROWTH" in os.environ:
+            return {}
+        return {"TF_FORCE_GPU_ALLOW_GROWTH": "true"}
+    return {"CUDA_VISIBLE_DEVICES": ""}
+
+
+_ENV_PROGRAM = shutil.which("env") or ""
+
+
+def _spawnv_passfds_with_env(path: str, args: Sequence[str], passfds: Sequence[int]) -> int:
+    """``util.spawnv_passfds``; for a spawned child of this thread that asked for variables, the
+    interpreter is started through ``env NAME=VALUE ...``, which execs it with them (same pid),
+    so they hold from its first instruction and the parent's environment is never touched."""
+    extra = getattr(_thread_state, "child_env", None)
+    name = os.fsdecode(path)  # bytes or str, as multiprocessing passes it
+    if (extra and _ENV_PROGRAM and "--multiprocessing-fork" in args and "=" not in name
+            and not name.startswith("-")):
+        program = os.fsencode(_ENV_PROGRAM)  # the executable must be bytes here
+        assignments = [os.fsencode(f"{key}={value}") for key, value in extra.items()]
+        try:
+            return _original_spawnv_passfds(program, [program, *assignments, path, *args[1:]],
+                                            passfds)
+        except OSError:
+            pass  # env could not be run: the child's preamble sets them, before its target runs
+    return _original_spawnv_passfds(path, args, passfds)
+
+
+_original_spawnv_passfds = getattr(util.spawnv_passfds, "__wrapped_original__", util.spawnv_passfds)
+_spawnv_passfds_with_env.__wrapped_original__ = _original_spawnv_passfds
+util.spawnv_passfds = _spawnv_passfds_with_env
+
 
 def start_process(target: Callable[..., Any],
                   args: Sequence[Any] = (),
                   name: Optional[str] = None,
                   daemon: bool = True,
                   ignore_sigint: bool = False,
-                  die_with_parent: bool = False) -> multiprocessing.context.SpawnProcess:
+                  die_with_parent: bool = False,
+                  env: Optional[Mapping[str, str]] = None) -> multiprocessing.context.SpawnProcess:
     """Start ``target(*args)`` in a spawned child that does not re-run the user's main script.
 
     The child is told nothing about ``__main__``, exactly as if the parent were a REPL or a
@@ -73,12 +127,17 @@ def start_process(target: Callable[..., Any],
     started it ends, so a worker still busy importing TensorFlow does not outlive a SIGKILLed
     trainer by seconds. The kernel ties the signal to the starting *thread*, not the process:
     start such children only from a thread that outlives them (the supervisor's does).
+
+    ``env``: variables the child starts with, on top of the parent's environment (see
+    ``worker_environment``); the parent's own ``os.environ`` is left as it is.
     """
-    if ignore_sigint or die_with_parent:
+    env = {str(name): str(value) for name, value in (env or {}).items()}
+    if ignore_sigint or die_with_parent or env:
         target, args = _child_preamble, (target, ignore_sigint and _HAVE_SIGMASK,
-                                         os.getpid() if die_with_parent else None, *args)
+                                         os.getpid() if die_with_parent else None, env, *args)
     process = _SPAWN.Process(target=target, args=tuple(args), name=name, daemon=daemon)
     _thread_state.hide_main = True
+    _thread_state.child_env = env
     blocked = False
     mask_sigint = ignore_sigint and _HAVE_SIGMASK
     try:
@@ -93,6 +152,7 @@ def start_process(target: Callable[..., Any],
             process.start()
     finally:
         _thread_state.hide_main = False
+        _thread_state.child_env = None
         if mask_sigint and not blocked:
             signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
     return process
@@ -128,9 +188,11 @@ _PR_SET_PDEATHSIG = 1
 
 
 def _child_preamble(target: Callable[..., Any], ignore_sigint: bool, parent_pid: Optional[int],
-                    *args: Any) -> Any:
+                    env: Dict[str, str], *args: Any) -> Any:
     """In the child, before ``target``: ignore SIGINT (a Ctrl-C that came while booting is
-    discarded) and ask to be killed with the parent."""
+    discarded), ask to be killed with the parent, and make sure of ``env`` (already there when
+    the child was started through ``env``; set here where it could not be)."""
+    os.environ.update(env)
     if ignore_sigint:
         signal.signal(signal.SIGINT, signal.SIG_IGN)
         signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
@@ -204,12 +266,30 @@ def become_background_child() -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
+def _private_runtime_dir(temp: str) -> None:
+    """A worker without ``XDG_RUNTIME_DIR`` gets an empty one of its own: pygame's video start-up
+    (self-drawing envs such as CartPole, the pixel window) asks libwayland for a compositor,
+    which prints "error: XDG_RUNTIME_DIR is invalid or not set in the environment." otherwise.
+    Only a directory this user owns, with nobody else's access, is used."""
+    if os.environ.get("XDG_RUNTIME_DIR") or not hasattr(os, "getuid"):
+        return
+    path = os.path.join(temp, f"async_plotter_runtime_{os.getuid()}")
+    try:
+        os.makedirs(path, mode=0o700, exist_ok=True)
+        info = os.lstat(path)
+    except OSError:
+        return
+    if info.st_uid == os.getuid() and not info.st_mode & 0o077 and stat.S_ISDIR(info.st_mode):
+        os.environ["XDG_RUNTIME_DIR"] = path
+
+
 def keep_side_effects_out_of_user_folders() -> None:
     """Route MuJoCo's warnings to logging (it would write MUJOCO_LOG.TXT into the working
     directory) and point Keras's home (``~/.keras``) at a temporary folder."""
     import tempfile
 
     os.environ.setdefault("KERAS_HOME", os.path.join(tempfile.gettempdir(), "async_plotter_keras"))
+    _private_runtime_dir(tempfile.gettempdir())
     try:
         import mujoco
     except ImportError:

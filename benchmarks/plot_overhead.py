@@ -15,9 +15,17 @@ over rounds (A B C D E A B C D E ...) so that machine drift hits every mode alik
   waits for a video of the current policy (rendered by the same worker at normal priority, as
   TensorFlow and software GL cannot share a process), K chosen per env so that it makes as many
   videos as ``defaults`` did in the same round.
+* ``before``: ``defaults`` of another checkout of this library (``--before-tree``, e.g. a
+  ``git worktree`` of an earlier commit), to compare what a change bought in the same round.
+
+Envs: ``Swimmer-v5`` and ``HalfCheetah-v5`` train with the RL host (above); ``Hopper-v5-keras``
+is the direct route: a Keras policy (11-64-64-3) trained by ``model.fit`` (a regression on fixed
+data, ~1.5 s an iteration on 2 cores) and handed to ``Plotter.update_plot`` each iteration.
 
 Per mode: training time (start to the last iteration's end) and end-to-end time (including the
-final video at close) as ratios to ``off`` of the same round; videos per 10 iterations; for every
+final video at close) as ratios to ``off`` of the same round (mean and median of the rounds);
+videos and seconds of motion shown per 10 iterations (the env's simulated seconds the videos
+show: a video in slow motion shows fewer than it lasts); for every
 iteration, how many iterations old the newest finished video then was (p50/p95); time from start
 to the first video; whether a video of the final policy exists; the worker's share of the
 machine's CPU; the training time each video cost (extra seconds over ``off`` per video); and the
@@ -28,6 +36,10 @@ one-off start-up cost (extra seconds over ``off`` in the first 5 iterations).
     python benchmarks/plot_overhead.py --n-parallel 1 --envs Swimmer-v5 --modes off,defaults,sync \
         --n-itr 40 \
         --out benchmarks/results/plot_overhead_one_sampler.json   # a core left to plotting
+    git worktree add /tmp/before <commit>
+    python benchmarks/plot_overhead.py --envs Swimmer-v5,HalfCheetah-v5,Hopper-v5-keras \
+        --modes off,defaults,before --before-tree /tmp/before --rounds 3 --n-itr 40 \
+        --out benchmarks/results/plot_overhead_issue21.json
 
 Writes benchmarks/results/plot_overhead.json and plot_overhead.png.
 """
@@ -44,7 +56,8 @@ import numpy as np
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 RESULTS = os.path.join(ROOT, "benchmarks", "results")
-sys.path.insert(0, ROOT)
+# A child of mode "before" imports the library from the other checkout.
+sys.path.insert(0, os.environ.get("PLOT_OVERHEAD_LIBRARY") or ROOT)
 
 #: mode -> plotter keyword arguments (None: no plotting). "sync" is handled by the child.
 MODES = {
@@ -74,9 +87,12 @@ MODES = {
         "final_video_timeout": 0,
         "fps": 1000
     },
+    "before": {},
 }
 DEFAULT_MODES = ["off", "defaults", "budget-0.02", "budget-0.10", "sync"]
-ENVS = ("Swimmer-v5", "HalfCheetah-v5")
+ENVS = ("Swimmer-v5", "HalfCheetah-v5", "Hopper-v5-keras")
+DEFAULT_ENVS = ("Swimmer-v5", "HalfCheetah-v5")
+KERAS_SUFFIX = "-keras"
 STARTUP_ITERATIONS = 5
 
 # ----------------------------------------------------------------------------- one run (child)
@@ -84,6 +100,8 @@ STARTUP_ITERATIONS = 5
 
 def _child(mode: str, env_id: str, n_itr: int, batch_size: int, max_path_length: int, seed: int,
            sync_every: int, n_parallel: int) -> dict:
+    if env_id.endswith(KERAS_SUFFIX):
+        return _keras_child(mode, env_id[:-len(KERAS_SUFFIX)], n_itr, max_path_length, seed)
     import logging
 
     from async_plotter.rl import TRPO, GaussianMLPPolicy, LinearFeatureBaseline
@@ -148,7 +166,90 @@ def _child(mode: str, env_id: str, n_itr: int, batch_size: int, max_path_length:
         "sync_every": sync_every if mode == "sync" else None,
         "final_return": result.history[-1]["AverageReturn"],
         "cores": os.cpu_count(),
+        "motion_seconds": _motion_seconds(stats, env_id),
     }
+
+
+def _keras_child(mode: str, env_id: str, n_itr: int, max_path_length: int, seed: int) -> dict:
+    """A Keras policy trained by ``model.fit`` and plotted through ``Plotter.update_plot``."""
+    import logging
+
+    import gymnasium
+    import keras
+
+    from async_plotter import Plotter
+    from async_plotter.worker.budget import machine_idle_seconds
+
+    logging.basicConfig(level=logging.WARNING)
+    keras.utils.set_random_seed(seed)
+    env = gymnasium.make(env_id)
+    obs_dim, act_dim = env.observation_space.shape[0], env.action_space.shape[0]
+    model = keras.Sequential([
+        keras.Input((obs_dim, )),
+        keras.layers.Dense(64, activation="tanh"),
+        keras.layers.Dense(64, activation="tanh"),
+        keras.layers.Dense(act_dim, activation="tanh")
+    ])
+    model.compile(optimizer="adam", loss="mse")
+    rng = np.random.default_rng(seed)
+    inputs = rng.normal(size=(16384, obs_dim)).astype(np.float32)
+    targets = np.tanh(inputs[:, :act_dim] * 0.5).astype(np.float32)
+    plot_kwargs = MODES[mode]
+    idle_at_start = machine_idle_seconds()
+    iteration_ends, iteration_idle, sync_waits = [], [], []
+    started = time.time()
+    plotter = None
+    if plot_kwargs is not None:
+        plotter = Plotter(env_id,
+                          model,
+                          max_path_length=max_path_length,
+                          video_dir=tempfile.mkdtemp(prefix="plot_overhead_"),
+                          window=False,
+                          **plot_kwargs).start()
+    for itr in range(n_itr):
+        model.fit(inputs, targets, batch_size=64, epochs=1, verbose=0)
+        if plotter is not None:
+            plotter.update_plot(model, iteration=itr)
+        iteration_ends.append(time.time())
+        iteration_idle.append(machine_idle_seconds())
+    stats = {}
+    if plotter is not None:
+        plotter.close()
+        stats = plotter.stats
+    finished = time.time()
+    return {
+        "mode": mode,
+        "env": env_id + KERAS_SUFFIX,
+        "started": started,
+        "iteration_ends": iteration_ends,
+        "iteration_idle": [idle - idle_at_start for idle in iteration_idle],
+        "finished": finished,
+        "videos": stats.get("video_log", []),
+        "final_video": stats.get("final_video"),
+        "worker_cpu_seconds": stats.get("worker_cpu_seconds"),
+        "boot_cpu_seconds": stats.get("boot_cpu_seconds"),
+        "boot_seconds": stats.get("boot_seconds"),
+        "frames": stats.get("frames", 0),
+        "sync_waits": sync_waits,
+        "sync_every": None,
+        "final_return": None,
+        "cores": os.cpu_count(),
+        "motion_seconds": _motion_seconds(stats, env_id),
+        "policy_call": stats.get("policy_call"),
+    }
+
+
+def _motion_seconds(stats: dict, env_id: str) -> float:
+    """Simulated seconds the videos show: each frame is ``frame_stride`` env steps (1 where the
+    library draws every step), each step ``1 / render_fps`` seconds of the env's time."""
+    import gymnasium
+
+    env = gymnasium.make(env_id)
+    rate = float(env.metadata.get("render_fps") or 1.0 / env.unwrapped.dt)
+    env.close()
+    stride = stats.get("frame_stride") or 1
+    frames = sum(video.get("frames", 0) for video in stats.get("video_log", []))
+    return frames * stride / rate
 
 
 def _make_update_plot_synchronous(batch_polopt, every: int, n_itr: int, waits: list) -> None:
@@ -183,6 +284,9 @@ def _make_update_plot_synchronous(batch_polopt, every: int, n_itr: int, waits: l
 
 def run_child(mode, env_id, args, sync_every=0):
     max_path_length, batch_size = (100, 1000) if args.quick else (500, 5000)
+    environment = dict(os.environ)
+    if mode == "before":
+        environment["PLOT_OVERHEAD_LIBRARY"] = os.path.abspath(args.before_tree)
     command = [
         sys.executable, __file__, "--child", mode, env_id,
         str(args.n_itr),
@@ -192,7 +296,7 @@ def run_child(mode, env_id, args, sync_every=0):
         str(sync_every),
         str(args.n_parallel)
     ]
-    result = subprocess.run(command, capture_output=True, text=True, timeout=3600)
+    result = subprocess.run(command, capture_output=True, text=True, timeout=3600, env=environment)
     for line in result.stdout.splitlines():
         if line.startswith("RESULT "):
             return json.loads(line[len("RESULT "):])
@@ -227,6 +331,7 @@ def measure(run: dict, off: dict) -> dict:
         "end_to_end_ratio": end_to_end / off_end_to_end,
         "videos": len(videos),
         "videos_per_10_itr": 10.0 * len(videos) / n_itr,
+        "motion_seconds_per_10_itr": 10.0 * run.get("motion_seconds", 0.0) / n_itr,
         "staleness_p50": float(np.percentile(ages, 50)),
         "staleness_p95": float(np.percentile(ages, 95)),
         "first_video_s": (videos[0]["time"] - run["started"]) if videos else None,
@@ -248,7 +353,9 @@ def main():
                         nargs=8,
                         metavar=("MODE", "ENV", "N_ITR", "BATCH", "PATH", "SEED", "SYNC_EVERY",
                                  "N_PARALLEL"))
-    parser.add_argument("--envs", default=",".join(ENVS))
+    parser.add_argument("--envs", default=",".join(DEFAULT_ENVS))
+    parser.add_argument("--before-tree",
+                        help="another checkout of this library, for the mode 'before'")
     parser.add_argument("--modes", default=",".join(DEFAULT_MODES))
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--n-itr", type=int, default=60)
@@ -273,6 +380,8 @@ def main():
     if unknown or "off" not in modes:
         parser.error(f"unknown modes/envs {unknown} (modes: {sorted(MODES)}, envs: {ENVS}); "
                      "'off' is needed as the reference")
+    if "before" in modes and not args.before_tree:
+        parser.error("the mode 'before' needs --before-tree PATH (another checkout)")
     # "sync" needs the defaults' video count of the same round: run it after them.
     modes = [m for m in modes if m != "sync"] + (["sync"] if "sync" in modes else [])
     runs, measured = [], []
@@ -319,8 +428,14 @@ def _summarize(measured, envs, modes):
                 values = [r[key] for r in rows if r[key] is not None]
                 return float(np.mean(values)) if values else None
 
+            def median(key):
+                values = [r[key] for r in rows if r[key] is not None]
+                return float(np.median(values)) if values else None
+
             summary.setdefault(env_id, {})[mode] = {
                 "training_ratio": mean("training_ratio"),
+                "training_ratio_median": median("training_ratio"),
+                "motion_seconds_per_10_itr": mean("motion_seconds_per_10_itr"),
                 "end_to_end_ratio": mean("end_to_end_ratio"),
                 "videos_per_10_itr": mean("videos_per_10_itr"),
                 "staleness_p50": mean("staleness_p50"),
@@ -339,11 +454,11 @@ def _summarize(measured, envs, modes):
 
 def _print_table(summary, envs, modes):
     print()
-    header = ("| env | mode | training / off | end-to-end / off | videos / 10 itr | "
-              "staleness p50 / p95 (itr) | first video | final video | worker CPU | "
-              "training s per video | start-up cost |")
+    header = ("| env | mode | training / off (median) | end-to-end / off | videos / 10 itr | "
+              "seconds shown / 10 itr | staleness p50 / p95 (itr) | first video | final video | "
+              "worker CPU | training s per video | start-up cost |")
     print(header)
-    print("|" + " --- |" * 2 + " ---: |" * 9)
+    print("|" + " --- |" * 2 + " ---: |" * 10)
     for env_id in envs:
         for mode in modes:
             row = summary[env_id][mode]
@@ -354,8 +469,10 @@ def _print_table(summary, envs, modes):
 
             label = mode if mode != "sync" else f"sync-every-{row['sync_every']}"
             print(
-                f"| {env_id} | {label} | {f('training_ratio', '.3f')} | "
+                f"| {env_id} | {label} | {f('training_ratio', '.3f')} "
+                f"({f('training_ratio_median', '.3f')}) | "
                 f"{f('end_to_end_ratio', '.3f')} | {f('videos_per_10_itr', '.2f')} | "
+                f"{f('motion_seconds_per_10_itr', '.1f', ' s')} | "
                 f"{f('staleness_p50', '.1f')} / {f('staleness_p95', '.1f')} | "
                 f"{f('first_video_s', '.0f', ' s')} | {row['final_video_runs']} | "
                 f"{'-' if row['worker_cpu_share'] is None else format(row['worker_cpu_share'] * 100, '.1f') + '%'} | "

@@ -10,6 +10,10 @@ process). Measured:
   ``/events`` event, against the same without attackers; and the server's thread count.
 * **hoarders**: 16 stream readers that trickle ~1.8 KiB/s to hold every slot (an evicted one
   reconnects at once). The time for a new viewer to get its first frame.
+* **stuck and reading**: 20 clients that read every frame (an evicted one reconnects 1.5 s
+  later, as the page does) and 9 that never read, arriving once the readers hold every slot.
+  Small frames (~2 KB), so the kernel's buffers take seconds of them for a client that reads
+  nothing. The readers' frames per second, their evictions, and the slots stuck clients hold.
 
     python benchmarks/web_hostile.py            # ~1.5 min
     python benchmarks/web_hostile.py --quick    # fewer attackers and tries
@@ -35,8 +39,9 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 # ------------------------------------------------------------------------------ the server
 
 
-def _serve(port_queue: Any, stop: Any) -> None:
-    """The render process's side: an HttpSink fed noisy frames until ``stop`` is set."""
+def _serve(port_queue: Any, stop: Any, small: bool = False) -> None:
+    """The render process's side: an HttpSink fed noisy frames until ``stop`` is set (``small``:
+    96x64 plain frames of ~2 KB instead)."""
     import numpy as np
 
     from async_plotter.web.address import parse_http_address
@@ -48,10 +53,16 @@ def _serve(port_queue: Any, stop: Any) -> None:
     episode = EpisodeInfo(0, None, 0)
     sink.begin_episode(episode)
     rng = np.random.default_rng(0)
-    frame = np.zeros((240, 320, 3), np.uint8)
+    height, width = (64, 96) if small else (240, 320)
+    frame = np.zeros((height, width, 3), np.uint8)
+    index = 0
     while not stop.is_set():
+        index += 1
         if sink.wants_pixels():
-            frame[:, :, 2] = rng.integers(0, 256, (240, 320), np.uint8)
+            if small:
+                frame[:, :, 0] = (index * 9) % 256
+            else:
+                frame[:, :, 2] = rng.integers(0, 256, (height, width), np.uint8)
             sink.add_frame(frame.copy(), episode)
         else:
             sink.add_frame(None, episode)
@@ -188,9 +199,92 @@ def _summary(times: List[float], failures: int) -> Dict[str, Any]:
     }
 
 
-def _start_server(ctx: Any) -> Any:
+def _stuck_and_reading(port: int, readers: int, stuck: int, seconds: float) -> Dict[str, Any]:
+    """``readers`` clients take every slot, then ``stuck`` clients that never read arrive; after
+    ``seconds`` (evicted readers come back 1.5 s later): what each kind holds and gets."""
+    stop = threading.Event()
+    times: List[List[float]] = [[] for _ in range(readers)]
+    evictions: List[List[float]] = [[] for _ in range(readers)]
+
+    def read(index: int) -> None:
+        request = b"GET /stream.mjpg?client=reader HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n"
+        while not stop.is_set():
+            try:
+                with socket.create_connection(("127.0.0.1", port), timeout=5) as sock:
+                    sock.sendall(request)
+                    sock.settimeout(0.5)
+                    tail = b""
+                    while not stop.is_set():
+                        try:
+                            chunk = sock.recv(262144)
+                        except socket.timeout:
+                            continue
+                        if not chunk:
+                            break
+                        data = tail + chunk
+                        times[index].extend([time.monotonic()] * data.count(b"\xff\xd9"))
+                        tail = data[-1:]
+            except OSError:
+                pass
+            if not stop.is_set():
+                evictions[index].append(time.monotonic())
+                stop.wait(1.5)
+
+    threads = [threading.Thread(target=read, args=(i, ), daemon=True) for i in range(readers)]
+    for thread in threads:
+        thread.start()
+        time.sleep(0.1)
+    time.sleep(3.0)
+    arrived = time.monotonic()
+    stuck_sockets = []
+    for _ in range(stuck):
+        sock = socket.create_connection(("127.0.0.1", port), timeout=5)
+        sock.sendall(b"GET /stream.mjpg?client=stuck HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+        stuck_sockets.append(sock)
+        time.sleep(0.2)
+    # A stuck client lost its slot when the server closed (reset) its connection: its TCP state
+    # is no longer ESTABLISHED (read without reading a byte of the stream).
+    lost_at: Dict[int, float] = {}
+    deadline = arrived + seconds
+    while time.monotonic() < deadline:
+        for index, sock in enumerate(stuck_sockets):
+            if index not in lost_at and _tcp_state(sock) != 1:
+                lost_at[index] = time.monotonic()
+        time.sleep(0.05)
+    now = time.monotonic()
+    rates = sorted(sum(1 for t in frame_times if t > now - 3.0) / 3.0 for frame_times in times)
+    stop.set()
+    for thread in threads:
+        thread.join(5)
+    for sock in stuck_sockets:
+        sock.close()
+    after = [len([e for e in reader if e > arrived]) for reader in evictions]
+    return {
+        "readers": readers,
+        "stuck": stuck,
+        "seconds": seconds,
+        "stuck_slots_lost": len(lost_at),
+        "stuck_slots_lost_within_s": round(max(lost_at.values()) - arrived, 2) if lost_at else None,
+        "reader_evictions_after_stuck_arrived": sum(after),
+        "reader_fps_last_3s": {
+            "min": round(rates[0], 1),
+            "median": round(statistics.median(rates), 1),
+            "max": round(rates[-1], 1)
+        },
+    }
+
+
+def _tcp_state(sock: socket.socket) -> int:
+    """The socket's TCP state (Linux ``TCP_INFO``: 1 is ESTABLISHED); 0 once it is unreadable."""
+    try:
+        return sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_INFO, 8)[0]
+    except OSError:
+        return 0
+
+
+def _start_server(ctx: Any, small: bool = False) -> Any:
     port_queue, stop = ctx.Queue(), ctx.Event()
-    process = ctx.Process(target=_serve, args=(port_queue, stop), daemon=True)
+    process = ctx.Process(target=_serve, args=(port_queue, stop, small), daemon=True)
     process.start()
     return process, stop, port_queue.get(timeout=60)
 
@@ -251,6 +345,11 @@ def main() -> None:
     stop_server.set()
     server.join(10)
     result["hoarders"] = {"hoarders": 16, "new_viewer_first_frame": _summary(picture, failures)}
+
+    server, stop_server, port = _start_server(ctx, small=True)
+    result["stuck_and_reading"] = _stuck_and_reading(port, 20, 9, 8.0 if args.quick else 15.0)
+    stop_server.set()
+    server.join(10)
 
     os.makedirs(RESULTS, exist_ok=True)
     with open(os.path.join(RESULTS, "web_hostile.json"), "w") as out:

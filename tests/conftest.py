@@ -1,6 +1,7 @@
 """Shared fixtures: leak checks for processes and shared memory, an Xvfb display, waiting."""
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -9,6 +10,15 @@ import psutil
 import pytest
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+from async_plotter.channel.shm import SEGMENT_PREFIX  # noqa: E402 - after the TF setting
+
+
+def default_sigint():
+    """``preexec_fn`` for a child the test will send SIGINT: SIGINT at its default, so that the
+    child's Python raises KeyboardInterrupt, also when the tests run with SIGINT ignored (a
+    background job, ``nohup``, some CI runners), which children inherit."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 def wait_for(predicate, timeout, interval=0.1, message="condition"):
@@ -40,9 +50,13 @@ def worker_children():
 
 
 def shm_segments():
-    """Shared-memory segments currently in /dev/shm created by Python's shared_memory."""
+    """Shared-memory segments currently in /dev/shm created by this library (or Python's
+    shared_memory with its own names)."""
     try:
-        return {name for name in os.listdir("/dev/shm") if name.startswith("psm_")}
+        return {
+            name
+            for name in os.listdir("/dev/shm") if name.startswith(("psm_", SEGMENT_PREFIX))
+        }
     except FileNotFoundError:
         return set()
 
@@ -65,6 +79,16 @@ def no_leftovers(monkeypatch):
     wait_for(lambda: not worker_children(), 10, message="worker processes to exit")
     leaked = set(created) & shm_segments()
     assert not leaked, f"leaked shared memory segments: {leaked}"
+
+
+@pytest.fixture
+def sigint_raises():
+    """SIGINT raises KeyboardInterrupt in this process for the test's length, as in a terminal,
+    also when the tests run with SIGINT ignored (``make test &``, some CI runners): Python then
+    leaves it ignored, and a test that sends itself SIGINT would wait for nothing."""
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, previous)
 
 
 BURNER_MARK = "async_plotter_test_cpu_burner"

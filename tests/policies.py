@@ -52,29 +52,37 @@ class UniformCheckPolicy(LinearPolicy):
 class FlakyEnvFactory:
     """Builds Swimmer-v5 whose step() raises once it has run ``fail_after`` steps (a broken env)."""
 
-    def __init__(self, fail_after: int):
+    def __init__(self, fail_after: int, first_reset_delay: float = 0.0):
         self.fail_after = fail_after
+        # Seconds the first reset() waits: the render process is drawing by the time it fails.
+        self.first_reset_delay = first_reset_delay
 
     def __call__(self):
         import gymnasium
 
         env = gymnasium.make("Swimmer-v5")
-        return _FailingStep(env, self.fail_after)
+        return _FailingStep(env, self.fail_after, self.first_reset_delay)
 
 
 class _FailingStep:
 
-    def __init__(self, env, fail_after):
+    def __init__(self, env, fail_after, first_reset_delay=0.0):
         import gymnasium
 
         self._env = env
         self._left = fail_after
+        self._delay = first_reset_delay
         self.observation_space = env.observation_space
         self.action_space = env.action_space
         self.unwrapped = env.unwrapped
         assert isinstance(env, gymnasium.Env)
 
     def reset(self, seed=None):
+        if self._delay:
+            import time
+
+            time.sleep(self._delay)
+            self._delay = 0.0
         return self._env.reset(seed=seed)
 
     def step(self, action):
@@ -127,3 +135,36 @@ class ResettingPolicy(LinearPolicy):
     def reset(self, dones=None):
         with open(self.log_path, "a") as log:
             log.write("reset\n")
+
+
+class CloseRecordingEnvFactory:
+    """Builds ``env_id`` whose ``close()`` appends the closing process's pid to ``marker``; with
+    ``fail_after``, its ``step()`` raises once it has run that many steps (a broken env)."""
+
+    def __init__(self, marker: str, env_id: str = "Swimmer-v5", fail_after=None):
+        self.marker = marker
+        self.env_id = env_id
+        self.fail_after = fail_after
+
+    def __call__(self, render_mode=None):
+        import gymnasium
+
+        factory = self
+
+        class RecordsClose(gymnasium.Wrapper):
+            steps = 0
+
+            def step(self, action):
+                self.steps += 1
+                if factory.fail_after is not None and self.steps > factory.fail_after:
+                    raise RuntimeError("env.step exploded (test)")
+                return super().step(action)
+
+            def close(self):
+                import os
+
+                with open(factory.marker, "a") as out:
+                    out.write(f"{os.getpid()}\n")
+                super().close()
+
+        return RecordsClose(gymnasium.make(self.env_id, render_mode=render_mode))

@@ -7,12 +7,19 @@ update's iteration, prints one JSON line with what it measured, then (with ``--h
 import argparse
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
 from typing import Dict, List, Optional
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def default_sigint() -> None:
+    """``preexec_fn``: the tests stop trainers and viewers with SIGINT, which a child inherits
+    ignored when the tests run with SIGINT ignored (``make test &``, ``nohup``)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 def child_env(**extra: str) -> Dict[str, str]:
@@ -36,7 +43,8 @@ def start_trainer(url: str, experiment: str, log_path: str, *args: str,
                             stdin=subprocess.PIPE,
                             stdout=subprocess.PIPE,
                             stderr=open(log_path, "ab"),
-                            text=True)
+                            text=True,
+                            preexec_fn=default_sigint)
 
 
 def start_viewer(url: str, experiment: str, log_path: str, *args: str,
@@ -48,7 +56,8 @@ def start_viewer(url: str, experiment: str, log_path: str, *args: str,
                             env=child_env(**env),
                             stdin=subprocess.DEVNULL,
                             stdout=log,
-                            stderr=subprocess.STDOUT)
+                            stderr=subprocess.STDOUT,
+                            preexec_fn=default_sigint)
 
 
 def viewer_command() -> List[str]:

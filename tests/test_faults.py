@@ -13,7 +13,7 @@ import psutil
 import pytest
 
 from async_plotter import Plotter
-from tests.conftest import shm_segments, wait_for
+from tests.conftest import default_sigint, shm_segments, wait_for
 from tests.policies import FlakyEnvFactory, LinearPolicy
 
 pytestmark = pytest.mark.slow
@@ -76,12 +76,21 @@ def test_worker_that_keeps_raising_is_disabled_with_one_error(caplog, no_leftove
     assert "Traceback (most recent call last)" in stats["last_error"]
 
 
-def test_an_episode_that_raised_is_not_written_as_a_video(tmp_path, no_leftovers):
+def _slow_first_frames(frame, info):
+    time.sleep(1.0)  # the rollout fails and the supervisor closes the lifeline meanwhile
+
+
+@pytest.mark.parametrize("fail_after, slow", [(3, False), (0, True), (1, True)])
+def test_an_episode_that_raised_is_not_written_as_a_video(tmp_path, no_leftovers, fail_after, slow):
+    """Also when the render process, busy with a frame, finds the trainer's lifeline closed
+    before it reads the end of the failed rollout's stream (issue 20: a 1-frame mp4)."""
     policy = LinearPolicy(8, 2)
-    plotter = Plotter(FlakyEnvFactory(fail_after=3),
+    # Slow: the rollout process fails after the render process has begun drawing its episode.
+    plotter = Plotter(FlakyEnvFactory(fail_after=fail_after, first_reset_delay=4.0 if slow else 0),
                       policy,
                       max_path_length=50,
                       video_dir=str(tmp_path),
+                      on_frame=_slow_first_frames if slow else None,
                       fps=500,
                       max_restarts=1).start()
     try:
@@ -161,7 +170,8 @@ def _start_trainer(tmp_path):
          TRAINER.format(root=ROOT, videos=str(tmp_path / "videos"))],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
-        text=True)
+        text=True,
+        preexec_fn=default_sigint)  # the test may send it SIGINT
     line = trainer.stdout.readline()
     assert line.startswith("PIDS"), line + trainer.stderr.read()[-3000:]
     *pids, segment = line.split()[1:]
@@ -169,6 +179,17 @@ def _start_trainer(tmp_path):
     assert all(psutil.pid_exists(pid) for pid in pids)
     assert segment in shm_segments()
     return trainer, pids, segment
+
+
+def _kill_all(trainer, pids):
+    if trainer.poll() is None:
+        trainer.kill()
+        trainer.wait(10)
+    for pid in pids:
+        try:
+            psutil.Process(pid).kill()
+        except psutil.Error:
+            pass
 
 
 def _gone(pids):
@@ -221,10 +242,13 @@ def test_a_trainer_killed_while_its_workers_import_takes_them_along(tmp_path, sa
 
 def test_ctrl_c_in_the_trainer_ends_everything(tmp_path):
     trainer, pids, segment = _start_trainer(tmp_path)
-    trainer.send_signal(signal.SIGINT)
-    trainer.wait(10)
-    assert trainer.returncode != 0  # KeyboardInterrupt
-    wait_for(lambda: _gone(pids), 5, message="the workers to exit after Ctrl-C")
+    try:
+        trainer.send_signal(signal.SIGINT)
+        trainer.wait(10)
+        assert trainer.returncode != 0  # KeyboardInterrupt
+        wait_for(lambda: _gone(pids), 5, message="the workers to exit after Ctrl-C")
+    finally:  # a failure must not leave a trainer streaming for the tests after this one
+        _kill_all(trainer, pids)
     assert segment not in shm_segments()
     for name in os.listdir(tmp_path / "videos"):
         assert not name.startswith(".partial"), "a video was left half-written"

@@ -391,7 +391,7 @@ def test_plotter_publishes_a_signed_structure_without_trainer_outputs(redis_serv
         import pickle
 
         config = pickle.loads(structure.body)
-        assert config.sinks == () and config.video_dir is None and not config.live
+        assert config.sinks == () and not config.live
         assert structure.meta["env"] == "CartPole-v1" and structure.meta["size"] == 8
         client.close()
     finally:

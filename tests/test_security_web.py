@@ -196,6 +196,88 @@ def test_slow_readers_holding_every_slot_are_evicted_for_a_new_viewer(live):
             thread.join(5)
 
 
+def _stuck(port, sockets):
+    """A stream client that never reads (a frozen tab, a hostile one): the kernel's buffers take
+    a few hundred KB for it, so by bytes written it looks fast at first."""
+    sock = socket.create_connection(("127.0.0.1", port), timeout=5)
+    sock.sendall(b"GET /stream.mjpg?client=stuck HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+    sockets.append(sock)
+
+
+def _reader(port, stop, frame_times, evictions):
+    """A client that reads everything at once, as a browser does, and reconnects 1.5 s after
+    losing its slot, as the page does; records when each frame ends and each eviction."""
+    while not stop.is_set():
+        sock = socket.create_connection(("127.0.0.1", port), timeout=5)
+        sock.sendall(b"GET /stream.mjpg?client=reader HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+        sock.settimeout(0.5)
+        tail = b""
+        try:
+            while not stop.is_set():
+                try:
+                    chunk = sock.recv(262144)
+                except socket.timeout:
+                    continue
+                if not chunk:
+                    break
+                data = tail + chunk
+                frame_times.extend([time.monotonic()] * data.count(b"\xff\xd9"))
+                tail = data[-1:]
+        except OSError:
+            pass
+        finally:
+            sock.close()
+        if not stop.is_set():
+            evictions.append(time.monotonic())
+            stop.wait(1.5)
+
+
+def test_stuck_clients_lose_their_slots_before_reading_ones(live):
+    """Issue 22: stream clients that never read took the slots of reading ones, which kept
+    evicting each other: the kernel's buffers take seconds of frames for a client that reads
+    nothing, so by frames written it looks as fast as any. Judged by what each has taken off
+    its socket, the stuck ones go first, and the readers keep their frames per second."""
+    # Small frames (~2 KB): the kernel takes seconds of them for a client that reads nothing,
+    # even with the stream's small send buffer.
+    sink, _ = live(fps=30)
+    feed = sink._feed  # pylint: disable=protected-access
+    assert feed.max_viewers == 16
+    stop = threading.Event()
+    stuck = []
+    readers = []  # (thread, frame times, evictions)
+    try:
+        for _ in range(16):  # every slot held by a reader
+            frame_times, evictions = [], []
+            thread = threading.Thread(target=_reader,
+                                      args=(sink.port, stop, frame_times, evictions),
+                                      daemon=True)
+            thread.start()
+            readers.append((thread, frame_times, evictions))
+        wait_for(lambda: len(feed._viewers) == 16, 15, message="the readers' slots")
+        time.sleep(2.0)
+        for _ in range(9):  # each takes a reader's slot (a newcomer always gets one)...
+            _stuck(sink.port, stuck)
+            time.sleep(0.2)
+        # ...and each reader it evicted comes back 1.5 s later: it must take a stuck one's.
+        time.sleep(6.0)
+        now = time.monotonic()
+        rates = sorted(sum(1 for t in times if t > now - 2.0) / 2.0 for _, times, _ in readers)
+        clients = [viewer.client_id for viewer in feed._viewers.values()]
+    finally:
+        stop.set()
+        for thread, _, _ in readers:
+            thread.join(5)
+        for sock in stuck:
+            sock.close()
+    evicted_readers = sum(len(evictions) for _, _, evictions in readers)
+    print(f"slots: {clients.count('reader')} readers, {clients.count('stuck')} stuck; "
+          f"reader evictions: {evicted_readers}; readers' frames/s: {rates}")
+    assert clients.count("stuck") == 0, f"stuck clients kept slots: {clients}"
+    # Each stuck newcomer took a slot (a reader's, or a stuck one's that was established)...
+    assert evicted_readers <= 9, "readers lost slots that stuck clients held"
+    assert rates[len(rates) // 2] >= 10, f"readers' frames/s: {rates}"
+
+
 CROSS_ORIGIN = [
     {
         "Sec-Fetch-Site": "cross-site",

@@ -24,7 +24,8 @@ from async_plotter.cli import main
 from async_plotter.serve.history import History, byte_range
 from async_plotter.web.client import StreamError, open_stream
 from tests.conftest import wait_for
-from tests.redis_helpers import ROOT, child_env, read_log, start_trainer, viewer_command
+from tests.redis_helpers import (ROOT, child_env, default_sigint, read_log, start_trainer,
+                                 viewer_command)
 from tests.redis_server import MISSING_MESSAGE, RedisServer, find_redis_server, free_port
 from tests.test_web_browser import chromium  # noqa: F401 - the fixture
 
@@ -93,7 +94,8 @@ class Serve:
             env=child_env(ASYNC_PLOTTER_SECRET=secret),
             stdin=subprocess.DEVNULL,
             stdout=open(self.log_path, "ab"),
-            stderr=subprocess.STDOUT)
+            stderr=subprocess.STDOUT,
+            preexec_fn=default_sigint)  # stopped with SIGINT
         self.url = f"http://127.0.0.1:{self.port}/"
         wait_for(lambda: "serving the experiments" in self.log() or self.process.poll() is not None,
                  30,

@@ -140,7 +140,7 @@ def _config():
 def test_live_mode_follows_from_the_sinks_alone():
     config = _config()
     recording = config.with_sinks([VideoSpec("/videos")])
-    assert not recording.live and recording.records and recording.video_dir == "/videos"
+    assert not recording.live and recording.records and recording.sinks == (VideoSpec("/videos"), )
     watched = config.with_sinks([VideoSpec("/videos"), WindowSpec()])
     assert watched.live and watched.records
     page = config.with_sinks([HttpSpec(address=None)])

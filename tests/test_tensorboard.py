@@ -7,6 +7,7 @@ import io
 import json
 import os
 import re
+import struct
 import subprocess
 import sys
 import textwrap
@@ -17,8 +18,7 @@ from PIL import Image
 
 from async_plotter.render.stream import EpisodeEnd, EpisodeInfo
 from async_plotter.tensorboard import SummaryWriter
-from async_plotter.tensorboard.crc32c import crc32c, masked_crc32c
-from async_plotter.tensorboard.events import FILE_PREFIX
+from async_plotter.tensorboard.writer import FILE_PREFIX
 from async_plotter.tensorboard.gif import FrameReel
 from async_plotter.tensorboard.sink import TensorBoardSink
 
@@ -66,11 +66,26 @@ def decode_gif(encoded):
 # ------------------------------------------------------------------------ the writer, alone
 
 
-def test_crc32c_matches_the_published_check_values():
-    assert crc32c(b"123456789") == 0xE3069283  # the CRC catalogue's check value for CRC-32C
-    assert crc32c(bytes(32)) == 0x8A9136AA  # RFC 3720, B.4: 32 bytes of zeros
-    assert crc32c(b"\xff" * 32) == 0x62A8AB43  # RFC 3720, B.4: 32 bytes of 0xff
-    assert masked_crc32c(b"") != crc32c(b"")
+def test_every_record_is_framed_with_tensorboards_checksums(tmp_path):
+    """TensorBoard's loader does not check the checksums; its own masked CRC-32C must match."""
+    from tensorboard.compat.tensorflow_stub.pywrap_tensorflow import masked_crc32c
+
+    with SummaryWriter(str(tmp_path)) as writer:
+        writer.add_scalars(1, {"a": 1.0, "b": 2.0})
+        writer.add_animated_image("rollout/square", 1, moving_square(20), fps=30)
+        path = writer.path
+    with open(path, "rb") as file:
+        data = file.read()
+    records = 0
+    while data:
+        header, (length_crc, ) = data[:8], struct.unpack("<I", data[8:12])
+        (length, ) = struct.unpack("<Q", header)
+        body, (body_crc, ) = data[12:12 + length], struct.unpack("<I",
+                                                                 data[12 + length:16 + length])
+        assert (masked_crc32c(header), masked_crc32c(body)) == (length_crc, body_crc)
+        data = data[16 + length:]
+        records += 1
+    assert records == 3  # the file version, the scalars, the image
 
 
 def test_the_writers_files_read_back_with_tensorboards_own_reader(tmp_path):
@@ -189,6 +204,17 @@ def test_the_sink_writes_no_scalars_unless_asked(tmp_path):
     assert not os.listdir(tmp_path), "no event file without anything to write"
 
 
+def test_the_initial_policy_and_iteration_0_get_their_own_steps(tmp_path):
+    """Both were at step 0, so TensorBoard showed one of them only."""
+    sink = TensorBoardSink(str(tmp_path), "rollout/square", fps=30)
+    _play(sink, _episode(0), moving_square(5), EpisodeEnd(5, 1.0, True))  # Plotter()'s policy
+    _play(sink, _episode(1, 0, episode=1), moving_square(5), EpisodeEnd(5, 1.0, True))
+    _play(sink, _episode(2, 1, episode=2), moving_square(5), EpisodeEnd(5, 1.0, True))
+    sink.close()
+    steps = [image.step for image in accumulate(tmp_path).Images("rollout/square")]
+    assert steps == [-1, 0, 1], steps
+
+
 def test_an_unwritable_folder_turns_the_sink_off_not_the_worker(tmp_path):
     blocker = tmp_path / "a file"
     blocker.write_text("not a folder")
@@ -202,7 +228,8 @@ def test_an_unwritable_folder_turns_the_sink_off_not_the_worker(tmp_path):
 @pytest.mark.timeout(120)
 def test_the_sink_and_writer_never_import_tensorflow(tmp_path):
     """Run the sink in a fresh interpreter that could import TensorFlow (it is installed): after
-    writing images and scalars, ``tensorflow`` must not be among its modules."""
+    writing images and scalars, neither ``tensorflow`` nor ``tensorboard`` may be among its
+    modules (tensorboardX and its protobuf runtime may)."""
     import importlib.util
 
     assert importlib.util.find_spec("tensorflow") is not None, "the check needs TF installed"
@@ -222,8 +249,7 @@ def test_the_sink_and_writer_never_import_tensorflow(tmp_path):
         sink.close()
         print(json.dumps({{"written": sink.written,
                           "tensorflow": sorted(m for m in sys.modules
-                                               if m.split(".")[0] in ("tensorflow", "tensorboard",
-                                                                      "google"))}}))
+                                               if m.split(".")[0] in ("tensorflow", "tensorboard"))}}))
         """)
     completed = subprocess.run([sys.executable, "-c", script],
                                capture_output=True,
@@ -329,7 +355,8 @@ def test_a_plotted_run_puts_scalars_and_rollouts_into_one_run(plotted_run):
     assert tags["images"] == ["rollout/Swimmer-v5"]
     images = accumulator.Images("rollout/Swimmer-v5")
     steps = [image.step for image in images]
-    assert 2 in steps and set(steps) <= set(iterations), steps  # 2: the final policy's rollout
+    # 2: the final policy's rollout; -1: the initial policy's, if it was recorded
+    assert 2 in steps and set(steps) <= set(iterations) | {-1}, steps
     for image in images:
         count, size, _, _ = decode_gif(image.encoded_image_string)
         assert count > 1 and max(size) <= 160

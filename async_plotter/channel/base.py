@@ -7,14 +7,9 @@ reader. Shared memory (``shm``) and Redis (``redis/``) implement all three.
 """
 import dataclasses
 import pickle
-from typing import Dict, Optional
+from typing import Dict, Optional, Protocol
 
 import numpy as np
-
-try:
-    from typing import Protocol
-except ImportError:  # Python 3.7
-    from typing_extensions import Protocol  # type: ignore
 
 # The worker's lifeline to its render process takes one metrics message per write of at most
 # PIPE_BUF (4096) bytes, which Linux makes atomic: whole or, when the pipe is full, not at all.

@@ -13,10 +13,16 @@ Why this shape:
   twice during that copy, so even a trainer publishing flat-out lets the reader through.
 * A pipe to wake the reader: the worker sleeps in ``select`` until a byte arrives (no busy-spinning
   and no polling sleep), and the pipe's end-of-file tells it that the trainer died.
+* Named after its creator: ``async_plotter_<pid>_<start time>_<random>``. Killing a run's whole
+  process group (``kill -9 -PGID``, a scheduler's way) kills the resource tracker too, and the
+  segment would stay in ``/dev/shm`` until reboot; the next ``SharedMemoryWriter`` on the machine
+  removes every segment of this prefix whose creator is gone (``remove_orphaned_segments``).
 """
 import errno
+import logging
 import multiprocessing.connection
 import os
+import secrets
 import select
 import sys
 import time
@@ -42,6 +48,12 @@ _SLOT_BASE, _SLOT_WORDS = 8, 4  # per slot: sequence, update number, iteration, 
 _S_SEQ, _S_NUMBER, _S_ITERATION, _S_MAX_PATH = 0, 1, 2, 3
 _HEADER_BYTES = 128  # keeps both data slots 64-byte aligned
 _NO_ITERATION = -1
+
+#: the start of this library's segment names (followed by the creator's pid and start time)
+SEGMENT_PREFIX = "async_plotter_"
+_SHM_DIR = "/dev/shm"
+
+logger = logging.getLogger("async_plotter")
 
 
 def supported_dtype(dtype: np.dtype) -> bool:
@@ -81,7 +93,8 @@ class SharedMemoryWriter:
         self.size = int(size)
         self.dtype = dtype
         slot_bytes = _round_up(max(self.size, 1) * dtype.itemsize, 64)
-        self._shm = shared_memory.SharedMemory(create=True, size=_HEADER_BYTES + 2 * slot_bytes)
+        remove_orphaned_segments()
+        self._shm = _create_segment(_HEADER_BYTES + 2 * slot_bytes)
         self._header = np.ndarray((_HEADER_BYTES // 8, ), np.int64, self._shm.buf, 0)
         self._header[:] = 0
         self._slots = [
@@ -286,6 +299,67 @@ class SharedMemoryReader:
         self._header = None
         self._slots = []
         self._shm.close()
+
+
+def _start_time(pid: int) -> Optional[int]:
+    """When process ``pid`` started (clock ticks since boot, Linux ``/proc``), or None if it does
+    not exist or this is not known here. With the pid it names a process uniquely: pids are
+    reused, start times are not."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as stat:
+            return int(stat.read().rsplit(b")", 1)[1].split()[19])
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def _create_segment(size: int) -> shared_memory.SharedMemory:
+    pid = os.getpid()
+    started = _start_time(pid)
+    creator = f"{pid}_{started}" if started is not None else f"{pid}"
+    while True:
+        name = f"{SEGMENT_PREFIX}{creator}_{secrets.token_hex(4)}"
+        try:
+            return shared_memory.SharedMemory(name=name, create=True, size=size)
+        except FileExistsError:
+            continue
+
+
+def _creator_alive(name: str) -> bool:
+    """Whether the process that created segment ``name`` (ours: ``SEGMENT_PREFIX``) still runs.
+    Anything that does not parse counts as alive: it is never removed."""
+    parts = name[len(SEGMENT_PREFIX):].split("_")
+    if len(parts) != 3 or not (parts[0].isdigit() and parts[1].isdigit()):
+        return True
+    started = _start_time(int(parts[0]))
+    return started is not None and started == int(parts[1])
+
+
+def remove_orphaned_segments() -> int:
+    """Remove this library's segments in ``/dev/shm`` whose creator is dead (a run killed with its
+    resource tracker, e.g. ``kill -9`` of its process group); returns how many. Linux only (where
+    creators' start times can be read); other segments, and those of live processes, are left
+    alone. Costs one directory listing and a ``/proc`` read per segment of ours."""
+    if _start_time(os.getpid()) is None:
+        return 0
+    try:
+        names = [n for n in os.listdir(_SHM_DIR) if n.startswith(SEGMENT_PREFIX)]
+    except OSError:
+        return 0
+    removed, freed = 0, 0
+    for name in names:
+        if _creator_alive(name):
+            continue
+        path = os.path.join(_SHM_DIR, name)
+        try:
+            size = os.stat(path).st_size
+            os.unlink(path)
+        except OSError:
+            continue  # removed meanwhile, or not ours to remove
+        removed, freed = removed + 1, freed + size
+    if removed:
+        logger.info("removed %d shared-memory segment%s (%.1f MB) left in %s by killed runs",
+                    removed, "" if removed == 1 else "s", freed / 1e6, _SHM_DIR)
+    return removed
 
 
 def _wake_pipe():

@@ -2,7 +2,8 @@
 
 From the rollout process: ``(SCENE, SceneInfo)`` once, then per episode ``(BEGIN, EpisodeInfo)``,
 one ``(STATE, array)`` (MuJoCo physics state, a few hundred bytes) or ``(FRAME, array)`` (pixels,
-for envs that draw themselves) per step, and ``(END, EpisodeEnd)``. From the trainer, on the
+for envs that draw themselves) per shown step (every ``SceneInfo.stride``-th, and the episode's
+first and last), and ``(END, EpisodeEnd)``. From the trainer, on the
 lifeline: ``(METRICS, (iteration, metrics))`` and ``(FINAL, None)`` (training is over: record the
 final video at full speed). The types live here, with their reader, so that sinks and the live
 page depend on this module and not on the worker that builds them.
@@ -41,6 +42,13 @@ class SceneInfo:
     width: int = 480
     height: int = 480
     label: str = ""
+    #: frames per second of this scene's videos: the env's rate over ``stride`` (real time;
+    #: ``worker/playback.py``); None: the Plotter's ``fps``
+    fps: Optional[float] = None
+    #: every ``stride``-th env step is sent (an episode's first and last always are)
+    stride: int = 1
+    #: the env's steps per second of simulated time; None: unknown (the Plotter's ``fps``)
+    env_rate: Optional[float] = None
 
 
 @dataclasses.dataclass(frozen=True)

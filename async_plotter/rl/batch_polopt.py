@@ -166,8 +166,8 @@ class BatchPolopt:
         if ctx is None:
             return self.plot, plot_kwargs, self.sampler, self.seed
         if ctx.plot != self.plot:
-            # Said out loud: a plot flag that quietly does nothing was a bug of the peers. Louder
-            # when plotting the algorithm asked for is being switched off.
+            # Said out loud, so that a plot flag never quietly does nothing; louder when plotting
+            # the algorithm asked for is being switched off.
             level = logging.INFO if ctx.plot else logging.WARNING
             logger.log(level, "run_experiment_lite(plot=%s) overrides the algorithm's plot=%s",
                        ctx.plot, self.plot)
@@ -312,7 +312,7 @@ class BatchPolopt:
             self._pause_ignored_said = True
 
     def _close_plotter(self) -> None:
-        # Kept after closing, as the peers' users read algo.plotter.stats after train().
+        # Kept after closing: users of rllab and garage read algo.plotter.stats after train().
         plotter, self._plotting = self.plotter, False
         if plotter is None:
             return

@@ -16,9 +16,10 @@ import os
 import sys
 from typing import Any, Callable, Dict
 
-from async_plotter.core import DEFAULT_VIDEO_LENGTH
+from async_plotter.core import DEFAULT_VIDEO_SECONDS
 from async_plotter.rl.experiment import ExperimentResult, run_experiment_lite
 from async_plotter.worker.budget import DEFAULT_BUDGET
+from async_plotter.worker.priorities import PRIORITIES
 
 
 def example_parser(doc: str,
@@ -67,13 +68,13 @@ def add_plot_arguments(parser: argparse.ArgumentParser) -> None:
                        type=int,
                        default=None,
                        help="steps a video recorded while training shows at most (default: "
-                       f"the library's, {DEFAULT_VIDEO_LENGTH}); shorter videos come more often "
-                       "for the same budget")
+                       f"the library's, {DEFAULT_VIDEO_SECONDS:g} s of simulated time in the "
+                       "env's steps); shorter videos come more often for the same budget")
     group.add_argument("--http",
                        default=None,
                        help="also serve a live page: a port (8080) or host:port")
     group.add_argument("--plot-priority",
-                       choices=("idle", "low", "normal"),
+                       choices=PRIORITIES,
                        default=None,
                        help="a fixed CPU priority for the plot worker instead of a budget")
 

@@ -101,6 +101,9 @@ class Catalog:
         self._idle_since: Optional[float] = None
         self._thread: Optional[threading.Thread] = None
         self._stop = threading.Event()
+        # Set when an experiment's row has a curve or a structure but no update yet: the update
+        # is read by the next scan, which then comes at once rather than a scan interval later.
+        self._scan_now = threading.Event()
         self._closed = False
         self._outage = False
         #: the latest scan's problem (the server unreachable), or None
@@ -143,6 +146,7 @@ class Catalog:
             self._closed = True
             self._changed.notify_all()
         self._stop.set()
+        self._scan_now.set()
         thread = self._thread
         if thread is not None:
             thread.join(5.0)
@@ -234,7 +238,8 @@ class Catalog:
                     except Exception:  # noqa: BLE001 - a broken connection raises all sorts
                         pass
                     client = None
-                self._stop.wait(max(self._scan_interval - (time.monotonic() - started), 0.05))
+                self._scan_now.wait(max(self._scan_interval - (time.monotonic() - started), 0.05))
+                self._scan_now.clear()
         finally:
             if client is not None:
                 try:
@@ -402,6 +407,8 @@ class Catalog:
             entry.state, entry.problem = "ok", None
             self._touch(entry)
             self._changed.notify_all()
+            if entry.update is None:
+                self._scan_now.set()  # its update and iteration, as soon as its curve shows
 
     def _on_metrics(self, entry: _Entry, metrics: MetricsEntry) -> None:
         with self._lock:
@@ -411,6 +418,8 @@ class Catalog:
             entry.metrics_count += 1
             self._touch(entry)
             self._changed.notify_all()
+            if entry.update is None and entry.state == "ok":
+                self._scan_now.set()
 
     def touch(self, name: str) -> None:
         """The experiment's ``extra`` fields changed: send its row again."""

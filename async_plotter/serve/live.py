@@ -153,8 +153,10 @@ class LiveManager:
     def watch(self,
               name: str,
               client: str = "",
-              on_evict: Optional[Callable[[], None]] = None) -> Tuple[LiveSession, Viewer]:
-        """A browser wants ``name``'s stream: its session (started if need be) and its slot.
+              on_evict: Optional[Callable[[], None]] = None,
+              unsent: Optional[Callable[[], Optional[int]]] = None) -> Tuple[LiveSession, Viewer]:
+        """A browser wants ``name``'s stream: its session (started if need be) and its slot
+        (``unsent``: the bytes its socket holds unsent, see ``web.feed.Viewer``).
 
         Raises ``LiveLimit`` when ``max_live`` sessions run and all of them are watched.
         """
@@ -178,7 +180,7 @@ class LiveManager:
                 if not self._stopping or remaining <= 0:
                     raise LiveLimit(self._limit_message())
                 self._lock.wait(min(remaining, 0.5))
-            viewer = session.relay.add_viewer(client, on_evict)
+            viewer = session.relay.add_viewer(client, on_evict, unsent)
             session.idle_since = None
             return session, viewer
 

@@ -11,7 +11,7 @@ least ``every`` updates, or none yet), and the recorder pays for everything it u
 
 * a token bucket fills at ``budget x cores`` CPU-seconds per second, up to ``CAPACITY``;
 * a recording starts only when the bucket is not in debt; it is charged what it really cost,
-  measured from ``/proc`` over its processes and their children (start-up, rollout, rendering
+  measured with psutil over its processes and their children (start-up, rollout, rendering
   and the video encoder), so the long-run average never exceeds the budget, start-ups
   included;
 * its worker runs at low priority (nice 10 after start-up): beside busy trainers or live views

@@ -8,7 +8,8 @@ one only slows itself. Nobody watching: the connection is closed, and the render
 drawing pixels for it.
 
 Slots are few (a thread each); when they are all taken a new browser takes the slot of the
-slowest established one, as on the live page (``web.feed.Viewer.eviction_order``).
+slowest established one, as on the live page (``web.feed.Viewer.eviction_order``: by the frames
+it has taken off its socket, where the kernel's unsent queue can be read).
 """
 import logging
 import threading
@@ -64,7 +65,8 @@ class FrameRelay:
 
     def add_viewer(self,
                    client_id: str = "",
-                   on_evict: Optional[Callable[[], None]] = None) -> Viewer:
+                   on_evict: Optional[Callable[[], None]] = None,
+                   unsent: Optional[Callable[[], Optional[int]]] = None) -> Viewer:
         """Register a browser; the first one opens the connection to the render process."""
         victim = None
         with self._lock:
@@ -76,7 +78,7 @@ class FrameRelay:
                 victim.evicted = True
                 del self._viewers[victim.key]
                 self._ready.notify_all()
-            viewer = Viewer(self._next_key, client_id, on_evict)
+            viewer = Viewer(self._next_key, client_id, on_evict, unsent)
             self._next_key += 1
             viewer.last_seq = self._seq  # the next frame, not one that may show an older policy
             self._viewers[viewer.key] = viewer
@@ -116,12 +118,10 @@ class FrameRelay:
             viewer.sending_since = time.monotonic()
             return self._part
 
-    def frame_sent(self, viewer: Viewer) -> None:
-        """The viewer's thread finished sending a frame."""
+    def frame_sent(self, viewer: Viewer, nbytes: int = 0) -> None:
+        """The viewer's thread finished writing a frame of ``nbytes`` bytes."""
         with self._lock:
-            viewer.sent += 1
-            viewer.sending_since = None
-            viewer.meter.tick()
+            viewer.wrote(nbytes, time.monotonic())
 
     def status(self) -> Dict[str, object]:
         """What the page shows beside the picture."""

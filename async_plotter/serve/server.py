@@ -34,7 +34,7 @@ from async_plotter.channel.redis.wire import valid_experiment
 from async_plotter.serve.history import History
 from async_plotter.serve.live import LiveLimit, LiveManager
 from async_plotter.web.address import HttpConfig
-from async_plotter.web.feed import FeedClosed, LiveFeed, ViewerEvicted
+from async_plotter.web.feed import FeedClosed, LiveFeed, ViewerEvicted, unsent_bytes
 from async_plotter.web.server import (KEEPALIVE_INTERVAL, LiveServer, _event, _first, _head, _plain,
                                       _Request, start_frame_stream)
 
@@ -255,8 +255,10 @@ class ServeServer(LiveServer):
     def _live_stream(self, sock: socket.socket, key: int, name: str, client: str) -> None:
         try:
             try:
-                session, viewer = self.live.watch(name, client,
-                                                  lambda: self._evicted(sock, "stream"))
+                session, viewer = self.live.watch(name,
+                                                  client,
+                                                  lambda: self._evicted(sock, "stream"),
+                                                  unsent=lambda: unsent_bytes(sock))
             except LiveLimit as refusal:
                 self.dropped["over the live limit"] += 1
                 sock.sendall(
@@ -274,7 +276,7 @@ class ServeServer(LiveServer):
                             return
                         continue
                     sock.sendall(part)
-                    relay.frame_sent(viewer)
+                    relay.frame_sent(viewer, len(part))
             finally:
                 self.live.leave(session, viewer)
         except (FeedClosed, ViewerEvicted, OSError):

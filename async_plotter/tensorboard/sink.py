@@ -1,7 +1,7 @@
 """``TensorBoardSink``: each recorded rollout as an animated image in TensorBoard's Images tab.
 
 It runs in the render process, which never imports TensorFlow: the event file is written by
-:class:`~async_plotter.tensorboard.writer.SummaryWriter`, which needs only Pillow.
+:class:`~async_plotter.tensorboard.writer.SummaryWriter` (tensorboardX's framing, Pillow's GIF).
 """
 import logging
 import time
@@ -21,9 +21,17 @@ logger = logging.getLogger(__name__)
 WrittenCallback = Callable[[str, int, EpisodeInfo, int, int], None]
 
 
+#: the TensorBoard step of the initial policy's rollout (``Plotter()``'s policy, update 0)
+INITIAL_POLICY_STEP = -1
+
+
 def rollout_step(episode: EpisodeInfo) -> int:
-    """The TensorBoard step of a rollout: its iteration, else its update number."""
-    return episode.iteration if episode.iteration is not None else episode.update
+    """The TensorBoard step of a rollout: its iteration, else its update number; the initial
+    policy's (update 0, no iteration) is at ``INITIAL_POLICY_STEP``, before iteration 0's (at
+    step 0 both, one hid the other)."""
+    if episode.iteration is not None:
+        return episode.iteration
+    return INITIAL_POLICY_STEP if episode.update == 0 else episode.update
 
 
 class TensorBoardSink(FrameSink):

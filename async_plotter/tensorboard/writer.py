@@ -1,16 +1,51 @@
-"""``SummaryWriter``: scalars and animated images into one event file, TensorFlow-free."""
+"""``SummaryWriter``: scalars and animated images into one event file, TensorFlow-free.
+
+The record framing (TFRecord: lengths and masked CRC-32C checksums) and the ``Event`` /
+``Summary`` protocol buffers are tensorboardX's, which imports neither TensorFlow nor
+``tensorboard``. The first event of a file says ``file_version: "brain.Event:2"``; TensorBoard
+then discards earlier steps only on an explicit session restart, which these files never
+contain, so two writers in one folder (the trainer's scalars and the render process's videos)
+never erase each other's data.
+"""
+import itertools
 import numbers
 import os
+import socket
+import threading
 import time
-from typing import Mapping, Optional, Sequence
+from typing import List, Mapping, Optional, Sequence
 
 import numpy as np
+from tensorboardX import RecordWriter
+from tensorboardX.proto.event_pb2 import Event
+from tensorboardX.proto.summary_pb2 import Summary
 
-from async_plotter.tensorboard import proto
-from async_plotter.tensorboard.events import EventFile
 from async_plotter.tensorboard.gif import MAX_FRAMES, MAX_SIDE, FrameReel
 
-_RGB = 3  # Image.colorspace
+FILE_VERSION = "brain.Event:2"
+#: every event file's name starts with this; TensorBoard finds files by it
+FILE_PREFIX = "events.out.tfevents."
+_RGB = 3  # Summary.Image.colorspace
+_FRAMING = 16  # bytes a record adds to its event: a length and two checksums
+
+_file_numbers = itertools.count()
+_file_numbers_lock = threading.Lock()
+
+
+def event_file_name(wall_time: float, suffix: str = "") -> str:
+    """``events.out.tfevents.<secs>.<host>.<pid>.<n><suffix>``, TensorBoard's own convention:
+    the pid and ``n`` keep the files of processes and writers sharing a folder apart."""
+    with _file_numbers_lock:
+        number = next(_file_numbers)
+    return f"{FILE_PREFIX}{int(wall_time):010d}.{socket.gethostname()}.{os.getpid()}.{number}{suffix}"
+
+
+class _Records(RecordWriter):
+    """tensorboardX's record writer, flushing to the OS without ``fsync``: a reader sees each
+    event at once, and neither the trainer nor the budgeted render process waits for the disk."""
+
+    def flush(self) -> None:
+        self._writer.flush()
 
 
 class SummaryWriter:
@@ -27,9 +62,12 @@ class SummaryWriter:
 
     def __init__(self, logdir: str, filename_suffix: str = "") -> None:
         self.logdir = os.path.abspath(os.fspath(logdir))
-        self._file: Optional[EventFile] = EventFile(self.logdir, filename_suffix)
+        os.makedirs(self.logdir, exist_ok=True)
+        wall_time = time.time()
         #: the event file's path
-        self.path = self._file.path
+        self.path = os.path.join(self.logdir, event_file_name(wall_time, filename_suffix))
+        self._records: Optional[_Records] = _Records(self.path)
+        self._write_event(Event(wall_time=wall_time, step=0, file_version=FILE_VERSION))
 
     def add_scalars(self, step: int, scalars: Mapping[str, float]) -> int:
         """Write ``{tag: value}`` at ``step`` as one event; returns its size in bytes.
@@ -38,7 +76,7 @@ class SummaryWriter:
         are written as they are (TensorBoard shows them as gaps or markers).
         """
         values = [
-            proto.scalar_value(tag, float(value)) for tag, value in scalars.items()
+            Summary.Value(tag=tag, simple_value=float(value)) for tag, value in scalars.items()
             if _is_number(value)
         ]
         if not values:
@@ -65,20 +103,26 @@ class SummaryWriter:
         """Write a :class:`~async_plotter.tensorboard.gif.FrameReel` as an animated image."""
         if not len(reel):
             raise ValueError(f"add_reel({tag!r}): the reel has no frames")
-        encoded = reel.encode()
         width, height = reel.frames[0].size
-        return self._write(step, [proto.image_value(tag, height, width, _RGB, encoded)])
+        image = Summary.Image(height=height,
+                              width=width,
+                              colorspace=_RGB,
+                              encoded_image_string=reel.encode())
+        return self._write(step, [Summary.Value(tag=tag, image=image)])
 
     def flush(self) -> None:
         """Hand everything written to the OS (``add_*`` already does)."""
-        if self._file is not None:
-            self._file.flush()
+        if self._records is not None:
+            self._records.flush()
 
     def close(self) -> None:
         """Flush and close the file; calling it again does nothing."""
-        if self._file is not None:
-            file, self._file = self._file, None
-            file.close()
+        if self._records is not None:
+            records, self._records = self._records, None
+            try:
+                records.flush()
+            finally:
+                records.close()
 
     def __enter__(self) -> "SummaryWriter":
         return self
@@ -86,19 +130,19 @@ class SummaryWriter:
     def __exit__(self, *exc_info: object) -> None:
         self.close()
 
-    def _event_file(self) -> EventFile:
-        if self._file is None:
-            raise ValueError(f"this SummaryWriter ({self.logdir}) is closed")
-        return self._file
-
-    def _write(self, step: int, values: list) -> int:
+    def _write(self, step: int, values: List[Summary.Value]) -> int:
         if not isinstance(step, numbers.Integral) or isinstance(step, bool):
             raise TypeError(f"step must be an int, got {step!r}")
-        file = self._event_file()
-        event = proto.event(time.time(), int(step), summary_bytes=proto.summary(values))
-        file.write_event(event)
-        file.flush()
-        return len(event) + 16  # the TFRecord framing: length, two checksums
+        return self._write_event(
+            Event(wall_time=time.time(), step=int(step), summary=Summary(value=values)))
+
+    def _write_event(self, event: Event) -> int:
+        if self._records is None:
+            raise ValueError(f"this SummaryWriter ({self.logdir}) is closed")
+        data = event.SerializeToString()
+        self._records.write(data)
+        self._records.flush()
+        return len(data) + _FRAMING
 
 
 def _is_number(value: object) -> bool:

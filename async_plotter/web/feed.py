@@ -2,7 +2,7 @@
 
 Three kinds of thread meet here, and none of them may wait for another:
 
-* the render loop (``put_frame``, ``begin_episode``, ...) only swaps a reference under a lock;
+* the render loop (``add_frame``, ``begin_episode``, ...) only swaps a reference under a lock;
 * one encoder thread turns the newest raw frame into JPEG bytes, once per frame however many
   browsers watch, and skips frames that were replaced while it was busy;
 * one thread per browser connection sends the newest JPEG and skips those it had no time for, so a
@@ -12,6 +12,10 @@ Stream slots are few (each costs a thread), so they are not first come, first se
 are all taken, a new viewer takes the slot of the slowest established one (fewest frames/s
 received, then the one stuck in a write the longest, then the oldest). A reader that trickles
 bytes to hold a slot is therefore the first to lose it, and a real browser keeps its own.
+"Received" is what the client has taken off its socket, not what was written to it: the kernel
+accepts a few hundred KB for a client that reads nothing, so by bytes written a stuck client
+looks fast at first. Where the socket's unsent queue can be read (Linux ``SIOCOUTQ``,
+``unsent_bytes``), a frame counts once the client has acknowledged its last byte.
 
 Nothing is encoded while no stream is open (``has_viewers()`` is False), and the render process
 then does not even render pixels for this sink.
@@ -21,6 +25,8 @@ import dataclasses
 import io
 import itertools
 import math
+import struct
+import sys
 import threading
 import time
 from typing import Any, Callable, Deque, Dict, List, Optional, Tuple
@@ -87,18 +93,48 @@ class RateMeter:
             self._times.popleft()
 
 
+def unsent_bytes(sock: Any) -> Optional[int]:
+    """Bytes written to the TCP socket ``sock`` that its peer has not acknowledged yet (Linux's
+    ``SIOCOUTQ``, the same request number as ``TIOCOUTQ``); None where that cannot be read
+    (another system, a closed socket). A client that stops reading stops acknowledging once its
+    receive buffer is full, so this grows by everything written to it from then on."""
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        import fcntl
+        import termios
+
+        fd = sock.fileno()
+        if fd < 0:
+            return None
+        return struct.unpack("i", fcntl.ioctl(fd, termios.TIOCOUTQ, b"\0\0\0\0"))[0]
+    except (OSError, ValueError, ImportError, AttributeError):
+        return None
+
+
 class Viewer:
-    """One open stream connection and what it has received (changed under the feed's lock)."""
+    """One open stream connection and what it has received (changed under the feed's lock).
+
+    ``unsent``: returns the bytes written to the viewer's socket that it has not taken yet
+    (``unsent_bytes``), or None; with it, frames count as received once the client took them,
+    not once they were written.
+    """
 
     def __init__(self,
                  key: int,
                  client_id: str,
-                 on_evict: Optional[Callable[[], None]] = None) -> None:
+                 on_evict: Optional[Callable[[], None]] = None,
+                 unsent: Optional[Callable[[], Optional[int]]] = None) -> None:
         self.key = key
         self.client_id = client_id  # chosen by the page, to find its own rates in the status
         self.sent = 0
         self.skipped = 0  # frames encoded while this viewer was still busy with an older one
-        self.meter = RateMeter()
+        self.meter = RateMeter()  # frames written to the socket
+        self.unsent = unsent
+        self.written = 0  # bytes written to the socket
+        self.received = 0  # frames the client has taken off its socket (with ``unsent``)
+        self._received_meter = RateMeter()
+        self._frame_ends: Deque[int] = collections.deque()  # ``written`` after each frame
         self.last_seq = 0
         self.created = time.monotonic()
         self.sending_since: Optional[float] = None  # a frame handed out and not yet sent
@@ -112,7 +148,35 @@ class Viewer:
         write the longest, then oldest."""
         young = now - self.created < EVICTION_GRACE
         stuck = 0.0 if self.sending_since is None else now - self.sending_since
-        return (young, self.meter.rate(now), -stuck, self.created)
+        return (young, self.rate(now), -stuck, self.created)
+
+    def wrote(self, nbytes: int, now: float) -> None:
+        """A frame of ``nbytes`` bytes was written to the socket."""
+        self.sent += 1
+        self.sending_since = None
+        self.meter.tick(now)
+        self.written += nbytes
+        self._frame_ends.append(self.written)
+        self._count_received(now)
+
+    def rate(self, now: float) -> float:
+        """Frames per second the client has taken (written, where that cannot be known)."""
+        if self._count_received(now):
+            return self._received_meter.rate(now)
+        return self.meter.rate(now)
+
+    def _count_received(self, now: float) -> bool:
+        if self.unsent is None:
+            return False
+        queued = self.unsent()
+        if queued is None:
+            return False
+        taken = self.written - queued
+        while self._frame_ends and self._frame_ends[0] <= taken:
+            self._frame_ends.popleft()
+            self.received += 1
+            self._received_meter.tick(now)
+        return True
 
 
 class LiveFeed:
@@ -244,7 +308,8 @@ class LiveFeed:
     def add_viewer(self,
                    client_id: str = "",
                    on_evict: Optional[Callable[[], None]] = None,
-                   evict: bool = True) -> Viewer:
+                   evict: bool = True,
+                   unsent: Optional[Callable[[], Optional[int]]] = None) -> Viewer:
         """Register a stream connection (from now on, frames are rendered and encoded).
 
         When ``max_viewers`` streams are open, the slowest one is evicted (its ``next_jpeg``
@@ -263,7 +328,7 @@ class LiveFeed:
                 victim.evicted = True
                 del self._viewers[victim.key]
                 self._jpeg_ready.notify_all()
-            viewer = Viewer(next(self._viewer_keys), client_id, on_evict)
+            viewer = Viewer(next(self._viewer_keys), client_id, on_evict, unsent)
             # Start at the current frame, so a new viewer gets the next one encoded, not an old
             # one that may show a previous policy.
             viewer.last_seq = self._jpeg_seq
@@ -299,12 +364,11 @@ class LiveFeed:
             viewer.sending_since = time.monotonic()
             return self._jpeg
 
-    def frame_sent(self, viewer: Viewer) -> None:
-        """The viewer's thread finished sending a frame (counted for the page's frames/s)."""
+    def frame_sent(self, viewer: Viewer, nbytes: int = 0) -> None:
+        """The viewer's thread finished writing a frame of ``nbytes`` bytes (counted for the
+        page's frames/s)."""
         with self._lock:
-            viewer.sent += 1
-            viewer.sending_since = None
-            viewer.meter.tick()
+            viewer.wrote(nbytes, time.monotonic())
 
     def wait_for_change(self, seen: Tuple[int, int], timeout: float) -> Tuple[int, int]:
         """Wait until a new episode starts or a metrics point arrives, or ``timeout`` passes.
@@ -346,7 +410,7 @@ class LiveFeed:
             }
             mine = [v for v in self._viewers.values() if viewer_id and v.client_id == viewer_id]
             if mine:
-                status["client_fps"] = round(mine[0].meter.rate(), 1)
+                status["client_fps"] = round(mine[0].rate(time.monotonic()), 1)
                 status["client_frames"] = mine[0].sent
                 status["client_skipped"] = mine[0].skipped
         return status

@@ -57,7 +57,7 @@ from typing import Any, Callable, Deque, Dict, List, Optional, Tuple
 from urllib.parse import parse_qs, urlsplit
 
 from async_plotter.web.address import HttpConfig, is_loopback
-from async_plotter.web.feed import FeedClosed, FrameMeta, LiveFeed, ViewerEvicted
+from async_plotter.web.feed import FeedClosed, FrameMeta, LiveFeed, ViewerEvicted, unsent_bytes
 from async_plotter.web.videos import VIDEO_NAME, list_videos, send_video, video_path
 
 logger = logging.getLogger(__name__)
@@ -467,7 +467,9 @@ class LiveServer:
     def _start_stream(self, sock: socket.socket, client: str) -> None:
         key = id(sock)
         try:
-            viewer = self.feed.add_viewer(client, on_evict=lambda: self._evicted(sock, "stream"))
+            viewer = self.feed.add_viewer(client,
+                                          on_evict=lambda: self._evicted(sock, "stream"),
+                                          unsent=lambda: unsent_bytes(sock))
         except FeedClosed:
             self._reply_now(sock, HTTPStatus.SERVICE_UNAVAILABLE, "stopping")
             return
@@ -486,8 +488,9 @@ class LiveServer:
                 if item is not None:
                     # The boundary goes right after the frame, not before the next one: browsers
                     # show a part only once its boundary arrives.
-                    sock.sendall(_part(*item))
-                    feed.frame_sent(viewer)
+                    part = _part(*item)
+                    sock.sendall(part)
+                    feed.frame_sent(viewer, len(part))
         except (FeedClosed, ViewerEvicted, OSError):
             pass  # stopping, or the browser went away (reset, broken pipe, timeout, evicted)
         finally:

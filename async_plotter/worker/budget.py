@@ -1,10 +1,11 @@
 """The CPU budget: how much of the machine plotting may take from a busy trainer.
 
-``Plotter(..., budget=0.05)`` means: the worker (both processes and the video encoder) may use
-any CPU that would otherwise be idle, and on top of that at most 5% of the machine's CPU, measured
-over windows of a few seconds. Neither fixed priority says that (measured, DESIGN.md):
-``SCHED_IDLE`` alone starved the worker of a trainer that keeps both cores busy (no video in 30 s),
-and nice 10 takes ~11% whether or not anybody needs the pictures.
+``Plotter(..., budget=b)`` means: the worker (both processes and the video encoder) may use any
+CPU that would otherwise be idle, and on top of that at most the fraction ``b`` of the machine's
+CPU, measured over windows of a few seconds (``DEFAULT_BUDGET`` below unless you choose).
+Neither fixed priority says that: measured, ``SCHED_IDLE`` alone starved the worker of a trainer
+that keeps both cores busy (no video in 30 s), and nice 10 takes ~11% whether or not anybody
+needs the pictures.
 
 The governor is a thread in the trainer (it must run when the worker is starved, so it cannot
 live in the worker) that wakes every ``tick`` seconds and keeps a token bucket:
@@ -32,6 +33,8 @@ import threading
 import time
 from typing import Dict, Optional, Set
 
+import psutil
+
 from async_plotter.worker import priorities
 
 #: the default CPU budget: the fraction of the machine's CPU that plotting may take from a busy
@@ -40,7 +43,6 @@ DEFAULT_BUDGET = 0.03
 
 logger = logging.getLogger("async_plotter")
 
-_CLOCK_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 # The Linux scheduler's weight of each nice level, 0 to 19 (kernel/sched/core.c).
 _NICE_WEIGHTS = (1024, 820, 655, 526, 423, 335, 272, 215, 172, 137, 110, 87, 70, 56, 45, 36, 29, 23,
                  18, 15)
@@ -67,19 +69,17 @@ def machine_cores() -> int:
 def process_cpu_seconds(pid: int) -> Optional[float]:
     """User + system CPU time of a process (all its threads), or None once it is gone."""
     try:
-        with open(f"/proc/{pid}/stat", "rb") as stat:
-            fields = stat.read().rsplit(b")", 1)[1].split()
-    except (OSError, IndexError):
+        times = psutil.Process(pid).cpu_times()
+    except psutil.Error:
         return None
-    # After the command name: state is field 3 of proc(5); utime and stime are fields 14 and 15.
-    return (int(fields[11]) + int(fields[12])) / _CLOCK_TICKS
+    return times.user + times.system
 
 
 def machine_idle_seconds() -> float:
-    """Idle CPU-seconds of the whole machine since boot (idle + iowait, all cores)."""
-    with open("/proc/stat", "rb") as stat:
-        fields = stat.readline().split()
-    return (int(fields[4]) + int(fields[5])) / _CLOCK_TICKS
+    """Idle CPU-seconds of the whole machine since boot (idle + iowait, all cores; iowait only
+    where the OS counts it)."""
+    times = psutil.cpu_times()
+    return times.idle + getattr(times, "iowait", 0.0)
 
 
 class CpuGovernor:
@@ -167,9 +167,10 @@ class CpuGovernor:
         try:
             last_time = time.monotonic()
             last_idle = machine_idle_seconds()
-        except OSError:
-            logger.warning("the CPU budget cannot be measured here (no /proc); the plot worker "
-                           "runs at idle priority instead")
+        except (OSError, psutil.Error) as error:
+            logger.warning(
+                "the CPU budget cannot be measured here (%s); the plot worker runs "
+                "at idle priority instead", error)
             with self._lock:
                 for pid in list(self._pids):
                     priorities.set_idle(pid)

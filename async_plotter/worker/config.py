@@ -4,7 +4,7 @@ from typing import Any, Iterable, Optional, Tuple
 
 from async_plotter.env_recipe import EnvRecipe
 from async_plotter.policy_recipe import PolicyRecipe
-from async_plotter.worker.sinks import SinkSpec, records, video_dir_of, wants_live
+from async_plotter.worker.sinks import SinkSpec, records, wants_live
 
 
 @dataclasses.dataclass(frozen=True)
@@ -14,6 +14,8 @@ class WorkerConfig:
     env: EnvRecipe
     policy: PolicyRecipe
     max_path_length: int
+    #: the frame cap: frames drawn per second at most (videos play at the env's own rate under
+    #: it, ``worker/playback.py``)
     fps: float
     deterministic: bool
     quality: str  # "auto" | "cheap" | "full"
@@ -26,9 +28,15 @@ class WorkerConfig:
     budget: Optional[float] = None
     #: recorded videos last at least this long: short episodes are chained into one file
     min_video_seconds: float = 3.0
-    #: steps a video recorded while training shows at most (None: ``max_path_length``); the
-    #: final policy's video and live views show whole rollouts
+    #: steps a video recorded while training shows at most; None: ``video_seconds`` decides.
+    #: The final policy's video and live views show whole rollouts
     video_length: Optional[int] = None
+    #: seconds of simulated time a video recorded while training shows at most, turned into
+    #: steps by the rollout process from the env's rate; None (and no ``video_length``): whole
+    #: rollouts
+    video_seconds: Optional[float] = None
+    #: where the rollout process's TensorFlow may run: "cpu" (GPUs hidden from it) or "gpu"
+    policy_device: str = "cpu"
     #: the user's ``Plotter(camera=...)`` (checked): None, "track", a name, an id or a dict
     camera: Any = None
     #: where frames go (``worker/sinks.py``); only the render process receives them
@@ -51,8 +59,3 @@ class WorkerConfig:
         """Whether rollouts are kept (mp4 files, TensorBoard images): no step may be dropped,
         and ``close()`` waits for the final policy's."""
         return records(self.sinks)
-
-    @property
-    def video_dir(self) -> Optional[str]:
-        """The folder videos go to, or None."""
-        return video_dir_of(self.sinks)

@@ -2,7 +2,8 @@
 
 Linux keeps the scheduling policy and the nice value per *thread*: a process's threads (TensorFlow's
 pools, llvmpipe's render threads) each have their own, inherited from the thread that created
-them. So a priority is applied to every task listed in ``/proc/<pid>/task``.
+them. So a priority is applied to every thread of the process. Elsewhere (macOS) a priority
+belongs to the process, set through its pid.
 
 Two rules of the kernel shape what the plotter can do without privileges: lowering a priority
 (raising the nice value, entering ``SCHED_IDLE``) is always allowed for one's own processes;
@@ -12,7 +13,10 @@ nice value. ``can_raise_priority`` says which case this is.
 import contextlib
 import os
 import resource
+import sys
 from typing import List
+
+import psutil
 
 #: the static priorities a user may ask for
 PRIORITIES = ("idle", "low", "normal")
@@ -20,19 +24,17 @@ _LOW_NICE = 10
 
 
 def tasks(pid: int) -> List[int]:
-    """The thread ids of process ``pid`` (empty once it is gone)."""
+    """The thread ids of process ``pid`` on Linux, ``[pid]`` elsewhere (empty once it is
+    gone)."""
     try:
-        return [int(tid) for tid in os.listdir(f"/proc/{pid}/task")]
-    except OSError:
-        return [pid] if _exists(pid) else []
-
-
-def _exists(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except OSError:
-        return False
-    return True
+        process = psutil.Process(pid)
+        if not sys.platform.startswith("linux"):
+            return [pid]
+        return [thread.id for thread in process.threads()]
+    except psutil.NoSuchProcess:
+        return []
+    except psutil.Error:
+        return [pid]
 
 
 def can_raise_priority(nice: int) -> bool:

@@ -14,9 +14,9 @@ from typing import Any, List, Optional
 
 from async_plotter.processes import (become_background_child, keep_side_effects_out_of_user_folders)
 from async_plotter.worker.config import WorkerConfig
-from async_plotter.worker.sinks import SinkContext, build_sinks
+from async_plotter.worker.sinks import SinkContext, WindowSpec, build_sinks
 from async_plotter.worker.status import StatusKind, StatusSender
-from async_plotter.render.stream import EpisodeEnd, StreamKind, UnknownMessage
+from async_plotter.render.stream import EpisodeEnd, EpisodeInfo, StreamKind, UnknownMessage
 
 logger = logging.getLogger(__name__)
 
@@ -31,6 +31,9 @@ _finishing = False
 # Set by SIGTERM. Raised inside a ctypes call (EGL), _Terminated reaches us wrapped in another
 # exception (ctypes.ArgumentError); it is still the supervisor stopping us, not an error.
 _terminated = False
+# The episode whose BEGIN was read and whose END was not (yet): when this process stops with one
+# open, it tells apart a rollout that failed (its stream ended) from one stopped by the trainer.
+_open_episode: Optional[EpisodeInfo] = None
 
 
 def main(config: WorkerConfig, frames_in: Connection, lifeline: Connection,
@@ -55,6 +58,7 @@ def main(config: WorkerConfig, frames_in: Connection, lifeline: Connection,
         if not _terminated:
             status.error("render")
             failed = True
+    _end_failed_episode(frames_in, sinks)
     _close_all(sinks)
     if failed:
         sys.exit(1)
@@ -73,6 +77,49 @@ def _set_up(config: WorkerConfig) -> None:
     os.environ.setdefault("MESA_SHADER_CACHE_DIR",
                           os.path.join(tempfile.gettempdir(), "async_plotter_mesa_cache"))
     keep_side_effects_out_of_user_folders()  # after MUJOCO_GL: this imports mujoco
+    if any(isinstance(spec, WindowSpec) for spec in config.sinks):
+        _die_at_once_when_the_display_goes()
+
+
+# Kept alive for as long as Xlib may call them.
+_x_handlers: List[Any] = []
+
+
+def _die_at_once_when_the_display_goes() -> None:
+    """Make an X error end this process at once (SIGABRT, no exit handlers), before any window
+    is opened.
+
+    Xlib's default handlers print the error and call ``exit()`` from whatever thread met it
+    (MuJoCo's viewer draws in a thread of its own): the X server went away (killed, a session
+    that ended) or took the window with it (``GLXBadDrawable`` in ``X_GLXSwapBuffers``). Library
+    destructors run by ``exit()`` in that thread could deadlock with the others, and the render
+    process then neither lived nor died while the trainer's exit waited for it. ``abort`` runs
+    none of them, and needs neither the GIL nor Python; the supervisor names the cause (the
+    display is gone) from the outside. Core dumps are turned off for this process."""
+    if not sys.platform.startswith("linux"):
+        return
+    import ctypes
+    import ctypes.util
+    import resource
+
+    try:
+        xlib = ctypes.CDLL(ctypes.util.find_library("X11") or "libX11.so.6")
+        libc = ctypes.CDLL(None)
+        abort = ctypes.cast(libc.abort, ctypes.c_void_p)
+    except (OSError, AttributeError):
+        return
+    try:
+        _soft, hard = resource.getrlimit(resource.RLIMIT_CORE)
+        resource.setrlimit(resource.RLIMIT_CORE, (0, hard))
+    except (OSError, ValueError):
+        pass
+    xlib.XSetErrorHandler.argtypes = [ctypes.c_void_p]
+    xlib.XSetIOErrorHandler.argtypes = [ctypes.c_void_p]
+    xlib.XSetErrorHandler.restype = ctypes.c_void_p
+    xlib.XSetIOErrorHandler.restype = ctypes.c_void_p
+    xlib.XSetErrorHandler(abort)
+    xlib.XSetIOErrorHandler(abort)
+    _x_handlers.extend((xlib, libc, abort))
 
 
 def _raise_terminated(signum: int, frame: Any) -> None:
@@ -80,6 +127,33 @@ def _raise_terminated(signum: int, frame: Any) -> None:
     _terminated = True
     if not _finishing:
         raise _Terminated()
+
+
+def _end_failed_episode(frames_in: Connection, sinks: List[Any]) -> None:
+    """Stopping (the trainer closed the lifeline, or SIGTERM) with an episode open: if the rollout
+    process's stream has ended, that episode's rollout failed (the supervisor stops this process
+    after the rollout process died), and nothing of it may be written, however few of its frames
+    this process drew before it noticed. A rollout still running (the trainer is closing) keeps
+    what was recorded. Reads only what is already in the pipe, for at most 0.1 s."""
+    global _open_episode
+    episode, _open_episode = _open_episode, None
+    if episode is None:
+        return
+    deadline = time.monotonic() + 0.1
+    try:
+        while time.monotonic() < deadline and frames_in.poll():
+            if frames_in.recv()[0] is StreamKind.END:
+                return  # it did end: what was drawn of it is kept
+        return
+    except (EOFError, OSError):
+        pass  # the rollout process is gone, mid-episode
+    except Exception:  # noqa: BLE001 - a malformed message: not a failure of the rollout
+        return
+    for sink in sinks:
+        try:
+            sink.end_episode(episode, EpisodeEnd(0, 0.0, False, failed=True))
+        except Exception:  # noqa: BLE001 - the other sinks still get to drop it
+            logger.exception("dropping the failed episode in %s failed", type(sink).__name__)
 
 
 def _close_all(sinks: List[Any]) -> None:
@@ -123,6 +197,7 @@ def _checked(message: Any) -> tuple:
 
 def _run(config: WorkerConfig, frames_in: Connection, lifeline: Connection, status: StatusSender,
          sinks: List[Any]) -> None:
+    global _open_episode
     early_metrics = []
     final = False
     while True:
@@ -158,7 +233,7 @@ def _run(config: WorkerConfig, frames_in: Connection, lifeline: Connection, stat
         build_sinks(
             config.sinks,
             SinkContext(scene_kind=scene_info.kind,
-                        fps=config.fps,
+                        fps=scene_info.fps or config.fps,
                         title=config.env.label,
                         min_video_seconds=config.min_video_seconds,
                         status=status)))
@@ -167,7 +242,9 @@ def _run(config: WorkerConfig, frames_in: Connection, lifeline: Connection, stat
         for iteration, metrics in early_metrics:
             sink.on_metrics(iteration, metrics)
 
-    interval = 1.0 / config.fps
+    # The cap, or the scene's own rate where the rollout process chose one a little above it
+    # (Hopper: 31.25 frames/s under a cap of 30): pacing below it would lag the live view.
+    interval = 1.0 / max(config.fps, scene_info.fps or 0.0)
     next_due = time.monotonic()
     # Live viewers want the present, not every step: when the renderer falls behind (software
     # GL under a busy trainer), a state with a newer one already waiting is dropped. Videos need
@@ -184,9 +261,10 @@ def _run(config: WorkerConfig, frames_in: Connection, lifeline: Connection, stat
         if kind is _GONE:
             # The rollout process failed mid-episode (a crash, or an exception it reported):
             # what was recorded of that episode is not a video worth keeping.
-            if episode is not None:
+            if _open_episode is not None:
                 for sink in sinks:
-                    sink.end_episode(episode, EpisodeEnd(0, 0.0, False, failed=True))
+                    sink.end_episode(_open_episode, EpisodeEnd(0, 0.0, False, failed=True))
+            _open_episode = None
             break
         if kind is StreamKind.METRICS:
             for sink in sinks:
@@ -194,10 +272,11 @@ def _run(config: WorkerConfig, frames_in: Connection, lifeline: Connection, stat
         elif kind is StreamKind.FINAL:
             final = True
         elif kind is StreamKind.BEGIN:
-            episode = body
+            episode = _open_episode = body
             for sink in sinks:
                 sink.begin_episode(episode)
         elif kind is StreamKind.END:
+            _open_episode = None
             for sink in sinks:
                 sink.end_episode(episode, body)
             if frames_unreported:  # an idle worker would otherwise never report the tail

@@ -2,12 +2,17 @@
 newest parameters, runs episodes, and streams each step to the render process.
 
 It never touches GL: TensorFlow and Mesa's software renderer crash when they share a process, so
-MuJoCo scenes leave here as physics states and are drawn by the render process.
+MuJoCo scenes leave here as physics states and are drawn by the render process. It decides how
+videos play (``worker/playback.py``): only every ``stride``-th step is sent, and the scene says
+the frame rate. Its TensorFlow sees no GPU unless ``Plotter(policy_device="gpu")`` (the
+supervisor starts it with ``CUDA_VISIBLE_DEVICES=""``). However it ends, it closes its env and
+policy runtime.
 """
+import dataclasses
 import logging
-import math
 import os
 import pickle
+import signal
 import sys
 import time
 from multiprocessing.connection import Connection
@@ -18,8 +23,10 @@ import numpy as np
 from async_plotter.channel.base import ChannelAddress, ParamReader, ParamUpdate, ParentGone
 from async_plotter.processes import (become_background_child, keep_side_effects_out_of_user_folders)
 from async_plotter.worker.config import WorkerConfig
+from async_plotter.worker.playback import Playback, plan_playback
 from async_plotter.worker.status import StatusKind, StatusSender
 from async_plotter.render.stream import EpisodeEnd, EpisodeInfo, SceneInfo, StreamKind
+from async_plotter.spaces import to_env_action
 
 logger = logging.getLogger(__name__)
 
@@ -34,10 +41,26 @@ _THREAD_LIMITS = {
 }
 
 
+class _Stopped(SystemExit):
+    """SIGTERM: the supervisor is stopping this process (how a run of it normally ends)."""
+
+
+# Set once the env and runtime are being closed: a SIGTERM then must not cut the closing short
+# (the supervisor's SIGKILL, a second later, still bounds it).
+_closing = False
+
+
+def _raise_stopped(signum: int, frame: Any) -> None:
+    if not _closing:
+        raise _Stopped(0)
+
+
 def main(config: WorkerConfig, address: ChannelAddress, frames_out: Connection,
          status_connection: Connection) -> None:
     """Entry point of the rollout process (started by the supervisor with ``spawn``)."""
     become_background_child()
+    # Without a handler SIGTERM ends the process at once; as SystemExit, ``finally`` still runs.
+    signal.signal(signal.SIGTERM, _raise_stopped)
     os.environ.update(_THREAD_LIMITS)
     keep_side_effects_out_of_user_folders()
     status = StatusSender(status_connection, "rollout")
@@ -48,9 +71,23 @@ def main(config: WorkerConfig, address: ChannelAddress, frames_out: Connection,
         pass
     except BrokenPipeError:
         pass  # the render process is gone; the supervisor decides what happens next
-    except BaseException:  # noqa: BLE001 - report everything, SystemExit from SIGTERM included
+    except _Stopped:
+        # The supervisor's SIGTERM: a stop, not an error. The env and runtime are closed (in
+        # ``_run``); the interpreter's teardown is skipped, as the sampler workers do: with
+        # TensorFlow loaded it takes ~1.1 s (measured), and the supervisor kills after 1 s.
+        _exit_now(0)
+    except BaseException:  # noqa: BLE001 - report everything else
         status.error("rollout")
         sys.exit(1)
+
+
+def _exit_now(code: int) -> None:
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except Exception:  # noqa: BLE001 - leaving anyway
+            pass
+    os._exit(code)
 
 
 def _run(config: WorkerConfig, reader: ParamReader, frames_out: Connection,
@@ -58,14 +95,51 @@ def _run(config: WorkerConfig, reader: ParamReader, frames_out: Connection,
     from async_plotter.env_recipe import build_env
     from async_plotter.policy_recipe import PolicyRuntime
 
-    runtime = PolicyRuntime(config.policy, config.deterministic)
-    env = build_env(config.env, render_mode="rgb_array")
-    scene = describe_scene(env, config)
+    global _closing
+    runtime = env = None
+    try:
+        runtime = PolicyRuntime(config.policy, config.deterministic)
+        env = build_env(config.env, render_mode="rgb_array")
+        _play(config, env, runtime, reader, frames_out, status)
+    finally:
+        # Whatever ended it (a stop, an error, SIGTERM as SystemExit), as Gymnasium's vector
+        # workers do: the env's files, viewers and pygame, the policy's graph and session.
+        _closing = True
+        _close_quietly("env", env)
+        _close_quietly("policy runtime", runtime)
+
+
+def _close_quietly(what: str, thing: Any) -> None:
+    """``thing.close()``; a failure is logged, never raised over what ended the process."""
+    close = getattr(thing, "close", None)
+    if not callable(close):
+        return
+    try:
+        close()
+    except Exception:  # noqa: BLE001 - the error that ended the process is the one to report
+        logger.warning("closing the rollout process's %s failed", what, exc_info=True)
+
+
+def _play(config: WorkerConfig, env: Any, runtime: Any, reader: ParamReader, frames_out: Connection,
+          status: StatusSender) -> None:
+    """Announce the scene, then run episodes of the newest parameters until stopped."""
+    playback = plan_playback(env, config.fps)
+    scene = dataclasses.replace(describe_scene(env, config),
+                                fps=playback.fps,
+                                stride=playback.stride,
+                                env_rate=playback.rate)
     frames_out.send((StreamKind.SCENE, scene))
-    status.send(StatusKind.READY, scene=scene.kind, env=config.env.label)
+    observation, _ = env.reset(seed=config.seed)
+    status.send(StatusKind.READY,
+                scene=scene.kind,
+                env=config.env.label,
+                policy_call=runtime.warm_up(observation),
+                env_rate=playback.rate,
+                frame_stride=playback.stride,
+                video_fps=playback.fps)
     # A video of an episode that ends at once (a young Hopper falls in 5-10 steps) would last a
     # fraction of a second; further episodes of the same parameters join it up to this length.
-    min_video_steps = math.ceil(config.min_video_seconds * config.fps)
+    min_video_steps = playback.steps(config.min_video_seconds)
     episode_index = 0
     current: Optional[ParamUpdate] = None
     part, shown = 0, 0  # episodes and steps shown of ``current`` so far
@@ -81,7 +155,7 @@ def _run(config: WorkerConfig, reader: ParamReader, frames_out: Connection,
             status.send(StatusKind.APPLIED, update=update.number, iteration=update.iteration)
         info = EpisodeInfo(current.number, current.iteration, episode_index, part)
         episode_index += 1
-        full, clip = current.max_path_length, _clip_steps(current, config)
+        full, clip = current.max_path_length, _clip_steps(current, config, playback)
         steps_left = max(full - shown, 1) if part else full
         clip_left = max(clip - shown, 1) if part else clip
         end = _run_episode(env, runtime, scene, info, (steps_left, clip_left), reader, config,
@@ -96,21 +170,27 @@ def _run(config: WorkerConfig, reader: ParamReader, frames_out: Connection,
                     part=info.part)
 
 
-def _clip_steps(update: ParamUpdate, config: WorkerConfig) -> int:
-    """Where a video recorded while training stops: ``video_length`` steps (most of a video's
-    CPU is its frames, and the budget buys more, fresher videos when each is shorter). Live
-    views get whole rollouts, and so does the final policy's video (``_run_episode`` goes on
-    past the clip once the final video is asked for)."""
-    if config.live or config.video_length is None:
+def _clip_steps(update: ParamUpdate, config: WorkerConfig, playback: Playback) -> int:
+    """Where a video recorded while training stops: ``video_length`` steps, else
+    ``video_seconds`` of simulated time in this env's steps (most of a video's CPU is its
+    frames, and the budget buys more, fresher videos when each is shorter). Live views get
+    whole rollouts, and so does the final policy's video (``_run_episode`` goes on past the
+    clip once the final video is asked for)."""
+    if config.live:
         return update.max_path_length
-    return min(update.max_path_length, config.video_length)
+    if config.video_length is not None:
+        return min(update.max_path_length, config.video_length)
+    if config.video_seconds is not None:
+        return min(update.max_path_length, playback.steps(config.video_seconds))
+    return update.max_path_length
 
 
 def _run_episode(env: Any, runtime: Any, scene: SceneInfo, info: EpisodeInfo, limits: tuple,
                  reader: Any, config: WorkerConfig, frames_out: Connection, status: StatusSender,
                  video_steps_wanted: int) -> EpisodeEnd:
     """One episode of at most ``limits[0]`` steps, cut at ``limits[1]`` unless the final video
-    is asked for; each step is streamed to the render process."""
+    is asked for; every ``scene.stride``-th step is streamed to the render process, and the
+    first and last always (a video ends on the episode's true final state)."""
     max_path_length, clip_length = limits
     seed = None if config.seed is None else config.seed + info.episode
     observation, _ = env.reset(seed=seed)
@@ -120,34 +200,41 @@ def _run_episode(env: Any, runtime: Any, scene: SceneInfo, info: EpisodeInfo, li
     frames_out.send((StreamKind.BEGIN, info))
     total_reward, steps, completed, ended_early = 0.0, 0, True, False
     _send_step(env, scene, frames_out)
-    interval, next_due = 1.0 / config.fps, time.monotonic()
+    stride = max(int(scene.stride), 1)
+    interval, next_due = 1.0 / (scene.fps or config.fps), time.monotonic()
     for steps in range(1, max_path_length + 1):
         # A viewer should see the newest policy now, not in 30 s; so should the final video.
         if (config.live or reader.final_requested()) and reader.newer_available():
             completed = False
             break
-        if config.live:
-            # Real time for live viewers: steps sent faster than the render process draws them
-            # would queue in the pipe (~70 Swimmer states fit) and delay the newest policy by
-            # seconds. Videos need no pace: the pipe's back-pressure is enough for them.
-            next_due = max(next_due + interval, time.monotonic())
-            delay = next_due - time.monotonic()
-            if delay > 0:
-                time.sleep(delay)
-        action = _to_env_action(runtime.act(observation), env.action_space)
+        action = to_env_action(runtime.act(observation), env.action_space)
         observation, reward, terminated, truncated, _ = env.step(action)
         total_reward += float(reward)
-        _send_step(env, scene, frames_out)
+        ended = bool(terminated or truncated)
+        clipped = steps >= clip_length and not reader.final_requested()
+        if ended or clipped or steps == max_path_length or steps % stride == 0:
+            if config.live:
+                # Real time for live viewers, per shown frame: steps sent faster than the
+                # render process draws them would queue in the pipe (~70 Swimmer states fit)
+                # and delay the newest policy by seconds. Videos need no pace: the pipe's
+                # back-pressure is enough for them.
+                next_due = max(next_due + interval, time.monotonic())
+                delay = next_due - time.monotonic()
+                if delay > 0:
+                    time.sleep(delay)
+            _send_step(env, scene, frames_out)
         status.beat()
-        if terminated or truncated:
+        if ended:
             ended_early = steps < max_path_length
             break
-        if steps >= clip_length and not reader.final_requested():
+        if clipped:
             break
     # Chain another episode of these parameters into the same video while it is still short
-    # (recorded videos only; live views replay anyway).
+    # (recorded videos only; live views replay anyway): a video lasts min_video_seconds even
+    # when newer parameters wait (a young Hopper falls in 0.1 s), except once the final video
+    # is asked for, which shows the newest parameters without delay.
     continued = (not config.live and completed and ended_early and steps < video_steps_wanted
-                 and not reader.newer_available())
+                 and not (reader.final_requested() and reader.newer_available()))
     end = EpisodeEnd(steps, total_reward, completed, continued=continued)
     frames_out.send((StreamKind.END, end))
     return end
@@ -193,16 +280,3 @@ def _send_step(env: Any, scene: SceneInfo, frames_out: Connection) -> None:
         raise RuntimeError(f"env {scene.label} returned no frame from render(); build it with "
                            "render_mode='rgb_array' (a factory may accept render_mode)")
     frames_out.send((StreamKind.FRAME, np.ascontiguousarray(frame, dtype=np.uint8)))
-
-
-def _to_env_action(action: np.ndarray, space: Any) -> Any:
-    """Adapt a policy's output to the action space: logits to an index, clip to a box."""
-    import gymnasium
-
-    if isinstance(space, gymnasium.spaces.Discrete):
-        action = np.asarray(action)
-        return int(np.argmax(action)) if action.size > 1 else int(action.reshape(-1)[0])
-    if isinstance(space, gymnasium.spaces.Box):
-        return np.clip(
-            np.asarray(action, dtype=space.dtype).reshape(space.shape), space.low, space.high)
-    return action

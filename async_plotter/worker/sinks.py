@@ -17,8 +17,7 @@ from async_plotter.render.sinks.base import FrameSink
 
 __all__ = [
     "SinkSpec", "VideoSpec", "WindowSpec", "HttpSpec", "CallbackSpec", "UserSinkSpec",
-    "TensorBoardSpec", "SinkContext", "register_sink", "build_sinks", "wants_live", "records",
-    "video_dir_of"
+    "TensorBoardSpec", "SinkContext", "register_sink", "build_sinks", "wants_live", "records"
 ]
 
 
@@ -91,6 +90,7 @@ class SinkContext:
     process's status sender (``send(StatusKind, **payload)``)."""
 
     scene_kind: str  # "mujoco" | "frames"
+    #: frames per second of the scene's videos: the env's rate over the frame stride (real time)
     fps: float
     title: str
     min_video_seconds: float
@@ -125,11 +125,6 @@ def wants_live(specs: Iterable[SinkSpec]) -> bool:
 def records(specs: Iterable[SinkSpec]) -> bool:
     """Whether rollouts are kept (mp4 files, TensorBoard images): then no step may be dropped."""
     return any(spec.records for spec in specs)
-
-
-def video_dir_of(specs: Iterable[SinkSpec]) -> Optional[str]:
-    """The folder videos go to, or None."""
-    return next((spec.directory for spec in specs if isinstance(spec, VideoSpec)), None)
 
 
 # ----------------------------------------------------------------------------- the builders
@@ -175,7 +170,7 @@ def _http(spec: HttpSpec, context: SinkContext) -> FrameSink:
 def _callback(spec: CallbackSpec, context: SinkContext) -> FrameSink:
     from async_plotter.render.sinks.callback import CallbackSink
 
-    return CallbackSink(pickle.loads(spec.function))
+    return CallbackSink(pickle.loads(spec.function), fps=context.fps)
 
 
 def _tensorboard(spec: TensorBoardSpec, context: SinkContext) -> FrameSink:
@@ -184,7 +179,7 @@ def _tensorboard(spec: TensorBoardSpec, context: SinkContext) -> FrameSink:
     from async_plotter.worker.status import StatusKind
 
     def on_written(tag: str, step: int, recording: Any, size: int, frames: int) -> None:
-        context.status.send(StatusKind.IMAGE,
+        context.status.send(StatusKind.TENSORBOARD,
                             path=spec.logdir,
                             tag=tag,
                             step=step,

@@ -14,10 +14,10 @@ class StatusKind(str, enum.Enum):
     READY = "ready"  # a process finished starting (render: gl_renderer, preset)
     BEAT = "beat"  # the main loop makes progress (hang detection)
     APPLIED = "applied"  # rollout: new parameters applied (update, iteration)
-    EPISODE = "episode"  # rollout: an episode ended (update, iteration, steps, reward)
+    EPISODE = "episode"  # rollout: an episode ended (update, steps, reward, completed, part)
     FRAMES = "frames"  # render: frames drawn since the last report (count)
     VIDEO = "video"  # render: a video file is complete (path, update, iteration, ...)
-    IMAGE = "tensorboard"  # render: a rollout written to TensorBoard (path, tag, step, ...)
+    TENSORBOARD = "tensorboard"  # render: a rollout written to TensorBoard (path, tag, step, ...)
     ENCODER = "encoder"  # render: the video encoder's pid, to hold it to the budget
     HTTP = "http"  # render: the live page's URL
     ERROR = "error"  # an exception (where, traceback); the process exits after it

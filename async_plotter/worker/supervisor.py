@@ -14,13 +14,15 @@ from multiprocessing.connection import Connection, wait
 from typing import Any, Callable, Dict, List, Optional, Set
 
 from async_plotter.channel.base import ChannelAddress
-from async_plotter.processes import spawn_context, start_process, stop_process
+from async_plotter.processes import (spawn_context, start_process, stop_process, worker_environment)
 from async_plotter.worker import priorities, render_process, rollout_process
-from async_plotter.worker.budget import CpuGovernor, Phase
+from async_plotter.worker.budget import CpuGovernor, Phase, process_cpu_seconds
 from async_plotter.render.stream import StreamKind
+from async_plotter.display import x_display_available
 from async_plotter.worker.config import WorkerConfig
 from async_plotter.worker.ledger import VideoLedger
 from async_plotter.worker.metrics_relay import MetricsRelay
+from async_plotter.worker.sinks import WindowSpec
 from async_plotter.worker.status import StatusKind, UnknownReport, report_kind
 
 logger = logging.getLogger("async_plotter")
@@ -46,6 +48,10 @@ def new_worker_stats() -> Dict[str, Any]:
         "last_error": None,
         "gl_renderer": None,
         "visual_preset": None,
+        "policy_call": None,
+        "env_rate": None,
+        "frame_stride": None,
+        "video_fps": None,
         "worker_pids": None,
         "final_video": None,
         "video_log": [],
@@ -56,12 +62,16 @@ def new_worker_stats() -> Dict[str, Any]:
         "budget": None,
         "budget_mechanism": None,
         "budget_charged_seconds": 0.0,
+        "http_url": None,  # the live page's address once it serves (``Plotter(http=...)``)
     }
 
 
 #: start-up, unbudgeted, lasts until the first video exists, or this long after the processes
 #: are ready (a window or a live page writes no video)
 _FIRST_VIDEO_GRACE = 20.0
+#: seconds ``stop()`` waits for a render process that records nothing (a window, a live page) to
+#: exit by itself before it is terminated
+_LIVE_STOP_GRACE = 2.0
 
 
 class _Pair:
@@ -78,6 +88,8 @@ class _Pair:
         self.errors: Dict[str, str] = {}
         self.ready: Set[str] = set()  # roles that reported ready
         self.booted: Optional[float] = None  # when both had
+        # CPU-seconds each process had used when last looked at, while it starts (reports nothing)
+        self.boot_cpu: Dict[str, float] = {}
 
     def processes(self) -> Dict[str, Any]:
         return {"rollout": self.rollout, "render": self.render}
@@ -142,7 +154,8 @@ class WorkerSupervisor:
             if self._stopping.is_set():
                 return None
             # Both die with this thread (PR_SET_PDEATHSIG), which outlives them: it returns only
-            # after they are gone.
+            # after they are gone. The rollout process's TensorFlow sees no GPU unless the user
+            # opted in; the render process keeps the GPU for EGL.
             render = start_process(render_process.main,
                                    (self._config, frames_in, lifeline_in, render_status_out),
                                    name="async_plotter-render",
@@ -153,7 +166,8 @@ class WorkerSupervisor:
                                      frames_out, rollout_status_out),
                                     name="async_plotter-rollout",
                                     ignore_sigint=True,
-                                    die_with_parent=True)
+                                    die_with_parent=True,
+                                    env=worker_environment(self._config.policy_device))
             # Our copies must go, or end-of-file would never reach the other side when one dies.
             for end in (frames_in, frames_out, lifeline_in, render_status_out, rollout_status_out):
                 end.close()
@@ -183,6 +197,11 @@ class WorkerSupervisor:
             if culprit is None:  # stopping
                 return
             self._kill(pair)
+            if self._display_gone(culprit):
+                if not self._config.sinks:
+                    self._stats["disabled"] = True
+                    return
+                continue  # without the window: not a failure of the worker
             if failures >= self._max_restarts:
                 self._stats["disabled"] = True
                 logger.error(
@@ -200,6 +219,23 @@ class WorkerSupervisor:
             logger.debug("plot worker failure in full: %s", culprit)
             if self._stopping.wait(delay):
                 return
+
+    def _display_gone(self, culprit: str) -> bool:
+        """After a failure: if the window's X server went away (killed, or the session ended),
+        a restart would fail the same way. Carry on without the window (videos, the live page)
+        or, if it was the only output, stop plotting; one warning either way."""
+        windows = [spec for spec in self._config.sinks if isinstance(spec, WindowSpec)]
+        if not windows or x_display_available():
+            return False
+        others = [spec for spec in self._config.sinks if not isinstance(spec, WindowSpec)]
+        logger.warning(
+            "the plot window's display (DISPLAY=%s) went away (%s); %s. Training goes on.",
+            os.environ.get("DISPLAY") or "unset", _one_line(culprit),
+            "the other outputs go on without it" if others else "plotting stops")
+        self._stats["last_error"] = f"the display went away: {culprit}"
+        with self._lock:
+            self._config = self._config.with_sinks(others)
+        return True
 
     def _watch(self, pair: _Pair) -> Optional[str]:
         """Read reports until a process dies or hangs (returns why) or we are stopping (None)."""
@@ -219,7 +255,7 @@ class WorkerSupervisor:
             self._metrics.forward(pair.lifeline)
             self._copy_budget_stats()
             if pair.booted is not None and time.monotonic() - pair.booted > _FIRST_VIDEO_GRACE:
-                self._first_video_done(pair, timed_out=True)
+                self._first_video_done(timed_out=True)
             ready = wait(connections + list(sentinels), timeout=0.5)
             for item in ready:
                 if item in pair.status:
@@ -231,9 +267,26 @@ class WorkerSupervisor:
                 return self._describe_death(pair, dead)
             now = time.monotonic()
             for role, last in pair.last_progress.items():
-                if now - last > self._hang_timeout:
+                if now - last > self._hang_timeout and not self._still_starting(pair, role, now):
                     return (f"its {role} process made no progress for {self._hang_timeout:.0f} s "
                             "(hung)")
+
+    @staticmethod
+    def _still_starting(pair: _Pair, role: str, now: float) -> bool:
+        """A process that has not reported ready yet reports nothing while it imports
+        TensorFlow and builds its env (tens of seconds on a busy machine): it is not hung while
+        its CPU time advances. Once ready, only its reports count."""
+        if role in pair.ready:
+            return False
+        used = process_cpu_seconds(pair.processes()[role].pid)
+        if used is None:
+            return False
+        before = pair.boot_cpu.get(role)
+        pair.boot_cpu[role] = used
+        if before is None or used > before:
+            pair.last_progress[role] = now
+            return True
+        return False
 
     def _read_until_exit(self, pair: _Pair, connections: List[Any], sentinels: Dict[Any,
                                                                                     str]) -> None:
@@ -334,11 +387,20 @@ class WorkerSupervisor:
 
     def _on_ready(self, payload: dict, pair: _Pair) -> None:
         pair.ready.add(payload["role"])
+        if payload["role"] == "rollout":
+            self._stats["policy_call"] = payload.get("policy_call")
         if payload["role"] == "render":
             self._stats["gl_renderer"] = payload["gl_renderer"]
             self._stats["visual_preset"] = payload["preset"]
             logger.info("plot worker rendering with %s (visual preset: %s)", payload["gl_renderer"],
                         payload["preset"])
+        elif "video_fps" in payload:
+            for key in ("env_rate", "frame_stride", "video_fps"):
+                self._stats[key] = payload[key]
+            logger.info(
+                "%s runs at %g steps/s: videos play in real time at %g frames/s, a frame "
+                "every %d step(s)", payload.get("env", "the env"), payload["env_rate"],
+                payload["video_fps"], payload["frame_stride"])
         if pair.ready >= {"rollout", "render"}:
             self._end_boot(pair)
 
@@ -351,11 +413,11 @@ class WorkerSupervisor:
         self._stats["last_error"] = payload["traceback"]
 
     def _on_video(self, payload: dict, pair: _Pair) -> None:
-        self._first_video_done(self._pair)
+        self._first_video_done()
         self._videos.record(payload)
 
-    def _on_image(self, payload: dict, pair: _Pair) -> None:
-        self._first_video_done(self._pair)
+    def _on_tensorboard(self, payload: dict, pair: _Pair) -> None:
+        self._first_video_done()
         self._videos.record_image(payload)
 
     def _end_boot(self, pair: _Pair) -> None:
@@ -367,13 +429,13 @@ class WorkerSupervisor:
             for process in (pair.rollout, pair.render):
                 self._settle_priority(process.pid)
 
-    def _first_video_done(self, pair: Optional[_Pair], timed_out: bool = False) -> None:
+    def _first_video_done(self, timed_out: bool = False) -> None:
         """Start-up is over: the first video exists (or it took too long). The budget holds from
         now on. Recording it at the trainer's priority costs training ~1 s once, and a user on
         a machine kept busy by training sees a video within seconds rather than a minute."""
         governor = self._governor
-        if governor is None or governor.phase is not Phase.BOOT or pair is None:
-            return
+        if governor is None or governor.phase is not Phase.BOOT or self._stopping.is_set():
+            return  # stopping: the governor has let go of the processes
         if timed_out:
             logger.debug(
                 "no video %.0f s after the worker started; holding it to its budget "
@@ -450,8 +512,11 @@ class WorkerSupervisor:
             if pair is not None:
                 pair.lifeline.close()  # the render process finishes its video and exits
                 # Before it reported ready it has no video to finish, only imports and GL set-up
-                # to get through (seconds, at idle priority): not worth waiting for.
+                # to get through (seconds, at idle priority): not worth waiting for. Nor has a
+                # live view (window, live page): it only has to let go of them.
                 grace = 0.8 * (deadline - time.monotonic()) if "render" in pair.ready else 0.0
+                if not self._config.records:
+                    grace = min(grace, _LIVE_STOP_GRACE)
                 stop_process(pair.render, grace)
                 stop_process(pair.rollout, 0.0)
             self._thread.join(max(deadline - time.monotonic(), 0.1))
@@ -472,7 +537,7 @@ WorkerSupervisor._handlers = {
     StatusKind.EPISODE: WorkerSupervisor._on_episode,
     StatusKind.FRAMES: WorkerSupervisor._on_frames,
     StatusKind.VIDEO: WorkerSupervisor._on_video,
-    StatusKind.IMAGE: WorkerSupervisor._on_image,
+    StatusKind.TENSORBOARD: WorkerSupervisor._on_tensorboard,
     StatusKind.ENCODER: WorkerSupervisor._on_encoder,
     StatusKind.READY: WorkerSupervisor._on_ready,
     StatusKind.HTTP: WorkerSupervisor._on_http,

@@ -21,7 +21,6 @@ from async_plotter.channel.redis.signing import PayloadRejected, Verifier
 from async_plotter.channel.redis.wire import METRICS_CAP, MetricsEntry, Structure
 from async_plotter.display import offscreen_gl_backend
 from async_plotter.processes import until_interrupted
-from async_plotter.worker.budget import DEFAULT_BUDGET
 from async_plotter.worker.config import WorkerConfig
 from async_plotter.worker.sinks import SinkSpec
 from async_plotter.worker.supervisor import WorkerSupervisor, new_worker_stats
@@ -53,22 +52,17 @@ def viewer_config(trainer_config: WorkerConfig, options: ViewOptions) -> WorkerC
     return dataclasses.replace(trainer_config,
                                fps=options.fps or trainer_config.fps,
                                mujoco_gl=offscreen_gl_backend(),
-                               **_cpu_settings(options, trainer_config)).with_sinks(options.sinks)
+                               **_cpu_settings(options)).with_sinks(options.sinks)
 
 
-def _cpu_settings(options: ViewOptions, trainer_config: Any) -> Dict[str, Any]:
-    """The viewer's own --budget or --priority, else the trainer's choice (the default budget
-    when a trainer from before budgets set neither)."""
+def _cpu_settings(options: ViewOptions) -> Dict[str, Any]:
+    """The viewer's own --budget or --priority, replacing the trainer's choice; neither: the
+    trainer's (a fixed priority, else its budget: every trainer publishes one of the two)."""
     if options.budget is not None:
         return {"budget": options.budget, "priority": None}
     if options.priority is not None:
         return {"budget": None, "priority": options.priority}
-    budget = getattr(trainer_config, "budget", None)
-    priority = getattr(trainer_config, "priority", None)
-    return {
-        "budget": DEFAULT_BUDGET if budget is None and priority is None else budget,
-        "priority": priority
-    }
+    return {}
 
 
 class ExperimentViewer:

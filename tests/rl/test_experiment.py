@@ -14,6 +14,7 @@ import pytest
 import async_plotter
 from async_plotter.rl import (TRPO, VPG, CategoricalMLPPolicy, GaussianMLPPolicy, load_snapshot,
                               run_experiment_lite)
+from tests.conftest import default_sigint
 
 
 def small_trpo(**kwargs):
@@ -246,7 +247,8 @@ def test_real_ctrl_c_on_an_unguarded_script(tmp_path):
                             env=env,
                             stdout=subprocess.DEVNULL,
                             stderr=subprocess.PIPE,
-                            start_new_session=True)
+                            start_new_session=True,
+                            preexec_fn=default_sigint)  # also under `make test &`
     try:
         deadline = time.monotonic() + 120
         progress = log_dir / "progress.csv"

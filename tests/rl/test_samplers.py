@@ -115,3 +115,29 @@ def test_workers_exit_when_their_parent_dies(no_leftover_children):
         assert not alive, "workers outlived their parent"
     finally:
         processes.stop_process(parent, 1)
+
+
+def _environment_of(pid):
+    with open(f"/proc/{pid}/environ", "rb") as environ:
+        entries = environ.read().split(b"\0")
+    return dict(entry.decode().partition("=")[::2] for entry in entries if b"=" in entry)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("policy_device,hidden", [("cpu", True), ("gpu", False)])
+def test_sampler_workers_start_with_gpus_hidden_unless_asked(policy_device, hidden, monkeypatch,
+                                                             no_leftover_children):
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0")
+    before = dict(os.environ)
+    with ParallelSampler(2, policy_device=policy_device) as parallel:
+        parallel.start("InvertedPendulum-v5", rl_child.NumpyLinearPolicy(4, 1), seed=0)
+        seen = [_environment_of(pid)["CUDA_VISIBLE_DEVICES"] for pid in parallel.worker_pids]
+    assert seen == (["", ""] if hidden else ["0", "0"])
+    assert dict(os.environ) == before, "the trainer's environment is untouched"
+
+
+def test_a_bad_policy_device_is_named():
+    from async_plotter.errors import InvalidArgumentError
+
+    with pytest.raises(InvalidArgumentError, match="policy_device must be one of 'cpu', 'gpu'"):
+        ParallelSampler(2, policy_device="cuda:0")

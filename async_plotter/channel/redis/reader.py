@@ -14,9 +14,9 @@ session (the trainer restarted and counts from 0 again), by the signed ``RunKey`
 An update older than the newest accepted (an earlier run's, or an earlier one of this run, written
 back by someone who can write to Redis) is refused with one log line: the viewer never goes back.
 
-Downloads are bounded before they happen: a notification first costs one ``STRLEN`` and the
-header (``probe``); the value is fetched only if its header is new to this reader, states the
-size the structure implies, matches the structure, and claims to be newer. A storm of
+Downloads are bounded before they happen (``probed.ProbedKey``): a notification first costs one
+``STRLEN`` and the header; the value is fetched only if its header is new to this reader, states
+the size the structure implies, matches the structure, and claims to be newer. A storm of
 notifications therefore downloads nothing more, and the reader fetches at most what was written.
 
 There is no lifeline pipe to the trainer here, so the reader watches its own parent process: when
@@ -31,7 +31,8 @@ import time
 from typing import Any, Optional, Set, Tuple, Union
 
 from async_plotter.channel.base import ParamUpdate, ParentGone
-from async_plotter.channel.redis.link import probe, read_exact, redact, run_subscription
+from async_plotter.channel.redis.link import redact, run_subscription
+from async_plotter.channel.redis.probed import ProbedKey, Skip
 from async_plotter.channel.redis.wire import (MAX_VALUE_BYTES, NO_RUN, UPDATE_HEADER, Expected,
                                               ExperimentKeys, RunKey, StructureMismatch, UpdateHead,
                                               open_update, parse_update_head, update_bytes)
@@ -40,10 +41,6 @@ from async_plotter.channel.redis.signing import PayloadRejected, Verifier, resol
 logger = logging.getLogger("async_plotter")
 
 _PARENT_CHECK_INTERVAL = 0.5
-
-
-class _Known(Exception):
-    """The probed update is the one already accepted."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -91,8 +88,14 @@ class RedisReader:
         key = None if secret is None else resolve_secret(secret)
         self._verifier = Verifier(key, trust_unsigned)
         self._expected = expected
-        self._max_bytes = (MAX_VALUE_BYTES if expected is None else update_bytes(
-            expected.size, expected.dtype))
+        max_bytes, bound = ((MAX_VALUE_BYTES, "Redis holds") if expected is None else
+                            (update_bytes(expected.size, expected.dtype), "its structure allows"))
+        self._params: ProbedKey[UpdateHead,
+                                Tuple[UpdateHead,
+                                      ParamUpdate]] = ProbedKey(self._keys.params, "update",
+                                                                UPDATE_HEADER.size,
+                                                                parse_update_head, max_bytes, bound,
+                                                                self._verifier, self._reject)
         self._parent = os.getppid()
         self._parent_gone = False
         self._condition = threading.Condition()
@@ -101,8 +104,6 @@ class RedisReader:
         self._taken_seq = 0  # the seq of the update last returned to the worker
         # (run, number) of the newest accepted: nothing at or below it is accepted again.
         self._identity: Tuple[RunKey, int] = (NO_RUN if expected is None else expected.run, -1)
-        # (length, header) of the value last probed, accepted or refused: not fetched again.
-        self._last_probe: Optional[Tuple[int, bytes]] = None
         self._last_rejection = ""
         self._mismatch_logged: Set[bytes] = set()
         #: number of the last update returned (-1 before the first), as ``SharedMemoryReader``
@@ -196,38 +197,7 @@ class RedisReader:
         """Read, verify and keep the newest update; a bad one costs a log line, nothing more.
 
         Connection errors propagate (the subscription reconnects and calls this again)."""
-        import redis
-
-        key = self._keys.params
-        try:
-            length, prefix = probe(client, key, UPDATE_HEADER.size)
-        except redis.exceptions.ResponseError as error:
-            self._reject(key, f"the key holds something else than an update ({error})")
-            return
-        if length == 0:
-            return  # nothing published yet (or expired)
-        if (length, prefix) == self._last_probe:
-            return  # the value we already have, or already refused
-        try:
-            fetched = self._download(client, key, length, prefix)
-        except redis.exceptions.ResponseError as error:
-            fetched = None
-            self._reject(key, f"the key holds something else than an update ({error})")
-        except PayloadRejected as error:
-            fetched = None
-            self._reject(key, str(error))
-        except _Known:
-            fetched = None  # the update we have, written again (a trainer re-asserting it)
-        except StructureMismatch as mismatch:
-            fetched = None
-            if mismatch.structure_id not in self._mismatch_logged and len(
-                    self._mismatch_logged) < 64:
-                self._mismatch_logged.add(mismatch.structure_id)
-                logger.info(
-                    "skipping updates in %s made for another policy structure (the trainer "
-                    "restarted with a different policy); the viewer reloads the new one", key)
-        # Decided (a connection error would have left): this header is not fetched again.
-        self._last_probe = (length, prefix)
+        fetched = self._params.fetch(client, self._vet, self._open)
         if fetched is None:
             return
         head, update = fetched
@@ -239,29 +209,30 @@ class RedisReader:
             self._condition.notify_all()
         self._last_rejection = ""
 
-    def _download(self, client: Any, key: str, length: int,
-                  prefix: bytes) -> Optional[Tuple[UpdateHead, ParamUpdate]]:
-        """Fetch and verify the value whose length and header were probed, or raise why not."""
-        # Everything decided from the unverified header only ever refuses: a value that claims
-        # to be old, of another size or of another structure is not worth downloading.
-        if length > self._max_bytes:
-            raise PayloadRejected(f"the update is oversized: {length} bytes, more than the "
-                                  f"{self._max_bytes} its structure allows")
-        head = parse_update_head(prefix)
-        if length != head.total:
-            problem = "truncated" if length < head.total else "longer than its header says"
-            raise PayloadRejected(f"the update is {problem}: {length} bytes, its header says "
-                                  f"{head.count} parameters ({head.total} bytes)")
+    def _vet(self, head: UpdateHead) -> None:
+        """Refuse from the unverified header: an update of another structure, or not newer."""
         expected = self._expected
         if expected is not None and head.structure_id != expected.structure_id:
-            raise StructureMismatch(head.structure_id)
+            raise self._mismatch(head.structure_id)
         self._check_fresh(head.run, head.number)
-        value = read_exact(client, key, length, "update")
-        if value is None:
-            return None
-        head, update = open_update(value, self._verifier, self._experiment, expected)
+
+    def _open(self, value: bytes) -> Tuple[UpdateHead, ParamUpdate]:
+        try:
+            head, update = open_update(value, self._verifier, self._experiment, self._expected)
+        except StructureMismatch as mismatch:
+            raise self._mismatch(mismatch.structure_id) from None
         self._check_fresh(head.run, head.number)  # again, from the verified header
         return head, update
+
+    def _mismatch(self, structure_id: bytes) -> Skip:
+        """The ``Skip`` of an update made for another structure, said once per structure."""
+        if structure_id not in self._mismatch_logged and len(self._mismatch_logged) < 64:
+            self._mismatch_logged.add(structure_id)
+            logger.info(
+                "skipping updates in %s made for another policy structure (the trainer "
+                "restarted with a different policy); the viewer reloads the new one",
+                self._params.key)
+        return Skip()
 
     def _check_fresh(self, run: RunKey, number: int) -> None:
         """``PayloadRejected`` for an update at or below the newest accepted."""
@@ -273,14 +244,14 @@ class RedisReader:
                 "run's, then restart the viewer)")
         if run == newest_run and number <= newest_number:
             if number == newest_number:
-                raise _Known()
+                raise Skip()  # the update we have, written again (a trainer re-asserting it)
             raise PayloadRejected(f"the update is number {number}, older than update "
                                   f"{newest_number} already applied (a replayed old value)")
 
-    def _reject(self, key: str, reason: str) -> None:
+    def _reject(self, reason: str) -> None:
         self.rejected += 1
         # A reconnect re-reads the same bad value: say it once, not after every reconnect.
         if reason != self._last_rejection:
-            logger.warning("async_plotter viewer: rejected the value of %s on %s: %s", key,
-                           redact(self._url), reason)
+            logger.warning("async_plotter viewer: rejected the value of %s on %s: %s",
+                           self._params.key, redact(self._url), reason)
         self._last_rejection = reason

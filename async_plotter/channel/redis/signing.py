@@ -114,13 +114,22 @@ class Verifier:
         self.key = key
         self.trust_unsigned = bool(trust_unsigned)
 
-    def check(self, signed: bool, tag: bytes, kind: bytes, experiment: str, *pieces: bytes) -> None:
-        """Raise ``PayloadRejected`` unless the payload passes the rules above."""
-        what = kind.decode()
+    def check_flag(self, signed: bool, what: str) -> None:
+        """Raise ``PayloadRejected`` for a payload refused whatever it holds: anything without a
+        secret nor trust, an unsigned one with a secret. Readers ask before downloading it."""
         if self.key is None and not self.trust_unsigned:
             raise PayloadRejected(
                 f"this viewer has no secret to check the {what} with, and was not told to trust "
                 f"unsigned payloads; set {SECRET_ENV} or pass --secret-file")
+        if not signed and self.key is not None:
+            raise PayloadRejected(
+                f"the {what} is unsigned and this viewer has a secret, so it requires a "
+                f"signature; give the trainer the same {SECRET_ENV}")
+
+    def check(self, signed: bool, tag: bytes, kind: bytes, experiment: str, *pieces: bytes) -> None:
+        """Raise ``PayloadRejected`` unless the payload passes the rules above."""
+        what = kind.decode()
+        self.check_flag(signed, what)
         if signed:
             if self.key is None:
                 return  # trust_unsigned: nothing can be checked
@@ -130,11 +139,6 @@ class Verifier:
                     f"the {what}'s signature does not match: it was signed with another secret, "
                     "or it was forged or altered")
             return
-        if self.key is not None:
-            # Checked before the checksum: an unsigned payload is refused whatever it holds.
-            raise PayloadRejected(
-                f"the {what} is unsigned and this viewer has a secret, so it requires a "
-                f"signature; give the trainer the same {SECRET_ENV}")
         expected = compute_tag(None, kind, experiment, *pieces)
         if not hmac.compare_digest(expected, bytes(tag)):
             raise PayloadRejected(f"the unsigned {what}'s checksum does not match: it is corrupted "

@@ -10,14 +10,16 @@ import threading
 import time
 from typing import Any, Callable, Dict, List, Optional, Set, Tuple
 
-from async_plotter.channel.redis.link import (bounded_xrange, last_stream_id, probe, read_exact,
-                                              redact, run_subscription)
+from async_plotter.channel.redis.link import (bounded_xrange, last_stream_id, redact,
+                                              run_subscription)
+from async_plotter.channel.redis.probed import Later, ProbedKey, Skip
 from async_plotter.channel.redis.wire import (MAX_METRICS_BYTES, STRUCTURE_HEADER, TAG_BYTES,
                                               UPDATE_HEADER, ExperimentKeys, MetricsEntry, NO_RUN,
-                                              RunKey, Structure, experiment_from_structure_key,
-                                              open_metrics, open_structure, parse_meta,
-                                              parse_structure_head, parse_update_head)
-from async_plotter.channel.redis.signing import SECRET_ENV, PayloadRejected, Verifier
+                                              RunKey, Structure, StructureHead,
+                                              experiment_from_structure_key, open_metrics,
+                                              open_structure, parse_meta, parse_structure_head,
+                                              parse_update_head)
+from async_plotter.channel.redis.signing import PayloadRejected, Verifier
 
 logger = logging.getLogger("async_plotter")
 
@@ -66,7 +68,10 @@ class ExperimentWatcher:
         self._on_structure = on_structure
         self._on_metrics = on_metrics
         self._newest_run: RunKey = NO_RUN  # of the newest structure delivered
-        self._last_probe: Optional[Tuple[int, bytes]] = None  # structure (length, header) decided
+        self._structure: ProbedKey[StructureHead, Structure] = ProbedKey(
+            self._keys.structure, "structure", STRUCTURE_HEADER.size, parse_structure_head,
+            MAX_STRUCTURE_BYTES, "a viewer accepts", verifier,
+            lambda reason: self._reject(self._keys.structure, reason))
         self._next_download = 0.0  # monotonic time before which no structure body is fetched
         self._structure_due = False  # a fetch was deferred by the interval above
         self._metrics_after = "-"
@@ -74,13 +79,20 @@ class ExperimentWatcher:
         self._metrics_seen: Dict[int, int] = {}  # run id -> highest seq delivered
         self._last_rejection: Dict[str, str] = {}
         self._client: Optional[Any] = None
-        #: structure bodies downloaded, and their bytes (for tests and benchmarks)
-        self.structure_downloads = 0
-        self.structure_bytes = 0
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._listen,
                                         name="async_plotter-redis-watcher",
                                         daemon=True)
+
+    @property
+    def structure_downloads(self) -> int:
+        """Structure values downloaded (for tests and benchmarks)."""
+        return self._structure.downloads
+
+    @property
+    def structure_bytes(self) -> int:
+        """Their bytes."""
+        return self._structure.downloaded_bytes
 
     def start(self) -> None:
         """Start following in the background."""
@@ -127,62 +139,28 @@ class ExperimentWatcher:
             logger.debug("deferred read of experiment %r failed: %s", self._experiment, error)
 
     def _fetch_structure(self, client: Any) -> None:
-        import redis
-
-        key = self._keys.structure
-        try:
-            length, prefix = probe(client, key, STRUCTURE_HEADER.size)
-        except redis.exceptions.ResponseError as error:
-            self._reject(key, f"the key holds something else than a structure ({error})")
-            return
-        if length == 0 or (length, prefix) == self._last_probe:
-            return  # none, or the one already accepted or refused: nothing to download
-        if time.monotonic() < self._next_download:
-            self._structure_due = True  # fetched by _on_idle once the interval has passed
-            return
         self._structure_due = False
-        try:
-            structure = self._download_structure(client, key, length, prefix)
-        except redis.exceptions.ResponseError as error:
-            structure = None
-            self._reject(key, f"the key holds something else than a structure ({error})")
-        except PayloadRejected as error:
-            structure = None
-            self._reject(key, str(error))
-        # Decided (a connection error would have left): this header is not fetched again.
-        self._last_probe = (length, prefix)
+        structure = self._structure.fetch(client, self._vet_structure, self._open_structure)
         if structure is None:
             return
-        self._last_rejection.pop(key, None)
+        self._last_rejection.pop(self._structure.key, None)
         if structure.run > self._newest_run:
             self._newest_run = structure.run
             self._on_structure(structure)
 
-    def _download_structure(self, client: Any, key: str, length: int,
-                            prefix: bytes) -> Optional[Structure]:
-        """Check what the probed header says, then fetch and verify; ``PayloadRejected``."""
-        if length > MAX_STRUCTURE_BYTES:
-            raise PayloadRejected(f"the structure is oversized: {length} bytes, more than "
-                                  f"{MAX_STRUCTURE_BYTES}")
-        head = parse_structure_head(prefix)
-        if not head.signed and self._verifier.key is not None:
-            # Refused whatever it holds (see Verifier.check): not worth downloading.
-            raise PayloadRejected(
-                f"the structure is unsigned and this viewer has a secret, so it requires a "
-                f"signature; give the trainer the same {SECRET_ENV}")
-        if length != head.total:
-            problem = "truncated" if length < head.total else "longer than its header says"
-            raise PayloadRejected(f"the structure is {problem}: {length} bytes, its header "
-                                  f"says {head.total}")
+    def _vet_structure(self, head: StructureHead) -> None:
+        """Refuse an older run from the unverified header, skip the one delivered, and download
+        at most once per ``STRUCTURE_FETCH_INTERVAL``."""
         self._check_fresh(head.run)
         if head.run == self._newest_run:
-            return None  # the structure already delivered, written again
-        self._next_download = time.monotonic() + STRUCTURE_FETCH_INTERVAL
-        value = read_exact(client, key, length, "structure")
-        if value is None:
-            return None
-        self.structure_downloads += 1
-        self.structure_bytes += len(value)
+            raise Skip()  # the structure already delivered, written again
+        now = time.monotonic()
+        if now < self._next_download:
+            self._structure_due = True  # fetched by _on_idle once the interval has passed
+            raise Later()
+        self._next_download = now + STRUCTURE_FETCH_INTERVAL
+
+    def _open_structure(self, value: bytes) -> Structure:
         structure = open_structure(value, self._verifier, self._experiment)
         self._check_fresh(structure.run)  # again, from the verified header
         return structure

@@ -32,7 +32,7 @@ from typing import Any, Deque, Dict, Optional, Tuple, Union
 import numpy as np
 
 from async_plotter.channel.redis.link import (Backoff, OutageLog, close_quietly, connect,
-                                              connection_errors, url_problem)
+                                              connection_errors, redact, url_problem)
 from async_plotter.channel.base import metrics_fit
 from async_plotter.channel.redis.reader import RedisAddress, RedisReader
 from async_plotter.channel.redis.wire import (MAX_METRICS_BYTES, MAX_VALUE_BYTES, METRICS_CAP,
@@ -53,6 +53,13 @@ TTL_ENV = "ASYNC_PLOTTER_REDIS_TTL"
 DEFAULT_TTL = 3600.0
 #: seconds between checks that the structure and newest update in Redis are still this trainer's
 REASSERT_INTERVAL = 2.0
+#: seconds an update may wait for the server's answer before ``publish`` warns that publishing is
+#: stuck (a server that accepts connections and never answers fails no socket call for
+#: ``link._SOCKET_TIMEOUT`` s, and a trainer wants to know while it trains)
+STALL_WARNING_SECONDS = 5.0
+#: seconds ``close()`` waits for the last update to reach the server by default, whatever the
+#: server does (``Plotter.close`` of a publish-only trainer waits no longer either)
+CLOSE_SECONDS = 2.0
 # A previous run's start this far ahead of our clock is not trusted to bump ours (it may be
 # forged: headers are read here without verifying them).
 _MAX_CLOCK_SKEW_NS = 24 * 3600 * 10**9
@@ -235,6 +242,10 @@ class RedisWriter:
         self._wake = threading.Event()
         self._closing = threading.Event()
         self._closed = False
+        self._outage = OutageLog(f"publishing experiment {self._experiment!r}", self._url)
+        # When the oldest update Redis has not acknowledged yet was published (None: all were).
+        self._undelivered_since: Optional[float] = None
+        self._stall_warned = False
         self._thread = threading.Thread(target=self._run,
                                         name="async_plotter-redis-sender",
                                         daemon=True)
@@ -269,7 +280,24 @@ class RedisWriter:
             return number
         self._slot.put(params, _Meta(number, iteration, max_path_length, time.time()))
         self._wake.set()
+        self._check_stalled()
         return number
+
+    def _check_stalled(self) -> None:
+        """One warning (in the trainer, at its next publish) once an update has waited more than
+        ``STALL_WARNING_SECONDS`` for the server, unless an outage was already reported."""
+        now = time.monotonic()
+        since = self._undelivered_since
+        if since is None:
+            self._undelivered_since = now
+        elif (now - since > STALL_WARNING_SECONDS and not self._stall_warned
+              and not self._outage.down):
+            self._stall_warned = True
+            logger.warning(
+                "publishing experiment %r: Redis at %s has not taken an update for %.0f s (a "
+                "server that accepts connections but does not answer?); training goes on, and "
+                "close() will wait at most %.0f s for it", self._experiment, redact(self._url),
+                now - since, CLOSE_SECONDS)
 
     @property
     def published(self) -> int:
@@ -297,7 +325,7 @@ class RedisWriter:
             self._wake.set()
         return True
 
-    def close(self, timeout: float = 2.0) -> None:
+    def close(self, timeout: float = CLOSE_SECONDS) -> None:
         """Send what is pending (the last update) within ``timeout`` seconds, then stop.
 
         Never hangs: a sender stuck on an unreachable server is abandoned (it is a daemon thread),
@@ -339,7 +367,7 @@ class RedisWriter:
         import redis
 
         failures = connection_errors() + (redis.exceptions.RedisError, )
-        outage = OutageLog(f"publishing experiment {self._experiment!r}", self._url)
+        outage = self._outage
         backoff = Backoff()
         client = None
         announced_once = False
@@ -489,6 +517,10 @@ class RedisWriter:
         self._slot.sent(index, meta)
         self._sent_update_head = bytes(buffer[:UPDATE_HEADER.size])
         self._stats["published"] += 1
+        self._undelivered_since = time.monotonic() if self._slot.dirty else None
+        if self._stall_warned:
+            self._stall_warned = False
+            logger.info("publishing experiment %r: Redis takes updates again", self._experiment)
 
     def _send_metrics(self, client: Any) -> None:
         if not self._metrics_pending:

@@ -6,6 +6,7 @@ import os
 from typing import Callable, Optional
 
 import numpy as np
+import psutil
 
 from async_plotter.render.sinks.base import FrameSink
 from async_plotter.render.stream import EpisodeEnd, EpisodeInfo
@@ -121,8 +122,19 @@ class VideoSink(FrameSink):
         self._last_frame = None
         if self._writer is None:
             return
-        self._writer.close()
-        self._writer = None
+        writer, self._writer = self._writer, None
+        try:
+            writer.close()
+            whole = _whole_mp4(self._partial_path)
+        except Exception:  # noqa: BLE001 - a dead encoder raises all sorts (broken pipe, ...)
+            whole = False
+        if not whole:
+            # Its encoder was stopped before it finished (killed, or this process interrupted in
+            # the middle of a frame, e.g. SIGTERM while stopping): there is no video to keep.
+            _remove_quietly(self._partial_path)
+            logger.info("dropped %s: its encoder stopped before the video was finished",
+                        os.path.basename(self._final_path))
+            return
         os.replace(self._partial_path, self._final_path)
         self._last_recorded_update = recording.update
         logger.info("wrote %s (%d frames, %d episode%s)", self._final_path, self._frames,
@@ -147,24 +159,43 @@ class VideoSink(FrameSink):
         self._finish()
 
 
-def child_pids(parent: int) -> list:
-    """Processes whose parent is ``parent`` (Linux ``/proc``; empty elsewhere)."""
-    found = []
+def _whole_mp4(path: str) -> bool:
+    """Whether ``path`` is a finished mp4: its top-level boxes chain to the end of the file and
+    include the index (``moov``) that ffmpeg writes last. Reads a few headers, not the file."""
     try:
-        names = os.listdir("/proc")
+        with open(path, "rb") as handle:
+            size = os.fstat(handle.fileno()).st_size
+            offset, kinds = 0, set()
+            while offset + 8 <= size:
+                handle.seek(offset)
+                header = handle.read(16)
+                length, kind = int.from_bytes(header[:4], "big"), header[4:8]
+                if length == 1 and len(header) == 16:
+                    length = int.from_bytes(header[8:16], "big")  # a 64-bit box size
+                elif length == 0:
+                    length = size - offset  # the last box runs to the end of the file
+                if length < 8:
+                    return False
+                kinds.add(kind)
+                offset += length
+            return offset == size and b"moov" in kinds
     except OSError:
-        return found
-    for name in names:
-        if not name.isdigit():
-            continue
-        try:
-            with open(f"/proc/{name}/stat", "rb") as stat:
-                fields = stat.read().rsplit(b")", 1)[1].split()
-        except (OSError, IndexError):
-            continue
-        if int(fields[1]) == parent:
-            found.append(int(name))
-    return found
+        return False
+
+
+def _remove_quietly(path: str) -> None:
+    try:
+        os.remove(path)
+    except OSError:
+        pass
+
+
+def child_pids(parent: int) -> list:
+    """Processes whose parent is ``parent`` (empty once it is gone)."""
+    try:
+        return [child.pid for child in psutil.Process(parent).children()]
+    except psutil.Error:
+        return []
 
 
 def _even_size(frame: np.ndarray) -> np.ndarray:

@@ -1,0 +1,72 @@
+"""One traced TensorFlow function per observation shape, for Keras models and ``tf.Module`` policies.
+
+Calling a Keras model eagerly for one observation costs ~3-7 ms of CPU: more than drawing and
+encoding the frame it produces. The same call through one concrete ``tf.function`` costs ~0.3 ms,
+and ~0.2 ms compiled by XLA (measured on this project's 2-core machine, 17-64-64-6 MLP). So the
+worker traces the policy once per observation shape, with XLA where the policy compiles, else as a
+plain graph, else calls it eagerly, and says which in one log line. Variables are captured by
+reference, so new parameters assigned to them are seen without tracing again; ``forget()`` drops
+the traces where a policy keeps constants computed from its weights (Keras's adapted
+``Normalization`` layer does, in ``finalize_state``).
+"""
+import logging
+from typing import Any, Callable, Dict, Tuple
+
+import numpy as np
+
+logger = logging.getLogger("async_plotter")
+
+#: how a policy is called: through XLA, through a plain traced graph, or eagerly
+XLA, GRAPH, EAGER = "xla", "graph", "eager"
+
+
+class CompiledCall:
+    """``call(batch) -> batch`` of a policy, traced per (shape, dtype) of the batch."""
+
+    def __init__(self, call: Callable[[Any], Any], label: str) -> None:
+        self._call = call
+        self._label = label
+        self._traced: Dict[Tuple[Tuple[int, ...], str], Callable[[Any], Any]] = {}
+        #: how the last traced shape is called (``XLA``, ``GRAPH`` or ``EAGER``); None before
+        self.path = None
+
+    def __call__(self, batch: np.ndarray) -> np.ndarray:
+        key = (batch.shape, batch.dtype.str)
+        function = self._traced.get(key)
+        if function is None:
+            function = self._traced[key] = self._trace(batch)
+        return np.asarray(function(batch))
+
+    def forget(self) -> None:
+        """Trace again on the next call (the policy's captured constants changed)."""
+        self._traced.clear()
+
+    def _trace(self, batch: np.ndarray) -> Callable[[Any], Any]:
+        import tensorflow as tf
+
+        spec = tf.TensorSpec(batch.shape, tf.as_dtype(batch.dtype))
+        failures = []
+        for path, jit in ((XLA, True), (GRAPH, False)):
+            try:
+                concrete = tf.function(self._call, jit_compile=jit).get_concrete_function(spec)
+                result = concrete(tf.constant(batch))  # XLA compiles on the first call
+                np.asarray(result)
+            except Exception as error:  # noqa: BLE001 - tracing fails in many ways
+                failures.append(f"{path}: {type(error).__name__}: {_first_line(error)}")
+                continue
+            if self.path != path:
+                logger.info("policy %s: one traced TensorFlow function per step (%s)", self._label,
+                            "XLA" if jit else "graph")
+            self.path = path
+            return lambda values, f=concrete: f(tf.constant(values))
+        if self.path != EAGER:
+            logger.info(
+                "policy %s cannot be traced into one TensorFlow function (%s); calling it "
+                "eagerly, which costs several times more CPU per step", self._label, failures[-1])
+        self.path = EAGER
+        return self._call
+
+
+def _first_line(error: BaseException) -> str:
+    text = str(error).strip().splitlines()
+    return text[0][:200] if text else ""

@@ -1,0 +1,172 @@
+"""The one rule, checked in the trainer: the worker's copy of the policy acts like the trainer's.
+
+Showing a different policy than the one being trained, without a word, is the worst thing a
+plotter can do, and the ways it happens are many: a config that rebuilds another model, state
+that is neither a weight nor in the config (an adapted ``Normalization``'s mean), settings of the
+trainer's Keras, constants a traced function captured. Rather than a special case for each,
+``check_worker_copy`` does what the worker will do, from what actually travels:
+
+1. rebuild the policy from the pickled recipe (``PolicyRuntime``, the worker's own code), apply
+   the trainer's flat parameters, and compare its output on the env's first observation with the
+   trainer's own policy's (deterministic: the action of a Keras model or module, the reported
+   distribution of an rllab-protocol policy);
+2. apply a changed vector to both (the trainer's policy gets its own parameters back at once)
+   and compare again, so state that does not follow the parameters is caught too.
+
+Both run on the CPU where the worker's TensorFlow sees no GPU (``policy_device="cpu"``).
+
+A difference is a ``PolicyMismatchError`` naming what differs and what to do. The tolerance
+(1% and 0.5% of the output's scale) is passed by mixed precision and float64 alike; the bugs it
+exists for differ by far more.
+"""
+import contextlib
+import logging
+import re
+from typing import Any
+
+import numpy as np
+
+from async_plotter.errors import PlotterError, PolicyMismatchError, PolicyNotRebuildableError
+from async_plotter.policy_adapters import KerasAdapter, PolicyAdapter
+from async_plotter.policy_recipe import PolicyRecipe, PolicyRuntime
+from async_plotter.random_state import random_state_kept
+
+logger = logging.getLogger("async_plotter")
+
+_RTOL = 1e-2
+_ATOL_OF_SCALE = 5e-3
+
+
+def check_worker_copy(recipe: PolicyRecipe,
+                      policy: Any,
+                      adapter: PolicyAdapter,
+                      observation: Any,
+                      label: str,
+                      on_cpu: bool = True) -> None:
+    """Raise a named error unless the worker's copy of ``policy`` acts like it. ``on_cpu``: the
+    worker's TensorFlow sees no GPU, so its copy is checked on the CPU here too."""
+    if recipe.graph_mode:
+        logger.info("Plotter: not comparing the worker's copy of the policy with the trainer's "
+                    "(TensorFlow runs in graph mode here); the worker rebuilds it in its own graph")
+        return
+    flat = adapter.flat(policy)
+    changed = _changed(flat)
+    with random_state_kept(policy), _device(on_cpu):
+        runtime = _rebuild(recipe, adapter)
+        moved = False
+        try:
+            _compare(runtime, policy, adapter, flat, observation, label, "its parameters")
+            moved = True
+            adapter.set_flat(policy, changed)
+            _compare(runtime, policy, adapter, changed, observation, label,
+                     "changed parameters (as after an update_plot())")
+        finally:
+            runtime.close()
+            if moved:
+                adapter.set_flat(policy, flat)
+
+
+def _device(on_cpu: bool) -> Any:
+    if not on_cpu:
+        return contextlib.nullcontext()
+    import tensorflow as tf
+
+    return tf.device("/CPU:0")
+
+
+def _rebuild(recipe: PolicyRecipe, adapter: PolicyAdapter) -> PolicyRuntime:
+    try:
+        return PolicyRuntime(recipe, deterministic=True)
+    except Exception as error:  # noqa: BLE001 - the user's classes and Keras raise anything
+        raise PolicyNotRebuildableError(
+            f"the plot worker could not rebuild the policy {recipe.description} from what is "
+            f"sent to it: {type(error).__name__}: {brief_error(error)}. {adapter.rebuild_advice()}."
+        ) from error
+
+
+def _compare(runtime: PolicyRuntime, policy: Any, adapter: PolicyAdapter, flat: np.ndarray,
+             observation: Any, label: str, which: str) -> None:
+    """Compare the trainer's policy, which holds ``flat`` already, with its copy given ``flat``."""
+    expected = adapter.comparable_output(policy, observation, reference=True)
+    name = type(runtime.policy).__qualname__
+    try:
+        runtime.set_params(flat)
+    except Exception as error:  # noqa: BLE001
+        raise PolicyMismatchError(
+            f"the plot worker's copy of the policy ({name}) does not take the trainer's "
+            f"{flat.size} parameters: {type(error).__name__}: {brief_error(error)}. Its rebuilt "
+            f"structure differs from the trainer's; {adapter.rebuild_advice()}.") from error
+    try:
+        actual = runtime.adapter.comparable_output(runtime.policy, observation, reference=False)
+    except PlotterError:
+        raise
+    except Exception as error:  # noqa: BLE001 - the rebuilt copy's own code
+        raise PolicyNotRebuildableError(
+            f"the plot worker's copy of the policy ({name}) rebuilds but fails when it acts: "
+            f"{type(error).__name__}: {brief_error(error)}. {adapter.rebuild_advice()}.") from error
+    if expected is None and actual is None:
+        logger.debug("the policy reports no distribution; its copy's actions are not compared")
+        return
+    if expected is not None and actual is not None and _close(expected, actual):
+        return
+    if expected is None or actual is None:
+        raise PolicyMismatchError(
+            f"the plot worker's copy of the policy ({name}) reports "
+            f"{'no' if actual is None else 'a'} distribution in get_action()'s info where the "
+            f"trainer's reports {'none' if expected is None else 'one'}: its rebuilt structure "
+            f"differs. {adapter.rebuild_advice()}.")
+    raise PolicyMismatchError(
+        f"the plot worker's copy of the policy would not act like the trainer's: on {label}'s "
+        f"first observation, with {which}, the trainer's policy gives {_show(expected)} and the "
+        f"worker's copy {_show(actual)}, so the videos would show another policy than the one "
+        f"being trained. {_why(policy, runtime, adapter, observation)}")
+
+
+def _why(policy: Any, runtime: PolicyRuntime, adapter: PolicyAdapter, observation: Any) -> str:
+    if isinstance(adapter, KerasAdapter):
+        from async_plotter.keras_support import first_layer_that_differs
+
+        batch = np.asarray(observation, np.float32)[None]
+        layer = first_layer_that_differs(policy, runtime.policy, batch)
+        if layer is not None:
+            kind = type(policy.get_layer(layer)).__name__
+            return (f"Layer {layer!r} ({kind}) holds state that is neither in get_weights() nor "
+                    "in its config, or computes it from its weights once and not again: keep "
+                    "it in weights (add_weight) or in get_config(), or pass "
+                    "policy_factory=<zero-argument function that builds the model with that "
+                    "state>.")
+    return ("Something the policy holds is neither in its parameters nor rebuilt with its "
+            "structure, or is computed from the parameters once and not again: keep it in the "
+            "parameters, or pass policy_factory=<zero-argument function that builds the same "
+            "policy, with that state>.")
+
+
+def _changed(flat: np.ndarray) -> np.ndarray:
+    """Another parameter vector of the same shape: every value moved by up to 5% of itself (so
+    signs, and variances, stay as they are), zeros by up to 0.01."""
+    if not np.issubdtype(flat.dtype, np.floating):
+        return flat.copy()
+    noise = np.random.default_rng(0).uniform(-1.0, 1.0, flat.shape)
+    changed = flat * (1.0 + 0.05 * noise) + np.where(flat == 0, 0.01 * noise, 0.0)
+    return changed.astype(flat.dtype)
+
+
+def _close(expected: np.ndarray, actual: np.ndarray) -> bool:
+    expected = np.asarray(expected, np.float64)
+    actual = np.asarray(actual, np.float64)
+    if expected.shape != actual.shape:
+        return False
+    finite = np.abs(expected[np.isfinite(expected)])
+    scale = max(1.0, float(finite.max())) if finite.size else 1.0
+    return bool(
+        np.allclose(actual, expected, rtol=_RTOL, atol=_ATOL_OF_SCALE * scale, equal_nan=True))
+
+
+def _show(values: np.ndarray) -> str:
+    return np.array2string(np.asarray(values, np.float64).ravel()[:6], precision=4)
+
+
+def brief_error(error: BaseException) -> str:
+    """An error's message without Keras's colour codes and its echo of the call's arguments."""
+    text = re.sub(r"\x1b\[[0-9;]*m", "", str(error)).split("Arguments received")[0]
+    return " ".join(text.split())[:600]

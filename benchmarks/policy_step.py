@@ -1,0 +1,133 @@
+"""CPU per policy step in the worker: each policy form called eagerly against the compiled path the
+worker uses (``async_plotter.compiled_call``: one traced function per observation shape, XLA
+where it compiles), side by side in one process with the worker's own thread limits.
+
+    .venv/bin/python benchmarks/policy_step.py [--steps 3000]
+
+Forms: a Keras Sequential and a functional 17-64-64-6 MLP (HalfCheetah's sizes), a ``tf.Module``
+of the same shape, and the RL host's ``GaussianMLPPolicy`` (64, 64), which calls its own
+concrete function in ``get_action``. Goal (issue 21): compiled <= 0.3 ms a step for the 2x64
+MLP and >= 10x below eager Keras. Prints a table; writes benchmarks/results/policy_step.json.
+"""
+import argparse
+import json
+import os
+import sys
+import time
+
+# The rollout process's limits (worker/rollout_process.py), set before TensorFlow starts.
+os.environ.update({
+    "TF_NUM_INTRAOP_THREADS": "1",
+    "TF_NUM_INTEROP_THREADS": "1",
+    "OMP_NUM_THREADS": "1",
+    "TF_CPP_MIN_LOG_LEVEL": "2",
+    "TF_ENABLE_ONEDNN_OPTS": "0",
+    "CUDA_VISIBLE_DEVICES": "",
+})
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+import numpy as np  # noqa: E402
+
+from benchmarks.machine import machine_facts  # noqa: E402
+
+RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
+OBS, ACT, HIDDEN = 17, 6, 64
+
+
+def cpu_ms_per_call(call, observation, steps):
+    call(observation)  # traced or compiled here, not timed
+    started = time.process_time()
+    for _ in range(steps):
+        call(observation)
+    return 1000.0 * (time.process_time() - started) / steps
+
+
+def forms():
+    import keras
+    import tensorflow as tf
+
+    from async_plotter.rl.policies import GaussianMLPPolicy
+
+    sequential = keras.Sequential([
+        keras.Input((OBS, )),
+        keras.layers.Dense(HIDDEN, activation="tanh"),
+        keras.layers.Dense(HIDDEN, activation="tanh"),
+        keras.layers.Dense(ACT)
+    ])
+    inputs = keras.Input((OBS, ))
+    hidden = keras.layers.Dense(HIDDEN, activation="tanh")(inputs)
+    hidden = keras.layers.Dense(HIDDEN, activation="tanh")(hidden)
+    functional = keras.Model(inputs, keras.layers.Dense(ACT)(hidden))
+
+    class MLPModule(tf.Module):
+
+        def __init__(self):
+            super().__init__()
+            sizes = (OBS, HIDDEN, HIDDEN, ACT)
+            self.weights = [
+                tf.Variable(tf.random.normal((a, b), stddev=0.1)) for a, b in zip(sizes, sizes[1:])
+            ]
+
+        def __call__(self, observations):
+            hidden = observations
+            for weight in self.weights[:-1]:
+                hidden = tf.tanh(tf.matmul(hidden, weight))
+            return tf.matmul(hidden, self.weights[-1])
+
+    gaussian = GaussianMLPPolicy(obs_dim=OBS, action_dim=ACT, hidden_sizes=(HIDDEN, HIDDEN))
+    return [("Keras Sequential", sequential), ("Keras functional", functional),
+            ("tf.Module", MLPModule()), ("rl GaussianMLPPolicy", gaussian)]
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--steps", type=int, default=3000)
+    parser.add_argument("--out", default=os.path.join(RESULTS, "policy_step.json"))
+    args = parser.parse_args()
+    load_before = os.getloadavg()
+
+    from async_plotter.policy_adapters import adapter_for
+
+    observation = np.random.default_rng(0).normal(size=OBS).astype(np.float32)
+    rows = []
+    for name, policy in forms():
+        adapter = adapter_for(policy)
+        compiled = cpu_ms_per_call(lambda o: adapter.act(policy, o, True), observation, args.steps)
+        path = adapter.call_path()
+        eager_steps = max(args.steps // 10, 100)
+        eager = cpu_ms_per_call(lambda o: adapter.reference_act(policy, o, True), observation,
+                                eager_steps)
+        rows.append({
+            "policy": name,
+            "kind": adapter.kind,
+            "worker_path": path,
+            "eager_ms": round(eager, 4),
+            "worker_ms": round(compiled, 4),
+            "eager_over_worker": round(eager / compiled, 2),
+        })
+        print(f"  measured {name}", flush=True)
+    keras_eager = next(r["eager_ms"] for r in rows if r["policy"] == "Keras Sequential")
+    print(f"\nCPU per policy step, {OBS}-{HIDDEN}-{HIDDEN}-{ACT} MLP, one observation, "
+          f"{args.steps} steps (eager: {max(args.steps // 10, 100)}); worker thread limits")
+    print("| policy | worker path | eager ms | worker ms | eager / worker | eager Keras / worker |")
+    print("| --- | --- | ---: | ---: | ---: | ---: |")
+    for row in rows:
+        row["eager_keras_over_worker"] = round(keras_eager / row["worker_ms"], 1)
+        print(f"| {row['policy']} | {row['worker_path']} | {row['eager_ms']:.3f} | "
+              f"{row['worker_ms']:.3f} | {row['eager_over_worker']:.1f}x | "
+              f"{row['eager_keras_over_worker']:.1f}x |")
+    os.makedirs(os.path.dirname(args.out), exist_ok=True)
+    with open(args.out, "w") as out:
+        json.dump(
+            {
+                "rows": rows,
+                "steps": args.steps,
+                "machine": machine_facts(load_before, os.getloadavg())
+            },
+            out,
+            indent=2)
+    print(f"\nwrote {args.out}")
+
+
+if __name__ == "__main__":
+    main()

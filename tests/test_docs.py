@@ -1,0 +1,112 @@
+"""The numbers a user reads first agree with the code and the measurements behind them.
+
+The default budget is stated in the README, the Makefile and the command line's help; the
+README's headline figures are read from ``benchmarks/results/*.json``; the commands and links
+it names exist."""
+import contextlib
+import io
+import json
+import os
+import re
+
+import pytest
+
+from async_plotter import cli
+from async_plotter.worker.budget import DEFAULT_BUDGET
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+RESULTS = os.path.join(ROOT, "benchmarks", "results")
+
+
+def _read(*parts: str) -> str:
+    with open(os.path.join(ROOT, *parts), encoding="utf-8") as file:
+        return file.read()
+
+
+def _results(name: str) -> dict:
+    return json.loads(_read("benchmarks", "results", name))
+
+
+def _section(text: str, heading: str) -> str:
+    start = text.index(heading)
+    end = text.find("\n## ", start + len(heading))
+    return text[start:] if end < 0 else text[start:end]
+
+
+README = _read("README.md")
+MAKEFILE = _read("Makefile")
+
+
+def test_the_readme_is_short_and_self_contained():
+    assert len(README.splitlines()) <= 450
+    assert "../shared" not in README and "DESIGN.md" not in README
+
+
+def test_the_default_budget_is_the_same_everywhere():
+    percent = f"{DEFAULT_BUDGET:.0%}"
+    assert f"`budget={DEFAULT_BUDGET:g}` (default)" in README
+    assert f"{percent} of the machine by default" in README
+    comment = "\n".join(line for line in MAKEFILE.splitlines() if line.startswith("#"))
+    assert f"a {percent} CPU budget" in comment
+    # Any other percentage or fraction stated as the default budget is a stale copy.
+    assert re.findall(r"a (\d+)% CPU budget", comment) == [percent[:-1]]
+
+
+@pytest.mark.parametrize("command", ["view", "serve"])
+def test_the_command_line_help_states_the_default_budget(command):
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out), pytest.raises(SystemExit):
+        cli.main([command, "--help"])
+    text = " ".join(out.getvalue().split())
+    assert f"the trainer's budget, {DEFAULT_BUDGET:g} unless it set one" in text
+
+
+def test_the_readme_make_commands_exist():
+    targets = set(re.findall(r"^([A-Za-z][\w-]*):", MAKEFILE, re.MULTILINE))
+    named = set(re.findall(r"`make ([\w-]+)`", README)) | set(
+        re.findall(r"^make ([\w-]+)", README, re.MULTILINE))
+    assert {"demo", "test"} <= named
+    assert named <= targets, named - targets
+
+
+def test_the_make_test_duration_is_stated_once_the_same_way():
+    assert "about 11\n             # minutes on 2 idle cores, up to 20 on a busy machine" in README
+    assert "about 11 minutes on 2 idle cores, up to 20 on a busy machine" in MAKEFILE
+
+
+def test_linked_files_exist():
+    for document in ["README.md"] + [
+            os.path.join("docs", name)
+            for name in os.listdir(os.path.join(ROOT, "docs")) if name.endswith(".md")
+    ]:
+        folder = os.path.dirname(os.path.join(ROOT, document))
+        for target in re.findall(r"\]\(([^)#\s]+)\)", _read(document)):
+            if "://" not in target:
+                assert os.path.exists(os.path.join(folder, target)), (document, target)
+    for name in ("design.md", "benchmarks.md", "security.md"):
+        assert f"(docs/{name})" in README
+
+
+def test_the_headline_figures_are_the_measured_ones():
+    table = _section(README, "## Headline figures")
+    overhead = _results("plot_overhead.json")["summary"]["Swimmer-v5"]["defaults"]
+    one_sampler = _results("plot_overhead_one_sampler.json")["summary"]["Swimmer-v5"]["defaults"]
+    update = {row["params"]: row for row in _results("update_cost.json")["rows"]}[1000000]
+    redis = {row["params"]: row for row in _results("redis_latency.json")["results"]}[1000000]
+    frame = _results("web_hostile.json")["slowloris"]["with_attackers"]["stream_first_frame"]
+    serve = {row["case"]: row for row in _results("serve_cost.json")["results"]}
+    cartpole = _results("rl_correctness.json")["cartpole"]
+    expected = [
+        f"{overhead['training_ratio']:.3f}x of plotting off, "
+        f"{overhead['videos_per_10_itr']:.2f} videos per 10 iterations",
+        f"{one_sampler['training_ratio']:.3f}x of off, "
+        f"{one_sampler['videos_per_10_itr']:.2f} videos per 10 iterations",
+        f"{update['update_plot_wall_s'] * 1e6:.0f} us ({update['update_over_copy']:.2f}x a bare copy)",
+        f"{redis['ours_latency_ms_median']:.1f} ms median",
+        f"{frame['median_ms']:.0f} ms median, {frame['p95_ms']:.0f} ms p95",
+        f"{serve['idle']['cpu_percent_of_a_core']:.2f}% of a core / "
+        f"{serve['serve 1']['ratio_to_view_1']:.2f}x one viewer",
+        f"mean return {cartpole['final_return_mean']:.1f}",
+    ]
+    for figure in expected:
+        assert figure in table, figure

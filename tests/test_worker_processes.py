@@ -1,0 +1,93 @@
+"""What the worker's processes start with and leave behind: GPUs hidden from the rollout
+process's TensorFlow (not from the render process, nor the trainer), and the env closed however
+the rollout process ends."""
+import os
+
+import pytest
+
+from async_plotter import Plotter
+from tests.conftest import wait_for
+from tests.policies import CloseRecordingEnvFactory, LinearPolicy
+
+pytestmark = pytest.mark.slow
+
+
+def environment_of(pid):
+    """The environment ``pid`` was started with (this machine has no GPU for TensorFlow to
+    list, so what CUDA would be told is what there is to check)."""
+    with open(f"/proc/{pid}/environ", "rb") as environ:
+        entries = environ.read().split(b"\0")
+    return dict(entry.decode().partition("=")[::2] for entry in entries if b"=" in entry)
+
+
+def started_plotter(tmp_path, **kwargs):
+    plotter = Plotter("Swimmer-v5",
+                      LinearPolicy(8, 2),
+                      max_path_length=10,
+                      video_dir=str(tmp_path),
+                      **kwargs).start()
+    wait_for(lambda: plotter.stats["worker_pids"], 60, message="the worker's processes")
+    return plotter
+
+
+def test_the_rollout_process_starts_with_gpus_hidden_and_the_trainer_keeps_its_own(
+        tmp_path, monkeypatch, no_leftovers):
+    import tensorflow  # noqa: F401 - a TF trainer (importing TF sets variables of its own)
+
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0")  # a trainer told to use GPU 0
+    before = dict(os.environ)
+    plotter = started_plotter(tmp_path)
+    try:
+        pids = plotter.stats["worker_pids"]
+        rollout, render = environment_of(pids["rollout"]), environment_of(pids["render"])
+    finally:
+        plotter.close(final_video=False)
+    assert rollout["CUDA_VISIBLE_DEVICES"] == ""
+    assert render["CUDA_VISIBLE_DEVICES"] == "0", "the render process keeps the GPU for EGL"
+    assert dict(os.environ) == before, "the trainer's environment is untouched"
+
+
+def test_policy_device_gpu_lets_the_rollout_process_see_the_trainers_gpus(
+        tmp_path, monkeypatch, no_leftovers):
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    monkeypatch.delenv("TF_FORCE_GPU_ALLOW_GROWTH", raising=False)
+    plotter = started_plotter(tmp_path, policy_device="gpu")
+    try:
+        rollout = environment_of(plotter.stats["worker_pids"]["rollout"])
+    finally:
+        plotter.close(final_video=False)
+    assert "CUDA_VISIBLE_DEVICES" not in rollout
+    assert rollout["TF_FORCE_GPU_ALLOW_GROWTH"] == "true", "it does not take a whole GPU"
+    assert "TF_FORCE_GPU_ALLOW_GROWTH" not in os.environ
+
+
+def closes_recorded(marker):
+    return marker.read_text().split() if marker.exists() else []
+
+
+def test_the_rollout_process_closes_its_env_on_a_normal_stop(tmp_path, no_leftovers):
+    marker = tmp_path / "closed.txt"
+    with Plotter(CloseRecordingEnvFactory(str(marker)),
+                 LinearPolicy(8, 2),
+                 max_path_length=10,
+                 video_dir=str(tmp_path)) as plotter:
+        wait_for(lambda: plotter.stats["videos"] >= 1, 60, message="a video")
+        rollout = plotter.stats["worker_pids"]["rollout"]
+    assert str(rollout) in closes_recorded(marker)
+
+
+def test_the_rollout_process_closes_its_env_when_the_rollout_fails(tmp_path, no_leftovers):
+    marker = tmp_path / "closed.txt"
+    plotter = Plotter(CloseRecordingEnvFactory(str(marker), fail_after=3),
+                      LinearPolicy(8, 2),
+                      max_path_length=10,
+                      video_dir=str(tmp_path),
+                      max_restarts=0).start()
+    try:
+        wait_for(lambda: plotter.stats["disabled"], 60, message="the failure to disable plotting")
+        rollout = plotter.stats["worker_pids"]["rollout"]
+        last_error = plotter.stats["last_error"]
+    finally:
+        plotter.close()
+    assert "env.step exploded (test)" in last_error, "the close did not mask the real error"
+    assert str(rollout) in closes_recorded(marker)
