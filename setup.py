@@ -35,6 +35,8 @@ setup(
         "imageio-ffmpeg>=0.4.9",
         "matplotlib>=3.7",
         "pillow>=9.1",
+        # the live page's and serve's HTTP server (and serve's client for the relayed streams)
+        "aiohttp>=3.10,<4",
         # TensorBoard event files, written by the render process whenever tensorboard_dir is set
         # and by every run_experiment_lite run: tensorboardX frames them without TensorFlow, and
         # uses crc32c's compiled checksum when present (35x faster than its pure-Python one).

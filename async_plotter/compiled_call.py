@@ -1,4 +1,4 @@
-"""One traced TensorFlow function per observation shape, for Keras models and ``tf.Module`` policies.
+"""One traced TensorFlow function per observation shape, for Keras models and ``tf.Module``s.
 
 Calling a Keras model eagerly for one observation costs ~3-7 ms of CPU: more than drawing and
 encoding the frame it produces. The same call through one concrete ``tf.function`` costs ~0.3 ms,

@@ -1,7 +1,7 @@
 """Turning the trainer's environment argument into a recipe the worker rebuilds its own env from.
 
 The trainer's env object is never shared: the worker builds a fresh one (a shared env would have
-its state stepped by two processes, and opening a window on it duplicated windows in a peer).
+its state stepped by two processes, and a window opened on it would duplicate the trainer's).
 Accepted: a Gymnasium id (``"Swimmer-v5"``), an ``EnvSpec``, a zero-argument factory, an env class
 (old-gym or Gymnasium, e.g. ``HopperEnv``: a factory called with no arguments), or an env instance
 (rebuilt from its spec when it has one, else copied by cloudpickle). A factory that accepts

@@ -1,8 +1,8 @@
 """What a Keras model needs besides its config and weights to act the same in another process.
 
 * **Settings of the trainer's Keras** live in the process that set them: a model with a
-  ``TFSMLayer`` or a ``Lambda`` rebuilds only after ``keras.config.enable_unsafe_deserialization()``,
-  and ``floatx``/``epsilon``/the global dtype policy change what layers compute.
+  ``TFSMLayer`` or a ``Lambda`` rebuilds only after
+  ``keras.config.enable_unsafe_deserialization()``, and ``floatx``/``epsilon``/the global dtype policy change what layers compute.
   ``trainer_settings()`` records them; ``apply_settings()`` sets them in the worker first.
 * **Custom classes** are found by their registered names; a class registered in the trainer's
   ``__main__`` (a script, a notebook) is unknown in the worker. ``custom_objects(model)`` lists the
@@ -21,9 +21,18 @@ import numpy as np
 
 _SAFE_MODE = "safe_mode"
 
+#: Keras's own settings in a fresh process; only settings that differ travel
+_DEFAULTS = {
+    "floatx": "float32",
+    "epsilon": 1e-7,
+    "image_data_format": "channels_last",
+    "dtype_policy": "float32",
+}
+
 
 def trainer_settings() -> Dict[str, Any]:
-    """The trainer's Keras settings that change how a model is rebuilt or what it computes."""
+    """The trainer's Keras settings that change how a model is rebuilt or what it computes and
+    differ from a fresh process's (empty: the worker need not import Keras for them)."""
     import keras
 
     settings: Dict[str, Any] = {
@@ -32,22 +41,28 @@ def trainer_settings() -> Dict[str, Any]:
         "image_data_format": keras.config.image_data_format(),
         "dtype_policy": keras.config.dtype_policy().name,
     }
+    changed = {key: value for key, value in settings.items() if value != _DEFAULTS[key]}
     in_safe_mode = _safe_mode_reader()
-    if in_safe_mode is not None:
-        settings[_SAFE_MODE] = in_safe_mode()
-    return settings
+    if in_safe_mode is not None and in_safe_mode() is False:
+        changed[_SAFE_MODE] = False
+    return changed
 
 
 def apply_settings(settings: Dict[str, Any]) -> None:
     """Make this process's Keras behave as the trainer's did (``trainer_settings()``)."""
     import keras
 
-    keras.config.set_floatx(settings["floatx"])
-    keras.config.set_epsilon(settings["epsilon"])
-    keras.config.set_image_data_format(settings["image_data_format"])
-    keras.config.set_dtype_policy(settings["dtype_policy"])
-    if settings.get(_SAFE_MODE) is False:
-        keras.config.enable_unsafe_deserialization()
+    setters = {
+        "floatx": keras.config.set_floatx,
+        "epsilon": keras.config.set_epsilon,
+        "image_data_format": keras.config.set_image_data_format,
+        "dtype_policy": keras.config.set_dtype_policy,
+    }
+    for key, value in settings.items():
+        if key == _SAFE_MODE:
+            keras.config.enable_unsafe_deserialization()
+        else:
+            setters[key](value)
 
 
 def custom_objects(model: Any, config: Dict[str, Any]) -> Dict[str, Any]:

@@ -45,6 +45,17 @@ class PolicyAdapter:
 
     def __init__(self) -> None:
         self._shapes: Optional[List[Tuple[int, ...]]] = None
+        self._observation_dtype: Any = None
+
+    def _dtype(self, policy: Any) -> Any:
+        """The dtype observations are fed in, found once (finding a module's walks its
+        variables, too slow for every step)."""
+        if self._observation_dtype is None:
+            self._observation_dtype = self._find_dtype(policy)
+        return self._observation_dtype
+
+    def _find_dtype(self, policy: Any) -> Any:
+        return np.float32
 
     @staticmethod
     def matches(policy: Any) -> bool:
@@ -226,15 +237,18 @@ class KerasAdapter(PolicyAdapter):
             label = f"{policy.name!r}"
             self._compiled = CompiledCall(
                 lambda batch: _one_output(policy(batch, training=False), label), label)
-        return self._compiled(_batch_of_one(observation, _input_dtype(policy)))[0]
+        return self._compiled(_batch_of_one(observation, self._dtype(policy)))[0]
 
     def reference_act(self, policy: Any, observation: np.ndarray,
                       deterministic: bool) -> np.ndarray:
-        batch = _batch_of_one(observation, _input_dtype(policy))
+        batch = _batch_of_one(observation, self._dtype(policy))
         return np.asarray(_one_output(policy(batch, training=False), f"{policy.name!r}"))[0]
 
     def call_path(self) -> str:
         return self._compiled.path if self._compiled is not None else "eager"
+
+    def _find_dtype(self, policy: Any) -> Any:
+        return _input_dtype(policy)
 
 
 class ModuleAdapter(PolicyAdapter):
@@ -243,6 +257,7 @@ class ModuleAdapter(PolicyAdapter):
     def __init__(self) -> None:
         super().__init__()
         self._compiled: Optional[CompiledCall] = None
+        self._variables_of: Optional[Tuple[Any, List[Any]]] = None
 
     @staticmethod
     def matches(policy: Any) -> bool:
@@ -257,10 +272,10 @@ class ModuleAdapter(PolicyAdapter):
                 "it once on an observation batch, as with an unbuilt Keras model)")
 
     def flat(self, policy: Any) -> np.ndarray:
-        return _concat([v.numpy() for v in module_variables(policy)])
+        return _concat([v.numpy() for v in self._variables(policy)])
 
     def set_flat(self, policy: Any, flat: np.ndarray) -> None:
-        variables = module_variables(policy)
+        variables = self._variables(policy)
         for variable, piece in zip(variables, self._pieces(variables, flat)):
             variable.assign(piece.astype(variable.dtype.as_numpy_dtype))
 
@@ -268,15 +283,25 @@ class ModuleAdapter(PolicyAdapter):
         if self._compiled is None:
             label = type(policy).__qualname__
             self._compiled = CompiledCall(lambda batch: _one_output(policy(batch), label), label)
-        return self._compiled(_batch_of_one(observation, _module_dtype(policy)))[0]
+        return self._compiled(_batch_of_one(observation, self._dtype(policy)))[0]
 
     def reference_act(self, policy: Any, observation: np.ndarray,
                       deterministic: bool) -> np.ndarray:
-        batch = _batch_of_one(observation, _module_dtype(policy))
+        batch = _batch_of_one(observation, self._dtype(policy))
         return np.asarray(_one_output(policy(batch), type(policy).__qualname__))[0]
 
     def call_path(self) -> str:
         return self._compiled.path if self._compiled is not None else "eager"
+
+    def _find_dtype(self, policy: Any) -> Any:
+        return _module_dtype(policy)
+
+    def _variables(self, policy: Any) -> List[Any]:
+        # Walking the trackable graph costs more than copying a small policy's values, and
+        # update_plot() reads them on every call: once per module object.
+        if self._variables_of is None or self._variables_of[0] is not policy:
+            self._variables_of = (policy, module_variables(policy))
+        return self._variables_of[1]
 
 
 def module_variables(module: Any) -> List[Any]:

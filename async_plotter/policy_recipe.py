@@ -28,8 +28,9 @@ class PolicyRecipe:
     payload: bytes
     graph_mode: bool
     description: str
-    #: the trainer's Keras settings (``keras_support.trainer_settings``), applied in the worker
-    #: before the policy is rebuilt; None where the trainer never imported Keras
+    #: the trainer's Keras settings that differ from Keras's defaults
+    #: (``keras_support.trainer_settings``), applied in the worker before the policy is rebuilt;
+    #: None where there are none (the worker imports Keras only for a Keras policy then)
     keras_settings: Optional[Dict[str, Any]] = None
 
 
@@ -45,7 +46,7 @@ def describe_policy(policy: Any,
     if "keras" in sys.modules:
         from async_plotter.keras_support import trainer_settings
 
-        settings = trainer_settings()
+        settings = trainer_settings() or None
     if factory is not None:
         if not callable(factory):
             raise PolicyNotRebuildableError(

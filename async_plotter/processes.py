@@ -1,6 +1,6 @@
 """Starting child processes safely beside TensorFlow and the user's script.
 
-Two facts shape this module (both measured; see DESIGN.md):
+Two facts shape this module (both measured; see docs/design.md):
 
 * ``fork`` after TensorFlow ran hangs the child inside ``session.run``, so children are always
   started with ``spawn``, a fresh interpreter.

@@ -148,13 +148,28 @@ def _child(mode: str, env_id: str, n_itr: int, batch_size: int, max_path_length:
         **(dict(plot_kwargs, window=False) if plot_kwargs is not None else {}))
     finished = time.time()
     stats = dict(result.algo.plotter.stats) if result.algo.plotter is not None else {}
-    return {
+    return _run_record(mode,
+                       env_id,
+                       env_id,
+                       stats,
+                       started,
+                       finished,
+                       iteration_ends, [idle - idle_at_start for idle in iteration_idle],
+                       sync_waits=sync_waits,
+                       sync_every=sync_every if mode == "sync" else None,
+                       final_return=result.history[-1]["AverageReturn"])
+
+
+def _run_record(mode: str, label: str, env_id: str, stats: dict, started: float, finished: float,
+                iteration_ends: list, iteration_idle: list, **extra) -> dict:
+    """What a child reports of one run; ``iteration_idle``: the machine's idle CPU-seconds from
+    the start to each iteration's end."""
+    record = {
         "mode": mode,
-        "env": env_id,
+        "env": label,
         "started": started,
         "iteration_ends": iteration_ends,
-        # the machine's idle CPU-seconds from the start to each iteration's end
-        "iteration_idle": [idle - idle_at_start for idle in iteration_idle],
+        "iteration_idle": iteration_idle,
         "finished": finished,
         "videos": stats.get("video_log", []),
         "final_video": stats.get("final_video"),
@@ -162,12 +177,15 @@ def _child(mode: str, env_id: str, n_itr: int, batch_size: int, max_path_length:
         "boot_cpu_seconds": stats.get("boot_cpu_seconds"),
         "boot_seconds": stats.get("boot_seconds"),
         "frames": stats.get("frames", 0),
-        "sync_waits": sync_waits,
-        "sync_every": sync_every if mode == "sync" else None,
-        "final_return": result.history[-1]["AverageReturn"],
         "cores": os.cpu_count(),
         "motion_seconds": _motion_seconds(stats, env_id),
+        "policy_call": stats.get("policy_call"),
+        "sync_waits": [],
+        "sync_every": None,
+        "final_return": None,
     }
+    record.update(extra)
+    return record
 
 
 def _keras_child(mode: str, env_id: str, n_itr: int, max_path_length: int, seed: int) -> dict:
@@ -196,7 +214,7 @@ def _keras_child(mode: str, env_id: str, n_itr: int, max_path_length: int, seed:
     targets = np.tanh(inputs[:, :act_dim] * 0.5).astype(np.float32)
     plot_kwargs = MODES[mode]
     idle_at_start = machine_idle_seconds()
-    iteration_ends, iteration_idle, sync_waits = [], [], []
+    iteration_ends, iteration_idle = [], []
     started = time.time()
     plotter = None
     if plot_kwargs is not None:
@@ -217,26 +235,8 @@ def _keras_child(mode: str, env_id: str, n_itr: int, max_path_length: int, seed:
         plotter.close()
         stats = plotter.stats
     finished = time.time()
-    return {
-        "mode": mode,
-        "env": env_id + KERAS_SUFFIX,
-        "started": started,
-        "iteration_ends": iteration_ends,
-        "iteration_idle": [idle - idle_at_start for idle in iteration_idle],
-        "finished": finished,
-        "videos": stats.get("video_log", []),
-        "final_video": stats.get("final_video"),
-        "worker_cpu_seconds": stats.get("worker_cpu_seconds"),
-        "boot_cpu_seconds": stats.get("boot_cpu_seconds"),
-        "boot_seconds": stats.get("boot_seconds"),
-        "frames": stats.get("frames", 0),
-        "sync_waits": sync_waits,
-        "sync_every": None,
-        "final_return": None,
-        "cores": os.cpu_count(),
-        "motion_seconds": _motion_seconds(stats, env_id),
-        "policy_call": stats.get("policy_call"),
-    }
+    return _run_record(mode, env_id + KERAS_SUFFIX, env_id, stats, started, finished,
+                       iteration_ends, [idle - idle_at_start for idle in iteration_idle])
 
 
 def _motion_seconds(stats: dict, env_id: str) -> float:

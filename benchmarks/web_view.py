@@ -87,8 +87,8 @@ def run_once(mode: str, iterations: int, warmup: int, workdir: str, fps: float) 
     class Instrumented(TRPO):
         """TRPO whose update_plot calls are timed, and whose plotter gets a watching client."""
 
-        def _start_plotter(self, plot_kwargs, video_dir):
-            plotter = super()._start_plotter(plot_kwargs, video_dir)
+        def _start_plotter(self, plot_kwargs, video_dir, tensorboard_dir=None):
+            plotter = super()._start_plotter(plot_kwargs, video_dir, tensorboard_dir)
             update_plot = plotter.update_plot
 
             def timed_update_plot(policy, iteration=None, **kwargs):

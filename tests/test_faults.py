@@ -154,7 +154,7 @@ TRAINER = textwrap.dedent("""
     while not plotter.stats["worker_pids"] or plotter.stats["frames"] < 1:
         time.sleep(0.05)
     print("PIDS", plotter.stats["worker_pids"]["rollout"], plotter.stats["worker_pids"]["render"],
-          plotter._writer.name.lstrip("/"), flush=True)
+          plotter._route.writer.name.lstrip("/"), flush=True)
     iteration = 0
     while True:
         policy.fill(iteration * 1e-3)

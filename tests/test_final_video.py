@@ -133,7 +133,7 @@ def test_ctrl_c_while_close_waits_for_the_final_video_leaves_nothing(tmp_path, n
     try:
         wait_for(lambda: plotter.stats["boot_seconds"] is not None, 60, message="the boot")
         workers = [psutil.Process(pid) for pid in plotter.stats["worker_pids"].values()]
-        segment = plotter._writer.name.lstrip("/")
+        segment = plotter._route.writer.name.lstrip("/")
         policy.fill(0.2)
         plotter.update_plot(policy, iteration=1)
         ctrl_c = threading.Timer(1.0, os.kill, (os.getpid(), signal.SIGINT))
@@ -171,7 +171,7 @@ def test_summary_explains_a_starved_run(tmp_path, caplog):
     from async_plotter.worker.summary import summarize_videos
 
     stats = {"video_log": [], "boot_seconds": None, "frames": 0}
-    text = summarize_videos(stats, list(range(8)), 10.0, 0.05, str(tmp_path))
+    text = summarize_videos(stats, 8, 10.0, 0.05, str(tmp_path))
     assert text.startswith(f"plotter: no video in {tmp_path}")
     assert "still starting" in text
     stats = {
@@ -186,7 +186,7 @@ def test_summary_explains_a_starved_run(tmp_path, caplog):
         "boot_cpu_seconds": 3.0,
         "updates_sent": 40,
     }
-    text = summarize_videos(stats, list(range(40)), 60.0, 0.05, str(tmp_path))
+    text = summarize_videos(stats, 40, 60.0, 0.05, str(tmp_path))
     assert "1 video in" in text and "does not show the final policy" in text
     assert "~10 ms of CPU a frame" in text and "Raise budget=" in text
     np.testing.assert_equal("Fewer than one per 10 iterations" in text, True)

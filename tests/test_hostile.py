@@ -136,7 +136,7 @@ KILLED_RUN = textwrap.dedent("""
     from tests.policies import LinearPolicy
     plotter = Plotter("Swimmer-v5", LinearPolicy(8, 2), max_path_length=1000,
                       on_frame=lambda frame, info: None, fps=30).start()
-    print("SEGMENT", plotter._writer.name.lstrip("/"), flush=True)
+    print("SEGMENT", plotter._route.writer.name.lstrip("/"), flush=True)
     while not plotter.stats["frames"]:
         time.sleep(0.05)
     print("RENDERING", flush=True)

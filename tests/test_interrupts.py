@@ -322,7 +322,7 @@ def test_ctrl_c_inside_plotter_close_still_releases_everything(tmp_path, no_left
     try:
         wait_for(lambda: plotter.stats["frames"] >= 1, 60, message="the worker to be busy")
         workers = [psutil.Process(pid) for pid in plotter.stats["worker_pids"].values()]
-        segment = plotter._writer.name.lstrip("/")
+        segment = plotter._route.writer.name.lstrip("/")
         ctrl_c = threading.Timer(0.5, os.kill, (os.getpid(), signal.SIGINT))
         ctrl_c.start()
         started = time.monotonic()

@@ -2,6 +2,7 @@
 the channel interfaces, typed worker messages, and the one rule for live mode."""
 import inspect
 import json
+import os
 import sys
 import threading
 
@@ -18,7 +19,9 @@ from async_plotter.worker import render_process
 from async_plotter.worker.sinks import (HttpSpec, SinkContext, SinkSpec, TensorBoardSpec, VideoSpec,
                                         WindowSpec, build_sinks, register_sink)
 from async_plotter.worker.status import StatusKind, StatusSender, UnknownReport, report_kind
-from async_plotter.worker.supervisor import WorkerSupervisor, new_worker_stats
+from async_plotter.worker.metrics_relay import MetricsRelay
+from async_plotter.worker.stats import STATS_KEYS, WorkerStats
+from async_plotter.worker.supervisor import WorkerSupervisor
 from tests.conftest import wait_for
 from tests.policies import LinearPolicy
 
@@ -163,24 +166,65 @@ def test_both_channels_implement_the_channel_interfaces(writer, reader):
         assert wanted and wanted <= set(dir(implementation)), (implementation, wanted)
 
 
-def test_the_local_channel_carries_parameters_and_metrics_through_its_address():
-    delivered = []
-    writer = SharedMemoryWriter(3,
-                                np.float32,
-                                deliver_metrics=lambda i, m: delivered.append((i, m)))
+def test_the_local_channel_carries_parameters_through_its_address():
+    writer = SharedMemoryWriter(3, np.float32)
     reader = writer.address().open_reader()
     try:
         writer.publish(np.array([1, 2, 3], np.float32), 4, 10)
         update = reader.wait(5.0)
         assert update.number == 0 and update.iteration == 4 and list(update.params) == [1, 2, 3]
-        assert writer.post_metrics(4, {"AverageReturn": 1.5})
-        assert delivered == [(4, {"AverageReturn": 1.5})]
-        too_many = {f"m{i}": 1.0 for i in range(1000)}
-        assert not metrics_fit(4, too_many) and not writer.post_metrics(4, too_many)
-        assert len(delivered) == 1
     finally:
         reader.close()
         writer.close(1.0)
+
+
+def test_local_metrics_go_to_the_supervisors_relay_within_the_one_size_rule():
+    relay = MetricsRelay()
+    assert relay.post(4, {"AverageReturn": 1.5})
+    too_many = {f"m{i}": 1.0 for i in range(1000)}
+    assert not metrics_fit(4, too_many) and not relay.post(4, too_many)
+
+    class Lifeline:
+        sent = []
+
+        def send(self, message):
+            self.sent.append(message)
+
+    relay.forward(Lifeline())
+    assert Lifeline.sent == [(StreamKind.METRICS, (4, {"AverageReturn": 1.5}))]
+
+
+def test_the_configuration_is_built_apart_from_the_plotter_from_the_same_arguments(tmp_path):
+    from async_plotter.worker.plotter_config import plotter_config
+
+    def described(function):
+        return [(p.name, p.kind, p.default)
+                for p in inspect.signature(function).parameters.values() if p.name != "self"]
+
+    assert described(plotter_config) == described(Plotter.__init__)
+    videos = tmp_path / "videos"
+    config = plotter_config("Swimmer-v5", LinearPolicy(8, 2), video_dir=videos, window=False)
+    assert config.worker.sinks == (VideoSpec(str(videos)), ) and config.publish is None
+    assert config.has_output and config.initial.shape == (
+        16, ) and config.worker.max_path_length == 500
+    assert not videos.exists(), "building the configuration writes nothing"
+    with pytest.raises(InvalidArgumentError, match="max_restarts"):
+        plotter_config("Swimmer-v5", LinearPolicy(8, 2), max_restarts=-1)
+
+
+def test_stats_is_one_record_with_every_key_from_the_start():
+    stats = WorkerStats()
+    snapshot = stats.snapshot()
+    assert tuple(snapshot) == STATS_KEYS and "http_url" in snapshot
+    assert snapshot["unknown_reports"] == 0 and snapshot["published"] is None
+    stats.update(videos=1, last_video="a.mp4")
+    stats["frames"] += 3  # a writer that also takes a plain dict (RedisWriter)
+    assert stats.snapshot()["videos"] == 1 and stats.frames == 3
+    assert snapshot["videos"] == 0, "a snapshot is a copy"
+    with pytest.raises(KeyError, match="framez"):
+        stats["framez"] = 1
+    with pytest.raises(KeyError, match="framez"):
+        stats.update(framez=1)
 
 
 def test_worker_reports_are_typed_and_unknown_ones_are_errors():
@@ -192,12 +236,13 @@ def test_worker_reports_are_typed_and_unknown_ones_are_errors():
         sender.send("frames", count=1)
     sender.send(StatusKind.FRAMES, count=2)
     kind, payload = receive.recv()
+    assert kind is StatusKind.FRAMES, "the member itself on the wire, as StreamKind's are"
     assert report_kind(kind) is StatusKind.FRAMES and payload["count"] == 2
     with pytest.raises(UnknownReport, match="'framez'"):
         report_kind("framez")
 
     heard = []
-    stats = new_worker_stats()
+    stats = WorkerStats()
     supervisor = WorkerSupervisor(_config(),
                                   lambda: None,
                                   stats,
@@ -207,10 +252,11 @@ def test_worker_reports_are_typed_and_unknown_ones_are_errors():
         errors = {}
 
     supervisor._apply("framez", {"role": "render"}, Pair())
-    assert "unknown report 'framez'" in stats["last_error"] and heard == []
+    assert "unknown report 'framez'" in stats.last_error and heard == []
+    assert stats.unknown_reports == 1
     assert Pair.errors == {"render": "unknown report 'framez' from the plot worker"}
     supervisor._apply("frames", {"role": "render", "count": 5}, Pair())
-    assert stats["frames"] == 5 and heard == [("frames", {"role": "render", "count": 5})]
+    assert stats.frames == 5 and heard == [("frames", {"role": "render", "count": 5})]
 
 
 def test_the_render_process_refuses_messages_it_does_not_know():
@@ -218,3 +264,35 @@ def test_the_render_process_refuses_messages_it_does_not_know():
     for message in (("begin", None), (StreamKind.END, ), "end", (3, EpisodeEnd(1, 0.0, True))):
         with pytest.raises(UnknownMessage):
             render_process._checked(message)
+
+
+def test_the_render_process_handles_every_kind_after_the_scene_through_one_table():
+    assert set(render_process._HANDLERS) == set(StreamKind) - {StreamKind.SCENE}
+
+
+def test_a_recorded_sink_wants_pixels_only_for_what_it_records(tmp_path):
+    """The video sink skips replays of an update it kept and recordings it dropped: the render
+    process then draws nothing for it (live mode replays the policy all the time)."""
+    from async_plotter.render.sinks.video import VideoSink
+
+    sink = VideoSink(str(tmp_path), 30, min_frames=10)
+    frame = np.zeros((32, 32, 3), np.uint8)
+
+    def play(episode, frames, end):
+        sink.begin_episode(episode)
+        wanted = sink.wants_pixels()
+        for _ in range(frames):
+            sink.add_frame(frame, episode)
+        sink.end_episode(episode, end)
+        return wanted
+
+    assert not sink.wants_pixels()
+    assert play(EpisodeInfo(1, 0, 0), 3, EpisodeEnd(3, 0.0, True, continued=True))
+    assert play(EpisodeInfo(1, 0, 1, part=1), 3, EpisodeEnd(3, 0.0, True))  # chained
+    assert not play(EpisodeInfo(1, 0, 2), 3, EpisodeEnd(3, 0.0, True))  # a replay of update 1
+    sink.begin_episode(EpisodeInfo(2, 1, 3))
+    sink.end_episode(EpisodeInfo(2, 1, 3), EpisodeEnd(0, 0.0, False))  # cut short: dropped
+    assert not sink.wants_pixels()
+    assert play(EpisodeInfo(2, 1, 4), 3, EpisodeEnd(3, 0.0, True))  # update 2 is not kept yet
+    sink.close()
+    assert sorted(os.listdir(tmp_path)) == ["iter_0000.mp4", "iter_0001.mp4"]

@@ -181,7 +181,7 @@ def test_two_clients_at_once_and_a_stalled_one_slows_neither(watched):
     finally:
         stalled.close()
     rendered = status["render_fps"]
-    assert status["viewers"] >= 3  # the stalled client is still connected
+    assert status["viewers"] >= 1  # the stalled client is still connected (a and b have left)
     for name in ("a", "b"):
         frames = results[name]
         assert len(frames) >= 5, f"client {name} got {len(frames)} frames"

@@ -1,9 +1,10 @@
 """The two halves every parameter channel implements, and what travels on one.
 
-A channel carries the newest flat parameter vector (and the training metrics beside it) from the
-trainer to a worker: ``ParamWriter`` in the trainer, ``ParamReader`` in the worker. The trainer
-hands the worker a ``ChannelAddress`` (plain, picklable data) from which the worker opens its
-reader. Shared memory (``shm``) and Redis (``redis/``) implement all three.
+A channel carries the newest flat parameter vector from the trainer to a worker: ``ParamWriter``
+in the trainer, ``ParamReader`` in the worker (the training metrics beside it take the Redis
+channel too, ``RedisWriter.post_metrics``; a local worker gets them from its supervisor). The
+trainer hands the worker a ``ChannelAddress`` (plain, picklable data) from which the worker opens
+its reader. Shared memory (``shm``) and Redis (``redis/``) implement all three.
 """
 import dataclasses
 import pickle
@@ -69,10 +70,6 @@ class ParamWriter(Protocol):
                 max_path_length: int,
                 number: Optional[int] = None) -> int:
         """Make ``params`` the newest update; returns its number. Older unread ones are dropped."""
-
-    def post_metrics(self, iteration: Optional[int], metrics: Dict[str, float]) -> bool:
-        """Queue training metrics for the worker's live page; False if they break
-        ``metrics_fit``."""
 
     def request_final(self) -> None:
         """Training is over: ask the worker for a video of the newest parameters."""

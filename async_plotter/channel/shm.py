@@ -28,11 +28,11 @@ import sys
 import time
 from multiprocessing import resource_tracker, shared_memory
 import dataclasses
-from typing import Callable, Dict, Optional
+from typing import Optional
 
 import numpy as np
 
-from async_plotter.channel.base import ParamUpdate, ParentGone, metrics_fit
+from async_plotter.channel.base import ParamUpdate, ParentGone
 
 _MAGIC = 0x41504c54  # "APLT"
 _DTYPES = {0: np.dtype(np.float32), 1: np.dtype(np.float64)}
@@ -72,20 +72,13 @@ class ShmAddress:
         return SharedMemoryReader(self.name, self.wake_reader)
 
 
-#: ``deliver(iteration, metrics)``: hands metrics on to the local worker (its supervisor)
-MetricsDelivery = Callable[[Optional[int], Dict[str, float]], None]
-
-
 class SharedMemoryWriter:
     """Trainer side. Owns the segment and the write end of the wake-up pipe.
 
-    Metrics do not go through the segment: ``post_metrics`` hands them to ``deliver_metrics``
-    (the worker's supervisor, which forwards them to the render process)."""
+    Only parameters go through the segment; the trainer hands metrics to the worker's supervisor
+    itself (``WorkerSupervisor.post_metrics``)."""
 
-    def __init__(self,
-                 size: int,
-                 dtype: np.dtype,
-                 deliver_metrics: Optional[MetricsDelivery] = None) -> None:
+    def __init__(self, size: int, dtype: np.dtype) -> None:
         dtype = np.dtype(dtype)
         if dtype not in _DTYPE_CODES:
             raise ValueError(
@@ -109,7 +102,6 @@ class SharedMemoryWriter:
         self._wake_reader, self._wake_writer = _wake_pipe()
         self._wake_fd = self._wake_writer.fileno()
         self._closed = False
-        self.deliver_metrics = deliver_metrics
 
     @property
     def name(self) -> str:
@@ -154,14 +146,6 @@ class SharedMemoryWriter:
             except OSError:
                 pass  # full, or no reader right now: it reads the latest slot when it looks
         return number
-
-    def post_metrics(self, iteration: Optional[int], metrics: Dict[str, float]) -> bool:
-        """Hand metrics to the worker; never blocks. False if they break ``metrics_fit``."""
-        if not metrics_fit(iteration, metrics):
-            return False
-        if self.deliver_metrics is not None and not self._closed:
-            self.deliver_metrics(iteration, dict(metrics))
-        return True
 
     def address(self) -> ShmAddress:
         """The address for a (re)started worker: a fresh wake-up pipe each time."""

@@ -5,8 +5,10 @@ one ``(STATE, array)`` (MuJoCo physics state, a few hundred bytes) or ``(FRAME, 
 for envs that draw themselves) per shown step (every ``SceneInfo.stride``-th, and the episode's
 first and last), and ``(END, EpisodeEnd)``. From the trainer, on the
 lifeline: ``(METRICS, (iteration, metrics))`` and ``(FINAL, None)`` (training is over: record the
-final video at full speed). The types live here, with their reader, so that sinks and the live
-page depend on this module and not on the worker that builds them.
+final video at full speed). The kind on the wire is the ``StreamKind`` member itself, as it is
+the ``StatusKind`` member in the worker's reports (``worker/status.py``); the render process
+hands each kind to its handler through one table. The types live here, with their reader, so
+that sinks and the live page depend on this module and not on the worker that builds them.
 """
 import dataclasses
 import enum
@@ -23,6 +25,8 @@ class StreamKind(str, enum.Enum):
     END = "end"
     METRICS = "metrics"
     FINAL = "final"
+    #: from the trainer, as it stops a worker that failed: the open episode is not a video
+    FAILED = "failed"
 
 
 class UnknownMessage(Exception):

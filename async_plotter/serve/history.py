@@ -11,9 +11,9 @@ from typing import List, Optional
 
 from async_plotter.channel.redis.wire import valid_experiment
 # Re-exported: the folder-level parts live with the live page, which serves one such folder.
-from async_plotter.web.videos import VIDEO_NAME, Video, byte_range, list_videos, video_path
+from async_plotter.web.videos import VIDEO_NAME, Video, list_videos, video_path
 
-__all__ = ["VIDEO_NAME", "MAX_VIDEOS", "Video", "History", "byte_range"]
+__all__ = ["VIDEO_NAME", "MAX_VIDEOS", "Video", "History"]
 
 logger = logging.getLogger("async_plotter")
 

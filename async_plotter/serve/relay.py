@@ -2,23 +2,27 @@
 
 The render process serves MJPEG on a loopback port, behind a random token only this process
 knows. A ``FrameRelay`` holds one connection to it while anybody watches (whatever the number of
-browsers, so the render process encodes each frame once), keeps the newest frame, and hands it
-to each browser's thread: a browser busy sending skips the frames it had no time for, so a slow
-one only slows itself. Nobody watching: the connection is closed, and the render process stops
-drawing pixels for it.
+browsers, so the render process encodes each frame once), keeps the newest part as it came, and
+hands it to each browser (``NewestSlots``, as on the live page): a browser busy sending skips
+the frames it had no time for, so a slow one only slows itself. Nobody watching: the connection
+is closed, and the render process stops drawing pixels for it.
 
-Slots are few (a thread each); when they are all taken a new browser takes the slot of the
-slowest established one, as on the live page (``web.feed.Viewer.eviction_order``: by the frames
-it has taken off its socket, where the kernel's unsent queue can be read).
+Slots are few; when they are all taken a new browser takes the slot of the slowest established
+one (``web.feed.Viewer.eviction_order``: by the frames it has taken off its socket, where the
+kernel's unsent queue can be read).
+
+The connection upstream is aiohttp's client, a task on the serve server's event loop
+(``pull_on``); the relay itself is thread-safe (the live views start and stop in other threads).
 """
+import asyncio
 import logging
-import threading
 import time
-from typing import Callable, Dict, Optional
+from typing import Callable, Dict, Optional, Tuple
 
-from async_plotter.web.client import StreamError, read_mjpeg
-from async_plotter.web.feed import FeedClosed, FrameMeta, RateMeter, Viewer, ViewerEvicted
-from async_plotter.web.server import _part
+import aiohttp
+
+from async_plotter.web.client import StreamError, iter_parts
+from async_plotter.web.feed import FeedClosed, FrameMeta, NewestSlots, RateMeter, Viewer
 
 logger = logging.getLogger("async_plotter")
 
@@ -26,7 +30,7 @@ logger = logging.getLogger("async_plotter")
 MAX_VIEWERS = 16
 # Seconds between attempts to reach a render process that is not serving (yet, or any more).
 _RETRY = 0.3
-# Seconds a read from the render process may block (a worker that restarts or hangs).
+# Seconds a read from the render process may wait (a worker that restarts or hangs).
 _UPSTREAM_TIMEOUT = 5.0
 
 
@@ -45,21 +49,21 @@ class FrameRelay:
                  max_viewers: int = MAX_VIEWERS) -> None:
         self._source = source
         self._token = token
-        self.max_viewers = max_viewers
-        self._lock = threading.Lock()
-        self._ready = threading.Condition(self._lock)
-        self._viewers: Dict[int, Viewer] = {}
-        self._next_key = 1
-        self._part: Optional[bytes] = None
-        self._meta: Optional[FrameMeta] = None
-        self._seq = 0
-        self._closed = False
-        self._thread: Optional[threading.Thread] = None
+        #: the newest part (as the render process sent it) and what it shows
+        self.parts: NewestSlots[Tuple[bytes, FrameMeta]] = NewestSlots(max_viewers)
+        self._task: Optional["asyncio.Task[None]"] = None
         self._received = RateMeter()
+        self._meta: Optional[FrameMeta] = None
+        self._closed = False
         #: frames received from the render process so far
         self.frames = 0
         #: when the newest frame arrived (``time.time()``), or None
         self.last_frame_at: Optional[float] = None
+
+    @property
+    def max_viewers(self) -> int:
+        """Browsers at once."""
+        return self.parts.max_viewers
 
     # ----------------------------------------------------------------------------- viewers
 
@@ -67,132 +71,83 @@ class FrameRelay:
                    client_id: str = "",
                    on_evict: Optional[Callable[[], None]] = None,
                    unsent: Optional[Callable[[], Optional[int]]] = None) -> Viewer:
-        """Register a browser; the first one opens the connection to the render process."""
-        victim = None
-        with self._lock:
-            if self._closed:
-                raise FeedClosed()
-            if len(self._viewers) >= max(self.max_viewers, 1):
-                now = time.monotonic()
-                victim = min(self._viewers.values(), key=lambda v: v.eviction_order(now))
-                victim.evicted = True
-                del self._viewers[victim.key]
-                self._ready.notify_all()
-            viewer = Viewer(self._next_key, client_id, on_evict, unsent)
-            self._next_key += 1
-            viewer.last_seq = self._seq  # the next frame, not one that may show an older policy
-            self._viewers[viewer.key] = viewer
-            if self._thread is None:
-                self._thread = threading.Thread(target=self._pull,
-                                                name="async_plotter-serve-relay",
-                                                daemon=True)
-                self._thread.start()
-        if victim is not None and victim.on_evict is not None:
-            victim.on_evict()
-        return viewer
+        """Register a browser (``NewestSlots.add_viewer``); ``pull_on`` then starts the
+        connection to the render process if none is open."""
+        if self._closed:
+            raise FeedClosed()
+        return self.parts.add_viewer(client_id, on_evict, unsent)
 
     def remove_viewer(self, viewer: Viewer) -> None:
         """The browser went away (the connection upstream closes with the last one)."""
-        with self._lock:
-            self._viewers.pop(viewer.key, None)
+        self.parts.remove_viewer(viewer)
 
     def viewer_count(self) -> int:
         """Browsers watching now."""
-        return len(self._viewers)
+        return len(self.parts)
 
-    def next_part(self, viewer: Viewer, timeout: float) -> Optional[bytes]:
-        """The newest frame (a whole multipart part) this viewer has not had, waiting up to
-        ``timeout`` s; None on timeout. ``FeedClosed`` once closed, ``ViewerEvicted`` once the
-        slot was taken."""
-        with self._lock:
-            if not self._ready.wait_for(
-                    lambda: self._closed or viewer.evicted or self._seq > viewer.last_seq, timeout):
-                return None
-            if self._closed:
-                raise FeedClosed()
-            if viewer.evicted:
-                raise ViewerEvicted()
-            if viewer.sent:
-                viewer.skipped += self._seq - viewer.last_seq - 1
-            viewer.last_seq = self._seq
-            viewer.sending_since = time.monotonic()
-            return self._part
-
-    def frame_sent(self, viewer: Viewer, nbytes: int = 0) -> None:
-        """The viewer's thread finished writing a frame of ``nbytes`` bytes."""
-        with self._lock:
-            viewer.wrote(nbytes, time.monotonic())
+    def pull_on(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Make sure the connection upstream runs, as a task of ``loop`` (call it in the loop,
+        after ``add_viewer``)."""
+        self.parts.pulse.bind(loop)
+        if self._task is None and not self._closed:
+            self._task = loop.create_task(self._pull())
 
     def status(self) -> Dict[str, object]:
         """What the page shows beside the picture."""
-        with self._lock:
-            meta = self._meta
-            return {
-                "viewers": len(self._viewers),
-                "update": None if meta is None else meta.update,
-                "iteration": None if meta is None else meta.iteration,
-                "episode": None if meta is None else meta.episode,
-                "fps": round(self._received.rate(), 1),
-                "frames": self.frames,
-            }
+        meta = self._meta
+        return {
+            "viewers": len(self.parts),
+            "update": None if meta is None else meta.update,
+            "iteration": None if meta is None else meta.iteration,
+            "episode": None if meta is None else meta.episode,
+            "fps": round(self._received.rate(), 1),
+            "frames": self.frames,
+        }
 
     def close(self) -> None:
-        """Wake every viewer's thread (they leave with ``FeedClosed``) and let go upstream."""
-        with self._lock:
-            self._closed = True
-            self._ready.notify_all()
+        """Every viewer leaves (``FeedClosed``); the connection upstream closes."""
+        self._closed = True
+        self.parts.close()
 
     # ----------------------------------------------------------------------------- upstream
 
     def _wanted(self) -> bool:
-        with self._lock:
-            if self._closed or not self._viewers:
-                self._thread = None  # the next viewer starts a new puller
-                return False
-            return True
+        if self._closed or not len(self.parts):
+            self._task = None  # the next viewer starts a new one
+            return False
+        return True
 
-    def _pull(self) -> None:
-        while self._wanted():
-            url = self._source()
-            if url is None:
-                time.sleep(_RETRY)
-                continue
-            try:
-                for frame in read_mjpeg(url, self._token, timeout=_UPSTREAM_TIMEOUT):
-                    self._publish(frame.jpeg, frame.headers, frame.received)
-                    if not self._wanted():
-                        return
-            except (StreamError, OSError, ValueError, KeyError) as error:
-                # The worker is starting, restarting or stopping: try again shortly.
-                logger.debug("relay: %s: %s", type(error).__name__, error)
-            time.sleep(_RETRY)
+    async def _pull(self) -> None:
+        headers = {"Authorization": f"Bearer {self._token}"} if self._token else {}
+        timeout = aiohttp.ClientTimeout(sock_connect=_UPSTREAM_TIMEOUT, sock_read=_UPSTREAM_TIMEOUT)
+        try:
+            async with aiohttp.ClientSession(timeout=timeout) as session:
+                while self._wanted():
+                    url = self._source()
+                    if url is not None:
+                        try:
+                            async with session.get(url, headers=headers) as response:
+                                if response.status != 200:
+                                    raise StreamError(f"{url} answered {response.status}",
+                                                      response.status)
+                                async for part, part_headers in iter_parts(response.content):
+                                    self._publish(part, part_headers)
+                                    if not self._wanted():
+                                        return
+                        except (StreamError, aiohttp.ClientError, asyncio.TimeoutError, OSError,
+                                ValueError) as error:
+                            # The worker is starting, restarting or stopping: try again soon.
+                            logger.debug("relay: %s: %s", type(error).__name__, error)
+                    await asyncio.sleep(_RETRY)
+        finally:
+            if self._task is asyncio.current_task():
+                self._task = None
 
-    def _publish(self, jpeg: bytes, headers: Dict[str, str], received: float) -> None:
-        meta = _meta(headers, received)
-        part = _part(jpeg, meta)
-        with self._lock:
-            self._part, self._meta = part, meta
-            self._seq += 1
-            self.frames += 1
-            self.last_frame_at = received
-            self._received.tick()
-            self._ready.notify_all()
-
-
-def _meta(headers: Dict[str, str], received: float) -> FrameMeta:
-    """The frame's description from its part headers (the render process's own)."""
-
-    def number(name: str) -> Optional[int]:
-        value = headers.get(name, "")
-        return int(value) if value.lstrip("-").isdigit() else None
-
-    frame_time = headers.get("x-frame-time", "")
-    try:
-        made = float(frame_time)
-    except ValueError:
-        made = received
-    return FrameMeta(update=number("x-update") or 0,
-                     iteration=number("x-iteration"),
-                     episode=number("x-episode") or 0,
-                     step=number("x-step") or 0,
-                     time=made)
+    def _publish(self, part: bytes, headers: Dict[str, str]) -> None:
+        received = time.time()
+        meta = FrameMeta.from_headers(headers, received)
+        self._meta = meta
+        self.frames += 1
+        self.last_frame_at = received
+        self._received.tick()
+        self.parts.publish((part, meta))

@@ -9,9 +9,8 @@ from typing import Callable, Dict, Optional
 
 import numpy as np
 
-from async_plotter.render.sinks.base import FrameSink
-from async_plotter.render.sinks.video import BOUNDARY_PAUSE_SECONDS
-from async_plotter.render.stream import EpisodeEnd, EpisodeInfo
+from async_plotter.render.sinks.recorded import RecordedSink
+from async_plotter.render.stream import EpisodeInfo
 from async_plotter.tensorboard.gif import MAX_FRAMES, MAX_SIDE, FrameReel
 from async_plotter.tensorboard.writer import SummaryWriter
 
@@ -19,7 +18,6 @@ logger = logging.getLogger(__name__)
 
 #: ``on_written(tag, step, recording, size_bytes, frames)``
 WrittenCallback = Callable[[str, int, EpisodeInfo, int, int], None]
-
 
 #: the TensorBoard step of the initial policy's rollout (``Plotter()``'s policy, update 0)
 INITIAL_POLICY_STEP = -1
@@ -34,13 +32,14 @@ def rollout_step(episode: EpisodeInfo) -> int:
     return INITIAL_POLICY_STEP if episode.update == 0 else episode.update
 
 
-class TensorBoardSink(FrameSink):
+class TensorBoardSink(RecordedSink):
     """Writes the first rollout of each update (with the short episodes chained to it) as one
     animated GIF image summary at step :func:`rollout_step`, tag ``tag``.
 
-    It keeps and drops what :class:`~async_plotter.render.sinks.video.VideoSink` keeps and drops:
-    replays of an update already written are skipped, a failed rollout is dropped, and so is one
-    cut short by newer parameters below ``min_frames`` frames.
+    It keeps and drops what :class:`~async_plotter.render.sinks.video.VideoSink` keeps and drops
+    (both are :class:`~async_plotter.render.sinks.recorded.RecordedSink`): replays of an update
+    already written are skipped, a failed rollout is dropped, and so is one cut short by newer
+    parameters below ``min_frames`` frames.
 
     Args:
         logdir: the folder of the event file (created when the first summary is written).
@@ -66,57 +65,31 @@ class TensorBoardSink(FrameSink):
                  max_frames: int = MAX_FRAMES,
                  max_side: int = MAX_SIDE,
                  on_written: Optional[WrittenCallback] = None) -> None:
+        super().__init__(fps, min_frames)
         self.logdir = logdir
         self.tag = tag
-        self.fps = fps
         self.scalars = scalars
-        self._min_frames = min_frames
         self._max_frames = max_frames
         self._max_side = max_side
         self._on_written = on_written
         self._writer: Optional[SummaryWriter] = None
         self._broken = False
-        self._recording: Optional[EpisodeInfo] = None
         self._reel: Optional[FrameReel] = None
-        self._episodes = 0
-        self._last_written_update = -1
         self._metrics_seen = 0
         #: images written so far
         self.written = 0
 
-    def wants_pixels(self) -> bool:
-        # Replays of an update already written need no pixels from this sink.
-        return self._recording is not None and not self._broken
+    def _accepting(self) -> bool:
+        return not self._broken
 
-    def begin_episode(self, episode: EpisodeInfo) -> None:
-        if self._recording is not None and episode.part > 0 \
-                and episode.update == self._recording.update:
-            self._episodes += 1  # chained into the image being collected
-            return
-        self._finish()  # an episode that never got its end message
-        if episode.update == self._last_written_update or self._broken:
-            return
-        self._recording = episode
-        self._episodes = 1
+    def _start(self, episode: EpisodeInfo) -> None:
         self._reel = FrameReel(self.fps, max_frames=self._max_frames, max_side=self._max_side)
 
-    def add_frame(self, frame: Optional[np.ndarray], episode: EpisodeInfo) -> None:
-        if self._reel is not None and frame is not None:
-            self._reel.add(frame)
+    def _add(self, frame: np.ndarray) -> None:
+        self._reel.add(frame)
 
-    def end_episode(self, episode: EpisodeInfo, end: EpisodeEnd) -> None:
-        if self._reel is None:
-            return
-        if end.failed:
-            self._discard("its rollout failed")
-            return
-        if not end.completed and self._reel.offered < self._min_frames and self._episodes == 1:
-            self._discard(f"cut short after {self._reel.offered} frames by newer parameters")
-            return
-        if end.continued:
-            self._reel.hold(BOUNDARY_PAUSE_SECONDS)  # the still between chained episodes
-            return
-        self._finish()
+    def _pause(self, seconds: float) -> None:
+        self._reel.hold(seconds)  # the still between chained episodes
 
     def on_metrics(self, iteration: Optional[int], metrics: Dict[str, float]) -> None:
         if not self.scalars:
@@ -127,7 +100,7 @@ class TensorBoardSink(FrameSink):
         self._write(lambda writer: writer.add_scalars(step, metrics))
 
     def close(self) -> None:
-        self._finish()
+        super().close()
         if self._writer is not None:
             writer, self._writer = self._writer, None
             try:
@@ -136,26 +109,25 @@ class TensorBoardSink(FrameSink):
                 logger.warning("closing the TensorBoard event file %s failed: %s", writer.path,
                                error)
 
-    def _finish(self) -> None:
-        recording, reel = self._recording, self._reel
-        self._recording, self._reel = None, None
-        if recording is None or reel is None or not len(reel):
-            return
+    def _save(self, recording: EpisodeInfo) -> bool:
+        reel, self._reel = self._reel, None
+        if reel is None or not len(reel):
+            return False
         step = rollout_step(recording)
         started = time.process_time()
         size = self._write(lambda writer: writer.add_reel(self.tag, step, reel))
         if size is None:
-            return
-        self._last_written_update = recording.update
+            return False
         self.written += 1
         logger.info("TensorBoard: %s at step %d, %d frames of %dx%d, %.0f KB (%.0f ms of CPU)",
                     self.tag, step, len(reel), *reel.frames[0].size, size / 1024,
                     1000 * (time.process_time() - started))
         if self._on_written is not None:
             self._on_written(self.tag, step, recording, size, len(reel))
+        return True
 
-    def _discard(self, why: str) -> None:
-        self._recording, self._reel = None, None
+    def _drop(self, why: str) -> None:
+        self._reel = None
         logger.info("TensorBoard: dropped the rollout being collected: %s", why)
 
     def _write(self, write: Callable[[SummaryWriter], int]) -> Optional[int]:

@@ -1,13 +1,15 @@
-"""Small readers of the live page's streams, for scripts, tests and benchmarks (stdlib only).
+"""Small readers of the live page's streams, for scripts, tests and benchmarks (stdlib only), and
+the parser of MJPEG parts they share with ``serve``'s relay (``iter_parts``, on aiohttp's client).
 
     for frame in read_mjpeg("http://127.0.0.1:8080/stream.mjpg"):
         print(frame.update, frame.iteration, len(frame.jpeg))
 """
+import asyncio
 import dataclasses
 import http.client
 import json
 import time
-from typing import Any, Dict, Iterator, Optional, Tuple
+from typing import Any, AsyncIterator, Dict, Iterator, List, Optional, Tuple
 from urllib.parse import urlencode, urlsplit
 
 
@@ -112,22 +114,61 @@ def with_query(url: str, **params: str) -> str:
     return url + separator + urlencode(params)
 
 
+def part_head(lines: List[bytes]) -> Tuple[Dict[str, str], int]:
+    """A part's headers (lower-cased names) from the lines before it (``\r\n`` kept), and the
+    index of its first header line: blank lines and boundaries before it are skipped."""
+    headers: Dict[str, str] = {}
+    first = len(lines)
+    for index, line in enumerate(lines):
+        text = line.decode("latin-1").rstrip("\r\n")
+        if not headers and (not text or text.startswith("--")):
+            continue  # before the headers: a boundary, or the line ending a part
+        if not text:
+            break
+        if not headers:
+            first = index
+        name, _, value = text.partition(":")
+        headers[name.strip().lower()] = value.strip()
+    return headers, first
+
+
+async def iter_parts(content: Any) -> AsyncIterator[Tuple[bytes, Dict[str, str]]]:
+    """The parts of an MJPEG stream from an aiohttp ``StreamReader``: each one's bytes as this
+    server sends them (its headers, the JPEG, the boundary after it) and its headers."""
+    from async_plotter.web.feed import BOUNDARY
+
+    trailer = f"\r\n--{BOUNDARY}\r\n".encode()
+    while True:
+        try:
+            block = await content.readuntil(b"\r\n\r\n")
+        except asyncio.IncompleteReadError:
+            return
+        if not block.endswith(b"\r\n\r\n"):
+            return  # the stream ended
+        lines = block.splitlines(keepends=True)
+        headers, first = part_head(lines)
+        if not headers:
+            continue
+        try:
+            jpeg = await content.readexactly(int(headers["content-length"]))
+        except asyncio.IncompleteReadError:
+            return
+        yield b"".join(lines[first:]) + jpeg + trailer, headers
+
+
 def _read_part_headers(response: http.client.HTTPResponse) -> Optional[Dict[str, str]]:
     """Skip boundary and blank lines, then read one part's headers (lower-cased names)."""
-    headers: Dict[str, str] = {}
+    lines: List[bytes] = []
+    started = False
     while True:
         line = response.readline()
         if not line:
             return None
-        text = line.decode("latin-1").rstrip("\r\n")
-        if not text:
-            if headers:
-                return headers
-            continue
-        if text.startswith("--") and not headers:
-            continue  # a boundary
-        name, _, value = text.partition(":")
-        headers[name.strip().lower()] = value.strip()
+        lines.append(line)
+        text = line.strip()
+        if not text and started:
+            return part_head(lines)[0]
+        started = started or bool(text and not text.startswith(b"--"))
 
 
 def _read_exactly(response: http.client.HTTPResponse, length: int) -> Optional[bytes]:

@@ -5,10 +5,11 @@ Three kinds of thread meet here, and none of them may wait for another:
 * the render loop (``add_frame``, ``begin_episode``, ...) only swaps a reference under a lock;
 * one encoder thread turns the newest raw frame into JPEG bytes, once per frame however many
   browsers watch, and skips frames that were replaced while it was busy;
-* one thread per browser connection sends the newest JPEG and skips those it had no time for, so a
-  slow or vanished browser only ever slows itself.
+* the HTTP server's event loop sends each browser the newest JPEG and skips those it had no time
+  for, so a slow or vanished browser only ever slows itself.
 
-Stream slots are few (each costs a thread), so they are not first come, first served: when they
+Stream slots are few (each costs kernel buffers and encoding), so they are not first come, first
+served: when they
 are all taken, a new viewer takes the slot of the slowest established one (fewest frames/s
 received, then the one stuck in a write the longest, then the oldest). A reader that trickles
 bytes to hold a slot is therefore the first to lose it, and a real browser keeps its own.
@@ -20,6 +21,7 @@ looks fast at first. Where the socket's unsent queue can be read (Linux ``SIOCOU
 Nothing is encoded while no stream is open (``has_viewers()`` is False), and the render process
 then does not even render pixels for this sink.
 """
+import asyncio
 import collections
 import dataclasses
 import io
@@ -29,12 +31,14 @@ import struct
 import sys
 import threading
 import time
-from typing import Any, Callable, Deque, Dict, List, Optional, Tuple
+from typing import Any, Callable, Deque, Dict, Generic, List, Mapping, Optional, Tuple, TypeVar
 
 import numpy as np
 
 from async_plotter.render.stream import EpisodeInfo
 
+#: the MJPEG stream's part boundary
+BOUNDARY = "async-plotter-frame"
 #: training-curve points kept for pages that connect late (oldest dropped beyond this)
 MAX_METRIC_POINTS = 20000
 #: seconds during which a new viewer is only evicted if every viewer is as young: it has not
@@ -63,6 +67,25 @@ class FrameMeta:
     episode: int
     step: int  # frame index within the episode (0 = the reset state)
     time: float  # wall-clock time the frame reached the sink
+
+    @classmethod
+    def from_headers(cls, headers: Mapping[str, str], received: float) -> "FrameMeta":
+        """Read back from a streamed part's headers (lower-case names); ``received`` stands in
+        for a missing or unreadable ``X-Frame-Time``."""
+
+        def number(name: str) -> Optional[int]:
+            value = headers.get(name, "")
+            return int(value) if value.lstrip("-").isdigit() else None
+
+        try:
+            made = float(headers.get("x-frame-time", ""))
+        except ValueError:
+            made = received
+        return cls(update=number("x-update") or 0,
+                   iteration=number("x-iteration"),
+                   episode=number("x-episode") or 0,
+                   step=number("x-step") or 0,
+                   time=made)
 
 
 class RateMeter:
@@ -179,73 +202,234 @@ class Viewer:
         return True
 
 
+class Pulse:
+    """Wakes the coroutines of one event loop that wait on it; ``fire()`` from any thread.
+
+    Each wake bumps ``generation`` (in the loop), so that a coroutine that read it before looking
+    at the state misses no wake that came meanwhile: ``await pulse.wait(seen)``."""
+
+    def __init__(self) -> None:
+        self._loop: Optional[asyncio.AbstractEventLoop] = None
+        self._future: Optional["asyncio.Future[None]"] = None
+        self.generation = 0
+
+    def bind(self, loop: asyncio.AbstractEventLoop) -> None:
+        """The loop whose coroutines wait (set before any of them does)."""
+        self._loop = loop
+
+    def fire(self) -> None:
+        """Wake every waiter (soon, in the loop); a no-op before ``bind`` or once it closed."""
+        loop = self._loop
+        if loop is not None:
+            try:
+                loop.call_soon_threadsafe(self._wake)
+            except RuntimeError:  # the loop is closed: nobody waits any more
+                pass
+
+    def _wake(self) -> None:
+        self.generation += 1
+        future, self._future = self._future, None
+        if future is not None and not future.done():
+            future.set_result(None)
+
+    async def wait(self, seen: int, timeout: Optional[float] = None) -> None:
+        """Return once ``generation`` differs from ``seen``, or after ``timeout`` seconds."""
+        if self.generation != seen:
+            return
+        if self._future is None:
+            self._future = asyncio.get_running_loop().create_future()
+        try:
+            # Shielded: the future is shared, a waiter that leaves must not cancel it.
+            await asyncio.wait_for(asyncio.shield(self._future), timeout)
+        except asyncio.TimeoutError:
+            pass
+
+
+Item = TypeVar("Item")
+
+
+class NewestSlots(Generic[Item]):
+    """The newest item (a frame) and the viewers it goes to, newest wins: a viewer busy sending
+    skips the items it had no time for. At most ``max_viewers``; a new one beyond takes the slot
+    of the slowest (``Viewer.eviction_order``). Thread-safe; viewers wait in an event loop
+    (``next``), items may come from any thread (``publish``).
+
+    Used by the live page (``LiveFeed``: encoded frames) and by ``serve``'s relay (parts
+    received from a render process).
+    """
+
+    def __init__(self, max_viewers: int) -> None:
+        self.max_viewers = max_viewers
+        self._lock = threading.Lock()
+        self.viewers: Dict[int, Viewer] = {}
+        self._keys = itertools.count(1)
+        self._item: Optional[Item] = None
+        self._seq = 0
+        self._closed = False
+        #: fired for every new item, eviction and the close
+        self.pulse = Pulse()
+
+    def __len__(self) -> int:
+        return len(self.viewers)
+
+    def add_viewer(self,
+                   client_id: str = "",
+                   on_evict: Optional[Callable[[], None]] = None,
+                   unsent: Optional[Callable[[], Optional[int]]] = None,
+                   evict: bool = True) -> Viewer:
+        """Register a viewer; when the slots are full, the slowest one is evicted (its ``next``
+        raises ``ViewerEvicted``, its ``on_evict`` is called here), or with ``evict=False``
+        ``TooManyViewers`` is raised."""
+        victim = None
+        with self._lock:
+            if self._closed:
+                raise FeedClosed()
+            if len(self.viewers) >= max(self.max_viewers, 1):
+                if not evict:
+                    raise TooManyViewers()
+                now = time.monotonic()
+                victim = min(self.viewers.values(), key=lambda v: v.eviction_order(now))
+                victim.evicted = True
+                del self.viewers[victim.key]
+            viewer = Viewer(next(self._keys), client_id, on_evict, unsent)
+            # Start at the current item, so a new viewer gets the next one, not an old one that
+            # may show a previous policy.
+            viewer.last_seq = self._seq
+            self.viewers[viewer.key] = viewer
+        if victim is not None:
+            self.pulse.fire()
+            if victim.on_evict is not None:
+                victim.on_evict()
+        return viewer
+
+    def remove_viewer(self, viewer: Viewer) -> None:
+        """The viewer's connection closed."""
+        with self._lock:
+            self.viewers.pop(viewer.key, None)
+
+    def publish(self, item: Item) -> None:
+        """A new newest item."""
+        with self._lock:
+            self._item = item
+            self._seq += 1
+        self.pulse.fire()
+
+    def take(self, viewer: Viewer) -> Optional[Item]:
+        """The newest item this viewer has not had, or None (never waits). Raises ``FeedClosed``
+        once closed, ``ViewerEvicted`` once the viewer lost its slot."""
+        with self._lock:
+            if self._closed:
+                raise FeedClosed()
+            if viewer.evicted:
+                raise ViewerEvicted()
+            if self._seq <= viewer.last_seq:
+                return None
+            if viewer.sent:
+                viewer.skipped += self._seq - viewer.last_seq - 1
+            viewer.last_seq = self._seq
+            viewer.sending_since = time.monotonic()
+            return self._item
+
+    async def next(self, viewer: Viewer) -> Item:
+        """Wait (in the pulse's loop) for an item this viewer has not had."""
+        while True:
+            seen = self.pulse.generation
+            item = self.take(viewer)
+            if item is not None:
+                return item
+            await self.pulse.wait(seen)
+
+    def frame_sent(self, viewer: Viewer, nbytes: int = 0) -> None:
+        """The viewer's item of ``nbytes`` bytes was written (counted for its frames/s)."""
+        with self._lock:
+            viewer.wrote(nbytes, time.monotonic())
+
+    def figures(self, client_id: str) -> Optional[Dict[str, Any]]:
+        """Frames/s, frames and skipped frames of the viewer the page named ``client_id``."""
+        with self._lock:
+            mine = [v for v in self.viewers.values() if client_id and v.client_id == client_id]
+            if not mine:
+                return None
+            return {
+                "client_fps": round(mine[0].rate(time.monotonic()), 1),
+                "client_frames": mine[0].sent,
+                "client_skipped": mine[0].skipped,
+            }
+
+    def close(self) -> None:
+        """Every viewer's ``next`` raises ``FeedClosed`` from now on."""
+        with self._lock:
+            self._closed = True
+            self._item = None
+        self.pulse.fire()
+
+
 class LiveFeed:
-    """Thread-safe exchange between the render loop, the JPEG encoder and the HTTP threads.
+    """Thread-safe exchange between the render loop, the JPEG encoder and the HTTP server.
 
     Args:
         title: shown on the page (the env's name).
         quality: JPEG quality, 1-95.
-        max_viewers: simultaneous streams (each costs a thread); a new one beyond this takes the
-            slot of the slowest.
+        max_viewers: simultaneous streams; a new one beyond this takes the slot of the slowest.
     """
 
     def __init__(self, title: str = "", quality: int = 80, max_viewers: int = 16) -> None:
         self.title = title
         self.quality = quality
-        self.max_viewers = max_viewers
         self._lock = threading.Lock()
         self._raw_ready = threading.Condition(self._lock)
-        self._jpeg_ready = threading.Condition(self._lock)
-        self._changed = threading.Condition(self._lock)
         self._closed = False
-        # Frames: the newest raw one waiting for the encoder, and the newest encoded one.
+        # Frames: the newest raw one waiting for the encoder; encoded, as MJPEG parts, to the slots.
         self._raw: Optional[Tuple[np.ndarray, FrameMeta]] = None
         self._raw_seq = 0
-        self._jpeg: Optional[Tuple[bytes, FrameMeta]] = None
-        self._jpeg_seq = 0
+        self.frames: NewestSlots[Tuple[bytes, FrameMeta]] = NewestSlots(max_viewers)
+        #: fired when a new episode starts, a curve point arrives, or the feed closes
+        self.changes = Pulse()
         # What the page shows beside the picture.
         self._episode: Optional[EpisodeInfo] = None
         self._step = 0
-        self._episode_seq = 0  # bumped on every new episode, so pages hear of new policies at once
         self._last_return: Optional[float] = None
         self._rendered = RateMeter()
         self._encoded = RateMeter()
         self._metrics: Deque[Dict[str, Any]] = collections.deque(maxlen=MAX_METRIC_POINTS)
         self._metrics_total = 0
-        self._viewers: Dict[int, Viewer] = {}
-        self._viewer_keys = itertools.count(1)
         self._encoder = threading.Thread(target=self._encode_forever,
                                          name="async_plotter-jpeg",
                                          daemon=True)
         self._encoder.start()
 
+    @property
+    def max_viewers(self) -> int:
+        """Simultaneous streams."""
+        return self.frames.max_viewers
+
+    @property
+    def _viewers(self) -> Dict[int, Viewer]:
+        return self.frames.viewers
+
     # --------------------------------------------------------------------- render loop side
 
     def has_viewers(self) -> bool:
         """Whether any stream is open (a plain read; no lock needed for a dict's truthiness)."""
-        return bool(self._viewers)
+        return bool(self.frames.viewers)
 
     def begin_episode(self, episode: EpisodeInfo) -> None:
         """A new episode (possibly of a newer policy) starts."""
         with self._lock:
-            self._start_episode(episode)
-
-    def _start_episode(self, episode: EpisodeInfo) -> None:
-        self._episode = episode
-        self._step = -1  # the reset frame, next, is step 0
-        self._episode_seq += 1
-        self._changed.notify_all()  # pages hear of a new policy at once
+            self._episode = episode
+            self._step = -1  # the reset frame, next, is step 0
+        self.changes.fire()  # pages hear of a new policy at once
 
     def add_frame(self, frame: Optional[np.ndarray], episode: EpisodeInfo) -> None:
         """One step of the episode; ``frame`` (RGB uint8, not modified afterwards) is encoded
         only if someone watches."""
+        if self._episode != episode:
+            self.begin_episode(episode)
         now = time.time()
         with self._lock:
-            if self._episode != episode:
-                self._start_episode(episode)
             self._step += 1
             self._rendered.tick()
-            if frame is not None and self._viewers:
+            if frame is not None and self.frames.viewers:
                 meta = FrameMeta(episode.update, episode.iteration, episode.episode, self._step,
                                  now)
                 # Only a reference changes hands; a frame the encoder has not taken yet is
@@ -269,16 +453,21 @@ class LiveFeed:
             }
             self._metrics.append({"iteration": iteration, "values": values})
             self._metrics_total += 1
-            self._changed.notify_all()
+        self.changes.fire()
+
+    @property
+    def closed(self) -> bool:
+        """Whether ``close`` was called."""
+        return self._closed
 
     def close(self) -> None:
-        """Wake every waiting thread; they leave with ``FeedClosed``."""
+        """Stop the encoder; every stream's ``next`` raises ``FeedClosed``."""
         with self._lock:
             self._closed = True
             self._raw = None
             self._raw_ready.notify_all()
-            self._jpeg_ready.notify_all()
-            self._changed.notify_all()
+        self.frames.close()
+        self.changes.fire()
         self._encoder.join(timeout=2.0)
 
     # ---------------------------------------------------------------------- encoder thread
@@ -298,10 +487,9 @@ class LiveFeed:
                 encoded_seq = self._raw_seq
             jpeg = encode_jpeg(frame, self.quality)  # Pillow releases the GIL while encoding
             with self._lock:
-                self._jpeg = (jpeg, meta)
-                self._jpeg_seq += 1
                 self._encoded.tick()
-                self._jpeg_ready.notify_all()
+            # One part for every viewer (built once, sent as one write to each).
+            self.frames.publish((mjpeg_part(jpeg, meta), meta))
 
     # ------------------------------------------------------------------------- HTTP side
 
@@ -310,78 +498,13 @@ class LiveFeed:
                    on_evict: Optional[Callable[[], None]] = None,
                    evict: bool = True,
                    unsent: Optional[Callable[[], Optional[int]]] = None) -> Viewer:
-        """Register a stream connection (from now on, frames are rendered and encoded).
-
-        When ``max_viewers`` streams are open, the slowest one is evicted (its ``next_jpeg``
-        raises ``ViewerEvicted`` and its ``on_evict`` is called), or with ``evict=False``
-        ``TooManyViewers`` is raised.
-        """
-        victim = None
-        with self._lock:
-            if self._closed:
-                raise FeedClosed()
-            if len(self._viewers) >= max(self.max_viewers, 1):
-                if not evict:
-                    raise TooManyViewers()
-                now = time.monotonic()
-                victim = min(self._viewers.values(), key=lambda v: v.eviction_order(now))
-                victim.evicted = True
-                del self._viewers[victim.key]
-                self._jpeg_ready.notify_all()
-            viewer = Viewer(next(self._viewer_keys), client_id, on_evict, unsent)
-            # Start at the current frame, so a new viewer gets the next one encoded, not an old
-            # one that may show a previous policy.
-            viewer.last_seq = self._jpeg_seq
-            self._viewers[viewer.key] = viewer
-        if victim is not None and victim.on_evict is not None:
-            victim.on_evict()
-        return viewer
+        """Register a stream connection (from now on, frames are rendered and encoded); see
+        ``NewestSlots.add_viewer``."""
+        return self.frames.add_viewer(client_id, on_evict, unsent, evict)
 
     def remove_viewer(self, viewer: Viewer) -> None:
         """The connection closed."""
-        with self._lock:
-            self._viewers.pop(viewer.key, None)
-
-    def next_jpeg(self, viewer: Viewer, timeout: float) -> Optional[Tuple[bytes, FrameMeta]]:
-        """The newest encoded frame this viewer has not had, waiting up to ``timeout`` s for one.
-
-        Returns None on timeout; raises ``FeedClosed`` once the feed is closed, ``ViewerEvicted``
-        once the viewer lost its slot. Frames encoded while the viewer was busy sending are
-        skipped, never queued.
-        """
-        with self._lock:
-            if not self._jpeg_ready.wait_for(
-                    lambda: self._closed or viewer.evicted or self._jpeg_seq > viewer.last_seq,
-                    timeout):
-                return None
-            if self._closed:
-                raise FeedClosed()
-            if viewer.evicted:
-                raise ViewerEvicted()
-            if viewer.sent:
-                viewer.skipped += self._jpeg_seq - viewer.last_seq - 1
-            viewer.last_seq = self._jpeg_seq
-            viewer.sending_since = time.monotonic()
-            return self._jpeg
-
-    def frame_sent(self, viewer: Viewer, nbytes: int = 0) -> None:
-        """The viewer's thread finished writing a frame of ``nbytes`` bytes (counted for the
-        page's frames/s)."""
-        with self._lock:
-            viewer.wrote(nbytes, time.monotonic())
-
-    def wait_for_change(self, seen: Tuple[int, int], timeout: float) -> Tuple[int, int]:
-        """Wait until a new episode starts or a metrics point arrives, or ``timeout`` passes.
-
-        ``seen`` is the value this returned last time (``(0, 0)`` at first). Raises
-        ``FeedClosed`` once the feed is closed.
-        """
-        with self._lock:
-            self._changed.wait_for(
-                lambda: self._closed or (self._episode_seq, self._metrics_total) != seen, timeout)
-            if self._closed:
-                raise FeedClosed()
-            return self._episode_seq, self._metrics_total
+        self.frames.remove_viewer(viewer)
 
     def metrics_since(self, count: int) -> Tuple[List[Dict[str, Any]], int, bool]:
         """Curve points after the first ``count``: ``(points, new_count, reset)``. ``reset`` is
@@ -406,14 +529,20 @@ class LiveFeed:
                 "last_return": self._last_return,
                 "render_fps": round(self._rendered.rate(), 1),
                 "encode_fps": round(self._encoded.rate(), 1),
-                "viewers": len(self._viewers),
+                "viewers": len(self.frames),
             }
-            mine = [v for v in self._viewers.values() if viewer_id and v.client_id == viewer_id]
-            if mine:
-                status["client_fps"] = round(mine[0].rate(time.monotonic()), 1)
-                status["client_frames"] = mine[0].sent
-                status["client_skipped"] = mine[0].skipped
+        status.update(self.frames.figures(viewer_id) or {})
         return status
+
+
+def mjpeg_part(jpeg: bytes, meta: FrameMeta) -> bytes:
+    """One frame of ``/stream.mjpg``: its headers, the JPEG and the boundary after it (one write
+    per frame: a browser never sees half a part from us waiting on the next)."""
+    iteration = "" if meta.iteration is None else str(meta.iteration)
+    head = (f"Content-Type: image/jpeg\r\nContent-Length: {len(jpeg)}\r\n"
+            f"X-Update: {meta.update}\r\nX-Iteration: {iteration}\r\nX-Episode: {meta.episode}\r\n"
+            f"X-Step: {meta.step}\r\nX-Frame-Time: {meta.time:.6f}\r\n\r\n")
+    return head.encode() + jpeg + f"\r\n--{BOUNDARY}\r\n".encode()
 
 
 def encode_jpeg(frame: np.ndarray, quality: int) -> bytes:

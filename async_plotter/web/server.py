@@ -1,4 +1,4 @@
-"""The HTTP server of the live page: a small event loop for requests, a thread per open stream.
+"""The HTTP server of the live page: aiohttp on one event loop thread of the render process.
 
 Routes (all ``GET``; every one checks the token when one is configured):
 
@@ -15,59 +15,66 @@ Routes (all ``GET``; every one checks the token when one is configured):
   them, with byte ranges so that a browser can seek. Without a folder both are 404.
 
 Why MJPEG in an ``<img>`` rather than frames over a WebSocket: every browser plays it natively with
-no script, the standard library serves it (it has no WebSocket server, and a hand-written RFC 6455
-implementation is more code to get wrong), it passes through SSH tunnels and proxies as plain
-HTTP, and ``curl`` or VLC can read it too. Its one weakness, no per-frame acknowledgement, does not
-matter here: each stream has its own thread that always sends the newest frame, so a slow browser
-is limited by its own TCP window and skips frames, while the others are not affected. The page
-learns what it shows from the events stream instead of from the frames.
+no script, it passes through SSH tunnels and proxies as plain HTTP, and ``curl`` or VLC can read it
+too. Its one weakness, no per-frame acknowledgement, does not matter here: each stream always
+sends the newest frame once the previous one has reached the kernel, so a slow browser is limited
+by its own TCP window and skips frames, while the others are not affected. The page learns what it
+shows from the events stream instead of from the frames.
 
-Hostile neighbours (anyone who can reach the port; on loopback, any page the user's browser opens)
-must not lock the real user out, so a connection costs nothing until it has proven itself:
+``HttpServer`` is what the live page and ``async-plotter serve`` share: the connection handling,
+the access checks, the slots and the two kinds of stream. Hostile neighbours (anyone who can
+reach the port; on loopback, any page the user's browser opens) must not lock the real user out,
+so a connection costs nothing until it has proven itself:
 
-* One thread accepts connections and reads request headers for all of them, non-blocking. At most
-  ``MAX_PENDING`` connections may be waiting for their headers (a new one evicts the oldest
-  waiting), and the whole header block must arrive within ``HEADER_DEADLINE`` seconds, however
-  slowly it trickles. Idle sockets therefore cost a file descriptor for a few seconds, no thread.
-* Access is checked on the complete headers, in that thread: the token (off loopback), the Host
-  name (DNS rebinding) and, without a token, the origin: a request a browser marks
-  ``Sec-Fetch-Site: cross-site`` or ``same-site``, or whose ``Origin`` is not this server, is
-  refused, so a page on another origin cannot read or hold the stream (an ``<img>`` tag sends
+* Until its request headers are complete, a connection is a socket and a buffer that the loop
+  reads (``_Waiting``): no thread, no aiohttp handler. At most ``MAX_PENDING`` connections may be
+  waiting for their headers (a new one evicts the oldest waiting), their whole header block must
+  arrive within ``HEADER_DEADLINE`` seconds however slowly it trickles, and be at most
+  ``MAX_HEADER_BYTES`` (431 beyond). Then aiohttp takes the connection (its parser, requests,
+  responses; ``connect_accepted_socket``).
+* Access is checked on the complete headers, in a middleware, before any route: the token (off
+  loopback), the Host name (DNS rebinding) and, without a token, the origin: a request a browser
+  marks ``Sec-Fetch-Site: cross-site`` or ``same-site``, or whose ``Origin`` is not this server,
+  is refused, so a page on another origin cannot read or hold the stream (an ``<img>`` tag sends
   those headers).
-* Only then does a request get a thread: the page and the video list from a pool of
-  ``PAGE_WORKERS``, a stream, an events stream or a video one of their own, within
-  ``LiveFeed.max_viewers``, ``MAX_EVENT_STREAMS`` and ``MAX_VIDEO_SENDS``. When the slots are
-  full, a new stream takes the slot of the slowest (``LiveFeed.add_viewer``), a new events stream
-  or video that of the oldest; the loser's socket is shut down so its thread leaves at once.
-  Responses close the connection: there is no keep-alive to hold open.
+* Then slots: a stream, an events stream or a video holds one within ``LiveFeed.max_viewers``,
+  ``MAX_EVENT_STREAMS`` and ``MAX_VIDEO_SENDS``. When they are full, a new stream takes the slot
+  of the slowest (``NewestSlots.add_viewer``), a new events stream or video that of the oldest;
+  the loser's connection is reset. Short answers are at most ``PAGE_QUEUE`` at once, work that
+  touches the disk runs on ``PAGE_WORKERS`` threads, and a client that takes no bytes of an
+  answer or a stream for ``SOCKET_TIMEOUT`` seconds is dropped. Every response closes its
+  connection: there is no keep-alive to hold open.
 """
+import asyncio
 import collections
 import hmac
 import json
 import logging
 import os
-import selectors
 import socket
 import struct
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from http import HTTPStatus
 from importlib import resources
-from typing import Any, Callable, Deque, Dict, List, Optional, Tuple
-from urllib.parse import parse_qs, urlsplit
+from typing import Any, Awaitable, Callable, Dict, List, Optional, Set, Tuple, TypeVar
+from urllib.parse import urlsplit
+
+from aiohttp import web
+from aiohttp.web_protocol import RequestHandler
 
 from async_plotter.web.address import HttpConfig, is_loopback
-from async_plotter.web.feed import FeedClosed, FrameMeta, LiveFeed, ViewerEvicted, unsent_bytes
-from async_plotter.web.videos import VIDEO_NAME, list_videos, send_video, video_path
+from async_plotter.web.feed import (BOUNDARY, FeedClosed, FrameMeta, LiveFeed, NewestSlots, Viewer,
+                                    ViewerEvicted, unsent_bytes)
+from async_plotter.web.videos import VIDEO_NAME, list_videos, video_path
 
 logger = logging.getLogger(__name__)
 
-BOUNDARY = "async-plotter-frame"
 STATUS_INTERVAL = 0.25  # s between status events while the picture plays
 KEEPALIVE_INTERVAL = 15.0  # s; proxies and tunnels drop connections that stay silent
 STREAM_SEND_BUFFER = 64 * 1024  # bytes (Linux doubles it): a few 480x480 JPEGs
-# A browser that accepts no bytes for this long is dropped (its thread would otherwise wait on a
-# full socket forever).
+# A client that takes no bytes of an answer for this long is dropped.
 SOCKET_TIMEOUT = 20.0
 #: seconds from accepting a connection to the end of its request headers, in total
 HEADER_DEADLINE = 5.0
@@ -75,9 +82,9 @@ HEADER_DEADLINE = 5.0
 MAX_PENDING = 128
 #: bytes of request line and headers accepted (browsers send under 2 KiB)
 MAX_HEADER_BYTES = 16 * 1024
-#: threads serving the page and other short answers
+#: threads for the answers that touch the disk (listing a folder)
 PAGE_WORKERS = 4
-#: short answers waiting for a page worker; beyond this, 503
+#: short answers at once (being made or sent); beyond this, 503
 PAGE_QUEUE = 64
 #: simultaneous /events streams; a new one takes the oldest one's slot
 MAX_EVENT_STREAMS = 16
@@ -87,6 +94,16 @@ MAX_VIDEO_SENDS = 8
 # Connections accepted per turn of the loop, so that waiting headers are read between bursts.
 _ACCEPT_BATCH = 32
 _LISTEN_BACKLOG = 1024  # the kernel caps it at net.core.somaxconn
+# aiohttp's connection settings: no lingering to read a body nobody asked for; the header limits
+# are ours (MAX_HEADER_BYTES in all, checked before aiohttp sees them).
+_CONNECTION = dict(keepalive_timeout=HEADER_DEADLINE,
+                   lingering_time=0.0,
+                   max_line_size=MAX_HEADER_BYTES,
+                   max_field_size=MAX_HEADER_BYTES,
+                   max_headers=128,
+                   access_log=None)
+# Headers that access depends on: two of one are ambiguous, and refused.
+_SINGLE = ("host", "origin", "authorization", "sec-fetch-site", "x-async-plotter-token")
 
 _SECURITY_HEADERS = {
     "Cache-Control":
@@ -107,54 +124,85 @@ _SECURITY_HEADERS = {
     "same-origin",
 }
 
+Result = TypeVar("Result")
+
 
 def load_page() -> bytes:
     """The page's HTML (package data next to this module)."""
     return resources.files("async_plotter.web").joinpath("page.html").read_bytes()
 
 
-class _Pending:
-    """An accepted connection whose request headers are still arriving."""
+class _Waiting:
+    """An accepted connection whose request headers are still arriving: a socket and a buffer
+    on the loop, no aiohttp handler yet. With hundreds of idle sockets connecting again as fast
+    as they are dropped, what each costs is what the real user waits behind them (given to
+    aiohttp from the start, each cost ~20 times what this does: 100-270 ms to first byte for
+    the user against 1-5 ms)."""
 
-    __slots__ = ("sock", "address", "buffer", "deadline")
+    __slots__ = ("sock", "head", "timer")
 
-    def __init__(self, sock: socket.socket, address: Any, deadline: float) -> None:
+    def __init__(self, sock: socket.socket) -> None:
         self.sock = sock
-        self.address = address
-        self.buffer = bytearray()
-        self.deadline = deadline
+        self.head = bytearray()
+        self.timer: Optional[asyncio.TimerHandle] = None
 
 
-class _Request:
-    """A complete, parsed request head."""
+class _Connection(RequestHandler):
+    """aiohttp's connection handler, given a connection whose request headers are complete."""
 
-    def __init__(self, method: str, target: str, headers: Dict[str, str]) -> None:
-        self.method = method
-        self.target = target
-        parts = urlsplit(target)
-        self.path = parts.path
-        self.query = parse_qs(parts.query)
-        self.headers = headers  # lower-case names
+    def __init__(self, owner: "HttpServer", manager: web.Server, head: bytes,
+                 **kwargs: Any) -> None:
+        super().__init__(manager, **kwargs)
+        self.owner = owner
+        self._head = head
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        super().connection_made(transport)
+        self.owner._open[self] = None
+        head, self._head = self._head, b""
+        self.data_received(head)  # before anything the transport reads after it
+
+    def connection_lost(self, exc: Optional[BaseException]) -> None:
+        self.owner._open.pop(self, None)
+        super().connection_lost(exc)
+
+    def handle_error(self,
+                     request: Any,
+                     status: int = 500,
+                     exc: Optional[BaseException] = None,
+                     message: Optional[str] = None) -> web.StreamResponse:
+        if status >= 500:
+            return super().handle_error(request, status, exc, message)
+        # A malformed request: anybody can send one, so it is counted, not logged.
+        self.owner.dropped[f"malformed {status}"] += 1
+        response = plain(status, "malformed request")
+        response.headers.update(_SECURITY_HEADERS)
+        response.force_close()
+        return response
 
 
-class LiveServer:
-    """Serves one ``LiveFeed``. Binds in the constructor, so a taken port fails at once.
+class _Video(web.FileResponse):
+    """A file sent in the handler (within a slot), so not again by aiohttp afterwards."""
 
-    ``serve_forever`` runs the accepting loop (call it in a thread); ``close`` from another
-    thread stops everything.
+    async def prepare(self, request: web.BaseRequest) -> Any:
+        if self.prepared:
+            return None
+        return await super().prepare(request)
+
+
+class HttpServer:
+    """The shared part of the live page's and ``serve``'s servers. Binds in the constructor, so
+    a taken port fails at once; ``serve_forever`` runs the event loop (call it in a thread);
+    ``close`` from another thread stops everything. Subclasses add their routes
+    (``add_routes``).
 
     Args:
         config: where to serve (``parse_http_address``'s result).
-        feed: the frames, status and curve to serve.
-        video_dir: the folder of the run's recorded videos, served as ``videos.json`` and
-            ``videos/<name>``; None: no videos (both routes are 404).
+        what: what is served, for the error of a taken port.
     """
 
-    def __init__(self, config: HttpConfig, feed: LiveFeed, video_dir: Optional[str] = None) -> None:
+    def __init__(self, config: HttpConfig, what: str = "the live page") -> None:
         self.config = config
-        self.feed = feed
-        self.video_dir = None if video_dir is None else os.path.abspath(video_dir)
-        self.page = load_page()
         family = socket.AF_INET6 if ":" in config.host else socket.AF_INET
         self._listener = socket.socket(family, socket.SOCK_STREAM)
         try:
@@ -166,29 +214,26 @@ class LiveServer:
         except OSError as error:
             self._listener.close()
             raise OSError(
-                error.errno, f"cannot serve the live page on {_join(config.host, config.port)}: "
+                error.errno, f"cannot serve {what} on {_join(config.host, config.port)}: "
                 f"{error.strerror or error}. Choose another port, or http=0 for a free one."
             ) from error
         self.server_address = self._listener.getsockname()
         self.port = self.server_address[1]
-        self._lock = threading.Lock()
-        self._pending: "collections.OrderedDict[int, _Pending]" = collections.OrderedDict()
-        self._active: Dict[int, socket.socket] = {}  # sockets a thread is serving
-        self._events: "collections.OrderedDict[int, Tuple[socket.socket, threading.Event]]" = (
-            collections.OrderedDict())
-        self._videos: "collections.OrderedDict[int, Tuple[socket.socket, threading.Event]]" = (
-            collections.OrderedDict())
-        # Each short answer is built by a page worker (listing a folder must not block the loop).
-        self._page_queue: Deque[Tuple[socket.socket, Callable[[], bytes]]] = collections.deque()
-        self._page_ready = threading.Condition(self._lock)
-        self._workers: List[threading.Thread] = []
-        self._stream_threads = 0
-        self._wake_read, self._wake_write = socket.socketpair()
-        self._wake_read.setblocking(False)
-        self._wake_write.setblocking(False)
+        self.loop: Optional[asyncio.AbstractEventLoop] = None
+        self._stop: Optional["asyncio.Future[None]"] = None
         self._stopping = False
-        self._serving = threading.Event()
+        self._started = threading.Event()
         self._stopped = threading.Event()
+        self._open: Dict[Any, None] = {}  # every connection, in order
+        self._pending: "collections.OrderedDict[int, _Waiting]" = collections.OrderedDict()
+        self._handler: Optional[Callable[[bytes], _Connection]] = None
+        self._handing_over: Set["asyncio.Task[None]"] = set()
+        self._slots: Dict[str, "collections.OrderedDict[Any, asyncio.BaseTransport]"] = {
+            "events": collections.OrderedDict(),
+            "video": collections.OrderedDict(),
+        }
+        self._short = 0  # short answers being made or sent
+        self._workers = ThreadPoolExecutor(PAGE_WORKERS, thread_name_prefix="async_plotter-http")
         #: connections refused or dropped, by reason (for tests, benchmarks and the curious)
         self.dropped: Dict[str, int] = collections.Counter()
 
@@ -202,430 +247,434 @@ class LiveServer:
 
     def connection_count(self) -> int:
         """Connections open now: waiting for their headers, or being served."""
-        with self._lock:
-            return len(self._pending) + len(self._active)
+        return len(self._pending) + len(self._open)
 
-    def thread_count(self) -> int:
-        """Threads serving requests now (page workers, streams, events streams, videos)."""
-        with self._lock:
-            return len(self._workers) + self._stream_threads
+    def add_routes(self, router: web.UrlDispatcher) -> None:
+        """Add the server's routes (called in the loop, once)."""
+        raise NotImplementedError
 
     # ------------------------------------------------------------------------ the loop
 
-    def serve_forever(self, poll_interval: float = 0.5) -> None:
-        """Accept connections and read their headers until ``shutdown``."""
-        selector = selectors.DefaultSelector()
-        selector.register(self._listener, selectors.EVENT_READ, "listen")
-        selector.register(self._wake_read, selectors.EVENT_READ, "wake")
-        for index in range(PAGE_WORKERS):
-            worker = threading.Thread(target=self._page_worker,
-                                      name=f"async_plotter-http-page-{index}",
-                                      daemon=True)
-            worker.start()
-            self._workers.append(worker)
-        self._serving.set()
+    def serve_forever(self, poll_interval: float = 0.5) -> None:  # pylint: disable=unused-argument
+        """Serve until ``close`` (``poll_interval`` is not needed any more, and ignored)."""
+        loop = asyncio.new_event_loop()
+        asyncio.set_event_loop(loop)  # this thread's
+        self.loop = loop
         try:
-            while not self._stopping:
-                timeout = poll_interval
-                with self._lock:
-                    if self._pending:
-                        oldest = next(iter(self._pending.values()))
-                        timeout = max(min(timeout, oldest.deadline - time.monotonic()), 0.0)
-                for key, _ in selector.select(timeout):
-                    if key.data == "listen":
-                        self._accept(selector)
-                    elif key.data == "wake":
-                        _drain(self._wake_read)
-                    else:
-                        self._read_head(selector, key.data)
-                self._expire(selector)
+            loop.run_until_complete(self._serve())
         finally:
-            with self._lock:
-                pending = list(self._pending.values())
-                self._pending.clear()
-            for waiting in pending:
-                _close(waiting.sock)
-            selector.close()
-            self._stopped.set()
+            try:
+                left = asyncio.all_tasks(loop)  # e.g. serve's relays reading upstream
+                for task in left:
+                    task.cancel()
+                if left:
+                    loop.run_until_complete(asyncio.wait(left))
+                loop.run_until_complete(loop.shutdown_asyncgens())
+            finally:
+                loop.close()
+                self._listener.close()
+                self._stopped.set()
 
-    def _accept(self, selector: selectors.BaseSelector) -> None:
+    async def _serve(self) -> None:
+        loop = asyncio.get_running_loop()
+        self._stop = loop.create_future()
+        self._bind(loop)
+        app = web.Application(middlewares=[self._guard])
+        app.on_response_prepare.append(_secure)
+        self.add_routes(app.router)
+        runner = web.AppRunner(app, handler_cancellation=True, shutdown_timeout=1.0, **_CONNECTION)
+        await runner.setup()
+        manager = runner.server
+        self._handler = lambda head: _Connection(self, manager, head, loop=loop, **_CONNECTION)
+        loop.add_reader(self._listener.fileno(), self._accept)
+        self._started.set()
+        try:
+            if not self._stopping:
+                await self._stop
+        finally:
+            loop.remove_reader(self._listener.fileno())
+            for waiting in list(self._pending.values()):
+                self._forget(waiting, None)
+            # Streams end on their own (their feeds are closed, or they see _stopping): each
+            # connection closes after its answer, within shutdown_timeout; what is left after
+            # (a client that takes nothing) is reset.
+            await runner.cleanup()
+            for connection in list(self._open):
+                _abort(connection.transport)  # type: ignore[attr-defined]
+            self._workers.shutdown(wait=False, cancel_futures=True)
+
+    def _bind(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Bind what wakes coroutines to this loop (subclasses: their pulses)."""
+
+    # -------------------------------------------------------------- connections
+
+    def _accept(self) -> None:
+        assert self.loop is not None
         for _ in range(_ACCEPT_BATCH):
             try:
-                sock, address = self._listener.accept()
+                sock, _ = self._listener.accept()
             except (BlockingIOError, InterruptedError):
                 return
             except OSError as error:  # out of file descriptors: make room, try next turn
                 logger.debug("accept failed: %s", error)
-                self._evict_oldest_pending(selector, "accept failed")
+                if self._pending:
+                    self._forget(next(iter(self._pending.values())), "accept failed")
                 return
             sock.setblocking(False)
-            with self._lock:
-                full = len(self._pending) >= MAX_PENDING
-            if full:
-                self._evict_oldest_pending(selector, "evicted while waiting for headers")
-            waiting = _Pending(sock, address, time.monotonic() + HEADER_DEADLINE)
-            with self._lock:
-                self._pending[sock.fileno()] = waiting
-            selector.register(sock, selectors.EVENT_READ, waiting)
+            while len(self._pending) >= MAX_PENDING:
+                self._forget(next(iter(self._pending.values())),
+                             "evicted while waiting for headers")
+            waiting = _Waiting(sock)
+            fd = sock.fileno()
+            self._pending[fd] = waiting
+            self.loop.add_reader(fd, self._read_head, waiting)
+            waiting.timer = self.loop.call_later(HEADER_DEADLINE, self._forget, waiting,
+                                                 "headers too slow")
 
-    def _evict_oldest_pending(self, selector: selectors.BaseSelector, reason: str) -> None:
-        with self._lock:
-            if not self._pending:
-                return
-            _, oldest = self._pending.popitem(last=False)
-        self._forget(selector, oldest, reason)
+    def _forget(self, waiting: _Waiting, reason: Optional[str], close: bool = True) -> None:
+        """Stop waiting for ``waiting``'s headers (and close it, counted under ``reason``)."""
+        if self._pending.pop(waiting.sock.fileno(), None) is None:
+            return
+        assert self.loop is not None
+        self.loop.remove_reader(waiting.sock.fileno())
+        if waiting.timer is not None:
+            waiting.timer.cancel()
+        if reason is not None:
+            self.dropped[reason] += 1
+        if close:
+            waiting.sock.close()
 
-    def _forget(self, selector: selectors.BaseSelector, waiting: _Pending, reason: str) -> None:
-        self.dropped[reason] += 1
-        try:
-            selector.unregister(waiting.sock)
-        except (KeyError, ValueError):
-            pass
-        _close(waiting.sock)
-
-    def _expire(self, selector: selectors.BaseSelector) -> None:
-        now = time.monotonic()
-        while True:
-            with self._lock:
-                if not self._pending:
-                    return
-                oldest = next(iter(self._pending.values()))
-                if oldest.deadline > now:
-                    return
-                self._pending.popitem(last=False)
-            self._forget(selector, oldest, "headers too slow")
-
-    def _read_head(self, selector: selectors.BaseSelector, waiting: _Pending) -> None:
+    def _read_head(self, waiting: _Waiting) -> None:
         try:
             data = waiting.sock.recv(4096)
         except (BlockingIOError, InterruptedError):
             return
         except OSError:
             data = b""
-        if data:
-            waiting.buffer += data
-            end = waiting.buffer.find(b"\r\n\r\n")
-            if end < 0 and len(waiting.buffer) <= MAX_HEADER_BYTES:
-                return  # more to come (within the deadline)
-        with self._lock:
-            self._pending.pop(waiting.sock.fileno(), None)
-        try:
-            selector.unregister(waiting.sock)
-        except (KeyError, ValueError):
-            pass
         if not data:
-            self.dropped["closed before its headers"] += 1
-            _close(waiting.sock)
+            self._forget(waiting, "closed before its headers")
             return
-        if end < 0:
-            self._reply_now(waiting.sock, HTTPStatus.REQUEST_HEADER_FIELDS_TOO_LARGE,
-                            "request headers too large")
-            return
-        self._dispatch(waiting.sock, waiting.address, bytes(waiting.buffer[:end]))
+        start = max(len(waiting.head) - 3, 0)
+        waiting.head += data
+        if waiting.head.find(b"\r\n\r\n", start) >= 0:
+            self._forget(waiting, None, close=False)
+            assert self.loop is not None
+            task = self.loop.create_task(self._hand_over(waiting))
+            self._handing_over.add(task)  # the loop keeps only a weak reference
+            task.add_done_callback(self._handing_over.discard)
+        elif len(waiting.head) > MAX_HEADER_BYTES:
+            try:
+                waiting.sock.send(
+                    _plain_bytes(HTTPStatus.REQUEST_HEADER_FIELDS_TOO_LARGE,
+                                 "request headers too large"))
+            except OSError:
+                pass
+            self._forget(waiting, "request headers too large")
 
-    # --------------------------------------------------------------------- dispatching
+    async def _hand_over(self, waiting: _Waiting) -> None:
+        """The headers are complete: aiohttp takes the connection from here."""
+        assert self.loop is not None and self._handler is not None
+        head, handler = bytes(waiting.head), self._handler
+        try:
+            await self.loop.connect_accepted_socket(lambda: handler(head), waiting.sock)
+        except OSError:
+            waiting.sock.close()
 
-    def _dispatch(self, sock: socket.socket, address: Any, head: bytes) -> None:
-        """Route a complete request; never blocks (this is the loop's thread)."""
-        request = _parse(head)
-        if request is None:
-            self._reply_now(sock, HTTPStatus.BAD_REQUEST, "malformed request")
-            return
-        logger.debug("%s %s %s", address[0], request.method, request.path)
+    # -------------------------------------------------------------- every request
+
+    @web.middleware
+    async def _guard(
+            self, request: web.Request,
+            handler: Callable[[web.Request], Awaitable[web.StreamResponse]]) -> web.StreamResponse:
+        """The checks before any route, and the sending of short answers."""
         if request.method != "GET":
-            self._reply_now(sock, HTTPStatus.METHOD_NOT_ALLOWED, "only GET is served",
-                            {"Allow": "GET"})
-            return
+            return plain(HTTPStatus.METHOD_NOT_ALLOWED, "only GET is served", {"Allow": "GET"})
+        if any(len(request.headers.getall(name, ())) > 1 for name in _SINGLE):
+            self.dropped["malformed 400"] += 1
+            return plain(HTTPStatus.BAD_REQUEST, "malformed request")
         refusal = _refusal(self.config, request)
         if refusal is not None:
             code, text, extra = refusal
             self.dropped[f"refused {int(code)}"] += 1
-            self._reply_now(sock, code, text, extra)
-            return
-        self._route(sock, request)
-
-    def _route(self, sock: socket.socket, request: _Request) -> None:
-        """Serve a request that passed the access checks (in the loop's thread: never block).
-
-        Subclasses that serve other pages override this (``async_plotter.serve``); the header
-        reading, the limits and the access checks above stay the same for them."""
-        client = _first(request.query, "client")[:64]
-        # Only the last segments count, so the page also works behind a proxy's path prefix.
-        parent, _, route = request.path.rstrip("/").rpartition("/")
-        if route in ("", "index.html"):
-            self._queue_page(sock, self._page)
-        elif route == "stream.mjpg":
-            self._start_stream(sock, client)
-        elif route == "events":
-            self._start_events(sock, client)
-        elif route == "videos.json" and self.video_dir is not None:
-            self._queue_page(sock, self._video_list)
-        elif (parent.rpartition("/")[2] == "videos" and self.video_dir is not None
-              and VIDEO_NAME.fullmatch(route)):
-            # The name is checked here, the file looked up in the video's thread (a disk).
-            self._start_video(sock, route, request.headers.get("range", ""))
-        else:
-            self._reply_now(sock, HTTPStatus.NOT_FOUND, "not found; open / for the live page")
-
-    def _reply_now(self,
-                   sock: socket.socket,
-                   code: int,
-                   text: str,
-                   extra: Optional[Dict[str, str]] = None) -> None:
-        """A short answer from the loop's thread: one non-blocking send, then close. It fits in
-        any socket buffer; a client that does not even read that much loses it."""
-        try:
-            sock.send(_plain(code, text, extra))
-        except OSError:
-            pass
-        _close(sock)
-
-    def _serving_socket(self, sock: socket.socket, thread: bool = False) -> None:
-        with self._lock:
-            self._active[id(sock)] = sock
-            self._stream_threads += thread
-        sock.setblocking(True)
-        sock.settimeout(SOCKET_TIMEOUT)
-
-    def _finished(self, sock: socket.socket, key: int, thread: bool = False) -> None:
-        with self._lock:
-            self._active.pop(key, None)
-            self._stream_threads -= thread
-        _close(sock)
-
-    def _page(self) -> bytes:
-        return _head(HTTPStatus.OK, "text/html; charset=utf-8", len(self.page)) + self.page
-
-    def _video_list(self) -> bytes:
-        videos = list_videos(self.video_dir) if self.video_dir is not None else []
-        body = json.dumps({
-            "videos": [video.as_json() for video in videos]
-        }, separators=(",", ":")).encode("utf-8")
-        return _head(HTTPStatus.OK, "application/json", len(body)) + body
-
-    def _queue_page(self, sock: socket.socket, make: Callable[[], bytes]) -> None:
-        """Have a page worker send ``make()`` (a whole response), or answer 503 when too many
-        wait already."""
-        with self._lock:
-            full = len(self._page_queue) >= PAGE_QUEUE
-            if not full:
-                self._page_queue.append((sock, make))
-                self._page_ready.notify()
-        if full:
+            return plain(code, text, extra)
+        logger.debug("%s %s", request.remote, request.path)
+        if self._short >= PAGE_QUEUE:
             self.dropped["page queue full"] += 1
-            self._reply_now(sock, HTTPStatus.SERVICE_UNAVAILABLE, "busy; try again")
-
-    def _page_worker(self) -> None:
-        while True:
-            with self._lock:
-                while not self._page_queue and not self._stopping:
-                    self._page_ready.wait()
-                if self._stopping:
-                    return
-                sock, make = self._page_queue.popleft()
-            key = id(sock)
+            return plain(HTTPStatus.SERVICE_UNAVAILABLE, "busy; try again")
+        self._short += 1
+        try:
             try:
-                self._serving_socket(sock)
-                sock.sendall(make())
-            except OSError:
-                pass
-            except Exception:  # noqa: BLE001 - a bug answers 500; the worker must live on
-                logger.exception("answering a request failed")
-                try:
-                    sock.sendall(_plain(HTTPStatus.INTERNAL_SERVER_ERROR, "internal error"))
-                except OSError:
-                    pass
+                response = await handler(request)
+            except web.HTTPException as error:
+                response = plain(error.status, error.reason.lower())
+            if response.prepared:  # a stream: it has sent itself
+                return response
+            # A short answer: sent here, so that one a client does not take is dropped.
+            deadline = self._deadline(request.transport, "too slow to take an answer")
+            try:
+                await response.prepare(request)
+                await response.write_eof()
+            except ConnectionError:
+                pass  # the client went away
             finally:
-                self._finished(sock, key)
-
-    def _start_video(self, sock: socket.socket, name: str, range_header: str) -> None:
-        self._claim_slot(self._videos, self._lock, sock, MAX_VIDEO_SENDS, "video")
-        threading.Thread(target=self._video,
-                         args=(sock, id(sock), name, range_header),
-                         name="async_plotter-http-video",
-                         daemon=True).start()
-
-    def _video(self, sock: socket.socket, key: int, name: str, range_header: str) -> None:
-        try:
-            path = None if self.video_dir is None else video_path(self.video_dir, name)
-            if path is None:
-                sock.sendall(_plain(HTTPStatus.NOT_FOUND, "no such video"))
-            else:
-                self._send_video(sock, path, range_header)
-        except OSError:
-            pass  # the browser went away (or seeked: evicted), or the file was just pruned
+                deadline.cancel()
+            return response
         finally:
-            with self._lock:
-                if self._videos.get(key, (None, ))[0] is sock:
-                    del self._videos[key]
-            self._finished(sock, key, thread=True)
+            self._short -= 1
 
-    def _send_video(self, sock: socket.socket, path: str, range_header: str) -> None:
-        """Send the mp4 at ``path`` (or the range asked for) on the blocking ``sock``."""
-        send_video(sock, path, range_header, _head)
+    async def in_worker(self, make: Callable[..., Result], *args: Any) -> Result:
+        """``make(*args)`` on a page worker thread (for what touches the disk)."""
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._workers, make, *args)
 
-    def _start_stream(self, sock: socket.socket, client: str) -> None:
-        key = id(sock)
-        try:
-            viewer = self.feed.add_viewer(client,
-                                          on_evict=lambda: self._evicted(sock, "stream"),
-                                          unsent=lambda: unsent_bytes(sock))
-        except FeedClosed:
-            self._reply_now(sock, HTTPStatus.SERVICE_UNAVAILABLE, "stopping")
+    def _deadline(self, transport: Optional[asyncio.BaseTransport], reason: str) -> Any:
+        """Drop the connection unless cancelled within ``SOCKET_TIMEOUT``."""
+        assert self.loop is not None
+        return self.loop.call_later(SOCKET_TIMEOUT, self._drop, transport, reason)
+
+    def _drop(self, transport: Optional[asyncio.BaseTransport], reason: str) -> None:
+        if transport is not None and not transport.is_closing():
+            self.dropped[reason] += 1
+            _abort(transport)
+
+    def evict(self, transport: Optional[asyncio.BaseTransport], what: str) -> None:
+        """A newer client took this one's slot: reset its connection (from any thread)."""
+        loop = self.loop
+        if loop is None:
             return
-        self._serving_socket(sock, thread=True)
-        threading.Thread(target=self._stream,
-                         args=(sock, key, viewer),
-                         name="async_plotter-http-stream",
-                         daemon=True).start()
-
-    def _stream(self, sock: socket.socket, key: int, viewer: Any) -> None:
-        feed = self.feed
         try:
-            start_frame_stream(sock)
-            while True:
-                item = feed.next_jpeg(viewer, timeout=1.0)
-                if item is not None:
-                    # The boundary goes right after the frame, not before the next one: browsers
-                    # show a part only once its boundary arrives.
-                    part = _part(*item)
-                    sock.sendall(part)
-                    feed.frame_sent(viewer, len(part))
-        except (FeedClosed, ViewerEvicted, OSError):
-            pass  # stopping, or the browser went away (reset, broken pipe, timeout, evicted)
-        finally:
-            feed.remove_viewer(viewer)
-            self._finished(sock, key, thread=True)
-
-    def _evicted(self, sock: socket.socket, what: str) -> None:
-        """A newer viewer took this one's slot (called in the loop's thread)."""
-        self.dropped[f"{what} evicted"] += 1
-        _shut(sock, abort=True)
-
-    def _start_events(self, sock: socket.socket, client: str) -> None:
-        leaving = self._claim_slot(self._events, self._lock, sock, MAX_EVENT_STREAMS, "events")
-        threading.Thread(target=self._events_stream,
-                         args=(sock, id(sock), client, leaving),
-                         name="async_plotter-http-events",
-                         daemon=True).start()
-
-    def _claim_slot(self, slots: "collections.OrderedDict[int, Tuple[socket.socket, Any]]",
-                    lock: Any, sock: socket.socket, limit: int, what: str) -> threading.Event:
-        """Give ``sock`` one of ``limit`` slots in ``slots`` (the oldest holder is evicted when
-        they are full) and count its thread; returns the event that tells the slot's thread to
-        leave. The caller starts that thread."""
-        leaving = threading.Event()
-        with lock:
-            victim = None
-            if len(slots) >= limit:
-                _, victim = slots.popitem(last=False)
-            slots[id(sock)] = (sock, leaving)
-        if victim is not None:
-            victim[1].set()
-            self._evicted(victim[0], what)
-        self._serving_socket(sock, thread=True)
-        return leaving
-
-    def _events_stream(self, sock: socket.socket, key: int, client: str,
-                       leaving: threading.Event) -> None:
-        feed = self.feed
-        seen: Tuple[int, int] = (0, 0)
-        sent_points = 0
-        last_status: Optional[Dict[str, Any]] = None
-        last_write = 0.0
-        try:
-            sock.sendall(
-                _head(HTTPStatus.OK, "text/event-stream; charset=utf-8", None) + b"retry: 1000\n\n")
-            while not leaving.is_set():
-                # Wakes at once for a new episode (a newer policy) or a curve point; otherwise
-                # after STATUS_INTERVAL, which paces the step and frames/s updates.
-                seen = feed.wait_for_change(seen, STATUS_INTERVAL)
-                points, sent_points, reset = feed.metrics_since(sent_points)
-                chunks = []
-                if points or reset:
-                    chunks.append(_event("metrics", {"points": points, "reset": reset}))
-                # The page shows its strip of recorded videos only where there are some to fetch.
-                status = dict(feed.status(client), videos=self.video_dir is not None)
-                if status != last_status:
-                    chunks.append(_event("status", status))
-                    last_status = status
-                now = time.monotonic()
-                if not chunks and now - last_write > KEEPALIVE_INTERVAL:
-                    chunks.append(b": keep-alive\n\n")
-                if chunks:
-                    sock.sendall(b"".join(chunks))
-                    last_write = now
-        except (FeedClosed, OSError):
+            loop.call_soon_threadsafe(self._drop, transport, f"{what} evicted")
+        except RuntimeError:  # the loop is closed
             pass
+
+    # -------------------------------------------------------------- what streams share
+
+    async def send_frames(self, request: web.Request, slots: NewestSlots[Tuple[bytes, FrameMeta]],
+                          viewer: Viewer) -> web.StreamResponse:
+        """Send ``slots``' newest MJPEG parts (``mjpeg_part``) to ``viewer`` until it leaves or
+        loses its slot.
+
+        A part is taken once the previous one has reached the kernel, whose send buffer is kept
+        small: newest-wins only works if the kernel does not queue seconds of frames for a slow
+        browser (it would autotune up to megabytes)."""
+        self._short -= 1  # a stream is bounded by its own slots
+        try:
+            transport = request.transport
+            assert transport is not None
+            sock = transport.get_extra_info("socket")
+            if sock is not None:
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, STREAM_SEND_BUFFER)
+                # asyncio turns Nagle's algorithm off; a stream keeps it on, as plain sockets
+                # have it: one write per frame coalesces the same, and with it a client that
+                # reads nothing acknowledges more slowly, and loses its slot sooner (with it
+                # off, 8-11 readers lost theirs to 9 stuck clients instead of 7).
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 0)
+            # Writing waits whenever anything is left in user space (see _send).
+            transport.set_write_buffer_limits(high=0)
+            response = web.StreamResponse(
+                headers={
+                    "Content-Type": f"multipart/x-mixed-replace; boundary={BOUNDARY}",
+                    "X-Accel-Buffering": "no",  # nginx: pass streams through
+                })
+            await response.prepare(request)
+            await self._send(request, response, f"--{BOUNDARY}\r\n".encode())
+            try:
+                while True:
+                    part = (await slots.next(viewer))[0]
+                    # The boundary goes right after the frame, not before the next one:
+                    # browsers show a part only once its boundary arrives.
+                    await self._send(request, response, part)
+                    slots.frame_sent(viewer, len(part))
+            except (FeedClosed, ViewerEvicted, ConnectionError):
+                pass  # stopping, or the browser went away (reset, broken pipe, evicted)
+            return response
         finally:
-            with self._lock:
-                if self._events.get(key, (None, ))[0] is sock:
-                    del self._events[key]
-            self._finished(sock, key, thread=True)
+            self._short += 1
+
+    async def send_events(self, request: web.Request, produce: Callable[[], List[bytes]],
+                          wait: Callable[[], Awaitable[Any]]) -> web.StreamResponse:
+        """A server-sent events stream: ``produce()``'s events whenever ``wait()`` returns, a
+        keep-alive comment when there were none for ``KEEPALIVE_INTERVAL``. Holds one of
+        ``MAX_EVENT_STREAMS`` slots (a new stream takes the oldest one's)."""
+        self._short -= 1
+        key = self._claim("events", request, MAX_EVENT_STREAMS)
+        try:
+            response = web.StreamResponse(headers={
+                "Content-Type": "text/event-stream; charset=utf-8",
+                "X-Accel-Buffering": "no"
+            })
+            await response.prepare(request)
+            await self._send(request, response, b"retry: 1000\n\n")
+            last_write = 0.0
+            try:
+                while not self._stopping:
+                    chunks = produce()
+                    now = time.monotonic()
+                    if not chunks and now - last_write > KEEPALIVE_INTERVAL:
+                        chunks.append(b": keep-alive\n\n")
+                    if chunks:
+                        await self._send(request, response, b"".join(chunks))
+                        last_write = now
+                    await wait()
+            except (FeedClosed, ConnectionError):
+                pass
+            return response
+        finally:
+            self._release("events", key)
+            self._short += 1
+
+    async def send_video(self, request: web.Request, path: str) -> web.StreamResponse:
+        """The mp4 at ``path``, all of it or the range asked for (aiohttp's ``FileResponse``),
+        in one of ``MAX_VIDEO_SENDS`` slots (a new one takes the oldest one's)."""
+        self._short -= 1
+        key = self._claim("video", request, MAX_VIDEO_SENDS)
+        try:
+            response = _Video(path, headers={"Content-Type": "video/mp4"})
+            try:
+                await response.prepare(request)  # a file pruned meanwhile: 404
+                await response.write_eof()
+            except ConnectionError:
+                pass  # the browser went away (or seeked: evicted)
+            return response
+        finally:
+            self._release("video", key)
+            self._short += 1
+
+    def _claim(self, kind: str, request: web.Request, limit: int) -> Any:
+        slots = self._slots[kind]
+        if len(slots) >= limit:
+            _, victim = slots.popitem(last=False)
+            self._drop(victim, f"{kind} evicted")
+        key = object()
+        slots[key] = request.transport
+        return key
+
+    def _release(self, kind: str, key: Any) -> None:
+        self._slots[kind].pop(key, None)
+
+    async def _send(self, request: web.Request, response: web.StreamResponse, data: bytes) -> None:
+        """Write ``data`` and wait until all of it has reached the kernel; a client that takes
+        none of it for ``SOCKET_TIMEOUT`` is dropped."""
+        deadline = self._deadline(request.transport, "stream too slow")
+        try:
+            await response.write(data)
+            transport = request.transport
+            if transport is not None and transport.get_write_buffer_size():
+                await request.writer.drain()
+        finally:
+            deadline.cancel()
 
     # ------------------------------------------------------------------------ stopping
-
-    def shutdown(self) -> None:
-        """Stop the loop (returns once it has stopped, if it was running)."""
-        with self._lock:
-            self._stopping = True
-            self._page_ready.notify_all()
-        try:
-            self._wake_write.send(b"x")
-        except OSError:
-            pass
-        if self._serving.is_set():
-            self._stopped.wait(5.0)
-
-    def server_close(self) -> None:
-        """Release the port."""
-        _close(self._listener)
-        _close(self._wake_read)
-        _close(self._wake_write)
 
     def close(self) -> None:
         """Stop accepting, end every stream, release the port. Call from another thread than
         ``serve_forever``'s."""
-        self.feed.close()  # threads waiting for frames or events leave
-        self.shutdown()
-        with self._lock:
-            connections = list(self._active.values())
-            queued = [sock for sock, _ in self._page_queue]
-            self._page_queue.clear()
-        for sock in connections:
-            _shut(sock)  # unblocks a thread stuck writing to a browser that stopped reading
-        for sock in queued:
-            _close(sock)
-        self.server_close()
+        self._stopping = True
+        loop, stop = self.loop, self._stop
+        if loop is not None and stop is not None:
+            try:
+                loop.call_soon_threadsafe(lambda: stop.done() or stop.set_result(None))
+            except RuntimeError:  # already closed
+                pass
+        if self._started.is_set() or loop is not None:
+            self._stopped.wait(5.0)
+        else:
+            self._listener.close()
+
+
+class LiveServer(HttpServer):
+    """Serves one ``LiveFeed``.
+
+    Args:
+        config: where to serve (``parse_http_address``'s result).
+        feed: the frames, status and curve to serve.
+        video_dir: the folder of the run's recorded videos, served as ``videos.json`` and
+            ``videos/<name>``; None: no videos (both routes are 404).
+    """
+
+    def __init__(self, config: HttpConfig, feed: LiveFeed, video_dir: Optional[str] = None) -> None:
+        super().__init__(config)
+        self.feed = feed
+        self.video_dir = None if video_dir is None else os.path.abspath(video_dir)
+        self.page = load_page()
+
+    def close(self) -> None:
+        self.feed.close()  # streams and events streams end
+        super().close()
+
+    def _bind(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.feed.frames.pulse.bind(loop)
+        self.feed.changes.bind(loop)
+
+    def add_routes(self, router: web.UrlDispatcher) -> None:
+        router.add_get("/{path:.*}", self._route, allow_head=False)
+
+    async def _route(self, request: web.Request) -> web.StreamResponse:
+        client = request.query.get("client", "")[:64]
+        # Only the last segments count, so the page also works behind a proxy's path prefix.
+        parent, _, route = request.rel_url.raw_path.rstrip("/").rpartition("/")
+        if route in ("", "index.html"):
+            return web.Response(body=self.page, content_type="text/html", charset="utf-8")
+        if route == "stream.mjpg":
+            return await self._stream(request, client)
+        if route == "events":
+            return await self._events(request, client)
+        if route == "videos.json" and self.video_dir is not None:
+            videos = await self.in_worker(list_videos, self.video_dir)
+            return json_answer({"videos": [video.as_json() for video in videos]})
+        if (parent.rpartition("/")[2] == "videos" and self.video_dir is not None
+                and VIDEO_NAME.fullmatch(route)):
+            path = await self.in_worker(video_path, self.video_dir, route)
+            if path is None:
+                return plain(HTTPStatus.NOT_FOUND, "no such video")
+            return await self.send_video(request, path)
+        return plain(HTTPStatus.NOT_FOUND, "not found; open / for the live page")
+
+    async def _stream(self, request: web.Request, client: str) -> web.StreamResponse:
+        transport = request.transport
+        sock = None if transport is None else transport.get_extra_info("socket")
+        try:
+            viewer = self.feed.add_viewer(client,
+                                          on_evict=lambda: self.evict(transport, "stream"),
+                                          unsent=lambda: unsent_bytes(sock))
+        except FeedClosed:
+            return plain(HTTPStatus.SERVICE_UNAVAILABLE, "stopping")
+        try:
+            return await self.send_frames(request, self.feed.frames, viewer)
+        finally:
+            self.feed.remove_viewer(viewer)
+
+    async def _events(self, request: web.Request, client: str) -> web.StreamResponse:
+        feed = self.feed
+        changes = feed.changes
+        state: Dict[str, Any] = {"points": 0, "status": None, "seen": changes.generation}
+
+        def produce() -> List[bytes]:
+            if feed.closed:
+                raise FeedClosed()
+            state["seen"] = changes.generation
+            points, state["points"], reset = feed.metrics_since(state["points"])
+            chunks = []
+            if points or reset:
+                chunks.append(event("metrics", {"points": points, "reset": reset}))
+            # The page shows its strip of recorded videos only where there are some to fetch.
+            status = dict(feed.status(client), videos=self.video_dir is not None)
+            if status != state["status"]:
+                chunks.append(event("status", status))
+                state["status"] = status
+            return chunks
+
+        # Wakes at once for a new episode (a newer policy) or a curve point; otherwise after
+        # STATUS_INTERVAL, which paces the step and frames/s updates.
+        return await self.send_events(request, produce,
+                                      lambda: changes.wait(state["seen"], STATUS_INTERVAL))
 
 
 # ------------------------------------------------------------------------------ helpers
 
 
-def _parse(head: bytes) -> Optional[_Request]:
-    """The request line and headers, or None if they are not HTTP/1.x."""
-    try:
-        text = head.decode("latin-1")
-    except UnicodeDecodeError:  # pragma: no cover - latin-1 decodes everything
-        return None
-    lines = text.split("\r\n")
-    parts = lines[0].split(" ")
-    if len(parts) != 3 or not parts[2].startswith("HTTP/1.") or not parts[1].startswith("/"):
-        return None
-    headers: Dict[str, str] = {}
-    for line in lines[1:]:
-        name, sep, value = line.partition(":")
-        if not sep or not name or name != name.strip():
-            return None
-        name = name.lower()
-        if name in headers and name in ("host", "origin", "authorization", "sec-fetch-site"):
-            return None  # two of a header that access depends on: ambiguous, refuse
-        headers[name] = value.strip()
-    return _Request(parts[0], parts[1], headers)
-
-
 def _refusal(config: HttpConfig,
-             request: _Request) -> Optional[Tuple[int, str, Optional[Dict[str, str]]]]:
+             request: web.Request) -> Optional[Tuple[int, str, Optional[Dict[str, str]]]]:
     """Why the request is refused (status, text, extra headers), or None if it may proceed."""
     headers = request.headers
     token = config.token
@@ -645,7 +694,7 @@ def _refusal(config: HttpConfig,
         if origin is not None and not _same_origin(origin, host_header):
             return HTTPStatus.FORBIDDEN, "cross-origin request refused (Origin)", None
         return None
-    given = _first(request.query, "token") or _bearer(headers.get("authorization", ""))
+    given = request.query.get("token", "") or _bearer(headers.get("authorization", ""))
     given = given or headers.get("x-async-plotter-token", "")
     if not given:
         return (HTTPStatus.UNAUTHORIZED, "a token is required: open /?token=<token>", {
@@ -671,84 +720,56 @@ def _same_origin(origin: str, host_header: str) -> bool:
     return parts.hostname.lower() == host.lower() and origin_port == host_port
 
 
-def _head(code: int,
-          content_type: str,
-          length: Optional[int],
-          extra: Optional[Dict[str, str]] = None) -> bytes:
+async def _secure(request: web.Request, response: web.StreamResponse) -> None:
+    """Every response: the security headers, and the connection closes after it (an open one
+    would be a slot to hold)."""
+    for name, value in _SECURITY_HEADERS.items():
+        response.headers.setdefault(name, value)
+    response.force_close()
+
+
+def plain(code: int, text: str, extra: Optional[Dict[str, str]] = None) -> web.Response:
+    """A short text answer."""
+    return web.Response(status=int(code),
+                        text=text + "\n",
+                        content_type="text/plain",
+                        charset="utf-8",
+                        headers=extra)
+
+
+def json_answer(data: Any) -> web.Response:
+    """A JSON answer (no NaN: a browser's JSON.parse rejects it)."""
+    return web.Response(body=json.dumps(data, separators=(",", ":"),
+                                        allow_nan=False).encode("utf-8"),
+                        content_type="application/json")
+
+
+def _plain_bytes(code: int, text: str) -> bytes:
+    """A whole text answer, for a connection aiohttp has no request for."""
     status = HTTPStatus(code)
-    lines = [f"HTTP/1.1 {status.value} {status.phrase}", f"Content-Type: {content_type}"]
-    if length is not None:
-        lines.append(f"Content-Length: {length}")
-    else:
-        lines.append("X-Accel-Buffering: no")  # nginx: pass streams through
-    # Every response ends its connection: an open one would be a slot to hold.
-    lines.append("Connection: close")
-    lines.extend(f"{name}: {value}"
-                 for name, value in dict(_SECURITY_HEADERS, **(extra or {})).items())
-    return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
-
-
-def start_frame_stream(sock: socket.socket) -> None:
-    """Answer a stream request: the multipart head and the first boundary, on a socket whose
-    send buffer is kept small (newest-wins only works if the kernel does not queue seconds of
-    frames for a slow browser; it would autotune up to megabytes)."""
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, STREAM_SEND_BUFFER)
-    sock.sendall(
-        _head(HTTPStatus.OK, f"multipart/x-mixed-replace; boundary={BOUNDARY}", None) +
-        f"--{BOUNDARY}\r\n".encode())
-
-
-def _plain(code: int, text: str, extra: Optional[Dict[str, str]] = None) -> bytes:
     body = (text + "\n").encode("utf-8")
-    return _head(code, "text/plain; charset=utf-8", len(body), extra) + body
+    return (f"HTTP/1.1 {status.value} {status.phrase}\r\nContent-Type: text/plain; charset=utf-8"
+            f"\r\nContent-Length: {len(body)}\r\nConnection: close\r\n\r\n").encode() + body
 
 
-def _close(sock: socket.socket) -> None:
-    try:
-        sock.close()
-    except OSError:
-        pass
-
-
-def _shut(sock: socket.socket, abort: bool = False) -> None:
-    """Wake a thread blocked on ``sock`` (its call fails at once); it then closes it.
-
-    ``abort``: the close that follows resets the connection and drops what is still queued, so
-    an evicted slow reader learns at once and its kernel buffers are freed, rather than being
-    trickled the frames it was too slow for.
-    """
-    try:
-        if abort:
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
-        sock.shutdown(socket.SHUT_RDWR)
-    except OSError:
-        pass
-
-
-def _drain(sock: socket.socket) -> None:
-    try:
-        while sock.recv(4096):
-            pass
-    except OSError:
-        pass
-
-
-def _part(jpeg: bytes, meta: FrameMeta) -> bytes:
-    iteration = "" if meta.iteration is None else str(meta.iteration)
-    head = (f"Content-Type: image/jpeg\r\nContent-Length: {len(jpeg)}\r\n"
-            f"X-Update: {meta.update}\r\nX-Iteration: {iteration}\r\nX-Episode: {meta.episode}\r\n"
-            f"X-Step: {meta.step}\r\nX-Frame-Time: {meta.time:.6f}\r\n\r\n")
-    # One write per frame: a browser never sees half a part from us waiting on the next.
-    return head.encode() + jpeg + f"\r\n--{BOUNDARY}\r\n".encode()
-
-
-def _event(name: str, data: Any) -> bytes:
+def event(name: str, data: Any) -> bytes:
+    """One server-sent event."""
     return f"event: {name}\ndata: {json.dumps(data, separators=(',', ':'))}\n\n".encode()
 
 
-def _first(query: Dict[str, list], name: str) -> str:
-    values = query.get(name)
-    return values[0] if values else ""
+def _abort(transport: Optional[asyncio.BaseTransport]) -> None:
+    """Reset the connection: what is still queued is dropped, so an evicted slow reader learns
+    at once and its kernel buffers are freed, rather than being trickled the frames it was too
+    slow for."""
+    if transport is None:
+        return
+    sock = transport.get_extra_info("socket")
+    try:
+        if sock is not None:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+    except OSError:
+        pass
+    transport.abort()
 
 
 def _host_name(header: str) -> str:

@@ -7,17 +7,19 @@ import threading
 import time
 from typing import Any, Callable, Dict, Optional
 
+from async_plotter.worker.stats import WorkerStats
+
 #: how many videos ``stats["video_log"]`` remembers (the newest)
 VIDEO_LOG_LENGTH = 1000
 _LOGGED_KEYS = ("path", "update", "iteration", "episodes", "frames", "time")
 
 
 class VideoLedger:
-    """Counts kept rollouts into ``stats`` (``videos``, ``last_video``, ``video_log``,
+    """Counts kept rollouts into the stats record (``videos``, ``last_video``, ``video_log``,
     ``final_video``; ``tensorboard_images``) and lets the trainer wait for a rollout of an
     update (an mp4 or a TensorBoard image, whichever comes first)."""
 
-    def __init__(self, stats: Dict[str, Any]) -> None:
+    def __init__(self, stats: WorkerStats) -> None:
         self._stats = stats
         self._written = threading.Condition()
         self._newest_update = -1
@@ -32,21 +34,21 @@ class VideoLedger:
     def record(self, payload: Dict[str, Any]) -> None:
         """A video report from the render process."""
         stats = self._stats
-        stats["videos"] += 1
-        stats["last_video"] = payload["path"]
         entry = {key: payload.get(key) for key in _LOGGED_KEYS}
-        stats["video_log"] = (stats["video_log"] + [entry])[-VIDEO_LOG_LENGTH:]
+        stats.update(videos=stats.videos + 1,
+                     last_video=payload["path"],
+                     video_log=(stats.video_log + [entry])[-VIDEO_LOG_LENGTH:])
         with self._written:
             update = payload.get("update")
             if update is not None and update > self._newest_update:
                 self._newest_update = update
             if self.final_update is not None and self._newest_update >= self.final_update:
-                stats["final_video"] = payload["path"]
+                stats.final_video = payload["path"]
             self._written.notify_all()
 
     def record_image(self, payload: Dict[str, Any]) -> None:
         """A TensorBoard image report: a kept rollout too (it may be the final one)."""
-        self._stats["tensorboard_images"] += 1
+        self._stats.tensorboard_images += 1
         with self._written:
             update = payload.get("update")
             if update is not None and update > self._newest_update:

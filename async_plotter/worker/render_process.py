@@ -10,13 +10,14 @@ import sys
 import tempfile
 import time
 from multiprocessing.connection import Connection, wait
-from typing import Any, List, Optional
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from async_plotter.processes import (become_background_child, keep_side_effects_out_of_user_folders)
 from async_plotter.worker.config import WorkerConfig
 from async_plotter.worker.sinks import SinkContext, WindowSpec, build_sinks
 from async_plotter.worker.status import StatusKind, StatusSender
-from async_plotter.render.stream import EpisodeEnd, EpisodeInfo, StreamKind, UnknownMessage
+from async_plotter.render.stream import (EpisodeEnd, EpisodeInfo, SceneInfo, StreamKind,
+                                         UnknownMessage)
 
 logger = logging.getLogger(__name__)
 
@@ -58,7 +59,7 @@ def main(config: WorkerConfig, frames_in: Connection, lifeline: Connection,
         if not _terminated:
             status.error("render")
             failed = True
-    _end_failed_episode(frames_in, sinks)
+    _end_failed_episode(lifeline, sinks)
     _close_all(sinks)
     if failed:
         sys.exit(1)
@@ -129,31 +130,35 @@ def _raise_terminated(signum: int, frame: Any) -> None:
         raise _Terminated()
 
 
-def _end_failed_episode(frames_in: Connection, sinks: List[Any]) -> None:
-    """Stopping (the trainer closed the lifeline, or SIGTERM) with an episode open: if the rollout
-    process's stream has ended, that episode's rollout failed (the supervisor stops this process
-    after the rollout process died), and nothing of it may be written, however few of its frames
-    this process drew before it noticed. A rollout still running (the trainer is closing) keeps
-    what was recorded. Reads only what is already in the pipe, for at most 0.1 s."""
+def _end_failed_episode(lifeline: Connection, sinks: List[Any]) -> None:
+    """Stopping (the trainer closed the lifeline, or SIGTERM) with an episode open: if the trainer
+    said the worker failed (``FAILED``, sent before it stops a worker whose rollout process died
+    or hung), nothing of that episode may be written, however few of its frames this process drew
+    before it noticed. A stop (``close()``, Ctrl-C) keeps what was recorded. Reads only what is
+    already in the lifeline, for at most 0.1 s."""
     global _open_episode
     episode, _open_episode = _open_episode, None
-    if episode is None:
-        return
-    deadline = time.monotonic() + 0.1
-    try:
-        while time.monotonic() < deadline and frames_in.poll():
-            if frames_in.recv()[0] is StreamKind.END:
-                return  # it did end: what was drawn of it is kept
-        return
-    except (EOFError, OSError):
-        pass  # the rollout process is gone, mid-episode
-    except Exception:  # noqa: BLE001 - a malformed message: not a failure of the rollout
+    if episode is None or not _told_failed(lifeline):
         return
     for sink in sinks:
         try:
             sink.end_episode(episode, EpisodeEnd(0, 0.0, False, failed=True))
         except Exception:  # noqa: BLE001 - the other sinks still get to drop it
             logger.exception("dropping the failed episode in %s failed", type(sink).__name__)
+
+
+def _told_failed(lifeline: Connection) -> bool:
+    deadline = time.monotonic() + 0.1
+    try:
+        while time.monotonic() < deadline and lifeline.poll():
+            message = lifeline.recv()
+            if isinstance(message, tuple) and message[:1] == (StreamKind.FAILED, ):
+                return True
+    except (EOFError, OSError):
+        pass
+    except Exception:  # noqa: BLE001 - a malformed message says nothing of a failure
+        pass
+    return False
 
 
 def _close_all(sinks: List[Any]) -> None:
@@ -197,38 +202,11 @@ def _checked(message: Any) -> tuple:
 
 def _run(config: WorkerConfig, frames_in: Connection, lifeline: Connection, status: StatusSender,
          sinks: List[Any]) -> None:
-    global _open_episode
-    early_metrics = []
-    final = False
-    while True:
-        message = _receive(frames_in, lifeline, status)
-        if message is None or message[0] is _GONE:
-            return
-        if message[0] is StreamKind.FINAL:
-            final = True
-        elif message[0] is not StreamKind.METRICS:
-            break
-        else:
-            early_metrics.append(message[1])
-    kind, scene_info = message
-    if kind is not StreamKind.SCENE:
-        raise UnknownMessage(f"the rollout process began with {kind}, not the scene")
-    scene = None
-    if scene_info.kind == "mujoco":
-        from async_plotter.render.mujoco_scene import MujocoScene
-
-        scene = MujocoScene(scene_info.model,
-                            scene_info.camera,
-                            scene_info.camera_id,
-                            scene_info.width,
-                            scene_info.height,
-                            config.quality,
-                            size_chosen=config.frame_size is not None)
-        status.send(StatusKind.READY, gl_renderer=scene.gl_renderer, preset=scene.preset)
-    else:
-        status.send(StatusKind.READY,
-                    gl_renderer="none (the env draws its own frames)",
-                    preset="n/a")
+    opening = _await_scene(frames_in, lifeline, status)
+    if opening is None:
+        return
+    scene_info, early = opening
+    scene = _open_scene(scene_info, config, status)
     sinks.extend(
         build_sinks(
             config.sinks,
@@ -239,71 +217,168 @@ def _run(config: WorkerConfig, frames_in: Connection, lifeline: Connection, stat
                         status=status)))
     for sink in sinks:
         sink.attach(scene)
-        for iteration, metrics in early_metrics:
-            sink.on_metrics(iteration, metrics)
+    stream = _Stream(config, scene_info, scene, sinks, status, frames_in)
+    for kind, body in early:
+        stream.handle(kind, body)
+    stream.run(lifeline)
 
-    # The cap, or the scene's own rate where the rollout process chose one a little above it
-    # (Hopper: 31.25 frames/s under a cap of 30): pacing below it would lag the live view.
-    interval = 1.0 / max(config.fps, scene_info.fps or 0.0)
-    next_due = time.monotonic()
-    # Live viewers want the present, not every step: when the renderer falls behind (software
-    # GL under a busy trainer), a state with a newer one already waiting is dropped. Videos need
-    # every step, so when rollouts are kept nothing is dropped.
-    drop_stale = config.live and not config.records
-    episode = None
-    frames_unreported = 0
-    last_report = time.monotonic()
+
+def _await_scene(frames_in: Connection, lifeline: Connection,
+                 status: StatusSender) -> Optional[Tuple[SceneInfo, List[tuple]]]:
+    """The handshake: the rollout process's ``(SCENE, SceneInfo)``, and the trainer's messages
+    that came before it (``METRICS``, ``FINAL``), to be handled once the sinks exist. None if
+    either end went away first."""
+    early = []
     while True:
         message = _receive(frames_in, lifeline, status)
-        if message is None:
-            break
+        if message is None or message[0] is _GONE:
+            return None
         kind, body = message
-        if kind is _GONE:
-            # The rollout process failed mid-episode (a crash, or an exception it reported):
-            # what was recorded of that episode is not a video worth keeping.
-            if _open_episode is not None:
-                for sink in sinks:
-                    sink.end_episode(_open_episode, EpisodeEnd(0, 0.0, False, failed=True))
-            _open_episode = None
-            break
-        if kind is StreamKind.METRICS:
-            for sink in sinks:
-                sink.on_metrics(*body)
-        elif kind is StreamKind.FINAL:
-            final = True
-        elif kind is StreamKind.BEGIN:
-            episode = _open_episode = body
-            for sink in sinks:
-                sink.begin_episode(episode)
-        elif kind is StreamKind.END:
-            _open_episode = None
-            for sink in sinks:
-                sink.end_episode(episode, body)
-            if frames_unreported:  # an idle worker would otherwise never report the tail
-                status.send(StatusKind.FRAMES, count=frames_unreported)
-                frames_unreported, last_report = 0, time.monotonic()
-        elif kind in (StreamKind.STATE, StreamKind.FRAME):
-            if drop_stale and frames_in.poll():
-                continue
-            if kind is StreamKind.STATE:
-                scene.set_state(body)
-                frame = scene.render() if any(s.wants_pixels() for s in sinks) else None
-            else:
-                frame = body
-            for sink in sinks:
-                sink.add_frame(frame, episode)
-            frames_unreported += 1
-            now = time.monotonic()
-            if now - last_report >= 0.5:
-                status.send(StatusKind.FRAMES, count=frames_unreported)
-                frames_unreported, last_report = 0, now
-            # The frame-rate cap: the worker's CPU use is bounded by fps x cost of one frame.
-            # The final video has no cap: training is over, and close() is waiting for it.
-            next_due = max(next_due + interval, now)
-            delay = next_due - time.monotonic()
-            if delay > 0 and not final:
-                time.sleep(delay)
-        else:
+        if kind is StreamKind.SCENE:
+            return body, early
+        if kind is StreamKind.FAILED:
+            continue  # no episode is open before the scene
+        if kind not in (StreamKind.METRICS, StreamKind.FINAL):
+            raise UnknownMessage(f"the rollout process began with {kind}, not the scene")
+        early.append(message)
+
+
+def _open_scene(scene_info: SceneInfo, config: WorkerConfig, status: StatusSender) -> Any:
+    """The ``MujocoScene`` that turns states into pixels (None for envs that draw their own
+    frames); reports the render process ready."""
+    if scene_info.kind != "mujoco":
+        status.send(StatusKind.READY,
+                    gl_renderer="none (the env draws its own frames)",
+                    preset="n/a")
+        return None
+    from async_plotter.render.mujoco_scene import MujocoScene
+
+    scene = MujocoScene(scene_info.model,
+                        scene_info.camera,
+                        scene_info.camera_id,
+                        scene_info.width,
+                        scene_info.height,
+                        config.quality,
+                        size_chosen=config.frame_size is not None)
+    status.send(StatusKind.READY, gl_renderer=scene.gl_renderer, preset=scene.preset)
+    return scene
+
+
+class _Stream:
+    """The loop after the handshake: each message goes to its handler in ``_HANDLERS``."""
+
+    def __init__(self, config: WorkerConfig, scene_info: SceneInfo, scene: Any, sinks: List[Any],
+                 status: StatusSender, frames_in: Connection) -> None:
+        self._scene = scene
+        self._sinks = sinks
+        self._status = status
+        self._frames_in = frames_in
+        # The cap, or the scene's own rate where the rollout process chose one a little above it
+        # (Hopper: 31.25 frames/s under a cap of 30): pacing below it would lag the live view.
+        self._interval = 1.0 / max(config.fps, scene_info.fps or 0.0)
+        self._next_due = time.monotonic()
+        # Live viewers want the present, not every step: when the renderer falls behind
+        # (software GL under a busy trainer), a state with a newer one already waiting is
+        # dropped. Videos need every step, so when rollouts are kept nothing is dropped.
+        self._drop_stale = config.live and not config.records
+        #: training is over: the final video is drawn without the frame-rate cap
+        self._final = False
+        self._episode: Optional[EpisodeInfo] = None
+        self._frames_unreported = 0
+        self._last_report = time.monotonic()
+
+    def run(self, lifeline: Connection) -> None:
+        """Handle messages until the trainer closes the lifeline or the rollout process goes."""
+        while True:
+            message = _receive(self._frames_in, lifeline, self._status)
+            if message is None:
+                break
+            kind, body = message
+            if kind is _GONE:
+                self._rollout_gone()
+                break
+            self.handle(kind, body)
+        self._report_frames()
+
+    def handle(self, kind: StreamKind, body: Any) -> None:
+        handler = _HANDLERS.get(kind)
+        if handler is None:
             raise UnknownMessage(f"{kind} in the middle of the stream")
-    if frames_unreported:
-        status.send(StatusKind.FRAMES, count=frames_unreported)
+        handler(self, body)
+
+    def _rollout_gone(self) -> None:
+        # The rollout process failed mid-episode (a crash, or an exception it reported; its
+        # stream ended while the trainer was not stopping us, or the trainer said so): what
+        # was recorded of that episode is not a video worth keeping.
+        global _open_episode
+        if _open_episode is not None:
+            for sink in self._sinks:
+                sink.end_episode(_open_episode, EpisodeEnd(0, 0.0, False, failed=True))
+        _open_episode = None
+
+    def _on_metrics(self, body: Tuple[Optional[int], Dict[str, float]]) -> None:
+        for sink in self._sinks:
+            sink.on_metrics(*body)
+
+    def _on_final(self, body: None) -> None:
+        self._final = True
+
+    def _on_failed(self, body: None) -> None:
+        self._rollout_gone()
+
+    def _on_begin(self, episode: EpisodeInfo) -> None:
+        global _open_episode
+        self._episode = _open_episode = episode
+        for sink in self._sinks:
+            sink.begin_episode(episode)
+
+    def _on_end(self, end: EpisodeEnd) -> None:
+        global _open_episode
+        _open_episode = None
+        for sink in self._sinks:
+            sink.end_episode(self._episode, end)
+        self._report_frames()  # an idle worker would otherwise never report the tail
+
+    def _on_state(self, state: Any) -> None:
+        if self._drop_stale and self._frames_in.poll():
+            return
+        self._scene.set_state(state)
+        wanted = any(sink.wants_pixels() for sink in self._sinks)
+        self._show(self._scene.render() if wanted else None)
+
+    def _on_frame(self, frame: Any) -> None:
+        if self._drop_stale and self._frames_in.poll():
+            return
+        self._show(frame)
+
+    def _show(self, frame: Any) -> None:
+        for sink in self._sinks:
+            sink.add_frame(frame, self._episode)
+        self._frames_unreported += 1
+        now = time.monotonic()
+        if now - self._last_report >= 0.5:
+            self._report_frames()
+        # The frame-rate cap: the worker's CPU use is bounded by fps x cost of one frame. The
+        # final video has no cap: training is over, and close() is waiting for it.
+        self._next_due = max(self._next_due + self._interval, now)
+        delay = self._next_due - time.monotonic()
+        if delay > 0 and not self._final:
+            time.sleep(delay)
+
+    def _report_frames(self) -> None:
+        if self._frames_unreported:
+            self._status.send(StatusKind.FRAMES, count=self._frames_unreported)
+            self._frames_unreported, self._last_report = 0, time.monotonic()
+
+
+#: what the render process does with each kind of message after the scene (``SCENE`` is not in
+#: it: the scene comes once, first)
+_HANDLERS: Dict[StreamKind, Callable[[_Stream, Any], None]] = {
+    StreamKind.METRICS: _Stream._on_metrics,
+    StreamKind.FINAL: _Stream._on_final,
+    StreamKind.FAILED: _Stream._on_failed,
+    StreamKind.BEGIN: _Stream._on_begin,
+    StreamKind.END: _Stream._on_end,
+    StreamKind.STATE: _Stream._on_state,
+    StreamKind.FRAME: _Stream._on_frame,
+}

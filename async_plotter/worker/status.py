@@ -1,6 +1,7 @@
 """Reports a worker process sends back to the trainer's supervisor: events, progress beats and
-errors. Every report is ``(StatusKind, payload_dict)``; the payload always has ``role`` and
-``time``."""
+errors. Every report is ``(StatusKind, payload_dict)``, the member itself on the wire as the
+render process's ``(StreamKind, body)`` messages are (``render/stream.py``); the payload always
+has ``role`` and ``time``."""
 import enum
 import time
 import traceback
@@ -49,7 +50,7 @@ class StatusSender:
         payload["role"] = self.role
         payload["time"] = time.time()
         try:
-            self._connection.send((kind.value, payload))
+            self._connection.send((kind, payload))
         except (OSError, ValueError):
             pass  # the trainer is gone; the lifeline will end this process
 

@@ -1,16 +1,17 @@
 """The one line a run ends with: what the user got to see, and, when it was little, why."""
 import os
-from typing import Any, Dict, List, Optional, Sequence
+from typing import Any, Dict, List, Optional
 
 #: fewer videos than one per this many iterations calls for an explanation
 _ITERATIONS_PER_VIDEO_EXPECTED = 10
 
 
-def summarize_videos(stats: Dict[str, Any], iterations: Sequence[int], elapsed: float,
+def summarize_videos(stats: Dict[str, Any], iterations: int, elapsed: float,
                      budget: Optional[float], video_dir: Optional[str]) -> str:
     """``plotter: 7 videos in runs/x/videos of iterations 0, 9, ... 59; the newest,
     iter_0059.mp4, shows the final policy`` -- plus the reason and the knob when there were
-    fewer than one per 10 iterations."""
+    fewer than one per 10 iterations. ``stats``: ``Plotter.stats``; ``iterations``: how many
+    updates came with an iteration."""
     log: List[Dict[str, Any]] = list(stats.get("video_log") or [])
     if not video_dir:
         return (f"plotter: {stats.get('frames', 0)} frames shown live, "
@@ -24,7 +25,7 @@ def summarize_videos(stats: Dict[str, Any], iterations: Sequence[int], elapsed: 
                  "does not show the final policy")
         text = (f"plotter: {len(log)} video{'s' if len(log) != 1 else ''} in {video_dir} of "
                 f"{_compact(shown)}; the newest, {newest}, {final}")
-    reason = _why_few(stats, len(log), len(iterations), elapsed, budget)
+    reason = _why_few(stats, len(log), iterations, elapsed, budget)
     return f"{text}. {reason}" if reason else text
 
 

@@ -23,48 +23,13 @@ from async_plotter.worker.config import WorkerConfig
 from async_plotter.worker.ledger import VideoLedger
 from async_plotter.worker.metrics_relay import MetricsRelay
 from async_plotter.worker.sinks import WindowSpec
+from async_plotter.worker.stats import WorkerStats
 from async_plotter.worker.status import StatusKind, UnknownReport, report_kind
 
 logger = logging.getLogger("async_plotter")
 
 _F_SETPIPE_SZ = 1031  # Linux: shrink the rollout->render pipe so it cannot hold seconds of stale steps
 _STREAM_PIPE_BYTES = 16384
-
-
-def new_worker_stats() -> Dict[str, Any]:
-    """The counters a supervisor keeps up to date (``Plotter.stats`` and the viewer's)."""
-    return {
-        "updates_sent": 0,
-        "updates_applied": 0,
-        "episodes": 0,
-        "frames": 0,
-        "videos": 0,
-        "restarts": 0,
-        "alive": False,
-        "disabled": False,
-        "last_applied_update": None,
-        "last_applied_iteration": None,
-        "last_video": None,
-        "last_error": None,
-        "gl_renderer": None,
-        "visual_preset": None,
-        "policy_call": None,
-        "env_rate": None,
-        "frame_stride": None,
-        "video_fps": None,
-        "worker_pids": None,
-        "final_video": None,
-        "video_log": [],
-        "tensorboard_images": 0,
-        "boot_seconds": None,
-        "worker_cpu_seconds": 0.0,
-        "boot_cpu_seconds": 0.0,
-        "budget": None,
-        "budget_mechanism": None,
-        "budget_charged_seconds": 0.0,
-        "http_url": None,  # the live page's address once it serves (``Plotter(http=...)``)
-    }
-
 
 #: start-up, unbudgeted, lasts until the first video exists, or this long after the processes
 #: are ready (a window or a live page writes no video)
@@ -104,7 +69,7 @@ class WorkerSupervisor:
     def __init__(self,
                  config: WorkerConfig,
                  channel_address: Callable[[], ChannelAddress],
-                 stats: Dict[str, Any],
+                 stats: WorkerStats,
                  max_restarts: int = 3,
                  hang_timeout: float = 60.0,
                  listener: Optional[Callable[[str, dict], None]] = None) -> None:
@@ -124,8 +89,7 @@ class WorkerSupervisor:
         self._governor: Optional[CpuGovernor] = None
         if config.budget is not None and config.priority is None:
             self._governor = CpuGovernor(config.budget)
-            stats["budget"] = config.budget
-            stats["budget_mechanism"] = self._governor.mechanism
+            stats.update(budget=config.budget, budget_mechanism=self._governor.mechanism)
         self._videos = VideoLedger(stats)
 
     def start(self) -> None:
@@ -173,8 +137,11 @@ class WorkerSupervisor:
                 end.close()
             os.set_blocking(lifeline_out.fileno(), False)
             self._metrics.resend_all()
-            self._stats["worker_pids"] = {"rollout": rollout.pid, "render": render.pid}
-            self._stats["alive"] = True
+            self._stats.update(worker_pids={
+                "rollout": rollout.pid,
+                "render": render.pid
+            },
+                               alive=True)
             self._pair = _Pair(rollout, render, rollout_status_in, render_status_in, lifeline_out)
             if self._governor is not None:
                 # Booting at the trainer's priority: a worker starved while importing TensorFlow
@@ -193,17 +160,17 @@ class WorkerSupervisor:
             if pair is None:
                 return
             culprit = self._watch(pair)
-            self._stats["alive"] = False
+            self._stats.alive = False
             if culprit is None:  # stopping
                 return
             self._kill(pair)
             if self._display_gone(culprit):
                 if not self._config.sinks:
-                    self._stats["disabled"] = True
+                    self._stats.disabled = True
                     return
                 continue  # without the window: not a failure of the worker
             if failures >= self._max_restarts:
-                self._stats["disabled"] = True
+                self._stats.disabled = True
                 logger.error(
                     "plotting disabled: the plot worker failed %d times (last: %s). Training "
                     "continues without plotting; stats['last_error'] has the traceback.",
@@ -211,7 +178,7 @@ class WorkerSupervisor:
                 logger.debug("plot worker failure in full: %s", culprit)
                 return
             failures += 1
-            self._stats["restarts"] = failures
+            self._stats.restarts = failures
             delay = min(0.5 * 2**(failures - 1), 8.0)
             # One line per failure; the whole traceback is in stats["last_error"] and at DEBUG.
             logger.warning("plot worker failed: %s; restarting it in %.1f s (restart %d of %d)",
@@ -232,7 +199,7 @@ class WorkerSupervisor:
             "the plot window's display (DISPLAY=%s) went away (%s); %s. Training goes on.",
             os.environ.get("DISPLAY") or "unset", _one_line(culprit),
             "the other outputs go on without it" if others else "plotting stops")
-        self._stats["last_error"] = f"the display went away: {culprit}"
+        self._stats.last_error = f"the display went away: {culprit}"
         with self._lock:
             self._config = self._config.with_sinks(others)
         return True
@@ -308,9 +275,9 @@ class WorkerSupervisor:
     def _copy_budget_stats(self) -> None:
         governor = self._governor
         if governor is not None:
-            self._stats["worker_cpu_seconds"] = round(governor.cpu_seconds, 3)
-            self._stats["boot_cpu_seconds"] = round(governor.boot_cpu_seconds, 3)
-            self._stats["budget_charged_seconds"] = round(governor.charged_seconds, 3)
+            self._stats.update(worker_cpu_seconds=round(governor.cpu_seconds, 3),
+                               boot_cpu_seconds=round(governor.boot_cpu_seconds, 3),
+                               budget_charged_seconds=round(governor.charged_seconds, 3))
 
     def _read_status(self, pair: _Pair, connection: Connection) -> bool:
         role = pair.status[connection]
@@ -360,8 +327,8 @@ class WorkerSupervisor:
         except UnknownReport as error:
             logger.error("%s (a bug: please report it)", error)
             pair.errors.setdefault(payload.get("role", "?"), str(error))
-            self._stats["last_error"] = str(error)
-            self._stats["unknown_reports"] = self._stats.get("unknown_reports", 0) + 1
+            self._stats.update(last_error=str(error),
+                               unknown_reports=self._stats.unknown_reports + 1)
             return
         handler = self._handlers.get(kind)
         if handler is not None:
@@ -371,16 +338,15 @@ class WorkerSupervisor:
 
     def _on_applied(self, payload: dict, pair: _Pair) -> None:
         stats = self._stats
-        if payload["update"] > 0:
-            stats["updates_applied"] += 1
-        stats["last_applied_update"] = payload["update"]
-        stats["last_applied_iteration"] = payload["iteration"]
+        stats.update(updates_applied=stats.updates_applied + (1 if payload["update"] > 0 else 0),
+                     last_applied_update=payload["update"],
+                     last_applied_iteration=payload["iteration"])
 
     def _on_episode(self, payload: dict, pair: _Pair) -> None:
-        self._stats["episodes"] += 1
+        self._stats.episodes += 1
 
     def _on_frames(self, payload: dict, pair: _Pair) -> None:
-        self._stats["frames"] += payload["count"]
+        self._stats.frames += payload["count"]
 
     def _on_encoder(self, payload: dict, pair: _Pair) -> None:
         self._settle_priority(payload["pid"])
@@ -388,15 +354,15 @@ class WorkerSupervisor:
     def _on_ready(self, payload: dict, pair: _Pair) -> None:
         pair.ready.add(payload["role"])
         if payload["role"] == "rollout":
-            self._stats["policy_call"] = payload.get("policy_call")
+            self._stats.policy_call = payload.get("policy_call")
         if payload["role"] == "render":
-            self._stats["gl_renderer"] = payload["gl_renderer"]
-            self._stats["visual_preset"] = payload["preset"]
+            self._stats.update(gl_renderer=payload["gl_renderer"], visual_preset=payload["preset"])
             logger.info("plot worker rendering with %s (visual preset: %s)", payload["gl_renderer"],
                         payload["preset"])
         elif "video_fps" in payload:
-            for key in ("env_rate", "frame_stride", "video_fps"):
-                self._stats[key] = payload[key]
+            self._stats.update(env_rate=payload["env_rate"],
+                               frame_stride=payload["frame_stride"],
+                               video_fps=payload["video_fps"])
             logger.info(
                 "%s runs at %g steps/s: videos play in real time at %g frames/s, a frame "
                 "every %d step(s)", payload.get("env", "the env"), payload["env_rate"],
@@ -405,12 +371,12 @@ class WorkerSupervisor:
             self._end_boot(pair)
 
     def _on_http(self, payload: dict, pair: _Pair) -> None:
-        self._stats["http_url"] = payload["url"]
+        self._stats.http_url = payload["url"]
         logger.info("live view at %s", payload["url"])
 
     def _on_error(self, payload: dict, pair: _Pair) -> None:
         pair.errors[payload["role"]] = payload["traceback"]
-        self._stats["last_error"] = payload["traceback"]
+        self._stats.last_error = payload["traceback"]
 
     def _on_video(self, payload: dict, pair: _Pair) -> None:
         self._first_video_done()
@@ -423,7 +389,7 @@ class WorkerSupervisor:
     def _end_boot(self, pair: _Pair) -> None:
         """Both processes are up. With a fixed priority, it applies from now on; a budget
         applies once the first video exists (``_first_video_done``)."""
-        self._stats["boot_seconds"] = round(time.monotonic() - pair.started, 3)
+        self._stats.boot_seconds = round(time.monotonic() - pair.started, 3)
         pair.booted = time.monotonic()
         if self._governor is None:
             for process in (pair.rollout, pair.render):
@@ -470,7 +436,7 @@ class WorkerSupervisor:
                 if self._governor is None:
                     priorities.set_normal_if_allowed(process.pid)
         return self._videos.wait_for(update, timeout,
-                                     lambda: self._stats["disabled"] or not self._thread.is_alive())
+                                     lambda: self._stats.disabled or not self._thread.is_alive())
 
     def _send_final(self, pair: _Pair) -> None:
         try:
@@ -479,7 +445,12 @@ class WorkerSupervisor:
             pass  # a full pipe or a dead process: the rollout process sees the flag anyway
 
     def _kill(self, pair: _Pair, timeout: float = 1.0) -> None:
+        """Stop a pair that failed; its render process drops the episode it has open."""
         with self._lock:
+            try:
+                pair.lifeline.send((StreamKind.FAILED, None))  # non-blocking, a few bytes
+            except (OSError, ValueError):
+                pass  # the render process is gone already, or the pipe is full
             pair.lifeline.close()
             for process in (pair.render, pair.rollout):
                 stop_process(process, timeout)
@@ -496,7 +467,7 @@ class WorkerSupervisor:
         if pair is not None:
             pair.lifeline.close()
             _terminate_in_background([pair.render, pair.rollout])
-        self._stats["alive"] = False
+        self._stats.alive = False
 
     def stop(self, timeout: float) -> None:
         """Stop both processes within ``timeout`` seconds: the render process first gets the
@@ -528,7 +499,7 @@ class WorkerSupervisor:
                 _terminate_in_background([pair.render, pair.rollout])
             raise
         finally:
-            self._stats["alive"] = False
+            self._stats.alive = False
 
 
 # BEAT needs nothing beyond the progress time every report refreshes.

@@ -23,7 +23,8 @@ from async_plotter.display import offscreen_gl_backend
 from async_plotter.processes import until_interrupted
 from async_plotter.worker.config import WorkerConfig
 from async_plotter.worker.sinks import SinkSpec
-from async_plotter.worker.supervisor import WorkerSupervisor, new_worker_stats
+from async_plotter.worker.stats import WorkerStats
+from async_plotter.worker.supervisor import WorkerSupervisor
 
 logger = logging.getLogger("async_plotter")
 
@@ -85,14 +86,15 @@ class ExperimentViewer:
         self._newest: Optional[Structure] = None
         self._metrics: Deque[MetricsEntry] = collections.deque(maxlen=METRICS_CAP)
         self._supervisor: Optional[Any] = None
-        self._worker_stats: Dict[str, Any] = {}
+        self._worker_stats: Optional[WorkerStats] = None
         self._current: Optional[Structure] = None
         self._failed_structure: Optional[bytes] = None
 
     @property
     def stats(self) -> Dict[str, Any]:
         """The running worker's counters (``Plotter.stats``'s keys); empty before the first."""
-        return dict(self._worker_stats)
+        stats = self._worker_stats
+        return {} if stats is None else stats.snapshot()
 
     @property
     def current(self) -> Optional[Structure]:
@@ -140,7 +142,7 @@ class ExperimentViewer:
                     logger.info(
                         "still waiting for experiment %r; `async-plotter list %s` shows the "
                         "experiments that server holds", options.experiment, redact(options.url))
-                if self._worker_stats.get("disabled") and not disabled_logged:
+                if self._worker_disabled() and not disabled_logged:
                     disabled_logged = True
                     logger.error("the worker keeps failing; waiting for the trainer to publish "
                                  "a new structure (or press Ctrl-C)")
@@ -169,7 +171,7 @@ class ExperimentViewer:
             if current.run_id == structure.run_id:
                 return
             logger.info("the trainer restarted with the same policy structure")
-            if not self._worker_stats.get("disabled"):
+            if not self._worker_disabled():
                 with self._lock:
                     self._current = structure  # the running worker follows the new run
                     self._replay_metrics(structure)
@@ -207,7 +209,7 @@ class ExperimentViewer:
                     meta.get("host"))
         address = RedisAddress(options.url, options.experiment, options.secret,
                                options.trust_unsigned, structure.expected())
-        self._worker_stats = new_worker_stats()
+        self._worker_stats = WorkerStats()
         supervisor = WorkerSupervisor(config,
                                       lambda: address,
                                       self._worker_stats,
@@ -226,6 +228,9 @@ class ExperimentViewer:
         for entry in self._metrics:
             if entry.run_id == structure.run_id:
                 self._supervisor.post_metrics(entry.iteration, entry.metrics)
+
+    def _worker_disabled(self) -> bool:
+        return self._worker_stats is not None and self._worker_stats.disabled
 
     def _stop_worker(self, timeout: float = 5.0) -> None:
         with self._lock:

@@ -191,9 +191,9 @@ class RedisWriter:
             the trainer's own outputs (video directory, window, live page, ``on_frame``).
         size: number of parameters; dtype: their dtype (float32 or float64).
         secret: signing key; None means ``$ASYNC_PLOTTER_SECRET``; none at all publishes unsigned.
-        stats: the plotter's stats dict; this adds ``published``, ``publish_errors``,
-            ``publish_replaced`` (newest-wins skips), ``redis_connected`` and
-            ``publish_cpu_seconds`` (sender thread CPU time).
+        stats: where the counters go (the plotter's ``WorkerStats``, or any dict): this sets
+            ``published``, ``publish_errors``, ``publish_replaced`` (newest-wins skips),
+            ``redis_connected`` and ``publish_cpu_seconds`` (sender thread CPU time).
         ttl: expiry of the experiment's keys in seconds, refreshed while the trainer lives
             (default ``$ASYNC_PLOTTER_REDIS_TTL`` or one hour).
     """
@@ -205,7 +205,7 @@ class RedisWriter:
                  size: int,
                  dtype: np.dtype,
                  secret: Optional[Union[str, bytes]],
-                 stats: Dict[str, Any],
+                 stats: Any,
                  ttl: Optional[float] = None) -> None:
         dtype = np.dtype(dtype)
         if dtype_code(dtype) is None:

@@ -8,13 +8,11 @@ from typing import Callable, Optional
 import numpy as np
 import psutil
 
-from async_plotter.render.sinks.base import FrameSink
-from async_plotter.render.stream import EpisodeEnd, EpisodeInfo
+from async_plotter.render.sinks.recorded import RecordedSink
+from async_plotter.render.stream import EpisodeInfo
 
 logger = logging.getLogger(__name__)
 
-#: the still shown where one chained episode ends and the next begins, in seconds
-BOUNDARY_PAUSE_SECONDS = 0.3
 # x264's "superfast" preset on one thread: measured per 320x320 MuJoCo frame 1.3 ms of CPU
 # (Swimmer) and 1.4 ms (HalfCheetah) against 1.9 and 2.6 ms with "veryfast", for files about
 # twice as large (~1.1 KB and ~2.6 KB a frame); "ultrafast" saves little more and makes them
@@ -33,9 +31,9 @@ def video_name(episode: EpisodeInfo) -> str:
     return f"update_{episode.update:04d}.mp4"
 
 
-class VideoSink(FrameSink):
+class VideoSink(RecordedSink):
     """Records the first episode of each update it sees, with the short episodes chained to it;
-    replays of the same update are skipped."""
+    replays of the same update are skipped (see ``RecordedSink``)."""
 
     def __init__(self,
                  directory: str,
@@ -43,39 +41,21 @@ class VideoSink(FrameSink):
                  on_written: Optional[WrittenCallback] = None,
                  on_encoder: Optional[Callable[[int], None]] = None,
                  min_frames: int = 0) -> None:
+        super().__init__(fps, min_frames)
         self.directory = directory
-        self.fps = fps
-        # A recording cut short (newer parameters arrived) below this many frames is a
-        # fragment, not a video; one that ended by itself is kept whatever its length.
-        self._min_frames = min_frames
         self._on_written = on_written
         self._on_encoder = on_encoder
         self._writer = None
         self._partial_path = ""
         self._final_path = ""
-        self._recording: Optional[EpisodeInfo] = None
-        self._episodes = 0
-        self._frames = 0
         self._last_frame: Optional[np.ndarray] = None
-        self._last_recorded_update = -1
 
-    def begin_episode(self, episode: EpisodeInfo) -> None:
-        if self._recording is not None and episode.part > 0 \
-                and episode.update == self._recording.update:
-            self._episodes += 1  # chained into the video being written
-            return
-        self._finish()  # an episode that never got its end message
-        if episode.update == self._last_recorded_update:
-            return
-        self._recording = episode
-        self._episodes, self._frames = 1, 0
+    def _start(self, episode: EpisodeInfo) -> None:
         self._final_path = os.path.join(self.directory, video_name(episode))
         # ffmpeg picks the container from the extension, so the temporary name keeps ".mp4".
         self._partial_path = os.path.join(self.directory, ".partial_" + video_name(episode))
 
-    def add_frame(self, frame: Optional[np.ndarray], episode: EpisodeInfo) -> None:
-        if self._recording is None or frame is None:
-            return
+    def _add(self, frame: np.ndarray) -> None:
         frame = _even_size(frame)
         if self._writer is None:
             self._open_writer()
@@ -85,23 +65,13 @@ class VideoSink(FrameSink):
             # CPU budget must count it too.
             for pid in child_pids(os.getpid()):
                 self._on_encoder(pid)
-        self._frames += 1
         self._last_frame = frame
 
-    def end_episode(self, episode: EpisodeInfo, end: EpisodeEnd) -> None:
-        if end.failed:
-            self._discard("its rollout failed")
-            return
-        if not end.completed and self._frames < self._min_frames and self._episodes == 1:
-            self._discard(f"cut short after {self._frames} frames by newer parameters")
-            return
-        if end.continued and self._recording is not None:
-            # A short still marks where one episode ends and the next one begins.
-            if self._writer is not None and self._last_frame is not None:
-                for _ in range(max(int(BOUNDARY_PAUSE_SECONDS * self.fps), 1)):
-                    self._writer.append_data(self._last_frame)
-            return
-        self._finish()
+    def _pause(self, seconds: float) -> None:
+        # A short still marks where one episode ends and the next one begins.
+        if self._writer is not None and self._last_frame is not None:
+            for _ in range(max(int(seconds * self.fps), 1)):
+                self._writer.append_data(self._last_frame)
 
     def _open_writer(self) -> None:
         import imageio
@@ -115,13 +85,10 @@ class VideoSink(FrameSink):
                                           ffmpeg_log_level="error",
                                           output_params=list(_ENCODER_PARAMS))
 
-    def _finish(self) -> None:
-        if self._recording is None:
-            return
-        recording, self._recording = self._recording, None
+    def _save(self, recording: EpisodeInfo) -> bool:
         self._last_frame = None
         if self._writer is None:
-            return
+            return False
         writer, self._writer = self._writer, None
         try:
             writer.close()
@@ -134,29 +101,23 @@ class VideoSink(FrameSink):
             _remove_quietly(self._partial_path)
             logger.info("dropped %s: its encoder stopped before the video was finished",
                         os.path.basename(self._final_path))
-            return
+            return False
         os.replace(self._partial_path, self._final_path)
-        self._last_recorded_update = recording.update
         logger.info("wrote %s (%d frames, %d episode%s)", self._final_path, self._frames,
                     self._episodes, "" if self._episodes == 1 else "s")
         if self._on_written is not None:
             self._on_written(self._final_path, recording, self._episodes, self._frames)
+        return True
 
-    def _discard(self, why: str) -> None:
-        self._recording, self._last_frame = None, None
+    def _drop(self, why: str) -> None:
+        self._last_frame = None
         if self._writer is not None:
             try:
                 self._writer.close()
             finally:
                 self._writer = None
-                try:
-                    os.remove(self._partial_path)
-                except OSError:
-                    pass
+                _remove_quietly(self._partial_path)
             logger.info("dropped the video being recorded: %s", why)
-
-    def close(self) -> None:
-        self._finish()
 
 
 def _whole_mp4(path: str) -> bool:

@@ -1,0 +1,107 @@
+"""``RecordedSink``: the base of the sinks that keep one recording per update (an mp4 file, a
+TensorBoard image).
+
+Which episodes make a recording is decided here, once for all of them. The first episode of an
+update starts a recording; the short episodes of the same update that follow it (``part > 0``)
+are chained into it, a still between each; replays of an update already kept are skipped and ask
+for no pixels; a recording whose rollout failed, or one cut short by newer parameters below
+``min_frames`` frames, is discarded. A subclass says only how frames are kept: ``_start``,
+``_add``, ``_pause``, ``_save`` and ``_drop``.
+"""
+from typing import Optional
+
+import numpy as np
+
+from async_plotter.render.sinks.base import FrameSink
+from async_plotter.render.stream import EpisodeEnd, EpisodeInfo
+
+#: the still shown where one chained episode ends and the next begins, in seconds
+BOUNDARY_PAUSE_SECONDS = 0.3
+
+
+class RecordedSink(FrameSink):
+    """Records the first episode of each update it sees, with the short episodes chained to it;
+    replays of an update already kept are skipped."""
+
+    def __init__(self, fps: float, min_frames: int = 0) -> None:
+        self.fps = fps
+        # A recording cut short (newer parameters arrived) below this many frames is a fragment,
+        # not a recording; one that ended by itself is kept whatever its length.
+        self._min_frames = min_frames
+        self._recording: Optional[EpisodeInfo] = None
+        #: episodes in the recording so far (1 + the ones chained to it)
+        self._episodes = 0
+        #: frames in the recording so far (the stills between chained episodes not counted)
+        self._frames = 0
+        self._last_kept_update = -1
+
+    def wants_pixels(self) -> bool:
+        # A replay of an update already kept needs no pixels from this sink.
+        return self._recording is not None and self._accepting()
+
+    def begin_episode(self, episode: EpisodeInfo) -> None:
+        if self._recording is not None and episode.part > 0 \
+                and episode.update == self._recording.update:
+            self._episodes += 1  # chained into the recording
+            return
+        self._finish()  # an episode that never got its end message
+        if episode.update == self._last_kept_update or not self._accepting():
+            return
+        self._recording = episode
+        self._episodes, self._frames = 1, 0
+        self._start(episode)
+
+    def add_frame(self, frame: Optional[np.ndarray], episode: EpisodeInfo) -> None:
+        if self._recording is None or frame is None:
+            return
+        self._add(frame)
+        self._frames += 1
+
+    def end_episode(self, episode: EpisodeInfo, end: EpisodeEnd) -> None:
+        if self._recording is None:
+            return
+        if end.failed:
+            self._discard("its rollout failed")
+        elif not end.completed and self._frames < self._min_frames and self._episodes == 1:
+            self._discard(f"cut short after {self._frames} frames by newer parameters")
+        elif end.continued:
+            self._pause(BOUNDARY_PAUSE_SECONDS)
+        else:
+            self._finish()
+
+    def close(self) -> None:
+        self._finish()
+
+    def _finish(self) -> None:
+        if self._recording is None:
+            return
+        recording, self._recording = self._recording, None
+        if self._save(recording):
+            self._last_kept_update = recording.update
+
+    def _discard(self, why: str) -> None:
+        self._recording = None
+        self._drop(why)
+
+    # ------------------------------------------------------------------ what a subclass says
+
+    def _accepting(self) -> bool:
+        """Whether new recordings may start (False, e.g., once the output is unwritable)."""
+        return True
+
+    def _start(self, episode: EpisodeInfo) -> None:
+        """A recording of ``episode``'s update begins."""
+
+    def _add(self, frame: np.ndarray) -> None:
+        """One frame of the recording (``self._frames`` frames came before it)."""
+
+    def _pause(self, seconds: float) -> None:
+        """A still of ``seconds`` where a chained episode begins."""
+
+    def _save(self, recording: EpisodeInfo) -> bool:
+        """The recording is over: keep it; whether it was kept (a replay of its update is then
+        skipped; one not kept, e.g. without frames, is recorded again)."""
+        return False
+
+    def _drop(self, why: str) -> None:
+        """The recording is discarded (``why`` says why): keep nothing of it."""

@@ -1,0 +1,342 @@
+"""``Plotter(...)``'s arguments, checked, as one frozen configuration: ``plotter_config``.
+
+Nothing here starts a process or writes a file: it checks each argument (the error names it),
+builds the env's and policy's recipes, reads the policy's initial parameters, and assembles the
+``WorkerConfig`` the worker runs and the outputs it feeds. The ``Plotter`` then runs the
+trainer-side checks (``async_plotter.preflight``), creates the output directories
+(``create_output_dirs``) and, once started, hands the configuration to its route
+(``worker/routes.py``).
+"""
+import dataclasses
+import os
+import tempfile
+from typing import Any, Callable, List, Optional, Sequence, Tuple, Union
+
+import cloudpickle
+import numpy as np
+
+from async_plotter.channel.shm import supported_dtype
+from async_plotter.display import offscreen_gl_backend, x_display_available
+from async_plotter.env_recipe import describe_env
+from async_plotter.errors import (InvalidArgumentError, NoDisplayError, ParameterMismatchError,
+                                  PolicyProtocolError, VideoDirError)
+from async_plotter.policy_adapters import PolicyAdapter, adapter_for
+from async_plotter.policy_recipe import describe_policy
+from async_plotter.processes import POLICY_DEVICES
+from async_plotter.render.camera import check_camera_argument
+from async_plotter.render.sinks.base import FrameSink
+from async_plotter.validation import (boolean, callable_or_none, cpu_fraction, frame_size as
+                                      checked_frame_size, is_int, non_negative_int,
+                                      non_negative_number, one_of, positive_int, positive_number)
+from async_plotter.worker.budget import DEFAULT_BUDGET
+from async_plotter.worker.config import WorkerConfig
+from async_plotter.worker.priorities import PRIORITIES
+from async_plotter.worker.sinks import (CallbackSpec, HttpSpec, SinkSpec, TensorBoardSpec,
+                                        UserSinkSpec, VideoSpec, WindowSpec)
+
+_QUALITIES = ("auto", "cheap", "full")
+
+# The final video's default time limit: start-up left to finish plus a rollout of
+# max_path_length steps at ~30 ms each (measured ~12 ms a step at full speed with the cheap
+# preset on 2 cores; the rest is margin for a machine still busy with other work).
+_FINAL_VIDEO_BASE_SECONDS = 5.0
+_FINAL_VIDEO_SECONDS_PER_STEP = 0.03
+#: seconds of simulated time a video recorded while training shows at most, the same span on
+#: every env (``Plotter(video_length="auto")``; the rollout process turns it into steps from
+#: the env's rate: 1000 Hopper steps, 200 Swimmer steps, 160 HalfCheetah steps). 8 s is a whole
+#: default episode of Hopper and Walker2d (1000 steps at 125 steps/s) and several strides of
+#: any gait; at a cap of 30 frames/s it is 160-250 frames, about the 200 that the earlier
+#: default of 200 steps drew. A video's CPU is nearly all its frames, and on a machine kept busy
+#: by training each CPU-second the worker takes costs ~0.6 s of training time (measured), so
+#: shorter videos let the same budget buy more of them.
+DEFAULT_VIDEO_SECONDS = 8.0
+#: ``Plotter(video_length=...)``'s default: ``DEFAULT_VIDEO_SECONDS`` of simulated time
+DEFAULT_VIDEO_LENGTH = "auto"
+
+
+@dataclasses.dataclass(frozen=True)
+class PublishTarget:
+    """``Plotter(channel=..., experiment=..., secret=...)``: publish to Redis, render elsewhere."""
+
+    url: str
+    experiment: str
+    secret: Optional[Union[str, bytes]]
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class PlotterConfig:
+    """Everything a ``Plotter`` was asked for, checked."""
+
+    #: what the worker runs: recipes, rollout settings, CPU settings and the outputs (sinks)
+    worker: WorkerConfig
+    #: the policy's parameters at construction (update 0); every update must match them
+    initial: np.ndarray
+    #: reads the flat parameters of policies of ``policy_type``
+    adapter: PolicyAdapter
+    policy_type: type
+    final_video_timeout: float
+    max_restarts: int
+    hang_timeout: float
+    on_event: Optional[Callable[[str, dict], Any]]
+    #: absolute paths (the worker runs in another directory); created by ``create_output_dirs``
+    video_dir: Optional[str]
+    tensorboard_dir: Optional[str]
+    window: bool
+    #: None: render here (``worker.sinks``); else publish only
+    publish: Optional[PublishTarget]
+
+    @property
+    def has_output(self) -> bool:
+        """Whether anything is shown at all (with a Redis channel a viewer elsewhere renders)."""
+        return bool(self.worker.sinks or self.publish)
+
+
+def plotter_config(env: Any,
+                   policy: Any,
+                   max_path_length: int = 500,
+                   video_dir: Optional[Union[str, os.PathLike]] = None,
+                   window: Union[bool, str] = "auto",
+                   fps: float = 30,
+                   *,
+                   deterministic: bool = False,
+                   quality: str = "auto",
+                   budget: Optional[float] = None,
+                   priority: Optional[str] = None,
+                   final_video_timeout: Optional[float] = None,
+                   min_video_seconds: float = 3.0,
+                   video_length: Union[int, str, None] = DEFAULT_VIDEO_LENGTH,
+                   policy_device: str = "cpu",
+                   max_restarts: int = 3,
+                   hang_timeout: float = 60.0,
+                   frame_size: Optional[Tuple[int, int]] = None,
+                   policy_factory: Optional[Callable[[], Any]] = None,
+                   on_frame: Optional[Callable[[np.ndarray, dict], Any]] = None,
+                   sinks: Sequence[FrameSink] = (),
+                   tensorboard_dir: Optional[Union[str, os.PathLike]] = None,
+                   tensorboard_scalars: bool = True,
+                   on_event: Optional[Callable[[str, dict], Any]] = None,
+                   seed: Optional[int] = None,
+                   http: Optional[Union[int, str]] = None,
+                   http_token: Optional[str] = None,
+                   channel: Optional[str] = None,
+                   experiment: Optional[str] = None,
+                   secret: Optional[Union[str, bytes]] = None,
+                   camera: Any = None,
+                   sess: Any = None,
+                   graph: Any = None) -> PlotterConfig:
+    """``Plotter``'s arguments (the same names and defaults; see its docstring), checked in
+    this order, each error naming its argument; starts nothing and writes nothing."""
+    max_path_length = positive_int("max_path_length", max_path_length)
+    fps = positive_number("fps", fps)
+    one_of("quality", quality, _QUALITIES)
+    budget = _checked_budget(budget, priority)
+    if final_video_timeout is None:
+        final_video_timeout = (_FINAL_VIDEO_BASE_SECONDS +
+                               _FINAL_VIDEO_SECONDS_PER_STEP * max_path_length)
+    else:
+        final_video_timeout = non_negative_number("final_video_timeout", final_video_timeout)
+    min_video_seconds = non_negative_number("min_video_seconds", min_video_seconds)
+    video_length, video_seconds = _video_span(video_length)
+    one_of("policy_device", policy_device, POLICY_DEVICES)
+    max_restarts = non_negative_int("max_restarts", max_restarts)
+    hang_timeout = positive_number("hang_timeout", hang_timeout)
+    boolean("deterministic", deterministic)
+    frame_size = checked_frame_size(frame_size)
+    if seed is not None and not is_int(seed):
+        raise InvalidArgumentError(f"seed must be an int or None, got {seed!r}")
+    callable_or_none("on_frame", on_frame)
+    callable_or_none("on_event", on_event)
+    user_sinks = _user_sink_specs(sinks)
+    window = _resolve_window(window)
+    video_dir = _video_dir_path(video_dir)
+    tensorboard_dir = _video_dir_path(tensorboard_dir, "tensorboard_dir")
+    boolean("tensorboard_scalars", tensorboard_scalars)
+    camera = check_camera_argument(camera)
+    del sess, graph  # garage passes them; the worker has its own graph and session
+    http_config = None
+    if http is not None:
+        from async_plotter.web.address import parse_http_address
+
+        http_config = parse_http_address(http, http_token)
+    publish = _publish_target(channel, experiment, secret)
+
+    env_recipe = describe_env(env)
+    adapter = adapter_for(policy)
+    policy_recipe = describe_policy(policy, adapter, policy_factory)
+    initial = _initial_parameters(policy, adapter)
+    specs = _output_specs(video_dir, window, http_config, on_frame) + user_sinks
+    if tensorboard_dir:
+        specs.append(TensorBoardSpec(tensorboard_dir, scalars=tensorboard_scalars))
+    worker = WorkerConfig(
+        env=env_recipe,
+        policy=policy_recipe,
+        max_path_length=max_path_length,
+        fps=fps,
+        deterministic=deterministic,
+        quality=quality,
+        priority=priority,
+        frame_size=frame_size,
+        mujoco_gl=offscreen_gl_backend(),
+        seed=seed,
+        camera=camera,
+        budget=budget,
+        min_video_seconds=min_video_seconds,
+        video_length=video_length,
+        video_seconds=video_seconds,
+        policy_device=policy_device,
+    ).with_sinks(specs)
+    return PlotterConfig(worker=worker,
+                         initial=initial,
+                         adapter=adapter,
+                         policy_type=type(policy),
+                         final_video_timeout=final_video_timeout,
+                         max_restarts=max_restarts,
+                         hang_timeout=hang_timeout,
+                         on_event=on_event,
+                         video_dir=video_dir,
+                         tensorboard_dir=tensorboard_dir,
+                         window=bool(window),
+                         publish=publish)
+
+
+def checked_parameters(flat: np.ndarray,
+                       where: str,
+                       initial: Optional[np.ndarray] = None) -> np.ndarray:
+    """``flat`` if it is a parameter vector the channel carries (and, given ``initial``, of its
+    size and dtype); else a ``ParameterMismatchError`` that names ``where``."""
+    if flat.ndim != 1:
+        raise ParameterMismatchError(
+            f"{where}: the policy's parameters must be a 1-D vector, got shape {flat.shape}")
+    if not supported_dtype(flat.dtype):
+        raise ParameterMismatchError(
+            f"{where}: parameters of dtype {flat.dtype} are not supported; use float32 or "
+            "float64")
+    if initial is not None and (flat.size != initial.size or flat.dtype != initial.dtype):
+        raise ParameterMismatchError(
+            f"{where}: got {flat.size} parameters of dtype {flat.dtype}, but this Plotter "
+            f"was built for {initial.size} parameters of dtype {initial.dtype}. The policy's "
+            "structure must not change; create a new Plotter for a different policy.")
+    return flat
+
+
+def create_output_dirs(config: PlotterConfig) -> None:
+    """Create ``video_dir`` and ``tensorboard_dir`` (once every check has passed), and make sure
+    they can be written to (``VideoDirError`` otherwise)."""
+    _create_video_dir(config.video_dir)
+    _create_video_dir(config.tensorboard_dir, "tensorboard_dir")
+
+
+# --------------------------------------------------------------------------- argument checks
+
+
+def _initial_parameters(policy: Any, adapter: PolicyAdapter) -> np.ndarray:
+    initial = checked_parameters(adapter.flat(policy), "the policy given to Plotter()")
+    if initial.size == 0:
+        raise PolicyProtocolError(
+            f"the policy {type(policy).__qualname__} has no parameters (its flat parameter "
+            "vector is empty), so nothing sent by update_plot() would ever change what is "
+            "shown. Plot the object that holds the trained variables, or make "
+            "get_param_values() return them.")
+    return initial.copy()
+
+
+def _publish_target(channel: Any, experiment: Any, secret: Any) -> Optional[PublishTarget]:
+    if channel is None:
+        return None
+    from async_plotter.channel.redis.writer import check_channel_arguments
+
+    check_channel_arguments(channel, experiment, secret)
+    return PublishTarget(channel, experiment, secret)
+
+
+def _video_span(video_length: Any) -> Tuple[Optional[int], Optional[float]]:
+    """``(steps, seconds)`` a video recorded while training shows at most (None, None: whole)."""
+    if isinstance(video_length, str) and video_length == "auto":
+        return None, DEFAULT_VIDEO_SECONDS
+    if video_length is not None and (not is_int(video_length) or video_length <= 0):
+        raise InvalidArgumentError(
+            "video_length must be a positive number of steps, 'auto' (DEFAULT_VIDEO_SECONDS "
+            f"of simulated time) or None for whole rollouts; got {video_length!r}")
+    return video_length, None
+
+
+def _checked_budget(budget: Any, priority: Any) -> Optional[float]:
+    """The budget in force: None with a fixed priority, else the given one or the default."""
+    if priority is None:
+        return DEFAULT_BUDGET if budget is None else cpu_fraction("budget", budget)
+    one_of("priority", priority, PRIORITIES)
+    if budget is not None:
+        raise InvalidArgumentError(
+            f"pass either budget= or priority=, not both (got budget={budget!r}, "
+            f"priority={priority!r}): a budget sets the worker's priority itself")
+    return None
+
+
+def _output_specs(video_dir: Optional[str], window: bool, http_config: Any,
+                  on_frame: Optional[Callable[..., Any]]) -> List[SinkSpec]:
+    """The built-in outputs asked for, as sink specs for the render process."""
+    specs: List[SinkSpec] = []
+    if video_dir:
+        specs.append(VideoSpec(video_dir))
+    if window:
+        specs.append(WindowSpec())
+    if http_config is not None:
+        specs.append(HttpSpec(http_config, video_dir))
+    if on_frame is not None:
+        specs.append(CallbackSpec(cloudpickle.dumps(on_frame)))
+    return specs
+
+
+def _user_sink_specs(sinks: Any) -> List[UserSinkSpec]:
+    """Each of the user's ``FrameSink`` objects, pickled now so that a problem is named here."""
+    if isinstance(sinks, FrameSink) or not isinstance(sinks, (list, tuple)):
+        raise InvalidArgumentError(
+            f"sinks must be a list of FrameSink objects, got {type(sinks).__name__}")
+    specs = []
+    for index, sink in enumerate(sinks):
+        name = f"sinks[{index}] ({type(sink).__qualname__})"
+        if not isinstance(sink, FrameSink):
+            raise InvalidArgumentError(
+                f"{name} is not an async_plotter.FrameSink: subclass FrameSink and override "
+                "what you need (add_frame, end_episode, ...)")
+        try:
+            payload = cloudpickle.dumps(sink)
+        except Exception as error:  # pickling raises TypeError, PicklingError, ...
+            raise InvalidArgumentError(
+                f"{name} cannot be sent to the render process: pickling it failed: {error}. "
+                "Open files, sockets and windows in attach(), not in __init__.") from error
+        specs.append(UserSinkSpec(payload, name))
+    return specs
+
+
+def _resolve_window(window: Any) -> bool:
+    if window == "auto" and isinstance(window, str):
+        return x_display_available()
+    if not isinstance(window, bool):
+        raise InvalidArgumentError(f"window must be True, False or 'auto', got {window!r}")
+    if window and not x_display_available():
+        raise NoDisplayError(
+            "window=True, but no display is reachable (DISPLAY is "
+            f"{os.environ.get('DISPLAY') or 'unset'}). Use video_dir='videos' for mp4 files, or "
+            "window='auto' to open a window only where a display exists.")
+    return window
+
+
+def _video_dir_path(video_dir: Any, name: str = "video_dir") -> Optional[str]:
+    if video_dir is None:
+        return None
+    if not isinstance(video_dir, (str, os.PathLike)):
+        raise InvalidArgumentError(f"{name} must be a path or None, got {type(video_dir).__name__}")
+    return os.path.abspath(os.fspath(video_dir))  # the worker runs in another directory
+
+
+def _create_video_dir(path: Optional[str], name: str = "video_dir") -> None:
+    if path is None:
+        return
+    try:
+        os.makedirs(path, exist_ok=True)
+        with tempfile.TemporaryFile(dir=path):
+            pass
+    except OSError as error:
+        raise VideoDirError(f"{name} {path!r} cannot be written: {error.strerror or error}. "
+                            "Choose a directory you can write to.") from error

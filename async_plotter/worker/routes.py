@@ -1,0 +1,127 @@
+"""Where a started ``Plotter``'s updates go: one small class per route, one interface.
+
+``LocalRoute`` renders here: a shared-memory channel to the worker's two processes, which a
+``WorkerSupervisor`` runs; training metrics go straight to the supervisor. ``PublishRoute``
+(``Plotter(channel=...)``) only publishes to Redis, parameters and metrics, for a viewer
+elsewhere. ``open_route`` picks one for a configuration.
+"""
+import logging
+import time
+from typing import Dict, Optional, Protocol
+
+import numpy as np
+
+from async_plotter.channel.shm import SharedMemoryWriter
+from async_plotter.worker.plotter_config import PlotterConfig
+from async_plotter.worker.stats import WorkerStats
+from async_plotter.worker.supervisor import WorkerSupervisor
+
+logger = logging.getLogger("async_plotter")
+
+# close() of a publish-only trainer (channel=...): at most this long for the last update to reach
+# Redis, whatever the server does (as RedisWriter.close's own default).
+_PUBLISH_CLOSE_SECONDS = 2.0
+
+
+class PlotRoute(Protocol):
+    """What a ``Plotter`` does with its updates once started. Nothing here waits for a worker
+    but ``close``."""
+
+    #: whether a worker renders in this process's care (the run ends with a summary of videos)
+    renders_here: bool
+
+    def publish(self, params: np.ndarray, iteration: Optional[int], max_path_length: int) -> None:
+        """Make ``params`` the newest update (checked by the caller)."""
+
+    def post_metrics(self, iteration: Optional[int], metrics: Dict[str, float]) -> bool:
+        """Queue training metrics for the live page; False if they break ``metrics_fit``."""
+
+    def close(self, timeout: float, final_video_timeout: float) -> None:
+        """Within ``timeout`` s: a video of the newest parameters where none exists yet (at
+        most ``final_video_timeout`` s; 0 skips it), then stop and release everything."""
+
+
+class LocalRoute:
+    """The worker on this machine: a shared-memory writer and the supervisor of its processes."""
+
+    renders_here = True
+
+    def __init__(self, config: PlotterConfig, stats: WorkerStats) -> None:
+        self._config = config.worker
+        self._stats = stats
+        self.writer = SharedMemoryWriter(config.initial.size, config.initial.dtype)
+        self.writer.publish(config.initial, None, config.worker.max_path_length, number=0)
+        self._supervisor = WorkerSupervisor(config.worker,
+                                            self.writer.address,
+                                            stats,
+                                            max_restarts=config.max_restarts,
+                                            hang_timeout=config.hang_timeout,
+                                            listener=config.on_event)
+        self._supervisor.start()
+
+    def publish(self, params: np.ndarray, iteration: Optional[int], max_path_length: int) -> None:
+        self.writer.publish(params, iteration, max_path_length)
+
+    def post_metrics(self, iteration: Optional[int], metrics: Dict[str, float]) -> bool:
+        return self._supervisor.post_metrics(iteration, metrics)
+
+    def close(self, timeout: float, final_video_timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        try:
+            try:
+                self._record_final_video(min(final_video_timeout, 0.8 * timeout))
+            except BaseException:
+                self._supervisor.abort()  # Ctrl-C while waiting: wait no longer
+                raise
+            self._supervisor.stop(max(deadline - time.monotonic(), 0.1))
+        finally:
+            # Also after a Ctrl-C during the wait above: the segment must not outlive close()
+            # (otherwise only the resource tracker, at the interpreter's exit, removes it).
+            self.writer.close(max(deadline - time.monotonic(), 0.1))
+
+    def _record_final_video(self, timeout: float) -> None:
+        writer, supervisor = self.writer, self._supervisor
+        if (not self._config.records or timeout <= 0 or self._stats.disabled
+                or supervisor.newest_video_update >= writer.published):
+            return
+        writer.request_final()
+        started = time.monotonic()
+        if supervisor.wait_for_final_video(writer.published, timeout):
+            logger.debug("final video after %.1f s", time.monotonic() - started)
+        elif not self._stats.disabled:
+            logger.warning(
+                "close(): the video of the final policy was not finished within %.0f s; what "
+                "was recorded of it is kept. Raise final_video_timeout= (or close(timeout=)) "
+                "to wait longer.", timeout)
+
+
+class PublishRoute:
+    """A publish-only trainer: parameters and metrics go to Redis; a viewer elsewhere renders."""
+
+    renders_here = False
+
+    def __init__(self, config: PlotterConfig, stats: WorkerStats) -> None:
+        from async_plotter.channel.redis.writer import RedisWriter
+
+        target = config.publish
+        self.writer = RedisWriter(target.url, target.experiment, config.worker, config.initial.size,
+                                  config.initial.dtype, target.secret, stats)
+        self.writer.publish(config.initial, None, config.worker.max_path_length, number=0)
+
+    def publish(self, params: np.ndarray, iteration: Optional[int], max_path_length: int) -> None:
+        self.writer.publish(params, iteration, max_path_length)
+
+    def post_metrics(self, iteration: Optional[int], metrics: Dict[str, float]) -> bool:
+        return self.writer.post_metrics(iteration, metrics)
+
+    def close(self, timeout: float, final_video_timeout: float) -> None:
+        # No video to wait for: the last update gets what is left, and a Redis server that never
+        # answers must not hold the trainer longer than the writer's own bound.
+        self.writer.close(min(max(timeout, 0.1), _PUBLISH_CLOSE_SECONDS))
+
+
+def open_route(config: PlotterConfig, stats: WorkerStats) -> PlotRoute:
+    """Start the route ``config`` asks for, its initial policy published."""
+    if config.publish is not None:
+        return PublishRoute(config, stats)
+    return LocalRoute(config, stats)
