@@ -187,10 +187,9 @@ class Plotter:
                  camera: Any = None,
                  sess: Any = None,
                  graph: Any = None) -> None:
-        # Every argument, by name, to the one function that checks them all.
-        arguments = dict(locals())
-        del arguments["self"]
-        config = plotter_config(**arguments)
+        # Every argument, by name, to the one function that checks them all; this signature is
+        # the only place that names them and their defaults.
+        config = plotter_config({name: value for name, value in locals().items() if name != "self"})
         worker = config.worker
         with private_runtime_dir():  # pygame's Wayland probe: no "XDG_RUNTIME_DIR" error line
             check_before_start(worker.env,

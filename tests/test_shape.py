@@ -197,19 +197,25 @@ def test_local_metrics_go_to_the_supervisors_relay_within_the_one_size_rule():
 def test_the_configuration_is_built_apart_from_the_plotter_from_the_same_arguments(tmp_path):
     from async_plotter.worker.plotter_config import plotter_config
 
-    def described(function):
-        return [(p.name, p.kind, p.default)
-                for p in inspect.signature(function).parameters.values() if p.name != "self"]
+    def arguments(*args, **kwargs):
+        bound = inspect.signature(Plotter.__init__).bind(None, *args, **kwargs)
+        bound.apply_defaults()
+        return {name: value for name, value in bound.arguments.items() if name != "self"}
 
-    assert described(plotter_config) == described(Plotter.__init__)
     videos = tmp_path / "videos"
-    config = plotter_config("Swimmer-v5", LinearPolicy(8, 2), video_dir=videos, window=False)
+    config = plotter_config(
+        arguments("Swimmer-v5", LinearPolicy(8, 2), video_dir=videos, window=False))
     assert config.worker.sinks == (VideoSpec(str(videos)), ) and config.publish is None
     assert config.has_output and config.initial.shape == (
         16, ) and config.worker.max_path_length == 500
     assert not videos.exists(), "building the configuration writes nothing"
     with pytest.raises(InvalidArgumentError, match="max_restarts"):
-        plotter_config("Swimmer-v5", LinearPolicy(8, 2), max_restarts=-1)
+        plotter_config(arguments("Swimmer-v5", LinearPolicy(8, 2), max_restarts=-1))
+    # Every argument of Plotter is read: one whose name plotter_config does not use fails.
+    incomplete = arguments("Swimmer-v5", LinearPolicy(8, 2))
+    del incomplete["fps"]
+    with pytest.raises(AttributeError, match="fps"):
+        plotter_config(incomplete)
 
 
 def test_stats_is_one_record_with_every_key_from_the_start():

@@ -10,7 +10,8 @@ trainer-side checks (``async_plotter.preflight``), creates the output directorie
 import dataclasses
 import os
 import tempfile
-from typing import Any, Callable, List, Optional, Sequence, Tuple, Union
+import types
+from typing import Any, Callable, List, Mapping, Optional, Tuple, Union
 
 import cloudpickle
 import numpy as np
@@ -91,108 +92,81 @@ class PlotterConfig:
         return bool(self.worker.sinks or self.publish)
 
 
-def plotter_config(env: Any,
-                   policy: Any,
-                   max_path_length: int = 500,
-                   video_dir: Optional[Union[str, os.PathLike]] = None,
-                   window: Union[bool, str] = "auto",
-                   fps: float = 30,
-                   *,
-                   deterministic: bool = False,
-                   quality: str = "auto",
-                   budget: Optional[float] = None,
-                   priority: Optional[str] = None,
-                   final_video_timeout: Optional[float] = None,
-                   min_video_seconds: float = 3.0,
-                   video_length: Union[int, str, None] = DEFAULT_VIDEO_LENGTH,
-                   policy_device: str = "cpu",
-                   max_restarts: int = 3,
-                   hang_timeout: float = 60.0,
-                   frame_size: Optional[Tuple[int, int]] = None,
-                   policy_factory: Optional[Callable[[], Any]] = None,
-                   on_frame: Optional[Callable[[np.ndarray, dict], Any]] = None,
-                   sinks: Sequence[FrameSink] = (),
-                   tensorboard_dir: Optional[Union[str, os.PathLike]] = None,
-                   tensorboard_scalars: bool = True,
-                   on_event: Optional[Callable[[str, dict], Any]] = None,
-                   seed: Optional[int] = None,
-                   http: Optional[Union[int, str]] = None,
-                   http_token: Optional[str] = None,
-                   channel: Optional[str] = None,
-                   experiment: Optional[str] = None,
-                   secret: Optional[Union[str, bytes]] = None,
-                   camera: Any = None,
-                   sess: Any = None,
-                   graph: Any = None) -> PlotterConfig:
-    """``Plotter``'s arguments (the same names and defaults; see its docstring), checked in
-    this order, each error naming its argument; starts nothing and writes nothing."""
-    max_path_length = positive_int("max_path_length", max_path_length)
-    fps = positive_number("fps", fps)
-    one_of("quality", quality, _QUALITIES)
-    budget = _checked_budget(budget, priority)
-    if final_video_timeout is None:
+def plotter_config(arguments: Mapping[str, Any]) -> PlotterConfig:
+    """``Plotter(...)``'s arguments checked, each error naming its argument; starts nothing and
+    writes nothing.
+
+    ``arguments`` holds every parameter of ``Plotter.__init__`` by name, defaults filled in:
+    that signature is the one place naming them and their defaults (``Plotter`` passes its
+    ``locals()``; ``inspect.signature(Plotter.__init__).bind(...)`` builds them elsewhere)."""
+    given = types.SimpleNamespace(**arguments)
+    max_path_length = positive_int("max_path_length", given.max_path_length)
+    fps = positive_number("fps", given.fps)
+    one_of("quality", given.quality, _QUALITIES)
+    budget = _checked_budget(given.budget, given.priority)
+    if given.final_video_timeout is None:
         final_video_timeout = (_FINAL_VIDEO_BASE_SECONDS +
                                _FINAL_VIDEO_SECONDS_PER_STEP * max_path_length)
     else:
-        final_video_timeout = non_negative_number("final_video_timeout", final_video_timeout)
-    min_video_seconds = non_negative_number("min_video_seconds", min_video_seconds)
-    video_length, video_seconds = _video_span(video_length)
-    one_of("policy_device", policy_device, POLICY_DEVICES)
-    max_restarts = non_negative_int("max_restarts", max_restarts)
-    hang_timeout = positive_number("hang_timeout", hang_timeout)
-    boolean("deterministic", deterministic)
-    frame_size = checked_frame_size(frame_size)
-    if seed is not None and not is_int(seed):
-        raise InvalidArgumentError(f"seed must be an int or None, got {seed!r}")
-    callable_or_none("on_frame", on_frame)
-    callable_or_none("on_event", on_event)
-    user_sinks = _user_sink_specs(sinks)
-    window = _resolve_window(window)
-    video_dir = _video_dir_path(video_dir)
-    tensorboard_dir = _video_dir_path(tensorboard_dir, "tensorboard_dir")
-    boolean("tensorboard_scalars", tensorboard_scalars)
-    camera = check_camera_argument(camera)
-    del sess, graph  # garage passes them; the worker has its own graph and session
+        final_video_timeout = non_negative_number("final_video_timeout", given.final_video_timeout)
+    min_video_seconds = non_negative_number("min_video_seconds", given.min_video_seconds)
+    video_length, video_seconds = _video_span(given.video_length)
+    one_of("policy_device", given.policy_device, POLICY_DEVICES)
+    max_restarts = non_negative_int("max_restarts", given.max_restarts)
+    hang_timeout = positive_number("hang_timeout", given.hang_timeout)
+    boolean("deterministic", given.deterministic)
+    frame_size = checked_frame_size(given.frame_size)
+    if given.seed is not None and not is_int(given.seed):
+        raise InvalidArgumentError(f"seed must be an int or None, got {given.seed!r}")
+    callable_or_none("on_frame", given.on_frame)
+    callable_or_none("on_event", given.on_event)
+    user_sinks = _user_sink_specs(given.sinks)
+    window = _resolve_window(given.window)
+    video_dir = _video_dir_path(given.video_dir)
+    tensorboard_dir = _video_dir_path(given.tensorboard_dir, "tensorboard_dir")
+    boolean("tensorboard_scalars", given.tensorboard_scalars)
+    camera = check_camera_argument(given.camera)
+    # given.sess and given.graph: garage passes them; the worker has its own graph and session.
     http_config = None
-    if http is not None:
+    if given.http is not None:
         from async_plotter.web.address import parse_http_address
 
-        http_config = parse_http_address(http, http_token)
-    publish = _publish_target(channel, experiment, secret)
+        http_config = parse_http_address(given.http, given.http_token)
+    publish = _publish_target(given.channel, given.experiment, given.secret)
 
-    env_recipe = describe_env(env)
-    adapter = adapter_for(policy)
-    policy_recipe = describe_policy(policy, adapter, policy_factory)
-    initial = _initial_parameters(policy, adapter)
-    specs = _output_specs(video_dir, window, http_config, on_frame) + user_sinks
+    env_recipe = describe_env(given.env)
+    adapter = adapter_for(given.policy)
+    policy_recipe = describe_policy(given.policy, adapter, given.policy_factory)
+    initial = _initial_parameters(given.policy, adapter)
+    specs = _output_specs(video_dir, window, http_config, given.on_frame) + user_sinks
     if tensorboard_dir:
-        specs.append(TensorBoardSpec(tensorboard_dir, scalars=tensorboard_scalars))
+        specs.append(TensorBoardSpec(tensorboard_dir, scalars=given.tensorboard_scalars))
     worker = WorkerConfig(
         env=env_recipe,
         policy=policy_recipe,
         max_path_length=max_path_length,
         fps=fps,
-        deterministic=deterministic,
-        quality=quality,
-        priority=priority,
+        deterministic=given.deterministic,
+        quality=given.quality,
+        priority=given.priority,
         frame_size=frame_size,
         mujoco_gl=offscreen_gl_backend(),
-        seed=seed,
+        seed=given.seed,
         camera=camera,
         budget=budget,
         min_video_seconds=min_video_seconds,
         video_length=video_length,
         video_seconds=video_seconds,
-        policy_device=policy_device,
+        policy_device=given.policy_device,
     ).with_sinks(specs)
     return PlotterConfig(worker=worker,
                          initial=initial,
                          adapter=adapter,
-                         policy_type=type(policy),
+                         policy_type=type(given.policy),
                          final_video_timeout=final_video_timeout,
                          max_restarts=max_restarts,
                          hang_timeout=hang_timeout,
-                         on_event=on_event,
+                         on_event=given.on_event,
                          video_dir=video_dir,
                          tensorboard_dir=tensorboard_dir,
                          window=bool(window),
