@@ -48,9 +48,11 @@ setup(
     extras_require={
         "cpu": ["tensorflow-cpu>=2.15"],
         "gpu": ["tensorflow>=2.15"],
-        # hiredis parses replies in C: a 1e6-parameter update's GET in 5.6 ms instead of 15 ms
-        # (benchmarks/redis_latency.py, and the parsers side by side)
-        "redis": ["redis>=5.0", "hiredis>=2.0"],
+        # Not hiredis: it parses a 1e6-parameter GET faster, but with it installed redis-py
+        # also packs commands through it, and publishing cost the trainer's sender thread
+        # 17-18 ms of CPU per update instead of 4.8, end to end 27-30 ms instead of 22-25
+        # (benchmarks/redis_latency.py, run with and without it, interleaved).
+        "redis": ["redis>=5.0"],
         # Reading and serving event files; writing them needs neither this nor TensorFlow.
         "tensorboard": ["tensorboard>=2.15"],
         "test": [

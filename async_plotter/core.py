@@ -93,7 +93,9 @@ class Plotter:
         final_video_timeout: seconds ``close()`` may wait for a video of the newest parameters
             when none exists yet (recorded at full speed: training is over). Default: enough
             for one rollout of ``max_path_length`` steps with the cheap visual preset on a
-            2-core machine. ``0`` skips the final video.
+            2-core machine, counted from when the worker is ready: a worker still starting
+            (TensorFlow's import, the policy's rebuild) gets up to ``hang_timeout`` more to
+            finish first. A number you pass bounds the whole wait. ``0`` skips the final video.
         min_video_seconds: a recorded video lasts at least this long (seconds of simulated
             time, which is playback time): an episode that ends sooner is followed by more
             episodes of the same parameters in the same file (up to ``max_path_length`` steps
@@ -316,12 +318,17 @@ class Plotter:
         """Stop the worker. First, when no video shows the newest parameters yet, the worker
         records one at full speed (at most ``final_video_timeout`` seconds; ``final_video=False``
         skips it); then it finishes the video it is writing and exits. Bounded by ``timeout``
-        seconds in all (default: the final video's limit plus 10 s), after which the worker is
+        seconds in all (default: the final video's limit plus 10 s, and a worker still starting
+        may first take up to ``hang_timeout`` to finish), after which the worker is
         terminated, then killed. A publish-only trainer (``channel=...``) has no video to wait
         for: it waits at most 2 s for its last update to reach Redis, whatever the server does.
         Logs a one-line summary of the videos. Calling it again does nothing."""
         if self._state is PlotterState.CLOSED:
             return
+        # With every limit at its default, a worker still starting gets to finish first (up
+        # to hang_timeout): a run shorter than TensorFlow's import still shows its final policy.
+        startup_wait = (self._config.hang_timeout if final_video and timeout is None
+                        and self._config.final_video_after_start_up else 0.0)
         if not final_video:
             timeout = min(timeout, _SHUTDOWN_SECONDS) if timeout is not None else 3.0
         elif timeout is None:
@@ -332,7 +339,8 @@ class Plotter:
         route = self._route
         try:
             if route is not None:
-                route.close(timeout, self._config.final_video_timeout if final_video else 0.0)
+                route.close(timeout, self._config.final_video_timeout if final_video else 0.0,
+                            startup_wait)
         finally:
             self._stats.alive = False
         if route is not None and route.renders_here:

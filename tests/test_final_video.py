@@ -1,4 +1,5 @@
 """Every run shows its final policy, and videos are worth watching."""
+import functools
 import logging
 import os
 import signal
@@ -101,6 +102,31 @@ def test_a_policy_that_falls_at_once_still_makes_a_video_of_the_minimum_length(
     assert entry["episodes"] > 1, "short episodes are chained into one video"
     frames = frame_count(entry["path"])
     assert frames >= fps * min_seconds, f"{frames} frames: shorter than {min_seconds} s"
+
+
+def _built_slowly_in_the_worker(trainer_pid):
+    """A policy whose rebuild takes 8 s in the worker (not in the trainer's own check): a
+    start-up longer than the default final-video limit of a 40-step rollout (6.2 s)."""
+    if os.getpid() != trainer_pid:
+        time.sleep(8.0)
+    return LinearPolicy(8, 2)
+
+
+def test_a_run_shorter_than_the_workers_start_up_still_shows_its_final_policy(
+        tmp_path, caplog, no_leftovers):
+    policy = LinearPolicy(8, 2)
+    plotter = Plotter("Swimmer-v5",
+                      policy,
+                      max_path_length=40,
+                      video_dir=str(tmp_path),
+                      policy_factory=functools.partial(_built_slowly_in_the_worker, os.getpid()))
+    policy.fill(0.1)
+    plotter.update_plot(policy, iteration=0)  # and at once the run is over
+    with caplog.at_level(logging.INFO, logger="async_plotter"):
+        plotter.close()
+    assert plotter.stats["final_video"] == str(tmp_path / "iter_0000.mp4")
+    assert frame_count(plotter.stats["final_video"]) == 41
+    assert any("still starting" in r.getMessage() for r in caplog.records)
 
 
 def test_close_returns_within_its_timeout_when_the_final_video_is_long(

@@ -76,6 +76,9 @@ class PlotterConfig:
     adapter: PolicyAdapter
     policy_type: type
     final_video_timeout: float
+    #: the default limit: it counts from when the worker is ready (start-up waited for apart,
+    #: up to ``hang_timeout``); a given one bounds the whole wait
+    final_video_after_start_up: bool
     max_restarts: int
     hang_timeout: float
     on_event: Optional[Callable[[str, dict], Any]]
@@ -164,6 +167,7 @@ def plotter_config(arguments: Mapping[str, Any]) -> PlotterConfig:
                          adapter=adapter,
                          policy_type=type(given.policy),
                          final_video_timeout=final_video_timeout,
+                         final_video_after_start_up=given.final_video_timeout is None,
                          max_restarts=max_restarts,
                          hang_timeout=hang_timeout,
                          on_event=given.on_event,

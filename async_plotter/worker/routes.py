@@ -36,9 +36,10 @@ class PlotRoute(Protocol):
     def post_metrics(self, iteration: Optional[int], metrics: Dict[str, float]) -> bool:
         """Queue training metrics for the live page; False if they break ``metrics_fit``."""
 
-    def close(self, timeout: float, final_video_timeout: float) -> None:
+    def close(self, timeout: float, final_video_timeout: float, startup_wait: float = 0.0) -> None:
         """Within ``timeout`` s: a video of the newest parameters where none exists yet (at
-        most ``final_video_timeout`` s; 0 skips it), then stop and release everything."""
+        most ``final_video_timeout`` s; 0 skips it), then stop and release everything. A
+        worker still starting gets up to ``startup_wait`` s more to finish first."""
 
 
 class LocalRoute:
@@ -65,10 +66,13 @@ class LocalRoute:
     def post_metrics(self, iteration: Optional[int], metrics: Dict[str, float]) -> bool:
         return self._supervisor.post_metrics(iteration, metrics)
 
-    def close(self, timeout: float, final_video_timeout: float) -> None:
+    def close(self, timeout: float, final_video_timeout: float, startup_wait: float = 0.0) -> None:
         deadline = time.monotonic() + timeout
         try:
             try:
+                if startup_wait > 0 and self._needs_final_video(final_video_timeout):
+                    self._wait_for_start_up(startup_wait)
+                    deadline = time.monotonic() + timeout  # the limits count from here
                 self._record_final_video(min(final_video_timeout, 0.8 * timeout))
             except BaseException:
                 self._supervisor.abort()  # Ctrl-C while waiting: wait no longer
@@ -79,10 +83,24 @@ class LocalRoute:
             # (otherwise only the resource tracker, at the interpreter's exit, removes it).
             self.writer.close(max(deadline - time.monotonic(), 0.1))
 
+    def _needs_final_video(self, timeout: float) -> bool:
+        return (self._config.records and timeout > 0 and not self._stats.disabled
+                and self._supervisor.newest_video_update < self.writer.published)
+
+    def _wait_for_start_up(self, timeout: float) -> None:
+        """A run shorter than the worker's start-up (TensorFlow's import, the policy's rebuild:
+        seconds, more on a busy machine) still gets its final video: the final video's time
+        limit counts from when the worker is ready."""
+        if self._supervisor.wait_until_ready(0.5):
+            return
+        logger.info(
+            "close(): the plot worker is still starting; waiting up to %.0f s for it to "
+            "record the final policy's video", timeout)
+        self._supervisor.wait_until_ready(timeout)
+
     def _record_final_video(self, timeout: float) -> None:
         writer, supervisor = self.writer, self._supervisor
-        if (not self._config.records or timeout <= 0 or self._stats.disabled
-                or supervisor.newest_video_update >= writer.published):
+        if not self._needs_final_video(timeout):
             return
         writer.request_final()
         started = time.monotonic()
@@ -114,7 +132,7 @@ class PublishRoute:
     def post_metrics(self, iteration: Optional[int], metrics: Dict[str, float]) -> bool:
         return self.writer.post_metrics(iteration, metrics)
 
-    def close(self, timeout: float, final_video_timeout: float) -> None:
+    def close(self, timeout: float, final_video_timeout: float, startup_wait: float = 0.0) -> None:
         # No video to wait for: the last update gets what is left, and a Redis server that never
         # answers must not hold the trainer longer than the writer's own bound.
         self.writer.close(min(max(timeout, 0.1), _PUBLISH_CLOSE_SECONDS))

@@ -86,6 +86,8 @@ class WorkerSupervisor:
         self._thread = threading.Thread(target=self._supervise,
                                         name="async_plotter-supervisor",
                                         daemon=True)
+        # Set while the current pair's processes have both reported ready.
+        self._booted = threading.Event()
         self._governor: Optional[CpuGovernor] = None
         if config.budget is not None and config.priority is None:
             self._governor = CpuGovernor(config.budget)
@@ -142,6 +144,7 @@ class WorkerSupervisor:
                 "render": render.pid
             },
                                alive=True)
+            self._booted.clear()
             self._pair = _Pair(rollout, render, rollout_status_in, render_status_in, lifeline_out)
             if self._governor is not None:
                 # Booting at the trainer's priority: a worker starved while importing TensorFlow
@@ -391,6 +394,7 @@ class WorkerSupervisor:
         applies once the first video exists (``_first_video_done``)."""
         self._stats.boot_seconds = round(time.monotonic() - pair.started, 3)
         pair.booted = time.monotonic()
+        self._booted.set()
         if self._governor is None:
             for process in (pair.rollout, pair.render):
                 self._settle_priority(process.pid)
@@ -420,6 +424,15 @@ class WorkerSupervisor:
     def newest_video_update(self) -> int:
         """The newest update a finished video shows (-1: none yet)."""
         return self._videos.newest_update
+
+    def wait_until_ready(self, timeout: float) -> bool:
+        """Wait up to ``timeout`` s for the worker's processes to finish starting; False if
+        they did not (or plotting stopped meanwhile)."""
+        deadline = time.monotonic() + timeout
+        while not self._booted.wait(0.2):
+            if (self._stats.disabled or not self._thread.is_alive() or time.monotonic() > deadline):
+                return False
+        return True
 
     def wait_for_final_video(self, update: int, timeout: float) -> bool:
         """Training is over: have the worker record update ``update`` (or a newer one) at full
