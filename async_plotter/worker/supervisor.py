@@ -86,8 +86,6 @@ class WorkerSupervisor:
         self._thread = threading.Thread(target=self._supervise,
                                         name="async_plotter-supervisor",
                                         daemon=True)
-        # Set while the current pair's processes have both reported ready.
-        self._booted = threading.Event()
         self._governor: Optional[CpuGovernor] = None
         if config.budget is not None and config.priority is None:
             self._governor = CpuGovernor(config.budget)
@@ -144,7 +142,6 @@ class WorkerSupervisor:
                 "render": render.pid
             },
                                alive=True)
-            self._booted.clear()
             self._pair = _Pair(rollout, render, rollout_status_in, render_status_in, lifeline_out)
             if self._governor is not None:
                 # Booting at the trainer's priority: a worker starved while importing TensorFlow
@@ -394,7 +391,6 @@ class WorkerSupervisor:
         applies once the first video exists (``_first_video_done``)."""
         self._stats.boot_seconds = round(time.monotonic() - pair.started, 3)
         pair.booted = time.monotonic()
-        self._booted.set()
         if self._governor is None:
             for process in (pair.rollout, pair.render):
                 self._settle_priority(process.pid)
@@ -429,10 +425,14 @@ class WorkerSupervisor:
         """Wait up to ``timeout`` s for the worker's processes to finish starting; False if
         they did not (or plotting stopped meanwhile)."""
         deadline = time.monotonic() + timeout
-        while not self._booted.wait(0.2):
+        while True:
+            with self._lock:
+                pair = self._pair
+            if pair is not None and pair.booted is not None:
+                return True
             if (self._stats.disabled or not self._thread.is_alive() or time.monotonic() > deadline):
                 return False
-        return True
+            time.sleep(0.2)
 
     def wait_for_final_video(self, update: int, timeout: float) -> bool:
         """Training is over: have the worker record update ``update`` (or a newer one) at full
