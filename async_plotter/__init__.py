@@ -8,11 +8,11 @@
 """
 from async_plotter.core import (DEFAULT_BUDGET, DEFAULT_VIDEO_LENGTH, DEFAULT_VIDEO_SECONDS,
                                 Plotter, PlotterState)
-from async_plotter.errors import (CameraError, EnvBuildError, EnvRenderError, EnvSpecError,
-                                  InvalidArgumentError, NoDisplayError, ParameterMismatchError,
-                                  PlotterClosedError, PlotterError, PolicyMismatchError,
-                                  PolicyNotRebuildableError, PolicyProtocolError, PolicyShapeError,
-                                  VideoDirError)
+from async_plotter.errors import (CameraError, EnvBuildError, EnvMismatchError, EnvRenderError,
+                                  EnvSpecError, InvalidArgumentError, NoDisplayError,
+                                  ParameterMismatchError, PlotterClosedError, PlotterError,
+                                  PolicyMismatchError, PolicyNotRebuildableError,
+                                  PolicyProtocolError, PolicyShapeError, VideoDirError)
 from async_plotter.render.sinks.base import FrameSink
 from async_plotter.render.stream import EpisodeEnd, EpisodeInfo
 from async_plotter.serializable import Serializable
@@ -23,6 +23,6 @@ __all__ = [
     "Plotter", "Serializable", "PlotterError", "PlotterClosedError", "PolicyProtocolError",
     "PolicyNotRebuildableError", "PolicyMismatchError", "ParameterMismatchError", "EnvSpecError",
     "NoDisplayError", "VideoDirError", "InvalidArgumentError", "PolicyShapeError", "EnvRenderError",
-    "EnvBuildError", "CameraError", "DEFAULT_BUDGET", "DEFAULT_VIDEO_LENGTH",
+    "EnvBuildError", "EnvMismatchError", "CameraError", "DEFAULT_BUDGET", "DEFAULT_VIDEO_LENGTH",
     "DEFAULT_VIDEO_SECONDS", "FrameSink", "EpisodeInfo", "EpisodeEnd", "PlotterState"
 ]

@@ -199,7 +199,10 @@ class Plotter:
                                policy,
                                config.adapter,
                                worker.camera,
-                               policy_on_cpu=worker.policy_device == "cpu")
+                               policy_on_cpu=worker.policy_device == "cpu",
+                               trainer_env=config.trainer_env,
+                               env_state=config.env_state,
+                               dtype=config.initial.dtype)
         create_output_dirs(config)  # only once every check has passed
         self._config = config
         self._stats = WorkerStats(disabled=not config.has_output)
@@ -269,7 +272,7 @@ class Plotter:
         route = self._route
         if route is None or self._stats.disabled:
             return
-        route.publish(flat, iteration, max_path_length)
+        route.publish(config.travelling(flat), iteration, max_path_length)
         if metrics and not route.post_metrics(iteration, metrics):
             logger.warning(
                 "update_plot(): metrics dropped, too large to send (%d keys); send a few scalars",

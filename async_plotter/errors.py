@@ -57,3 +57,9 @@ class PolicyShapeError(PlotterError, ValueError):
 
 class CameraError(PlotterError, ValueError):
     """``camera=`` names a camera (or body) the env's model does not have."""
+
+
+class EnvMismatchError(PlotterError, ValueError):
+    """The worker's copy of the env would give the policy other observations than the trainer's
+    env gives it (a wrapper's state that does not travel, or travels and is not taken): the
+    videos would show another policy."""

@@ -8,7 +8,9 @@ observations, a ``Dense(2)`` for its 3 actions) or a factory that builds an env 
 What runs here, all of it cheap and without GL (TensorFlow and software GL segfault together in one
 process, and a window without a display aborts it):
 
-* the env is built without rendering, as the worker builds it, and reset once;
+* the env is built without rendering, as the worker builds it, given the state of the trainer's
+  env's wrappers as it travels, compared with the trainer's env (``env/check.py``), and reset
+  once;
 * the policy acts once on a copy of that observation; the action must fit the action space as
   the worker adapts it (a ``Box`` needs as many values as its shape; a ``Discrete(n)`` an index
   or ``n`` logits; gym's and Gymnasium's spaces alike, ``spaces``);
@@ -30,13 +32,16 @@ from typing import Any, List, Optional
 
 import numpy as np
 
-from async_plotter.env_recipe import EnvRecipe, build_env, factory_accepts_render_mode
+from async_plotter.env.check import apply_travelled, check_worker_env
+from async_plotter.env.recipe import (EnvRecipe, build_env, builds_from_registry,
+                                      factory_accepts_render_mode)
+from async_plotter.env.state import TrainerEnvState
 from async_plotter.errors import EnvBuildError, EnvRenderError, PolicyShapeError
 from async_plotter.policy_adapters import KerasAdapter, PolicyAdapter
 from async_plotter.policy_check import brief_error, check_worker_copy
 from async_plotter.policy_recipe import PolicyRecipe
 from async_plotter.random_state import random_state_kept
-from async_plotter.spaces import BOX, DISCRETE, space_kind
+from async_plotter.env.spaces import BOX, DISCRETE, space_kind
 
 logger = logging.getLogger("async_plotter")
 
@@ -50,14 +55,22 @@ def check_before_start(env_recipe: EnvRecipe,
                        policy: Any,
                        adapter: PolicyAdapter,
                        camera: Any,
-                       policy_on_cpu: bool = True) -> None:
+                       policy_on_cpu: bool = True,
+                       trainer_env: Any = None,
+                       env_state: Optional[TrainerEnvState] = None,
+                       dtype: Any = np.float32) -> None:
     """Raise a named error if the env, the policy or the camera cannot work together, or if the
-    worker's copy of the policy would act differently from ``policy`` (checked on the CPU when
-    the worker's TensorFlow sees no GPU, ``policy_on_cpu``)."""
+    worker's copy of the env or the policy would act differently from ``trainer_env`` and
+    ``policy`` (the policy checked on the CPU when the worker's TensorFlow sees no GPU,
+    ``policy_on_cpu``). ``env_state``: the trainer's env's wrapper state, which travels in the
+    parameters' ``dtype``."""
     started = time.perf_counter()
     env = _build(env_recipe, None)
     opened = [env]
     try:
+        if env_state is not None:
+            apply_travelled(env, env_state, dtype, env_recipe.label)
+        check_worker_env(env, trainer_env, env_recipe.label)
         observation = _reset(env, env_recipe.label)
         model = _mujoco_model(env)
         if _check_policy(policy, adapter, observation, env, env_recipe.label):
@@ -117,8 +130,7 @@ def _check_frames(recipe: EnvRecipe, env: Any, opened: List[Any]) -> None:
             recipe.label)
         return
     frame_env = env
-    if recipe.kind in ("id", "spec") or (recipe.kind == "factory"
-                                         and factory_accepts_render_mode(recipe)):
+    if builds_from_registry(recipe) or factory_accepts_render_mode(recipe):
         frame_env = _build(recipe, "rgb_array")
         opened.append(frame_env)
         _reset(frame_env, recipe.label)

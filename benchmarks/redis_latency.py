@@ -87,7 +87,7 @@ class Ours:
     name = "ours"
 
     def __init__(self, url, size, context):
-        from async_plotter.env_recipe import describe_env
+        from async_plotter.env.recipe import describe_env
         from async_plotter.policy_recipe import PolicyRecipe
         from async_plotter.worker.config import WorkerConfig
 

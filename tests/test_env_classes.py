@@ -7,7 +7,7 @@ import pytest
 from gymnasium.envs.mujoco.hopper_v5 import HopperEnv
 
 from async_plotter import EnvSpecError, Plotter
-from async_plotter.env_recipe import build_env, describe_env
+from async_plotter.env.recipe import build_env, describe_env
 from tests.conftest import wait_for
 from tests.policies import LinearPolicy
 

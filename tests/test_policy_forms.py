@@ -8,6 +8,7 @@ import pytest
 from async_plotter import (EnvRenderError, Plotter, PolicyMismatchError, PolicyNotRebuildableError,
                            PolicyProtocolError)
 from tests import policy_forms
+from tests.cart_video import cart_moves
 from tests.conftest import wait_for
 
 # Every form, built by a function of a scratch folder: (policy, push(direction)[, factory]).
@@ -47,24 +48,6 @@ def build(name, tmp_path):
     policy, push = built[:2]
     factory = built[2] if len(built) > 2 else None
     return policy, push, factory
-
-
-def cart_moves(path):
-    """+1 if the cart ends right of where it started in the video, -1 if left (CartPole draws
-    the cart as the black box on a black track line)."""
-    import imageio
-
-    frames = imageio.mimread(path, memtest=False)
-    first, last = _cart_x(frames[0]), _cart_x(frames[-1])
-    assert abs(last - first) > 3, f"the cart did not move in {path}: {first:.1f} -> {last:.1f} px"
-    return 1 if last > first else -1
-
-
-def _cart_x(frame):
-    dark = np.asarray(frame)[..., :3].max(axis=-1) < 60
-    rows = dark.mean(axis=1) < 0.5  # the track line spans the whole width
-    columns = np.nonzero(dark[rows])[1]
-    return float(columns.mean())
 
 
 @pytest.mark.slow
@@ -342,7 +325,7 @@ def test_a_module_with_a_float64_signature_is_traced(tmp_path):
 
 
 def test_gym_envs_are_seeded():
-    from async_plotter.env_recipe import build_env, describe_env
+    from async_plotter.env.recipe import build_env, describe_env
     import gym
 
     recipe = describe_env(lambda: gym.make("CartPole-v1"))

@@ -20,7 +20,7 @@ from async_plotter.channel.redis.watcher import ExperimentWatcher
 from async_plotter.channel.redis.wire import (UPDATE_HEADER, ExperimentKeys, open_structure,
                                               seal_update, update_bytes)
 from async_plotter.channel.redis.signing import Verifier
-from async_plotter.env_recipe import describe_env
+from async_plotter.env.recipe import describe_env
 from async_plotter.policy_adapters import adapter_for
 from async_plotter.policy_recipe import describe_policy
 from async_plotter.worker.config import WorkerConfig

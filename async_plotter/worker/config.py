@@ -2,7 +2,8 @@
 import dataclasses
 from typing import Any, Iterable, Optional, Tuple
 
-from async_plotter.env_recipe import EnvRecipe
+from async_plotter.env.recipe import EnvRecipe
+from async_plotter.env.state import EnvStateLayout
 from async_plotter.policy_recipe import PolicyRecipe
 from async_plotter.worker.sinks import SinkSpec, records, wants_live
 
@@ -44,6 +45,11 @@ class WorkerConfig:
     #: replay the newest policy continuously (somebody is watching) rather than recording one
     #: rollout per update and then sleeping; set with the sinks by ``with_sinks``
     live: bool = False
+    #: the state of the env's wrappers that travels behind the policy's parameters
+    #: (``env/state.py``): every update is ``policy_size`` parameters, then this layout's values
+    env_state: EnvStateLayout = EnvStateLayout()
+    #: how many of an update's values are the policy's parameters (None: all of them)
+    policy_size: Optional[int] = None
 
     def with_sinks(self, sinks: Iterable[SinkSpec]) -> "WorkerConfig":
         """This configuration sending frames to ``sinks``, live exactly when one of them is."""

@@ -18,7 +18,8 @@ import numpy as np
 
 from async_plotter.channel.shm import supported_dtype
 from async_plotter.display import offscreen_gl_backend, x_display_available
-from async_plotter.env_recipe import describe_env
+from async_plotter.env.recipe import describe_env
+from async_plotter.env.state import EnvStateLayout, TrainerEnvState
 from async_plotter.errors import (InvalidArgumentError, NoDisplayError, ParameterMismatchError,
                                   PolicyProtocolError, VideoDirError)
 from async_plotter.policy_adapters import PolicyAdapter, adapter_for
@@ -88,6 +89,24 @@ class PlotterConfig:
     window: bool
     #: None: render here (``worker.sinks``); else publish only
     publish: Optional[PublishTarget]
+    #: the env object the user passed (None for an id, spec, class or factory): the check
+    #: compares the worker's copy with it
+    trainer_env: Any = None
+    #: its wrappers' state, read at start() and every update_plot and sent behind the
+    #: parameters (None: it has none)
+    env_state: Optional[TrainerEnvState] = None
+
+    def travelling(self, flat: np.ndarray) -> np.ndarray:
+        """What is sent for the policy's parameters ``flat``: they, then the env's wrapper
+        state now, in their dtype (``WorkerConfig.policy_size`` tells the worker where to cut)."""
+        if self.env_state is None:
+            return flat
+        return np.concatenate([flat, self.env_state.read().astype(flat.dtype)])
+
+    @property
+    def travelling_size(self) -> int:
+        """The size of what ``travelling`` returns."""
+        return self.initial.size + (self.env_state.layout.size if self.env_state else 0)
 
     @property
     def has_output(self) -> bool:
@@ -138,6 +157,10 @@ def plotter_config(arguments: Mapping[str, Any]) -> PlotterConfig:
     publish = _publish_target(given.channel, given.experiment, given.secret)
 
     env_recipe = describe_env(given.env)
+    trainer_env = given.env if _is_env_object(given.env) else None
+    env_state = TrainerEnvState(trainer_env, env_recipe.label) if trainer_env is not None else None
+    if env_state is not None and not env_state.layout.layers:
+        env_state = None
     adapter = adapter_for(given.policy)
     policy_recipe = describe_policy(given.policy, adapter, given.policy_factory)
     initial = _initial_parameters(given.policy, adapter)
@@ -161,6 +184,8 @@ def plotter_config(arguments: Mapping[str, Any]) -> PlotterConfig:
         video_length=video_length,
         video_seconds=video_seconds,
         policy_device=given.policy_device,
+        env_state=env_state.layout if env_state else EnvStateLayout(),
+        policy_size=initial.size,
     ).with_sinks(specs)
     return PlotterConfig(worker=worker,
                          initial=initial,
@@ -174,7 +199,14 @@ def plotter_config(arguments: Mapping[str, Any]) -> PlotterConfig:
                          video_dir=video_dir,
                          tensorboard_dir=tensorboard_dir,
                          window=bool(window),
-                         publish=publish)
+                         publish=publish,
+                         trainer_env=trainer_env,
+                         env_state=env_state)
+
+
+def _is_env_object(env: Any) -> bool:
+    """An env (or vector env) instance, rather than an id, a spec, a class or a factory."""
+    return (not isinstance(env, (str, type)) and hasattr(env, "step") and hasattr(env, "reset"))
 
 
 def checked_parameters(flat: np.ndarray,

@@ -26,7 +26,7 @@ from async_plotter.worker.config import WorkerConfig
 from async_plotter.worker.playback import Playback, plan_playback
 from async_plotter.worker.status import StatusKind, StatusSender
 from async_plotter.render.stream import EpisodeEnd, EpisodeInfo, SceneInfo, StreamKind
-from async_plotter.spaces import to_env_action
+from async_plotter.env.spaces import to_env_action
 
 logger = logging.getLogger(__name__)
 
@@ -92,7 +92,8 @@ def _exit_now(code: int) -> None:
 
 def _run(config: WorkerConfig, reader: ParamReader, frames_out: Connection,
          status: StatusSender) -> None:
-    from async_plotter.env_recipe import build_env
+    from async_plotter.env.recipe import build_env
+    from async_plotter.env.state import WorkerEnvState
     from async_plotter.policy_recipe import PolicyRuntime
 
     global _closing
@@ -100,7 +101,8 @@ def _run(config: WorkerConfig, reader: ParamReader, frames_out: Connection,
     try:
         runtime = PolicyRuntime(config.policy, config.deterministic)
         env = build_env(config.env, render_mode="rgb_array")
-        _play(config, env, runtime, reader, frames_out, status)
+        env_state = WorkerEnvState(env, config.env_state, config.env.label)
+        _play(config, env, runtime, env_state, reader, frames_out, status)
     finally:
         # Whatever ended it (a stop, an error, SIGTERM as SystemExit), as Gymnasium's vector
         # workers do: the env's files, viewers and pygame, the policy's graph and session.
@@ -120,8 +122,8 @@ def _close_quietly(what: str, thing: Any) -> None:
         logger.warning("closing the rollout process's %s failed", what, exc_info=True)
 
 
-def _play(config: WorkerConfig, env: Any, runtime: Any, reader: ParamReader, frames_out: Connection,
-          status: StatusSender) -> None:
+def _play(config: WorkerConfig, env: Any, runtime: Any, env_state: Any, reader: ParamReader,
+          frames_out: Connection, status: StatusSender) -> None:
     """Announce the scene, then run episodes of the newest parameters until stopped."""
     playback = plan_playback(env, config.fps)
     scene = dataclasses.replace(describe_scene(env, config),
@@ -150,7 +152,9 @@ def _play(config: WorkerConfig, env: Any, runtime: Any, reader: ParamReader, fra
             status.beat()
             if update is None:
                 continue
-            runtime.set_params(update.params)
+            cut = update.params.size if config.policy_size is None else config.policy_size
+            runtime.set_params(update.params[:cut])
+            env_state.apply(update.params[cut:])
             current, part, shown = update, 0, 0
             status.send(StatusKind.APPLIED, update=update.number, iteration=update.iteration)
         info = EpisodeInfo(current.number, current.iteration, episode_index, part)
@@ -158,8 +162,8 @@ def _play(config: WorkerConfig, env: Any, runtime: Any, reader: ParamReader, fra
         full, clip = current.max_path_length, _clip_steps(current, config, playback)
         steps_left = max(full - shown, 1) if part else full
         clip_left = max(clip - shown, 1) if part else clip
-        end = _run_episode(env, runtime, scene, info, (steps_left, clip_left), reader, config,
-                           frames_out, status, min_video_steps - shown)
+        end = _run_episode(env, runtime, env_state, scene, info, (steps_left, clip_left), reader,
+                           config, frames_out, status, min_video_steps - shown)
         shown += end.steps
         part = part + 1 if end.continued else 0
         status.send(StatusKind.EPISODE,
@@ -185,14 +189,15 @@ def _clip_steps(update: ParamUpdate, config: WorkerConfig, playback: Playback) -
     return update.max_path_length
 
 
-def _run_episode(env: Any, runtime: Any, scene: SceneInfo, info: EpisodeInfo, limits: tuple,
-                 reader: Any, config: WorkerConfig, frames_out: Connection, status: StatusSender,
-                 video_steps_wanted: int) -> EpisodeEnd:
+def _run_episode(env: Any, runtime: Any, env_state: Any, scene: SceneInfo, info: EpisodeInfo,
+                 limits: tuple, reader: Any, config: WorkerConfig, frames_out: Connection,
+                 status: StatusSender, video_steps_wanted: int) -> EpisodeEnd:
     """One episode of at most ``limits[0]`` steps, cut at ``limits[1]`` unless the final video
     is asked for; every ``scene.stride``-th step is streamed to the render process, and the
     first and last always (a video ends on the episode's true final state)."""
     max_path_length, clip_length = limits
     seed = None if config.seed is None else config.seed + info.episode
+    env_state.hold()  # the trainer's wrapper state, never the worker's own updates of it
     observation, _ = env.reset(seed=seed)
     reset = getattr(runtime.policy, "reset", None)
     if callable(reset):
@@ -208,6 +213,7 @@ def _run_episode(env: Any, runtime: Any, scene: SceneInfo, info: EpisodeInfo, li
             completed = False
             break
         action = to_env_action(runtime.act(observation), env.action_space)
+        env_state.hold()
         observation, reward, terminated, truncated, _ = env.step(action)
         total_reward += float(reward)
         ended = bool(terminated or truncated)

@@ -50,8 +50,11 @@ class LocalRoute:
     def __init__(self, config: PlotterConfig, stats: WorkerStats) -> None:
         self._config = config.worker
         self._stats = stats
-        self.writer = SharedMemoryWriter(config.initial.size, config.initial.dtype)
-        self.writer.publish(config.initial, None, config.worker.max_path_length, number=0)
+        self.writer = SharedMemoryWriter(config.travelling_size, config.initial.dtype)
+        self.writer.publish(config.travelling(config.initial),
+                            None,
+                            config.worker.max_path_length,
+                            number=0)
         self._supervisor = WorkerSupervisor(config.worker,
                                             self.writer.address,
                                             stats,
@@ -122,9 +125,13 @@ class PublishRoute:
         from async_plotter.channel.redis.writer import RedisWriter
 
         target = config.publish
-        self.writer = RedisWriter(target.url, target.experiment, config.worker, config.initial.size,
-                                  config.initial.dtype, target.secret, stats)
-        self.writer.publish(config.initial, None, config.worker.max_path_length, number=0)
+        self.writer = RedisWriter(target.url, target.experiment, config.worker,
+                                  config.travelling_size, config.initial.dtype, target.secret,
+                                  stats)
+        self.writer.publish(config.travelling(config.initial),
+                            None,
+                            config.worker.max_path_length,
+                            number=0)
 
     def publish(self, params: np.ndarray, iteration: Optional[int], max_path_length: int) -> None:
         self.writer.publish(params, iteration, max_path_length)

@@ -29,7 +29,8 @@ def space_kind(space: Any) -> str:
 
 def to_env_action(action: Any, space: Any) -> Any:
     """A policy's output adapted to the action space: ``n`` logits to an index (offset by the
-    space's ``start``), one value to that index, a box's values clipped to its bounds."""
+    space's ``start``), one value to that index, a box's values clipped to its bounds (in the
+    policy's float dtype)."""
     kind = space_kind(space)
     if kind == DISCRETE:
         action = np.asarray(action)
@@ -37,6 +38,11 @@ def to_env_action(action: Any, space: Any) -> Any:
             return int(np.argmax(action)) + int(getattr(space, "start", 0))
         return int(np.rint(action.reshape(-1)[0]))
     if kind == BOX:
-        return np.clip(
-            np.asarray(action, dtype=space.dtype).reshape(space.shape), space.low, space.high)
+        # In the policy's own dtype, as the trainer's env gets it: gym's Pendulum renders from
+        # the action it was given, and drawing a float32 one fails there (float64 works).
+        action = np.asarray(action)
+        if action.dtype.kind != "f":
+            action = action.astype(space.dtype)
+        action = action.reshape(space.shape)
+        return np.clip(action, space.low.astype(action.dtype), space.high.astype(action.dtype))
     return action

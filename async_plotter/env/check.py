@@ -1,0 +1,236 @@
+"""The one rule for the env, checked in the trainer: what reaches the policy in the worker is what
+reaches it in the trainer.
+
+The worker's copy of the env is built from its recipe and given the state that travels
+(``env/state.py``). Then both envs' observation wrappers are fed the same raw observations (the
+env's first observation and a few shifted ones) on copies of them that share nothing with the
+trainer's env, whose statistics therefore stay untouched. What each wrapper gives must agree; a
+wrapper whose attributes change while it transforms observations holds running state, and must
+be one whose state travels. A difference is an ``EnvMismatchError`` naming the wrapper.
+
+Runs in the trainer, inside ``Plotter(...)``'s checks (``preflight.py``); needs no TensorFlow.
+"""
+import copy
+import logging
+from typing import Any, Callable, List, Optional, Tuple
+
+import gymnasium
+import numpy as np
+
+from async_plotter.env.state import (RLLAB, TrainerEnvState, WorkerEnvState, env_layers, freezes,
+                                     layer_kind)
+from async_plotter.errors import EnvMismatchError
+
+logger = logging.getLogger("async_plotter")
+
+# The worker's state travels in the policy's dtype (float32 for most): its rounding is allowed.
+_RTOL = 1e-4
+_ATOL = 1e-4
+_PROBES = 3
+_LINKS = ("env", "_wrapped_env", "wrapped_env", "envs", "env_fns")
+
+Stage = Tuple[str, Callable[[np.ndarray], np.ndarray]]
+
+
+def check_worker_env(worker_env: Any, trainer_env: Any, label: str) -> None:
+    """Raise ``EnvMismatchError`` unless ``worker_env`` (built as the worker builds it, and
+    already given the state as it travels, ``apply_travelled``) transforms observations as
+    ``trainer_env`` does. ``trainer_env`` is None when the user gave no env object (an id, a
+    factory): then only a warning that running statistics will start fresh."""
+    worker_layers = env_layers(worker_env)
+    if trainer_env is None:
+        _warn_fresh_statistics(worker_layers, label)
+        return
+    trainer_stages = _stages(env_layers(trainer_env))
+    worker_stages = _stages(worker_layers)
+    if not trainer_stages:
+        _refuse_untravelled_state(trainer_env, label)
+        return
+    raw = _raw_observation(worker_layers)
+    if raw is None:
+        logger.info(
+            "Plotter: not comparing %s's observation wrappers (no raw observation to feed "
+            "them)", label)
+        return
+    # A vector env's wrappers stand on top of the one env's own: compare them on what that
+    # env's inner wrappers give.
+    inner = worker_stages[:len(worker_stages) - len(trainer_stages)]
+    outer = worker_stages[len(inner):]
+    for probe in _probes(raw):
+        try:
+            start = _through(inner, probe, label)
+            _compare(trainer_stages, outer, start, label)
+        except EnvMismatchError:
+            raise
+        except Exception as error:  # noqa: BLE001 - a wrapper between them changes the shape
+            logger.info(
+                "Plotter: not comparing %s's observation wrappers (%s: %s; a wrapper that is "
+                "not an observation wrapper, such as a frame stack, stands between them)", label,
+                type(error).__name__, error)
+            break
+    _refuse_untravelled_state(trainer_env, label)
+
+
+def _stages(layers: List[Any]) -> List[Stage]:
+    """The observation transforms of an env's layers, innermost first, on detached copies; the
+    copies of layers whose state travels are frozen where they can be, as in the worker (the
+    same statistics must give the same observations)."""
+    stages = []
+    for layer in reversed(layers):
+        name, kind = type(layer).__name__, layer_kind(layer)
+        clone = _detached(layer)
+        if kind is not None:
+            freezes(clone)
+        if isinstance(layer, gymnasium.ObservationWrapper):
+            stages.append((name, clone.observation))
+        elif isinstance(layer, gymnasium.vector.VectorObservationWrapper):
+            stages.append((name, lambda o, clone=clone: clone.observations(o[None])[0]))
+        elif kind == RLLAB and callable(getattr(layer, "_apply_normalize_obs", None)):
+            stages.append((name, clone._apply_normalize_obs))
+    return stages
+
+
+def _detached(layer: Any) -> Any:
+    """A copy of a layer whose state is its own: transforming with it changes nothing of the
+    original (the env it wraps is shared, and never called)."""
+    clone = copy.copy(layer)
+    for key, value in vars(layer).items():
+        if key not in _LINKS:
+            try:
+                vars(clone)[key] = copy.deepcopy(value)
+            except Exception:  # noqa: BLE001 - an unpicklable handle: not state it transforms with
+                pass
+    return clone
+
+
+def _raw_observation(worker_layers: List[Any]) -> Optional[np.ndarray]:
+    base = worker_layers[-1]
+    try:
+        result = base.reset(seed=0)
+    except TypeError:
+        result = base.reset()
+    observation = result[0] if isinstance(result, tuple) and len(result) == 2 else result
+    if isinstance(observation, dict):
+        return None
+    return np.asarray(observation)
+
+
+def _probes(raw: np.ndarray) -> List[np.ndarray]:
+    """The first observation and a few shifted ones (a statistic that matters shows on some)."""
+    shift = 0.25 * (np.abs(raw) + 1.0)
+    return [raw] + [(raw + k * shift * (-1)**k).astype(raw.dtype) for k in range(1, _PROBES + 1)]
+
+
+def _through(stages: List[Stage], observation: np.ndarray, label: str) -> np.ndarray:
+    for _, transform in stages:
+        observation = np.asarray(transform(observation))
+    return observation
+
+
+def _compare(trainer: List[Stage], worker: List[Stage], observation: np.ndarray,
+             label: str) -> None:
+    ours, theirs = observation, observation
+    for index, ((name, transform), (worker_name,
+                                    worker_transform)) in enumerate(zip(trainer, worker)):
+        ours = np.asarray(transform(ours), np.float64)
+        theirs = np.asarray(worker_transform(theirs), np.float64)
+        if ours.shape == theirs.shape and np.allclose(theirs, ours, rtol=_RTOL, atol=_ATOL):
+            continue
+        raise EnvMismatchError(
+            f"the plot worker's copy of the env {label} would not give the policy what your env "
+            f"gives it: after {name} (observation wrapper {index + 1} of {len(trainer)}, "
+            f"innermost first), yours gives {_show(ours)} and the worker's {worker_name} "
+            f"{_show(theirs)}, so the videos would show the policy acting on other "
+            f"observations. {_advice(name)}")
+    if len(trainer) != len(worker):
+        raise EnvMismatchError(
+            f"the plot worker's copy of the env {label} has {len(worker)} observation wrappers "
+            f"where yours has {len(trainer)} ({', '.join(n for n, _ in trainer)}): pass a "
+            "zero-argument function that builds the env with the same wrappers")
+
+
+def _refuse_untravelled_state(trainer_env: Any, label: str) -> None:
+    """A wrapper that changes its own attributes as it transforms observations holds running
+    state; unless that state travels, the worker's copy would drift from the trainer's."""
+    for layer in env_layers(trainer_env):
+        if layer_kind(layer) is not None or not isinstance(
+                layer, (gymnasium.ObservationWrapper, gymnasium.vector.VectorObservationWrapper)):
+            continue
+        changed = _changed_attributes(layer)
+        if changed:
+            name = type(layer).__name__
+            raise EnvMismatchError(
+                f"{name} in the env {label} holds state that changes as it transforms "
+                f"observations ({', '.join(changed)}) and that state does not travel to the "
+                f"plot worker, whose copy would start from fresh values. Give {name} the "
+                "methods get_wrapper_state() -> dict of arrays and set_wrapper_state(state) "
+                "(the plotter sends the state with every update_plot), or normalise inside the "
+                "policy (a keras.layers.Normalization layer) instead.")
+
+
+def _changed_attributes(layer: Any) -> List[str]:
+    """The attributes a detached copy of ``layer`` changes while it transforms a few
+    observations of its input space."""
+    vector = isinstance(layer, gymnasium.vector.VectorObservationWrapper)
+    space = getattr(layer.env, "single_observation_space" if vector else "observation_space", None)
+    if getattr(space, "shape", None) is None:
+        return []
+    probe = _detached(layer)
+    before = {k: copy.deepcopy(v) for k, v in vars(probe).items() if k not in _LINKS}
+    try:
+        for observation in _probes(np.zeros(space.shape, dtype=space.dtype or np.float32)):
+            if vector:
+                probe.observations(observation[None])
+            else:
+                probe.observation(observation)
+    except Exception:  # noqa: BLE001 - a wrapper that cannot take these: nothing to learn
+        return []
+    return [key for key in before if not _same(before[key], vars(probe).get(key))]
+
+
+def _same(a: Any, b: Any) -> bool:
+    if isinstance(a, np.ndarray) or isinstance(b, np.ndarray):
+        return np.array_equal(np.asarray(a), np.asarray(b), equal_nan=True)
+    if hasattr(a, "__dict__") and type(a) is type(b) and not callable(a):
+        return all(_same(value, vars(b).get(key)) for key, value in vars(a).items())
+    try:
+        return bool(a == b)
+    except Exception:  # noqa: BLE001 - incomparable: not state we can judge
+        return True
+
+
+def _warn_fresh_statistics(worker_layers: List[Any], label: str) -> None:
+    stateful = [type(layer).__name__ for layer in worker_layers if layer_kind(layer) is not None]
+    if stateful:
+        logger.warning(
+            "Plotter: the env %s has wrappers with running statistics (%s) that start fresh in "
+            "the plot worker, since it builds its own env: if you train on such an env, pass "
+            "that env object to Plotter so that its statistics travel with every update_plot",
+            label, ", ".join(stateful))
+
+
+def _advice(name: str) -> str:
+    if name.startswith("Normalize"):
+        return (f"{name} holds running statistics that must reach the worker: pass the env "
+                "object you train on (not an id or a factory), so that its statistics travel "
+                "with every update_plot.")
+    return (f"{name} holds state that is not rebuilt in the worker: give it get_wrapper_state() "
+            "and set_wrapper_state(state) methods, or pass a zero-argument function that "
+            "builds the env as you train on it.")
+
+
+def _show(values: np.ndarray) -> str:
+    return np.array2string(np.asarray(values, np.float64).ravel()[:6], precision=4)
+
+
+def travelled(state: TrainerEnvState, dtype: np.dtype) -> np.ndarray:
+    """The trainer's env state as it arrives in the worker (rounded to the parameters' dtype)."""
+    return state.read().astype(dtype).astype(np.float64)
+
+
+def apply_travelled(worker_env: Any, state: TrainerEnvState, dtype: np.dtype,
+                    label: str) -> WorkerEnvState:
+    """Give ``worker_env`` the trainer's state as the worker would get it."""
+    applier = WorkerEnvState(worker_env, state.layout, label)
+    applier.apply(travelled(state, dtype))
+    return applier

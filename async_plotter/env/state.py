@@ -1,0 +1,260 @@
+"""The state an env's wrappers hold (running observation statistics), read from the trainer's env
+object and applied to the worker's copy with every update.
+
+An env object is rebuilt in the worker from its recipe, which re-applies its wrappers but not
+what they learned: Gymnasium's ``NormalizeObservation`` would start again from mean 0 and
+variance 1 and drift with the worker's own observations, and a policy trained on the trainer's
+statistics would be shown acting on others. So the plotter finds the *stateful layers* of the
+trainer's env (outermost first) when the ``Plotter`` is built, reads their state at ``start()``
+and at every ``update_plot`` as one small float vector that travels behind the policy's
+parameters, and the worker writes it into the same layers of its copy, which never update it
+themselves. Three kinds of layer are known:
+
+* ``running_stats``: a layer holding Gymnasium's ``RunningMeanStd`` as ``obs_rms`` or
+  ``return_rms`` (``NormalizeObservation``, ``NormalizeReward``, and their vector forms);
+  frozen in the worker through their ``update_running_mean`` switch.
+* ``hook``: any wrapper with the documented method pair ``get_wrapper_state() -> dict`` of
+  numeric arrays and ``set_wrapper_state(state)``; frozen through ``update_running_mean = False``
+  where it has that switch, else its state is written back before every step.
+* ``rllab``: rllab's normalized env (``_obs_mean``/``_obs_var``, or ``obs_mean``/``obs_var``,
+  and the reward's twins), written back before every step (its ``step`` updates them).
+
+Runs in the trainer (``TrainerEnvState``) and in the rollout process (``WorkerEnvState``).
+"""
+import dataclasses
+from typing import Any, Dict, List, Optional, Sequence, Tuple
+
+import numpy as np
+
+from async_plotter.errors import EnvMismatchError
+
+RUNNING_STATS = "running_stats"
+HOOK = "hook"
+RLLAB = "rllab"
+
+_RUNNING_STATS_ATTRIBUTES = ("obs_rms", "return_rms")
+_RLLAB_PAIRS = (("_obs_mean", "_obs_var"), ("obs_mean", "obs_var"), ("_reward_mean", "_reward_var"),
+                ("reward_mean", "reward_var"))
+# Where a layer keeps the env it wraps: Gymnasium's and gym's wrappers, our old-gym adapter and
+# rllab's ProxyEnv.
+_LINKS = ("env", "_wrapped_env", "wrapped_env")
+_MAX_DEPTH = 64
+
+
+@dataclasses.dataclass(frozen=True)
+class LayerState:
+    """What one stateful layer sends: its class name (for messages), its kind and its fields."""
+
+    wrapper: str
+    kind: str
+    #: (name, shape) of each field, in the order they travel
+    fields: Tuple[Tuple[str, Tuple[int, ...]], ...]
+
+    @property
+    def size(self) -> int:
+        return sum(int(np.prod(shape, dtype=np.int64)) for _, shape in self.fields)
+
+
+@dataclasses.dataclass(frozen=True)
+class EnvStateLayout:
+    """The stateful layers of an env, outermost first: what travels behind the parameters."""
+
+    layers: Tuple[LayerState, ...] = ()
+
+    @property
+    def size(self) -> int:
+        return sum(layer.size for layer in self.layers)
+
+    def describe(self) -> str:
+        return ", ".join(f"{layer.wrapper} ({', '.join(name for name, _ in layer.fields)})"
+                         for layer in self.layers) or "none"
+
+
+def env_layers(env: Any) -> List[Any]:
+    """``env`` and every env it wraps, outermost first."""
+    layers = [env]
+    while len(layers) < _MAX_DEPTH:
+        inner = next((vars(layers[-1])[link] for link in _LINKS if link in _own(layers[-1])), None)
+        if inner is None or any(inner is seen for seen in layers):
+            break
+        layers.append(inner)
+    return layers
+
+
+def layer_kind(layer: Any) -> Optional[str]:
+    """Which known kind of stateful layer ``layer`` is, or None (its own attributes and methods
+    only: gym's old wrappers forward unknown attributes to the env inside them)."""
+    cls = type(layer)
+    if callable(getattr(cls, "get_wrapper_state", None)) and callable(
+            getattr(cls, "set_wrapper_state", None)):
+        return HOOK
+    own = _own(layer)
+    if any(_is_running_stats(own.get(name)) for name in _RUNNING_STATS_ATTRIBUTES):
+        return RUNNING_STATS
+    if any(mean in own and var in own for mean, var in _RLLAB_PAIRS):
+        return RLLAB
+    return None
+
+
+def read_layer(layer: Any, kind: str) -> Dict[str, np.ndarray]:
+    """The state of one layer as named float64 arrays."""
+    if kind == RUNNING_STATS:
+        state = {}
+        for name in _RUNNING_STATS_ATTRIBUTES:
+            stats = _own(layer).get(name)
+            if _is_running_stats(stats):
+                for part in ("mean", "var", "count"):
+                    state[f"{name}.{part}"] = _float_array(getattr(stats, part))
+        return state
+    if kind == RLLAB:
+        own = _own(layer)
+        return {
+            name: _float_array(own[name])
+            for pair in _RLLAB_PAIRS if pair[0] in own and pair[1] in own for name in pair
+        }
+    return _hook_state(layer)
+
+
+def write_layer(layer: Any, kind: str, state: Dict[str, np.ndarray]) -> None:
+    """Give one layer ``state`` (as read by ``read_layer``), each value in its own dtype."""
+    if kind == RUNNING_STATS:
+        for key, value in state.items():
+            name, part = key.split(".")
+            stats = _own(layer)[name]
+            old = getattr(stats, part)
+            setattr(
+                stats, part,
+                type(old)(value) if np.ndim(old) == 0 and not isinstance(old, np.ndarray) else
+                np.asarray(value, dtype=np.asarray(old).dtype).reshape(np.shape(old)))
+    elif kind == RLLAB:
+        for name, value in state.items():
+            old = _own(layer)[name]
+            setattr(layer, name,
+                    np.asarray(value, dtype=np.asarray(old).dtype).reshape(np.shape(old)))
+    else:
+        layer.set_wrapper_state({name: np.array(value) for name, value in state.items()})
+
+
+def freezes(layer: Any) -> bool:
+    """Stop ``layer`` from updating its own state where it has Gymnasium's switch for that;
+    False where it has none (its state must then be written back before every step)."""
+    if not isinstance(getattr(type(layer), "update_running_mean", None), property) and \
+            "update_running_mean" not in _own(layer):
+        return False
+    try:
+        layer.update_running_mean = False
+    except AttributeError:  # a read-only property
+        return False
+    return True
+
+
+class TrainerEnvState:
+    """The stateful layers of the trainer's own env object, read at every ``update_plot``."""
+
+    def __init__(self, env: Any, label: str) -> None:
+        found = [(layer, layer_kind(layer)) for layer in env_layers(env)]
+        self._layers = [(layer, kind) for layer, kind in found if kind is not None]
+        self.label = label
+        layouts = []
+        for layer, kind in self._layers:
+            state = read_layer(layer, kind)
+            layouts.append(
+                LayerState(
+                    type(layer).__name__, kind,
+                    tuple((name, tuple(np.shape(value))) for name, value in state.items())))
+        self.layout = EnvStateLayout(tuple(layouts))
+
+    def read(self) -> np.ndarray:
+        """The state now, flat (float64); the layout is checked on every read, since a layer's
+        arrays can be replaced (a hook that returns new fields)."""
+        parts = []
+        for (layer, kind), expected in zip(self._layers, self.layout.layers):
+            state = read_layer(layer, kind)
+            shapes = tuple((name, tuple(np.shape(value))) for name, value in state.items())
+            if shapes != expected.fields:
+                raise EnvMismatchError(
+                    f"the state of {expected.wrapper} in the env {self.label} changed its shape "
+                    f"since Plotter() was built (was {expected.fields}, now {shapes}), so it "
+                    "cannot travel to the plot worker: keep its fields and their shapes fixed")
+            parts.extend(np.ravel(value) for value in state.values())
+        return np.concatenate(parts) if parts else np.zeros(0)
+
+
+class WorkerEnvState:
+    """The same layers in the worker's copy of the env: given the travelled state, never updating
+    it themselves."""
+
+    def __init__(self, env: Any, layout: EnvStateLayout, label: str) -> None:
+        found = [(layer, layer_kind(layer)) for layer in env_layers(env)]
+        layers = [(layer, kind) for layer, kind in found if kind is not None]
+        names = [type(layer).__name__ for layer, _ in layers]
+        expected = [layer.wrapper for layer in layout.layers]
+        if [kind for _, kind in layers] != [layer.kind for layer in layout.layers]:
+            raise EnvMismatchError(
+                f"the plot worker's copy of the env {label} has the stateful layers {names}, but "
+                f"the trainer's env has {expected}: its wrappers are not rebuilt as they are in "
+                "the trainer. Pass a zero-argument function that builds the env with the same "
+                "wrappers, in the same order.")
+        self._layers = layers
+        self._layout = layout
+        self._held = [not freezes(layer) for layer, _ in layers]
+        self._state: List[Dict[str, np.ndarray]] = []
+
+    def apply(self, flat: np.ndarray) -> None:
+        """Write the travelled state (``TrainerEnvState.read``'s vector) into the layers."""
+        self._state = _split(flat, self._layout.layers)
+        for (layer, kind), state in zip(self._layers, self._state):
+            write_layer(layer, kind, state)
+
+    def hold(self) -> None:
+        """Before a step or reset: write the state back into layers that would have updated it."""
+        for (layer, kind), state, held in zip(self._layers, self._state, self._held):
+            if held:
+                write_layer(layer, kind, state)
+
+
+def _split(flat: np.ndarray, layers: Sequence[LayerState]) -> List[Dict[str, np.ndarray]]:
+    flat = np.asarray(flat, dtype=np.float64)
+    states, offset = [], 0
+    for layer in layers:
+        state = {}
+        for name, shape in layer.fields:
+            size = int(np.prod(shape, dtype=np.int64))
+            state[name] = flat[offset:offset + size].reshape(shape)
+            offset += size
+        states.append(state)
+    return states
+
+
+def _hook_state(layer: Any) -> Dict[str, np.ndarray]:
+    name = type(layer).__name__
+    state = layer.get_wrapper_state()
+    if not isinstance(state, dict) or not all(isinstance(key, str) for key in state):
+        raise EnvMismatchError(
+            f"{name}.get_wrapper_state() returned {type(state).__name__}; it must return a dict "
+            "of named numeric arrays (e.g. {'mean': self.mean, 'var': self.var, 'count': "
+            "self.count}), which set_wrapper_state(state) takes back")
+    arrays = {}
+    for key, value in state.items():
+        try:
+            arrays[key] = _float_array(value)
+        except (TypeError, ValueError) as error:
+            raise EnvMismatchError(
+                f"{name}.get_wrapper_state()[{key!r}] is {type(value).__name__}, not numbers "
+                f"({error}); the plot worker gets the state as numeric arrays") from error
+    return arrays
+
+
+def _float_array(value: Any) -> np.ndarray:
+    array = np.array(value, dtype=np.float64)
+    if array.dtype.kind != "f":
+        raise TypeError(f"not a numeric array: {value!r}")
+    return array
+
+
+def _is_running_stats(value: Any) -> bool:
+    return value is not None and all(hasattr(value, part) for part in ("mean", "var", "count"))
+
+
+def _own(layer: Any) -> Dict[str, Any]:
+    return getattr(layer, "__dict__", {})

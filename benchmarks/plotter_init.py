@@ -1,0 +1,135 @@
+"""What ``Plotter(...)`` costs the trainer before ``start()``: its checks (env built once, the
+policy acting once, the worker's copy of policy and env compared with the trainer's) for each
+kind of policy and env, side by side with building and resetting the env alone.
+
+    .venv/bin/python benchmarks/plotter_init.py [--rounds 5]
+
+Each case runs in a fresh process (the first Plotter of a process is the one users wait for),
+the cases interleaved round by round; what is timed is the ``Plotter(...)`` call alone, after
+the script's own imports (TensorFlow for the Keras case, as a Keras trainer has it). Goal
+(issue 26): a numpy policy on Swimmer well under 0.5 s with TensorFlow never imported, a Keras
+2x64 MLP under 0.3 s, on a quiet machine. Prints a table; writes
+benchmarks/results/plotter_init.json.
+"""
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from benchmarks.machine import machine_facts  # noqa: E402
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+RESULTS = os.path.join(ROOT, "benchmarks", "results")
+
+_NUMPY_POLICY = """
+import numpy as np
+class Linear:
+    def __init__(self, n, m):
+        self.w = np.zeros((n, m))
+    def get_param_values(self):
+        return self.w.ravel().copy()
+    def set_param_values(self, flat):
+        self.w = np.asarray(flat).reshape(self.w.shape)
+    def get_action(self, o):
+        mean = np.asarray(o) @ self.w
+        return mean, {"mean": mean}
+"""
+
+_KERAS_POLICY = """
+import keras
+policy = keras.Sequential([keras.Input((8,)), keras.layers.Dense(64, activation="tanh"),
+                           keras.layers.Dense(64, activation="tanh"), keras.layers.Dense(2)])
+"""
+
+# name -> (setup code run before the clock starts, the expression timed)
+CASES = {
+    "gymnasium.make + reset (baseline)":
+    ("import gymnasium", "gymnasium.make('Swimmer-v5').reset(seed=0)"),
+    "numpy policy, Swimmer-v5": (_NUMPY_POLICY + "from async_plotter import Plotter",
+                                 "Plotter('Swimmer-v5', Linear(8, 2), video_dir=VIDEOS)"),
+    "numpy policy, Swimmer-v5 + NormalizeObservation":
+    (_NUMPY_POLICY + "import gymnasium\nfrom gymnasium.wrappers import NormalizeObservation\n"
+     "from async_plotter import Plotter\n"
+     "env = NormalizeObservation(gymnasium.make('Swimmer-v5'))",
+     "Plotter(env, Linear(8, 2), video_dir=VIDEOS)"),
+    "Keras 2x64 MLP, Swimmer-v5 (TF imported)":
+    (_KERAS_POLICY + "from async_plotter import Plotter",
+     "Plotter('Swimmer-v5', policy, video_dir=VIDEOS)"),
+}
+
+_RUNNER = """
+import os, sys, time
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+VIDEOS = sys.argv[1]
+{setup}
+started = time.perf_counter()
+{timed}
+elapsed = time.perf_counter() - started
+print("RESULT", elapsed, int("tensorflow" in sys.modules))
+"""
+
+
+def run_case(setup: str, timed: str, videos: str) -> tuple:
+    code = _RUNNER.format(setup=setup, timed=timed)
+    result = subprocess.run([sys.executable, "-c", code, videos],
+                            cwd=ROOT,
+                            capture_output=True,
+                            text=True,
+                            timeout=600,
+                            check=True)
+    line = [line for line in result.stdout.splitlines() if line.startswith("RESULT")][-1]
+    _, seconds, tensorflow = line.split()
+    return float(seconds), bool(int(tensorflow))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--out", default=os.path.join(RESULTS, "plotter_init.json"))
+    args = parser.parse_args()
+    load_before = os.getloadavg()
+    videos = os.path.join("/tmp", f"plotter_init_videos_{os.getpid()}")
+    times = {name: [] for name in CASES}
+    tensorflow = {}
+    for round_number in range(args.rounds):
+        for name, (setup, timed) in CASES.items():
+            seconds, imported = run_case(setup, timed, videos)
+            times[name].append(seconds)
+            tensorflow[name] = imported
+        print(f"  round {round_number + 1}/{args.rounds} done", flush=True)
+    baseline = statistics.median(times["gymnasium.make + reset (baseline)"])
+    rows = []
+    print(f"\nPlotter(...) in a fresh process, median of {args.rounds} (cases interleaved)")
+    print("| case | median s | max s | / make+reset | TensorFlow imported |")
+    print("| --- | ---: | ---: | ---: | --- |")
+    for name, values in times.items():
+        row = {
+            "case": name,
+            "median_s": round(statistics.median(values), 4),
+            "max_s": round(max(values), 4),
+            "over_make_reset": round(statistics.median(values) / baseline, 2),
+            "tensorflow_imported": tensorflow[name],
+            "all_s": [round(v, 4) for v in values],
+        }
+        rows.append(row)
+        print(f"| {name} | {row['median_s']:.3f} | {row['max_s']:.3f} | "
+              f"{row['over_make_reset']:.1f}x | {'yes' if row['tensorflow_imported'] else 'no'} |")
+    os.makedirs(os.path.dirname(args.out), exist_ok=True)
+    with open(args.out, "w") as out:
+        json.dump(
+            {
+                "rows": rows,
+                "rounds": args.rounds,
+                "machine": machine_facts(load_before, os.getloadavg())
+            },
+            out,
+            indent=2)
+    print(f"\nwrote {args.out}")
+
+
+if __name__ == "__main__":
+    main()
