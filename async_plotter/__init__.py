@@ -6,8 +6,8 @@
             train_one_iteration(policy)
             plotter.update_plot(policy, iteration=itr)   # returns at once
 """
-from async_plotter.core import (DEFAULT_BUDGET, DEFAULT_VIDEO_LENGTH, DEFAULT_VIDEO_SECONDS,
-                                Plotter, PlotterState)
+from async_plotter.trainer_side.plotter import (DEFAULT_BUDGET, DEFAULT_VIDEO_LENGTH,
+                                                DEFAULT_VIDEO_SECONDS, Plotter, PlotterState)
 from async_plotter.errors import (CameraError, EnvBuildError, EnvMismatchError, EnvRenderError,
                                   EnvSpecError, InvalidArgumentError, NoDisplayError,
                                   ParameterMismatchError, PlotterClosedError, PlotterError,
@@ -15,7 +15,7 @@ from async_plotter.errors import (CameraError, EnvBuildError, EnvMismatchError, 
                                   PolicyProtocolError, PolicyShapeError, VideoDirError)
 from async_plotter.render.sinks.base import FrameSink
 from async_plotter.render.stream import EpisodeEnd, EpisodeInfo
-from async_plotter.serializable import Serializable
+from async_plotter.policy.serializable import Serializable
 
 __version__ = "0.1.0"
 

@@ -4,7 +4,7 @@
     async-plotter list redis://host:6379/0
     async-plotter serve redis://host:6379/0 --http 8080 --record-dir history
 
-This module parses and checks the arguments; the viewer itself is ``worker/viewer.py``.
+This module parses and checks the arguments; the viewer itself is ``trainer_side/viewer.py``.
 """
 import argparse
 import logging
@@ -19,8 +19,8 @@ from async_plotter.channel.redis.link import redact, url_problem
 from async_plotter.channel.redis.signing import (SECRET_ENV, read_secret_file, resolve_secret,
                                                  warn_if_weak)
 from async_plotter.channel.redis.wire import valid_experiment
-from async_plotter.worker.budget import DEFAULT_BUDGET
-from async_plotter.worker.priorities import PRIORITIES
+from async_plotter.trainer_side.budget import DEFAULT_BUDGET
+from async_plotter.trainer_side.priorities import PRIORITIES
 
 logger = logging.getLogger("async_plotter")
 
@@ -186,7 +186,7 @@ def _view(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
             "--trust-unsigned without a secret: whatever is in %s under experiment %r will be "
             "loaded, and loading runs code. Only do this on a Redis server nobody else can "
             "write to.", redact(options.url), options.experiment)
-    from async_plotter.worker.viewer import ExperimentViewer
+    from async_plotter.trainer_side.viewer import ExperimentViewer
 
     return ExperimentViewer(options).run()
 
@@ -220,7 +220,7 @@ def _check_view_arguments(parser: argparse.ArgumentParser, args: argparse.Namesp
                      "(TensorBoard), --http PORT (a live page) or --window")
     secret = _checked_secret(parser, args)
     from async_plotter.worker.sinks import HttpSpec, TensorBoardSpec, VideoSpec, WindowSpec
-    from async_plotter.worker.viewer import ViewOptions
+    from async_plotter.trainer_side.viewer import ViewOptions
 
     sinks: List[Any] = []
     if video_dir:

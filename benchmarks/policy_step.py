@@ -1,5 +1,5 @@
 """CPU per policy step in the worker: each policy form called eagerly against the compiled path the
-worker uses (``async_plotter.compiled_call``: one traced function per observation shape, XLA
+worker uses (``async_plotter.policy.compiled_call``: one traced function per observation shape, XLA
 where it compiles), side by side in one process with the worker's own thread limits.
 
     .venv/bin/python benchmarks/policy_step.py [--steps 3000]
@@ -86,7 +86,7 @@ def main():
     args = parser.parse_args()
     load_before = os.getloadavg()
 
-    from async_plotter.policy_adapters import adapter_for
+    from async_plotter.policy.adapters import adapter_for
 
     observation = np.random.default_rng(0).normal(size=OBS).astype(np.float32)
     rows = []

@@ -88,7 +88,7 @@ class Ours:
 
     def __init__(self, url, size, context):
         from async_plotter.env.recipe import describe_env
-        from async_plotter.policy_recipe import PolicyRecipe
+        from async_plotter.policy.recipe import PolicyRecipe
         from async_plotter.worker.config import WorkerConfig
 
         config = WorkerConfig(env=describe_env("CartPole-v1"),

@@ -13,7 +13,7 @@ exactly those are gone afterwards (other processes may create their own meanwhil
 import sys
 import time
 
-import async_plotter.core
+import async_plotter.trainer_side.plotter
 from async_plotter.channel import shm
 from async_plotter.rl import GaussianMLPPolicy, TRPO, run_experiment_lite
 from async_plotter.rl import batch_polopt, recorder, samplers
@@ -96,7 +96,11 @@ wrap(batch_polopt, "process_samples", "processing", current_iteration)
 # Writing params.pkl (atomically; an interruption must leave the previous file whole).
 wrap(recorder.RunRecorder, "save_snapshot", "snapshot", current_iteration)
 # Handing the new parameters to the plot worker.
-wrap(async_plotter.core.Plotter, "update_plot", "update_plot", current_iteration, rendering=True)
+wrap(async_plotter.trainer_side.plotter.Plotter,
+     "update_plot",
+     "update_plot",
+     current_iteration,
+     rendering=True)
 # Shutdown after the last iteration: the render process is finishing its video. Not repeatable.
 wrap(batch_polopt.BatchPolopt, "_close_plotter", "shutdown", always, repeat=False, rendering=True)
 

@@ -128,13 +128,13 @@ def test_state_outside_the_weights_is_a_named_error_and_nothing_is_created(tmp_p
 
 
 def _drop_finalize(monkeypatch):
-    from async_plotter import keras_support
+    from async_plotter.policy import keras_support
 
     monkeypatch.setattr(keras_support, "finalize", lambda layers: None)
 
 
 def _keep_traces(monkeypatch):
-    from async_plotter.compiled_call import CompiledCall
+    from async_plotter.policy.compiled_call import CompiledCall
 
     monkeypatch.setattr(CompiledCall, "forget", lambda self: None)
 
@@ -162,7 +162,7 @@ def test_the_check_catches_a_config_emptied_in_place_by_itself(tmp_path, monkeyp
     # was then sent, and the worker failed with "Functional.__init__() missing 2 arguments".
     import keras
 
-    from async_plotter.policy_adapters import KerasAdapter
+    from async_plotter.policy.adapters import KerasAdapter
 
     original = KerasAdapter.structure
 
@@ -206,7 +206,7 @@ def test_policies_with_nothing_to_update_are_refused(tmp_path):
 
 
 def test_a_module_wrapping_a_saved_model_sends_its_variables(tmp_path):
-    from async_plotter.policy_adapters import ModuleAdapter
+    from async_plotter.policy.adapters import ModuleAdapter
 
     module, push, factory = policy_forms.saved_model_module(str(tmp_path))
     assert len(module.variables) == 0  # what tf.Module sees
@@ -294,7 +294,7 @@ def test_a_stateful_recurrent_layer_is_refused_by_name(tmp_path):
 def test_parameters_keep_their_dtype_and_include_every_variable(tmp_path):
     import tensorflow as tf
 
-    from async_plotter.policy_adapters import adapter_for
+    from async_plotter.policy.adapters import adapter_for
 
     model, _ = policy_forms.normalization()  # its sample count is an int64 weight
     assert adapter_for(model).flat(model).dtype == np.float32
@@ -306,7 +306,7 @@ def test_parameters_keep_their_dtype_and_include_every_variable(tmp_path):
 def test_a_module_with_a_float64_signature_is_traced(tmp_path):
     import tensorflow as tf
 
-    from async_plotter.policy_adapters import adapter_for
+    from async_plotter.policy.adapters import adapter_for
 
     class Float64Policy(tf.Module):
 

@@ -21,8 +21,8 @@ from async_plotter.channel.redis.wire import (UPDATE_HEADER, ExperimentKeys, ope
                                               seal_update, update_bytes)
 from async_plotter.channel.redis.signing import Verifier
 from async_plotter.env.recipe import describe_env
-from async_plotter.policy_adapters import adapter_for
-from async_plotter.policy_recipe import describe_policy
+from async_plotter.policy.adapters import adapter_for
+from async_plotter.policy.recipe import describe_policy
 from async_plotter.worker.config import WorkerConfig
 from async_plotter.worker.sinks import VideoSpec
 from tests.conftest import wait_for

@@ -19,9 +19,9 @@ from async_plotter.worker import render_process
 from async_plotter.worker.sinks import (HttpSpec, SinkContext, SinkSpec, TensorBoardSpec, VideoSpec,
                                         WindowSpec, build_sinks, register_sink)
 from async_plotter.worker.status import StatusKind, StatusSender, UnknownReport, report_kind
-from async_plotter.worker.metrics_relay import MetricsRelay
-from async_plotter.worker.stats import STATS_KEYS, WorkerStats
-from async_plotter.worker.supervisor import WorkerSupervisor
+from async_plotter.trainer_side.metrics_relay import MetricsRelay
+from async_plotter.trainer_side.stats import STATS_KEYS, WorkerStats
+from async_plotter.trainer_side.supervisor import WorkerSupervisor
 from tests.conftest import wait_for
 from tests.policies import LinearPolicy
 
@@ -195,7 +195,7 @@ def test_local_metrics_go_to_the_supervisors_relay_within_the_one_size_rule():
 
 
 def test_the_configuration_is_built_apart_from_the_plotter_from_the_same_arguments(tmp_path):
-    from async_plotter.worker.plotter_config import plotter_config
+    from async_plotter.trainer_side.config import plotter_config
 
     def arguments(*args, **kwargs):
         bound = inspect.signature(Plotter.__init__).bind(None, *args, **kwargs)

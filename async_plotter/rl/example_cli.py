@@ -16,10 +16,10 @@ import os
 import sys
 from typing import Any, Callable, Dict
 
-from async_plotter.core import DEFAULT_VIDEO_SECONDS
+from async_plotter.trainer_side.plotter import DEFAULT_VIDEO_SECONDS
 from async_plotter.rl.experiment import ExperimentResult, run_experiment_lite
-from async_plotter.worker.budget import DEFAULT_BUDGET
-from async_plotter.worker.priorities import PRIORITIES
+from async_plotter.trainer_side.budget import DEFAULT_BUDGET
+from async_plotter.trainer_side.priorities import PRIORITIES
 
 
 def example_parser(doc: str,

@@ -18,7 +18,7 @@ import tensorflow as tf
 
 from async_plotter.rl.distributions import Categorical, DiagGaussian, Distribution
 from async_plotter.rl.envs import EnvSpec, as_env_spec
-from async_plotter.serializable import Serializable
+from async_plotter.policy.serializable import Serializable
 
 Activation = Union[str, Callable[[tf.Tensor], tf.Tensor], None]
 

@@ -24,7 +24,7 @@ from async_plotter.serve.live import LiveManager
 from async_plotter.serve.options import ServeOptions
 from async_plotter.serve.recorder import Recorder
 from async_plotter.serve.server import ServeServer
-from async_plotter.worker.viewer import ViewOptions
+from async_plotter.trainer_side.viewer import ViewOptions
 
 logger = logging.getLogger("async_plotter")
 

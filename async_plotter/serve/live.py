@@ -20,7 +20,7 @@ from async_plotter.web.address import HttpConfig
 from async_plotter.web.feed import Viewer
 from async_plotter.serve.relay import FrameRelay
 from async_plotter.worker.sinks import HttpSpec
-from async_plotter.worker.viewer import ExperimentViewer, ViewOptions
+from async_plotter.trainer_side.viewer import ExperimentViewer, ViewOptions
 
 logger = logging.getLogger("async_plotter")
 

@@ -1,2 +1,9 @@
-"""The plot worker: a rollout process (policy + physics, TensorFlow allowed) feeding a render
-process (GL + frame sinks, never TensorFlow), both supervised from the trainer."""
+"""What runs in the plot worker's two child processes: the rollout process (policy + physics, its
+own TensorFlow runtime; ``rollout_process``, ``playback``) feeding the render process (GL and the
+frame sinks, never TensorFlow; ``render_process``), and what both sides of the pipes share: the
+worker's configuration (``config``), the sink specs the render process turns into sinks
+(``sinks``) and the typed reports it sends back (``status``).
+
+Nothing here runs in the trainer except the plain data types; the side that starts, watches and
+budgets these processes is ``async_plotter.trainer_side``.
+"""

@@ -4,7 +4,7 @@ from typing import Any, Iterable, Optional, Tuple
 
 from async_plotter.env.recipe import EnvRecipe
 from async_plotter.env.state import EnvStateLayout
-from async_plotter.policy_recipe import PolicyRecipe
+from async_plotter.policy.recipe import PolicyRecipe
 from async_plotter.worker.sinks import SinkSpec, records, wants_live
 
 
@@ -25,7 +25,7 @@ class WorkerConfig:
     frame_size: Optional[Tuple[int, int]]  # (width, height); None: the env's own
     mujoco_gl: str  # offscreen GL backend for MuJoCo: "egl" or "osmesa"
     seed: Optional[int]
-    #: fraction of the machine's CPU the worker may take beyond idle CPU (``worker/budget.py``)
+    #: fraction of the machine's CPU the worker may take beyond idle CPU (``trainer_side/budget.py``)
     budget: Optional[float] = None
     #: recorded videos last at least this long: short episodes are chained into one file
     min_video_seconds: float = 3.0

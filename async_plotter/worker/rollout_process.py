@@ -94,7 +94,7 @@ def _run(config: WorkerConfig, reader: ParamReader, frames_out: Connection,
          status: StatusSender) -> None:
     from async_plotter.env.recipe import build_env
     from async_plotter.env.state import WorkerEnvState
-    from async_plotter.policy_recipe import PolicyRuntime
+    from async_plotter.policy.recipe import PolicyRuntime
 
     global _closing
     runtime = env = None

@@ -20,7 +20,8 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers",
                             "slow: takes more than a few seconds (worker processes, training)")
     config.addinivalue_line(
-        "markers", "plotter_core: needs the core Plotter (async_plotter.core); deselect with "
+        "markers",
+        "plotter_core: needs the core Plotter (async_plotter.trainer_side.plotter); deselect with "
         "-m 'not plotter_core' until it exists")
 
 

@@ -23,8 +23,8 @@ from async_plotter.display import offscreen_gl_backend
 from async_plotter.processes import until_interrupted
 from async_plotter.worker.config import WorkerConfig
 from async_plotter.worker.sinks import SinkSpec
-from async_plotter.worker.stats import WorkerStats
-from async_plotter.worker.supervisor import WorkerSupervisor
+from async_plotter.trainer_side.stats import WorkerStats
+from async_plotter.trainer_side.supervisor import WorkerSupervisor
 
 logger = logging.getLogger("async_plotter")
 

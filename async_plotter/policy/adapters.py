@@ -26,7 +26,7 @@ from typing import Any, Dict, List, Optional, Tuple, Type
 
 import numpy as np
 
-from async_plotter.compiled_call import CompiledCall
+from async_plotter.policy.compiled_call import CompiledCall
 from async_plotter.errors import PolicyNotRebuildableError, PolicyProtocolError, PolicyShapeError
 
 PROTOCOL_METHODS = ("get_param_values", "set_param_values", "get_action")
@@ -171,7 +171,7 @@ class KerasAdapter(PolicyAdapter):
         return keras is not None and isinstance(policy, keras.Model)
 
     def check_built(self, policy: Any) -> None:
-        from async_plotter import keras_support
+        from async_plotter.policy import keras_support
 
         if not policy.weights:
             raise PolicyNotRebuildableError(
@@ -189,7 +189,7 @@ class KerasAdapter(PolicyAdapter):
     def structure(self, policy: Any) -> Tuple[str, Any]:
         import keras
 
-        from async_plotter import keras_support
+        from async_plotter.policy import keras_support
 
         self.check_built(policy)
         try:
@@ -219,7 +219,7 @@ class KerasAdapter(PolicyAdapter):
         return _concat([np.asarray(w) for w in policy.get_weights()])
 
     def set_flat(self, policy: Any, flat: np.ndarray) -> None:
-        from async_plotter import keras_support
+        from async_plotter.policy import keras_support
 
         if self._stateful is None:
             self._stateful = keras_support.layers_with_derived_state(policy)

@@ -1,7 +1,7 @@
 """Turning a trainer's policy into something a worker can rebuild, and rebuilding it there.
 
 What differs between kinds of policy (rllab's protocol, Keras, ``tf.Module``) is in
-``policy_adapters``; this module packs the structure (``describe_policy``) and, in the worker,
+``policy/adapters.py``; this module packs the structure (``describe_policy``) and, in the worker,
 unpacks it into a ``PolicyRuntime``.
 
 Graph-mode policies (TF1-style, variables living in a ``tf.compat.v1.Session``) are detected in the
@@ -17,7 +17,7 @@ import cloudpickle
 import numpy as np
 
 from async_plotter.errors import PolicyNotRebuildableError
-from async_plotter.policy_adapters import PolicyAdapter, adapter_named
+from async_plotter.policy.adapters import PolicyAdapter, adapter_named
 
 
 @dataclasses.dataclass(frozen=True)
@@ -44,7 +44,7 @@ def describe_policy(policy: Any,
     description = f"{type(policy).__module__}.{type(policy).__qualname__} ({kind})"
     settings = None
     if "keras" in sys.modules:
-        from async_plotter.keras_support import trainer_settings
+        from async_plotter.policy.keras_support import trainer_settings
 
         settings = trainer_settings() or None
     if factory is not None:
@@ -102,7 +102,7 @@ class PolicyRuntime:
         self._session = None
         self._contexts = []
         if recipe.keras_settings is not None:
-            from async_plotter.keras_support import apply_settings
+            from async_plotter.policy.keras_support import apply_settings
 
             apply_settings(recipe.keras_settings)
         if recipe.graph_mode:

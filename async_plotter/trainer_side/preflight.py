@@ -37,10 +37,10 @@ from async_plotter.env.recipe import (EnvRecipe, build_env, builds_from_registry
                                       factory_accepts_render_mode)
 from async_plotter.env.state import TrainerEnvState
 from async_plotter.errors import EnvBuildError, EnvRenderError, PolicyShapeError
-from async_plotter.policy_adapters import KerasAdapter, PolicyAdapter
-from async_plotter.policy_check import brief_error, check_worker_copy
-from async_plotter.policy_recipe import PolicyRecipe
-from async_plotter.random_state import random_state_kept
+from async_plotter.policy.adapters import KerasAdapter, PolicyAdapter
+from async_plotter.policy.check import brief_error, check_worker_copy
+from async_plotter.policy.recipe import PolicyRecipe
+from async_plotter.policy.random_state import random_state_kept
 from async_plotter.env.spaces import BOX, DISCRETE, space_kind
 
 logger = logging.getLogger("async_plotter")

@@ -12,9 +12,9 @@ from typing import Dict, Optional, Protocol
 import numpy as np
 
 from async_plotter.channel.shm import SharedMemoryWriter
-from async_plotter.worker.plotter_config import PlotterConfig
-from async_plotter.worker.stats import WorkerStats
-from async_plotter.worker.supervisor import WorkerSupervisor
+from async_plotter.trainer_side.config import PlotterConfig
+from async_plotter.trainer_side.stats import WorkerStats
+from async_plotter.trainer_side.supervisor import WorkerSupervisor
 
 logger = logging.getLogger("async_plotter")
 

@@ -33,9 +33,9 @@ from typing import Any, Optional
 import numpy as np
 
 from async_plotter.errors import PlotterError, PolicyMismatchError, PolicyNotRebuildableError
-from async_plotter.policy_adapters import KerasAdapter, PolicyAdapter
-from async_plotter.policy_recipe import PolicyRecipe, PolicyRuntime
-from async_plotter.random_state import random_state_kept
+from async_plotter.policy.adapters import KerasAdapter, PolicyAdapter
+from async_plotter.policy.recipe import PolicyRecipe, PolicyRuntime
+from async_plotter.policy.random_state import random_state_kept
 
 logger = logging.getLogger("async_plotter")
 
@@ -166,7 +166,7 @@ def _compare(runtime: PolicyRuntime, expected: Optional[np.ndarray], flat: np.nd
 
 def _why(policy: Any, runtime: PolicyRuntime, adapter: PolicyAdapter, observation: Any) -> str:
     if isinstance(adapter, KerasAdapter):
-        from async_plotter.keras_support import first_layer_that_differs
+        from async_plotter.policy.keras_support import first_layer_that_differs
 
         batch = np.asarray(observation, np.float32)[None]
         layer = first_layer_that_differs(policy, runtime.policy, batch)
