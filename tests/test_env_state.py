@@ -7,6 +7,7 @@ pushes right in the first video; once the trainer's statistics move, the final v
 left. A worker with fresh statistics would push left in both."""
 import logging
 import os
+import signal
 import subprocess
 import sys
 
@@ -20,6 +21,7 @@ from async_plotter.env.state import TrainerEnvState, WorkerEnvState
 from tests import env_state_helpers as helpers
 from tests.cart_video import cart_moves
 from tests.conftest import wait_for
+from tests.redis_server import redis_server  # noqa: F401
 
 REPOSITORY = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -225,3 +227,49 @@ def test_gyms_pendulum_gets_the_policys_float64_actions_and_plots(tmp_path, no_l
     stats = plotter.stats
     assert stats["last_error"] is None, stats["last_error"]
     assert stats["final_video"] and os.path.getsize(stats["final_video"]) > 0
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(120)
+def test_the_statistics_travel_through_redis_to_a_viewer(redis_server, tmp_path):
+    """A publish-only trainer on one side, ``async-plotter view`` on the other: the statistics
+    ride in the signed update, and the viewer's videos follow them."""
+    from tests.redis_helpers import start_viewer
+
+    env, move = _single()
+    move(helpers.RIGHT_STATS)
+    policy = helpers.CartPositionPolicy()
+    secret = "a shared secret of decent length"
+    videos, log = tmp_path / "videos", str(tmp_path / "viewer.log")
+    plotter = Plotter(env,
+                      policy,
+                      max_path_length=40,
+                      deterministic=True,
+                      min_video_seconds=0,
+                      channel=redis_server.url,
+                      experiment="normalized-cartpole",
+                      secret=secret)
+    viewer = start_viewer(redis_server.url,
+                          "normalized-cartpole",
+                          log,
+                          "--video-dir",
+                          str(videos),
+                          "--priority",
+                          "normal",
+                          ASYNC_PLOTTER_SECRET=secret)
+    try:
+        plotter.update_plot(policy, iteration=0)
+        wait_for(lambda: (videos / "iter_0000.mp4").exists(),
+                 90,
+                 message=f"the viewer's first video (its log: {log})")
+        move(helpers.LEFT_STATS)
+        plotter.update_plot(policy, iteration=1)
+        wait_for(lambda: (videos / "iter_0001.mp4").exists(),
+                 60,
+                 message=f"the viewer's second video (its log: {log})")
+    finally:
+        plotter.close()
+        viewer.send_signal(signal.SIGINT)
+        viewer.wait(20)
+    assert cart_moves(str(videos / "iter_0000.mp4")) == 1
+    assert cart_moves(str(videos / "iter_0001.mp4")) == -1
