@@ -3,6 +3,7 @@
     async-plotter view redis://host:6379/0 --experiment swimmer-7 --video-dir videos
     async-plotter list redis://host:6379/0
     async-plotter serve redis://host:6379/0 --http 8080 --record-dir history
+    async-plotter render runs/demo/videos/ --quality full --size 720
 
 This module parses and checks the arguments; the viewer itself is ``trainer_side/viewer.py``.
 """
@@ -39,6 +40,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         return _list(args.subparser, args)
     if args.command == "serve":
         return _serve(args.subparser, args)
+    if args.command == "render":
+        return _render(args.subparser, args)
     return _view(args.subparser, args)
 
 
@@ -46,7 +49,7 @@ def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="async-plotter",
         description="Watch a policy train from another machine, through a Redis server.")
-    commands = parser.add_subparsers(dest="command", metavar="{view,list,serve}")
+    commands = parser.add_subparsers(dest="command", metavar="{view,list,serve,render}")
 
     view = commands.add_parser(
         "view",
@@ -78,8 +81,9 @@ def _parser() -> argparse.ArgumentParser:
     listing.add_argument("url", help="the Redis server, e.g. redis://host:6379/0")
 
     serve = _serve_parser(commands)
+    render = _render_parser(commands)
 
-    for sub in (view, listing, serve):
+    for sub in (view, listing, serve, render):
         sub.set_defaults(subparser=sub)  # errors then show the subcommand's usage
         sub.add_argument("--verbose", "-v", action="store_true", help="log more")
         sub.add_argument("--quiet", "-q", action="store_true", help="log only problems")
@@ -93,6 +97,57 @@ def _configure_logging(verbose: bool, quiet: bool) -> None:
                         datefmt="%H:%M:%S")
     if verbose:
         logger.setLevel(logging.DEBUG)
+
+
+# ---------------------------------------------------------------------------------- render
+
+
+def _render_parser(commands: Any) -> argparse.ArgumentParser:
+    render = commands.add_parser(
+        "render",
+        help="re-render state recordings (iter_NNNN.npz) to mp4",
+        description="Draw state recordings again as mp4 videos, at another quality or size. "
+        "Needs no env code and no TensorFlow: a recording holds the model.")
+    render.add_argument("path", help="a recording (.npz) or a folder of them")
+    render.add_argument("--quality",
+                        choices=("same", "cheap", "full", "auto"),
+                        default="same",
+                        help="visual preset (default: the one the recording was drawn with)")
+    render.add_argument("--size",
+                        type=int,
+                        help="the frame's longer side in pixels (default: the video's own)")
+    render.add_argument("--out",
+                        help="where the videos go (default: <folder>/rendered; an existing "
+                        "video of the same name there is replaced)")
+    return render
+
+
+def _render(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
+    from async_plotter.render.recording import RecordingError, recordings_in
+
+    if args.size is not None and not 16 <= args.size <= 4096:
+        parser.error(f"--size must be between 16 and 4096 pixels, got {args.size}")
+    if not os.path.exists(args.path):
+        parser.error(f"{args.path} does not exist")
+    paths = recordings_in(args.path)
+    if not paths:
+        parser.error(f"no state recordings (*.npz) in {args.path}")
+    folder = args.path if os.path.isdir(args.path) else os.path.dirname(args.path) or "."
+    out = args.out or os.path.join(folder, "rendered")
+    from async_plotter.render.rerender import prepare_gl, rerender, text_progress
+
+    prepare_gl()
+    failed = 0
+    for path in paths:
+        try:
+            video = rerender(path, out, args.quality, args.size,
+                             text_progress(os.path.basename(path)))
+        except RecordingError as error:
+            logger.error("%s", error)
+            failed += 1
+            continue
+        logger.info("wrote %s", video)
+    return 1 if failed else 0
 
 
 # ---------------------------------------------------------------------------------- list
@@ -219,12 +274,13 @@ def _check_view_arguments(parser: argparse.ArgumentParser, args: argparse.Namesp
         parser.error("nothing to show: pass --video-dir DIR (mp4 files), --tensorboard-dir DIR "
                      "(TensorBoard), --http PORT (a live page) or --window")
     secret = _checked_secret(parser, args)
-    from async_plotter.worker.sinks import HttpSpec, TensorBoardSpec, VideoSpec, WindowSpec
+    from async_plotter.worker.sinks import (HttpSpec, StatesSpec, TensorBoardSpec, VideoSpec,
+                                            WindowSpec)
     from async_plotter.trainer_side.viewer import ViewOptions
 
     sinks: List[Any] = []
     if video_dir:
-        sinks.append(VideoSpec(video_dir))
+        sinks.extend((VideoSpec(video_dir), StatesSpec(video_dir)))
     if tensorboard_dir:
         sinks.append(TensorBoardSpec(tensorboard_dir))
     if args.window:

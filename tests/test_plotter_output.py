@@ -31,7 +31,10 @@ def test_mujoco_videos_decode_and_show_the_env(tmp_path, no_leftovers):
         plotter.update_plot(policy, iteration=7)
         wait_for(lambda: plotter.stats["videos"] >= 2, 60, message="iteration 7's video")
         stats = plotter.stats
-    assert sorted(os.listdir(videos)) == ["iter_0007.mp4", "update_0000.mp4"]
+    # each video with its state recording beside it
+    assert sorted(os.listdir(videos)) == [
+        "iter_0007.mp4", "iter_0007.npz", "update_0000.mp4", "update_0000.npz"
+    ]
     frames, meta = read_video(str(videos / "iter_0007.mp4"))
     assert len(frames) == 41  # the reset pose and 40 steps
     assert frames[0].shape == (320, 320, 3)  # the cheap preset: 2/3 of the env's 480x480

@@ -32,28 +32,52 @@ class MujocoScene:
                  width: int,
                  height: int,
                  quality: str,
-                 size_chosen: bool = False) -> None:
+                 size_chosen: bool = False,
+                 gl: bool = True) -> None:
         import mujoco
 
         self._mujoco = mujoco
+        #: the model as the rollout process sent it (a state recording keeps it unchanged)
+        self.source_model = pickle.loads(model_bytes)
         self.model = pickle.loads(model_bytes)
+        #: the camera plan this scene was framed with (``render/camera.py``)
+        self.camera_plan = dict(camera or {})
+        #: the newest ``StepState`` posed (None before the first, and for bare states)
+        self.step: Optional[Any] = None
+        self.data = mujoco.MjData(self.model)
+        self._state_spec = mujoco.mjtState.mjSTATE_FULLPHYSICS
+        #: the arguments that decide the frames (a state recording keeps them to re-render)
+        self.quality, self.size_chosen = quality, size_chosen
+        self.requested_size = (width, height)
+        self._renderer: Any = None
+        self.gl_renderer = "none (nothing drawn here yet)"
+        self.preset = "n/a"
+        self.width, self.height = width, height
+        self.camera = self._make_camera(self.camera_plan, camera_id)
+        if gl:
+            self._open_renderer()
+
+    def _open_renderer(self) -> None:
+        """The GL context and the visual preset; only when pixels are wanted (a 3D view alone
+        draws in the browser and needs no GL here)."""
+        mujoco = self._mujoco
+        width, height = self.requested_size
         # The offscreen buffer must hold the frame; the model's default is often 640x480.
         self.model.vis.global_.offwidth = max(self.model.vis.global_.offwidth, width)
         self.model.vis.global_.offheight = max(self.model.vis.global_.offheight, height)
-        self.data = mujoco.MjData(self.model)
-        self._state_spec = mujoco.mjtState.mjSTATE_FULLPHYSICS
         # The preset depends on the GL renderer, and multisampling is fixed when the renderer's
         # offscreen buffer is made: ask a throwaway 1x1 context first rather than build the
         # renderer twice (measured on llvmpipe: the second one cost 0.2 CPU-s of start-up).
         self.gl_renderer = _gl_renderer_name(mujoco)
         software = any(name in self.gl_renderer.lower() for name in _SOFTWARE_RENDERERS)
+        quality = self.quality
         self.preset = ("cheap" if software else "full") if quality == "auto" else quality
         if self.preset == "cheap":
             # Half the CPU of every frame (measured on llvmpipe, Swimmer 480x480 without
             # shadows: 10.4 ms instead of 21.2 ms with the default 4 samples).
             self.model.vis.quality.offsamples = 0
             _coarsen_floor_grids(mujoco, self.model)
-            if not size_chosen:
+            if not self.size_chosen:
                 width, height = _even(width * CHEAP_SCALE), _even(height * CHEAP_SCALE)
         self._renderer = mujoco.Renderer(self.model, height=height, width=width)
         if self.preset == "cheap":
@@ -61,7 +85,6 @@ class MujocoScene:
             for flag in (mujoco.mjtRndFlag.mjRND_SHADOW, mujoco.mjtRndFlag.mjRND_REFLECTION,
                          mujoco.mjtRndFlag.mjRND_SKYBOX):
                 flags[flag] = 0
-        self.camera = self._make_camera(camera or {}, camera_id)
         self.width, self.height = width, height
 
     def _make_camera(self, plan: Dict[str, Any], camera_id: int) -> Any:
@@ -70,19 +93,27 @@ class MujocoScene:
 
         return make_camera(self.model, self.data, plan, camera_id)
 
-    def set_state(self, state: np.ndarray) -> None:
-        """Pose the model from a full physics state sent by the rollout process."""
+    def set_state(self, state: Any) -> None:
+        """Pose the model from a full physics state sent by the rollout process (a
+        ``StepState``, or the bare ``mjSTATE_FULLPHYSICS`` array)."""
+        if isinstance(state, np.ndarray):
+            self.step = None
+        else:
+            self.step, state = state, state.state
         self._mujoco.mj_setState(self.model, self.data, state, self._state_spec)
         self._mujoco.mj_forward(self.model, self.data)
 
     def render(self) -> np.ndarray:
         """The current pose as an RGB ``uint8`` array of shape (height, width, 3)."""
+        if self._renderer is None:
+            self._open_renderer()
         self._renderer.update_scene(self.data, camera=self.camera)
         return self._renderer.render()
 
     def close(self) -> None:
         """Free the GL context."""
-        self._renderer.close()
+        if self._renderer is not None:
+            self._renderer.close()
 
 
 #: the cheap preset draws a plane in at most this many grid cells a side

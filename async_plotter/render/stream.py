@@ -1,8 +1,8 @@
 """What reaches the render process, one ``(StreamKind, body)`` message per ``Connection.send``.
 
 From the rollout process: ``(SCENE, SceneInfo)`` once, then per episode ``(BEGIN, EpisodeInfo)``,
-one ``(STATE, array)`` (MuJoCo physics state, a few hundred bytes) or ``(FRAME, array)`` (pixels,
-for envs that draw themselves) per shown step (every ``SceneInfo.stride``-th, and the episode's
+one ``(STATE, StepState)`` (MuJoCo physics state, the action and the reward: a few hundred
+bytes) or ``(FRAME, array)`` (pixels, for envs that draw themselves) per shown step (every ``SceneInfo.stride``-th, and the episode's
 first and last), and ``(END, EpisodeEnd)``. From the trainer, on the
 lifeline: ``(METRICS, (iteration, metrics))`` and ``(FINAL, None)`` (training is over: record the
 final video at full speed). The kind on the wire is the ``StreamKind`` member itself, as it is
@@ -13,6 +13,8 @@ that sinks and the live page depend on this module and not on the worker that bu
 import dataclasses
 import enum
 from typing import Any, Dict, Optional
+
+import numpy as np
 
 
 class StreamKind(str, enum.Enum):
@@ -53,6 +55,19 @@ class SceneInfo:
     stride: int = 1
     #: the env's steps per second of simulated time; None: unknown (the Plotter's ``fps``)
     env_rate: Optional[float] = None
+
+
+@dataclasses.dataclass(frozen=True)
+class StepState:
+    """One shown step of a MuJoCo env: what the render process poses its model from, and what a
+    state recording keeps of it."""
+
+    #: ``mjSTATE_FULLPHYSICS`` (simulated time first, then qpos, qvel, act, ...)
+    state: np.ndarray
+    #: the action that led here (None for an episode's first state)
+    action: Optional[np.ndarray] = None
+    #: the reward summed over the env steps since the previous shown step
+    reward: float = 0.0
 
 
 @dataclasses.dataclass(frozen=True)

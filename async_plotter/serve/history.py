@@ -58,9 +58,14 @@ class History:
         by_age = sorted(videos[1:], key=lambda video: video.mtime)
         removed = 0
         for video in by_age[:len(videos) - self.max_videos]:
+            path = os.path.join(self.folder(experiment), video.name)
             try:
-                os.remove(os.path.join(self.folder(experiment), video.name))
+                os.remove(path)
                 removed += 1
             except OSError as error:
                 logger.debug("cannot remove %s: %s", video.name, error)
+            try:  # its state recording goes with it
+                os.remove(os.path.splitext(path)[0] + ".npz")
+            except OSError:
+                pass
         return removed

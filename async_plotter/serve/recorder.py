@@ -32,7 +32,7 @@ from typing import Any, Callable, Dict, List, Optional, Set, Tuple
 
 from async_plotter.serve.cpu import tree_cpu_seconds
 from async_plotter.serve.history import History
-from async_plotter.worker.sinks import VideoSpec
+from async_plotter.worker.sinks import StatesSpec, VideoSpec
 from async_plotter.trainer_side.viewer import ExperimentViewer, ViewOptions
 
 logger = logging.getLogger("async_plotter")
@@ -152,7 +152,8 @@ class Recorder:
         os.makedirs(folder, exist_ok=True)
         newest = self._catalog.newest_update(name)
         before = {video.name for video in self._history.videos(name)}
-        viewer = ExperimentViewer(self._view(name, (VideoSpec(folder), )), listener=listener)
+        viewer = ExperimentViewer(self._view(name, (VideoSpec(folder), StatesSpec(folder))),
+                                  listener=listener)
         meter = _CpuMeter(
             lambda: [p for p in (viewer.stats.get("worker_pids") or {}).values() if p])
         self.stats["recording"] = name

@@ -33,8 +33,8 @@ from async_plotter.validation import (boolean, callable_or_none, cpu_fraction, f
 from async_plotter.trainer_side.budget import DEFAULT_BUDGET
 from async_plotter.worker.config import WorkerConfig
 from async_plotter.trainer_side.priorities import PRIORITIES
-from async_plotter.worker.sinks import (CallbackSpec, HttpSpec, SinkSpec, TensorBoardSpec,
-                                        UserSinkSpec, VideoSpec, WindowSpec)
+from async_plotter.worker.sinks import (CallbackSpec, HttpSpec, SinkSpec, StatesSpec,
+                                        TensorBoardSpec, UserSinkSpec, VideoSpec, WindowSpec)
 
 _QUALITIES = ("auto", "cheap", "full")
 
@@ -288,6 +288,7 @@ def _output_specs(video_dir: Optional[str], window: bool, http_config: Any,
     specs: List[SinkSpec] = []
     if video_dir:
         specs.append(VideoSpec(video_dir))
+        specs.append(StatesSpec(video_dir))  # a state recording beside each video
     if window:
         specs.append(WindowSpec())
     if http_config is not None:

@@ -46,6 +46,9 @@ class WorkerStats:
     video_log: List[Dict[str, Any]] = dataclasses.field(default_factory=list)
     #: rollouts written into TensorBoard as images
     tensorboard_images: int = 0
+    #: state recordings written beside the videos (``iter_NNNN.npz``), and the newest's path
+    state_recordings: int = 0
+    last_state_recording: Optional[str] = None
     #: the worker's last failure (a traceback), or a bug it reported
     last_error: Optional[str] = None
     #: reports of a kind the supervisor does not know (a bug)

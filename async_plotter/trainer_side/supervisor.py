@@ -384,6 +384,10 @@ class WorkerSupervisor:
         self._first_video_done()
         self._videos.record(payload)
 
+    def _on_states(self, payload: dict, pair: _Pair) -> None:
+        self._stats.update(state_recordings=self._stats.state_recordings + 1,
+                           last_state_recording=payload["path"])
+
     def _on_tensorboard(self, payload: dict, pair: _Pair) -> None:
         self._first_video_done()
         self._videos.record_image(payload)
@@ -524,6 +528,7 @@ WorkerSupervisor._handlers = {
     StatusKind.FRAMES: WorkerSupervisor._on_frames,
     StatusKind.VIDEO: WorkerSupervisor._on_video,
     StatusKind.TENSORBOARD: WorkerSupervisor._on_tensorboard,
+    StatusKind.STATES: WorkerSupervisor._on_states,
     StatusKind.ENCODER: WorkerSupervisor._on_encoder,
     StatusKind.READY: WorkerSupervisor._on_ready,
     StatusKind.HTTP: WorkerSupervisor._on_http,

@@ -214,7 +214,9 @@ def _run(config: WorkerConfig, frames_in: Connection, lifeline: Connection, stat
                         fps=scene_info.fps or config.fps,
                         title=config.env.label,
                         min_video_seconds=config.min_video_seconds,
-                        status=status)))
+                        status=status,
+                        stride=scene_info.stride,
+                        env_rate=scene_info.env_rate)))
     for sink in sinks:
         sink.attach(scene)
     stream = _Stream(config, scene_info, scene, sinks, status, frames_in)
@@ -259,7 +261,8 @@ def _open_scene(scene_info: SceneInfo, config: WorkerConfig, status: StatusSende
                         scene_info.width,
                         scene_info.height,
                         config.quality,
-                        size_chosen=config.frame_size is not None)
+                        size_chosen=config.frame_size is not None,
+                        gl=any(spec.draws for spec in config.sinks))
     status.send(StatusKind.READY, gl_renderer=scene.gl_renderer, preset=scene.preset)
     return scene
 

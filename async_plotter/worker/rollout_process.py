@@ -25,7 +25,7 @@ from async_plotter.processes import (become_background_child, keep_side_effects_
 from async_plotter.worker.config import WorkerConfig
 from async_plotter.worker.playback import Playback, plan_playback
 from async_plotter.worker.status import StatusKind, StatusSender
-from async_plotter.render.stream import EpisodeEnd, EpisodeInfo, SceneInfo, StreamKind
+from async_plotter.render.stream import (EpisodeEnd, EpisodeInfo, SceneInfo, StepState, StreamKind)
 from async_plotter.env.spaces import to_env_action
 
 logger = logging.getLogger(__name__)
@@ -204,6 +204,7 @@ def _run_episode(env: Any, runtime: Any, env_state: Any, scene: SceneInfo, info:
         reset()  # as rllab's and garage's rollout(): recurrent policies clear their state here
     frames_out.send((StreamKind.BEGIN, info))
     total_reward, steps, completed, ended_early = 0.0, 0, True, False
+    unsent_reward = 0.0  # since the previous shown step (a recording keeps it per shown step)
     _send_step(env, scene, frames_out)
     stride = max(int(scene.stride), 1)
     interval, next_due = 1.0 / (scene.fps or config.fps), time.monotonic()
@@ -216,6 +217,7 @@ def _run_episode(env: Any, runtime: Any, env_state: Any, scene: SceneInfo, info:
         env_state.hold()
         observation, reward, terminated, truncated, _ = env.step(action)
         total_reward += float(reward)
+        unsent_reward += float(reward)
         ended = bool(terminated or truncated)
         clipped = steps >= clip_length and not reader.final_requested()
         if ended or clipped or steps == max_path_length or steps % stride == 0:
@@ -228,7 +230,8 @@ def _run_episode(env: Any, runtime: Any, env_state: Any, scene: SceneInfo, info:
                 delay = next_due - time.monotonic()
                 if delay > 0:
                     time.sleep(delay)
-            _send_step(env, scene, frames_out)
+            _send_step(env, scene, frames_out, action, unsent_reward)
+            unsent_reward = 0.0
         status.beat()
         if ended:
             ended_early = steps < max_path_length
@@ -271,7 +274,11 @@ def describe_scene(env: Any, config: WorkerConfig) -> SceneInfo:
     return SceneInfo(kind="frames", label=config.env.label)
 
 
-def _send_step(env: Any, scene: SceneInfo, frames_out: Connection) -> None:
+def _send_step(env: Any,
+               scene: SceneInfo,
+               frames_out: Connection,
+               action: Any = None,
+               reward: float = 0.0) -> None:
     if scene.kind == "mujoco":
         import mujoco
 
@@ -279,7 +286,8 @@ def _send_step(env: Any, scene: SceneInfo, frames_out: Connection) -> None:
         spec = mujoco.mjtState.mjSTATE_FULLPHYSICS
         state = np.empty(mujoco.mj_stateSize(unwrapped.model, spec))
         mujoco.mj_getState(unwrapped.model, unwrapped.data, state, spec)
-        frames_out.send((StreamKind.STATE, state))
+        sent = None if action is None else np.asarray(action, dtype=np.float32).reshape(-1)
+        frames_out.send((StreamKind.STATE, StepState(state, sent, float(reward))))
         return
     frame = env.render()
     if frame is None:

@@ -16,7 +16,7 @@ from typing import Any, Callable, Dict, Iterable, List, Optional, Type
 from async_plotter.render.sinks.base import FrameSink
 
 __all__ = [
-    "SinkSpec", "VideoSpec", "WindowSpec", "HttpSpec", "CallbackSpec", "UserSinkSpec",
+    "SinkSpec", "VideoSpec", "StatesSpec", "WindowSpec", "HttpSpec", "CallbackSpec", "UserSinkSpec",
     "TensorBoardSpec", "SinkContext", "register_sink", "build_sinks", "wants_live", "records"
 ]
 
@@ -29,6 +29,9 @@ class SinkSpec:
     #: it keeps every step of a rollout (a file to watch later): none may be dropped, and the
     #: final policy's rollout is waited for at close()
     records = False
+    #: it needs pixels drawn in the render process (GL); a scene whose sinks all say no opens
+    #: no GL context
+    draws = True
 
 
 @dataclasses.dataclass(frozen=True)
@@ -37,6 +40,15 @@ class VideoSpec(SinkSpec):
 
     directory: str
     records = True
+
+
+@dataclasses.dataclass(frozen=True)
+class StatesSpec(SinkSpec):
+    """A state recording beside each video in ``directory`` (``render/sinks/states.py``)."""
+
+    directory: str
+    records = True
+    draws = False
 
 
 @dataclasses.dataclass(frozen=True)
@@ -95,6 +107,9 @@ class SinkContext:
     title: str
     min_video_seconds: float
     status: Any
+    #: every ``stride``-th env step is shown; ``env_rate``: env steps per simulated second
+    stride: int = 1
+    env_rate: Optional[float] = None
 
 
 Builder = Callable[[Any, SinkContext], FrameSink]
@@ -147,6 +162,27 @@ def _video(spec: VideoSpec, context: SinkContext) -> FrameSink:
                      on_written,
                      on_encoder=lambda pid: context.status.send(StatusKind.ENCODER, pid=pid),
                      min_frames=int(context.min_video_seconds * context.fps))
+
+
+def _states(spec: StatesSpec, context: SinkContext) -> FrameSink:
+    from async_plotter.render.sinks.states import StateRecordingSink
+    from async_plotter.worker.status import StatusKind
+
+    def on_written(path: str, recording: Any, steps: int, size: int) -> None:
+        context.status.send(StatusKind.STATES,
+                            path=path,
+                            update=recording.update,
+                            iteration=recording.iteration,
+                            steps=steps,
+                            bytes=size)
+
+    return StateRecordingSink(spec.directory,
+                              context.fps,
+                              dict(stride=context.stride,
+                                   env_rate=context.env_rate,
+                                   label=context.title),
+                              on_written,
+                              min_frames=int(context.min_video_seconds * context.fps))
 
 
 def _window(spec: WindowSpec, context: SinkContext) -> FrameSink:
@@ -204,6 +240,7 @@ def _user(spec: UserSinkSpec, context: SinkContext) -> FrameSink:
 
 
 register_sink(VideoSpec, _video)
+register_sink(StatesSpec, _states)
 register_sink(WindowSpec, _window)
 register_sink(HttpSpec, _http)
 register_sink(CallbackSpec, _callback)

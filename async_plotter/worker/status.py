@@ -19,6 +19,7 @@ class StatusKind(str, enum.Enum):
     FRAMES = "frames"  # render: frames drawn since the last report (count)
     VIDEO = "video"  # render: a video file is complete (path, update, iteration, ...)
     TENSORBOARD = "tensorboard"  # render: a rollout written to TensorBoard (path, tag, step, ...)
+    STATES = "states"  # render: a state recording is complete (path, update, iteration, ...)
     ENCODER = "encoder"  # render: the video encoder's pid, to hold it to the budget
     HTTP = "http"  # render: the live page's URL
     ERROR = "error"  # an exception (where, traceback); the process exits after it

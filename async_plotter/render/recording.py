@@ -1,0 +1,169 @@
+"""State recordings: a shown rollout as the simulator states it went through, not as pixels.
+
+One ``.npz`` file (numpy's zip of arrays, read with ``allow_pickle=False``: opening a recording
+runs no code) per recorded video, next to it and named like it (``iter_0059.npz`` beside
+``iter_0059.mp4``). It holds, per shown step, the MuJoCo state (``mjSTATE_FULLPHYSICS``), the
+simulated time, the action that led to it and the reward since the previous shown step; which
+chained episode each step belongs to; the update and iteration; how the video was framed and
+played (camera plan, size, frame rate, stride); and the model itself as MuJoCo's binary model
+(MJB), so that replaying or re-rendering needs neither the env's code nor its assets. A
+HalfCheetah second of motion (20 shown steps) takes ~2.5 KB compressed, plus the model once.
+
+Files are written whole under a hidden temporary name and renamed, as the videos are.
+"""
+import dataclasses
+import json
+import os
+import tempfile
+from typing import Any, Dict, List, Optional
+
+import numpy as np
+
+#: what the ``format`` entry of a recording says; a reader refuses any other
+FORMAT = "async_plotter.state_recording/1"
+SUFFIX = ".npz"
+
+
+@dataclasses.dataclass
+class StateRecording:
+    """A recording in memory. ``states`` has one row per shown step; ``actions`` a row of NaN
+    where an episode begins (no action led there)."""
+
+    model_mjb: bytes
+    states: np.ndarray
+    actions: np.ndarray
+    rewards: np.ndarray
+    episodes: np.ndarray
+    #: update, iteration, fps, stride, env_rate, label, camera (the plan), camera_id, width,
+    #: height, size_chosen, preset, pause_seconds (the still between chained episodes)
+    meta: Dict[str, Any]
+
+    @property
+    def times(self) -> np.ndarray:
+        """Simulated time of each shown step (the state's first entry)."""
+        return self.states[:, 0].copy()
+
+    @property
+    def seconds(self) -> float:
+        """Seconds of motion, as the video plays them (frames over the frame rate)."""
+        return len(self.states) / float(self.meta.get("fps") or 30.0)
+
+    def load_model(self) -> Any:
+        """The ``mujoco.MjModel`` (from the MJB bytes; MuJoCo reads them from a file)."""
+        return model_from_mjb(self.model_mjb)
+
+
+def model_to_mjb(model: Any) -> bytes:
+    """MuJoCo's binary form of ``model``."""
+    import mujoco
+
+    buffer = np.empty(mujoco.mj_sizeModel(model), dtype=np.uint8)
+    mujoco.mj_saveModel(model, None, buffer)
+    return buffer.tobytes()
+
+
+def model_from_mjb(mjb: bytes) -> Any:
+    """An ``MjModel`` from MJB bytes."""
+    import mujoco
+
+    handle, path = tempfile.mkstemp(suffix=".mjb", prefix="async_plotter_")
+    try:
+        with os.fdopen(handle, "wb") as file:
+            file.write(mjb)
+        return mujoco.MjModel.from_binary_path(path)
+    finally:
+        os.remove(path)
+
+
+def write_recording(path: str, recording: StateRecording) -> None:
+    """Write ``recording`` to ``path`` whole: under ``.partial_<name>`` first, then renamed."""
+    directory, name = os.path.split(path)
+    partial = os.path.join(directory, ".partial_" + name)
+    meta = json.dumps(recording.meta, separators=(",", ":"), allow_nan=False)
+    try:
+        with open(partial, "wb") as file:
+            np.savez_compressed(file,
+                                format=np.array(FORMAT),
+                                meta=np.array(meta),
+                                model_mjb=np.frombuffer(recording.model_mjb, dtype=np.uint8),
+                                state=np.asarray(recording.states, dtype=np.float64),
+                                time=recording.times,
+                                action=np.asarray(recording.actions, dtype=np.float32),
+                                reward=np.asarray(recording.rewards, dtype=np.float32),
+                                episode=np.asarray(recording.episodes, dtype=np.int32))
+        os.replace(partial, path)
+    except BaseException:
+        try:
+            os.remove(partial)
+        except OSError:
+            pass
+        raise
+
+
+class RecordingError(ValueError):
+    """A file that is not a state recording this version reads."""
+
+
+def read_recording(path: str) -> StateRecording:
+    """The recording at ``path``; a ``RecordingError`` naming the file if it is not one."""
+    try:
+        with np.load(path, allow_pickle=False) as archive:
+            if "format" not in archive.files or str(archive["format"]) != FORMAT:
+                raise RecordingError(f"{path} is not an async_plotter state recording "
+                                     f"(expected format {FORMAT})")
+            return StateRecording(model_mjb=archive["model_mjb"].tobytes(),
+                                  states=archive["state"],
+                                  actions=archive["action"],
+                                  rewards=archive["reward"],
+                                  episodes=archive["episode"],
+                                  meta=json.loads(str(archive["meta"])))
+    except (OSError, KeyError, ValueError) as error:
+        if isinstance(error, RecordingError):
+            raise
+        raise RecordingError(f"cannot read the state recording {path}: {error}") from error
+
+
+def recordings_in(path: str) -> List[str]:
+    """``path`` itself if it is a file, else the recordings in the folder, by name."""
+    if os.path.isfile(path):
+        return [path]
+    names = sorted(name for name in os.listdir(path)
+                   if name.endswith(SUFFIX) and not name.startswith("."))
+    return [os.path.join(path, name) for name in names]
+
+
+class RecordingBuilder:
+    """Collects one recording step by step (the sink in the render process fills it)."""
+
+    def __init__(self, model_mjb: bytes, meta: Dict[str, Any]) -> None:
+        self._model_mjb = model_mjb
+        self.meta = dict(meta)
+        self._states: List[np.ndarray] = []
+        self._actions: List[Optional[np.ndarray]] = []
+        self._rewards: List[float] = []
+        self._episodes: List[int] = []
+
+    def __len__(self) -> int:
+        return len(self._states)
+
+    def add(self, state: np.ndarray, action: Optional[np.ndarray], reward: float,
+            episode: int) -> None:
+        """One shown step of chained episode ``episode`` (0 for the first)."""
+        self._states.append(np.array(state, dtype=np.float64))
+        self._actions.append(None if action is None else np.asarray(action, dtype=np.float32))
+        self._rewards.append(float(reward))
+        self._episodes.append(int(episode))
+
+    def build(self) -> StateRecording:
+        """The recording so far."""
+        width = max((action.size for action in self._actions if action is not None), default=0)
+        actions = np.full((len(self._actions), width), np.nan, dtype=np.float32)
+        for row, action in enumerate(self._actions):
+            if action is not None and action.size == width:
+                actions[row] = action.reshape(-1)
+        return StateRecording(model_mjb=self._model_mjb,
+                              states=np.stack(self._states) if self._states else np.zeros((0, 1)),
+                              actions=actions,
+                              rewards=np.asarray(self._rewards, dtype=np.float32),
+                              episodes=np.asarray(self._episodes, dtype=np.int32),
+                              meta=self.meta)

@@ -1,0 +1,109 @@
+"""``async-plotter render``: state recordings to mp4, later, at any quality and size.
+
+A recording is drawn through the same scene and video sink the render process uses
+(``MujocoScene``, ``VideoSink``): the same camera plan, frame rate, chained episodes and the
+still between them, so that at the recording's own preset the frames match the original video.
+Never imports TensorFlow; call :func:`prepare_gl` before anything imports ``mujoco``.
+"""
+import os
+import pickle
+import sys
+from typing import Callable, Optional, TextIO
+
+from async_plotter.render.recording import StateRecording, read_recording
+from async_plotter.render.stream import EpisodeEnd, EpisodeInfo
+
+#: ``progress(done, total)`` after each frame
+Progress = Callable[[int, int], None]
+
+
+def prepare_gl() -> None:
+    """Choose the offscreen GL backend as the render process does (MuJoCo reads it once, when
+    first imported)."""
+    from async_plotter.display import offscreen_gl_backend
+
+    backend = offscreen_gl_backend()
+    os.environ["MUJOCO_GL"] = backend
+    os.environ["PYOPENGL_PLATFORM"] = backend
+
+
+def rerender(path: str,
+             out_dir: str,
+             quality: str = "same",
+             size: Optional[int] = None,
+             progress: Optional[Progress] = None) -> str:
+    """Draw the recording at ``path`` into ``out_dir`` (same file name, ``.mp4``); returns the
+    video's path.
+
+    Args:
+        quality: ``"same"`` (the preset the recording was drawn with), ``"cheap"``, ``"full"``
+            or ``"auto"``.
+        size: the frame's longer side in pixels (the recording's aspect kept); None: the size
+            the recording's video had.
+    """
+    from async_plotter.render.mujoco_scene import MujocoScene
+    from async_plotter.render.sinks.video import VideoSink
+
+    recording = read_recording(path)
+    meta = recording.meta
+    width, height, chosen = int(meta["width"]), int(meta["height"]), bool(meta["size_chosen"])
+    if size is not None:
+        scale = size / max(width, height)
+        width, height = _even(width * scale), _even(height * scale)
+        chosen = True
+    if quality == "same":
+        quality = meta.get("preset") if meta.get("preset") in ("cheap", "full") else "auto"
+    scene = MujocoScene(pickle.dumps(recording.load_model()), meta.get("camera"),
+                        int(meta.get("camera_id", -1)), width, height, quality, chosen)
+    os.makedirs(out_dir, exist_ok=True)
+    written = []
+    sink = VideoSink(out_dir,
+                     float(meta["fps"]),
+                     on_written=lambda video, *_: written.append(video))
+    try:
+        _play(recording, scene, sink, progress)
+    finally:
+        sink.close()
+        scene.close()
+    if not written:
+        raise RuntimeError(f"no video was written for {path}")
+    return written[0]
+
+
+def _play(recording: StateRecording, scene, sink, progress: Optional[Progress]) -> None:
+    meta = recording.meta
+    episodes = recording.episodes
+    total = len(recording.states)
+    last_part = int(episodes.max()) if total else 0
+    done = 0
+    for part in range(last_part + 1):
+        rows = [row for row in range(total) if episodes[row] == part]
+        info = EpisodeInfo(int(meta.get("update") or 0), meta.get("iteration"), 0, part)
+        sink.begin_episode(info)
+        for row in rows:
+            scene.set_state(recording.states[row])
+            sink.add_frame(scene.render(), info)
+            done += 1
+            if progress is not None:
+                progress(done, total)
+        reward = float(recording.rewards[rows].sum()) if rows else 0.0
+        sink.end_episode(info, EpisodeEnd(len(rows), reward, True, continued=part < last_part))
+
+
+def text_progress(name: str, stream: TextIO = sys.stderr) -> Progress:
+    """A one-line progress bar on ``stream`` (redrawn in place on a terminal)."""
+    width = 30
+
+    def show(done: int, total: int) -> None:
+        filled = width * done // max(total, 1)
+        end = "\n" if done >= total else ""
+        if stream.isatty() or done >= total:
+            stream.write(f"\r{name} [{'#' * filled}{'.' * (width - filled)}] "
+                         f"{done}/{total} frames{end}")
+            stream.flush()
+
+    return show
+
+
+def _even(value: float) -> int:
+    return max(2, int(round(value / 2)) * 2)

@@ -1,0 +1,133 @@
+"""State recordings beside the videos, and ``async-plotter render`` drawing them again."""
+import os
+import subprocess
+import sys
+
+import imageio.v2 as imageio
+import mujoco
+import numpy as np
+import pytest
+
+from async_plotter import Plotter
+from async_plotter.render.recording import (FORMAT, RecordingError, read_recording, recordings_in)
+from tests.conftest import wait_for
+from tests.policies import LinearPolicy
+
+STEPS = 60
+
+
+@pytest.fixture(scope="module")
+def recorded(tmp_path_factory):
+    """One HalfCheetah video of a policy that moves, its recording and the episodes reported."""
+    folder = tmp_path_factory.mktemp("videos")
+    policy = LinearPolicy(17, 6)
+    policy.fill(0.3)
+    episodes = []
+    with Plotter("HalfCheetah-v5",
+                 policy,
+                 max_path_length=STEPS,
+                 video_dir=str(folder),
+                 min_video_seconds=0,
+                 seed=0,
+                 on_event=lambda kind, payload: kind == "episode" and episodes.append(payload)
+                 ) as plotter:
+        wait_for(lambda: plotter.stats["state_recordings"] >= 1, 120, message="a recording")
+        stats = plotter.stats
+    return folder, stats, episodes
+
+
+def frames_of(path):
+    reader = imageio.get_reader(path)
+    try:
+        return [frame for frame in reader]
+    finally:
+        reader.close()
+
+
+def test_each_video_has_a_recording_beside_it_that_holds_every_shown_step(recorded):
+    folder, stats, episodes = recorded
+    names = sorted(os.listdir(folder))
+    assert "update_0000.npz" in names and "update_0000.mp4" in names
+    assert not [name for name in names if name.startswith(".partial_")]
+    assert stats["last_state_recording"] == str(folder / "update_0000.npz")
+    recording = read_recording(str(folder / "update_0000.npz"))
+    video = frames_of(str(folder / "update_0000.mp4"))
+    # HalfCheetah shows every step: the reset pose and 60 steps, as many as the video's frames.
+    assert len(recording.states) == len(video) == STEPS + 1
+    assert recording.meta["update"] == 0 and recording.meta["fps"] == 20.0
+    assert recording.meta["preset"] == stats["visual_preset"]
+    assert np.isnan(recording.actions[0]).all() and recording.actions.shape == (STEPS + 1, 6)
+    assert np.all(np.abs(recording.actions[1:]) <= 1.0)
+    # time runs at the env's dt, and the rewards add up to the episode's return
+    assert np.allclose(np.diff(recording.times), 0.05)
+    assert recording.rewards.sum() == pytest.approx(episodes[0]["reward"], rel=1e-4)
+    # A few KB per second of motion, the model (MJB) included.
+    size = os.path.getsize(folder / "update_0000.npz")
+    assert size / recording.seconds < 12_000, size
+
+
+def test_a_recording_replays_without_the_env(recorded):
+    folder, _, _ = recorded
+    recording = read_recording(str(folder / "update_0000.npz"))
+    model = recording.load_model()  # from the MJB bytes alone
+    data = mujoco.MjData(model)
+    spec = mujoco.mjtState.mjSTATE_FULLPHYSICS
+    mujoco.mj_setState(model, data, recording.states[-1], spec)
+    mujoco.mj_forward(model, data)
+    assert data.time == pytest.approx(recording.times[-1])
+    # The policy moves the cheetah: its root's x at the end differs from the start.
+    assert abs(recording.states[-1][1] - recording.states[0][1]) > 0.05
+
+
+def test_render_draws_the_original_video_again_at_the_same_preset(recorded, tmp_path):
+    folder, _, _ = recorded
+    out = tmp_path / "again"
+    result = subprocess.run(
+        [sys.executable, "-m", "async_plotter.cli", "render",
+         str(folder), "--out",
+         str(out)],
+        capture_output=True,
+        text=True,
+        timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert "61/61 frames" in result.stderr  # the progress bar's last state
+    original = frames_of(str(folder / "update_0000.mp4"))
+    again = frames_of(str(out / "update_0000.mp4"))
+    assert len(again) == len(original)
+    differences = [np.abs(a.astype(int) - b.astype(int)).mean() for a, b in zip(original, again)]
+    assert max(differences) < 2.0, differences
+
+
+def test_render_changes_the_size(recorded, tmp_path):
+    folder, _, _ = recorded
+    result = subprocess.run([
+        sys.executable, "-m", "async_plotter.cli", "render",
+        str(folder / "update_0000.npz"), "--size", "160", "--quality", "cheap", "--out",
+        str(tmp_path)
+    ],
+                            capture_output=True,
+                            text=True,
+                            timeout=120)
+    assert result.returncode == 0, result.stderr
+    frames = frames_of(str(tmp_path / "update_0000.mp4"))
+    assert frames[0].shape == (160, 160, 3) and len(frames) == STEPS + 1
+
+
+def test_what_is_not_a_recording_is_refused_and_runs_no_code(tmp_path):
+    plain = tmp_path / "plain.npz"
+    np.savez(plain, state=np.zeros(3))
+    with pytest.raises(RecordingError, match="not an async_plotter state recording"):
+        read_recording(str(plain))
+    pickled = tmp_path / "pickled.npz"
+    np.savez(pickled, format=np.array(FORMAT), meta=np.array([{"a": 1}], dtype=object))
+    with pytest.raises(RecordingError):
+        read_recording(str(pickled))  # object arrays need pickle, which is never allowed
+    assert recordings_in(str(tmp_path)) == [str(pickled), str(plain)]
+    result = subprocess.run(
+        [sys.executable, "-m", "async_plotter.cli", "render",
+         str(plain), "--out",
+         str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=60)
+    assert result.returncode == 1 and "not an async_plotter state recording" in result.stderr
