@@ -14,7 +14,7 @@ PYTEST_ARGS ?=
 $(STAMP): setup.py
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e ".[cpu,test,redis,tensorboard]"
+	$(PY) -m pip install -q -e ".[cpu,test,redis,tensorboard,view3d]"
 	@touch $(STAMP)
 
 venv: $(STAMP)

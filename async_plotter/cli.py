@@ -69,6 +69,11 @@ def _parser() -> argparse.ArgumentParser:
                           "than 127.0.0.1 need --http-token",
                           fps=None,
                           workers="the worker")
+    view.add_argument("--view",
+                      choices=("2d", "3d"),
+                      default="2d",
+                      help="what --http opens: 2d (MJPEG) or 3d (the browser draws the scene; "
+                      "pip install -e .[view3d])")
     view.add_argument("--max-restarts",
                       type=int,
                       default=3,
@@ -286,7 +291,7 @@ def _check_view_arguments(parser: argparse.ArgumentParser, args: argparse.Namesp
     if args.window:
         sinks.append(WindowSpec())
     if http is not None:
-        sinks.append(HttpSpec(http, video_dir))
+        sinks.append(HttpSpec(http, video_dir, _checked_view(parser, args.view)))
     return ViewOptions(args.url,
                        args.experiment,
                        secret,
@@ -311,6 +316,16 @@ def _checked_video_dir(parser: argparse.ArgumentParser,
     except OSError as error:
         parser.error(f"{flag} {path!r} cannot be written: {error.strerror or error}")
     return path
+
+
+def _checked_view(parser: argparse.ArgumentParser, view: str) -> str:
+    if view == "3d":
+        from async_plotter.view3d import INSTALL_HINT, missing_modules
+
+        missing = missing_modules()
+        if missing:
+            parser.error(f"--view 3d needs {' and '.join(missing)}: {INSTALL_HINT}")
+    return view
 
 
 def _checked_http(parser: argparse.ArgumentParser, http: Optional[str],

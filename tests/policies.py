@@ -168,3 +168,58 @@ class CloseRecordingEnvFactory:
                 super().close()
 
         return RecordsClose(gymnasium.make(self.env_id, render_mode=render_mode))
+
+
+SLED_XML = """
+<mujoco model="sled">
+  <option timestep="0.02"/>
+  <worldbody>
+    <light pos="0 0 4" dir="0 0 -1"/>
+    <geom name="floor" type="plane" size="40 40 0.1" rgba="0.75 0.75 0.75 1"/>
+    <body name="sled" pos="0 0 0.2">
+      <joint name="x" type="slide" axis="1 0 0" damping="4"/>
+      <geom type="box" size="0.3 0.2 0.15" mass="2" rgba="0.9 0.3 0.1 1"/>
+    </body>
+  </worldbody>
+  <actuator><motor joint="x" gear="4" ctrlrange="-1 1"/></actuator>
+</mujoco>
+"""
+
+
+def make_sled(render_mode=None):
+    """A box on a slide joint: its action pushes it along x, so a policy visibly moves it one
+    way or the other. Its only observation is a constant 1, so ``LinearPolicy(1, 1)`` filled
+    with ``w`` pushes with ``tanh(w)`` at every step."""
+    import os
+    import tempfile
+
+    import gymnasium
+    from gymnasium.envs.mujoco.mujoco_env import MujocoEnv
+
+    class SledEnv(MujocoEnv):
+        metadata = {"render_modes": ["rgb_array"], "render_fps": 50}
+
+        def __init__(self, render_mode=None):
+            handle, path = tempfile.mkstemp(suffix=".xml")
+            with os.fdopen(handle, "w") as file:
+                file.write(SLED_XML)
+            try:
+                MujocoEnv.__init__(self,
+                                   path,
+                                   1,
+                                   observation_space=gymnasium.spaces.Box(-2, 2, (1, )),
+                                   render_mode=render_mode,
+                                   width=320,
+                                   height=240)
+            finally:
+                os.remove(path)
+
+        def step(self, action):
+            self.do_simulation(action, self.frame_skip)
+            return np.ones(1, np.float32), float(self.data.qvel[0]), False, False, {}
+
+        def reset_model(self):
+            self.set_state(self.init_qpos, self.init_qvel)
+            return np.ones(1, np.float32)
+
+    return SledEnv(render_mode=render_mode)

@@ -73,6 +73,11 @@ def add_plot_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--http",
                        default=None,
                        help="also serve a live page: a port (8080) or host:port")
+    group.add_argument("--view",
+                       choices=("2d", "3d"),
+                       default=None,
+                       help="what --http opens: 2d (MJPEG, the default) or 3d (the browser "
+                       "draws the scene; pip install -e .[view3d])")
     group.add_argument("--plot-priority",
                        choices=PRIORITIES,
                        default=None,
@@ -88,6 +93,7 @@ def plot_options(args: argparse.Namespace) -> Dict[str, Any]:
         "max_path_length": args.plot_path_length,
         "video_length": args.plot_video_length,
         "http": args.http,
+        "view": args.view,
         "priority": args.plot_priority,
     }
     return dict({name: value for name, value in options.items() if value is not None}, plot=True)

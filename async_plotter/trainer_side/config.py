@@ -37,6 +37,8 @@ from async_plotter.worker.sinks import (CallbackSpec, HttpSpec, SinkSpec, States
                                         TensorBoardSpec, UserSinkSpec, VideoSpec, WindowSpec)
 
 _QUALITIES = ("auto", "cheap", "full")
+#: what the live page (``http=``) opens: the MJPEG page, or the 3D view
+VIEWS = ("2d", "3d")
 
 # The final video's default time limit: start-up left to finish plus a rollout of
 # max_path_length steps at ~30 ms each (measured ~12 ms a step at full speed with the cheap
@@ -154,6 +156,7 @@ def plotter_config(arguments: Mapping[str, Any]) -> PlotterConfig:
         from async_plotter.web.address import parse_http_address
 
         http_config = parse_http_address(given.http, given.http_token)
+    view = checked_view(given.view, http_config is not None)
     publish = _publish_target(given.channel, given.experiment, given.secret)
 
     env_recipe = describe_env(given.env)
@@ -164,7 +167,7 @@ def plotter_config(arguments: Mapping[str, Any]) -> PlotterConfig:
     adapter = adapter_for(given.policy)
     policy_recipe = describe_policy(given.policy, adapter, given.policy_factory)
     initial = _initial_parameters(given.policy, adapter)
-    specs = _output_specs(video_dir, window, http_config, given.on_frame) + user_sinks
+    specs = _output_specs(video_dir, window, http_config, given.on_frame, view) + user_sinks
     if tensorboard_dir:
         specs.append(TensorBoardSpec(tensorboard_dir, scalars=given.tensorboard_scalars))
     worker = WorkerConfig(
@@ -282,8 +285,28 @@ def _checked_budget(budget: Any, priority: Any) -> Optional[float]:
     return None
 
 
-def _output_specs(video_dir: Optional[str], window: bool, http_config: Any,
-                  on_frame: Optional[Callable[..., Any]]) -> List[SinkSpec]:
+def checked_view(view: Any, serving: bool) -> str:
+    """``view`` if it is one the live page can open here; else an error naming the fix."""
+    one_of("view", view, VIEWS)
+    if view == "3d":
+        from async_plotter.view3d import INSTALL_HINT, missing_modules
+
+        missing = missing_modules()
+        if missing:
+            raise InvalidArgumentError(
+                f"view='3d' needs {' and '.join(missing)}, which are not installed: "
+                f"{INSTALL_HINT}")
+        if not serving:
+            raise InvalidArgumentError("view='3d' is what the live page shows: pass http= too "
+                                       "(e.g. http=8080)")
+    return view
+
+
+def _output_specs(video_dir: Optional[str],
+                  window: bool,
+                  http_config: Any,
+                  on_frame: Optional[Callable[..., Any]],
+                  view: str = "2d") -> List[SinkSpec]:
     """The built-in outputs asked for, as sink specs for the render process."""
     specs: List[SinkSpec] = []
     if video_dir:
@@ -292,7 +315,7 @@ def _output_specs(video_dir: Optional[str], window: bool, http_config: Any,
     if window:
         specs.append(WindowSpec())
     if http_config is not None:
-        specs.append(HttpSpec(http_config, video_dir))
+        specs.append(HttpSpec(http_config, video_dir, view))
     if on_frame is not None:
         specs.append(CallbackSpec(cloudpickle.dumps(on_frame)))
     return specs

@@ -134,6 +134,9 @@ class Plotter:
             serves, seconds after ``start()``); ``wait_for_http_url(timeout)`` waits for it.
         http_token: the token a browser must present (``?token=...``); default
             ``$ASYNC_PLOTTER_HTTP_TOKEN``.
+        view: what ``http`` opens: ``"2d"`` the MJPEG page; ``"3d"`` the scene drawn by the
+            browser from body poses (needs ``pip install -e .[view3d]``; the MJPEG page is then
+            at ``/2d/``).
         channel: ``None`` renders here; ``"redis://host:6379/0"`` (or ``rediss://``) publishes
             the parameters to Redis for ``async-plotter view`` on another machine instead.
         experiment: the experiment's name on the Redis server (required with ``channel``).
@@ -183,6 +186,7 @@ class Plotter:
                  seed: Optional[int] = None,
                  http: Optional[Union[int, str]] = None,
                  http_token: Optional[str] = None,
+                 view: str = "2d",
                  channel: Optional[str] = None,
                  experiment: Optional[str] = None,
                  secret: Optional[Union[str, bytes]] = None,

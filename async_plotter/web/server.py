@@ -231,6 +231,7 @@ class HttpServer:
         self._slots: Dict[str, "collections.OrderedDict[Any, asyncio.BaseTransport]"] = {
             "events": collections.OrderedDict(),
             "video": collections.OrderedDict(),
+            "view3d": collections.OrderedDict(),
         }
         self._short = 0  # short answers being made or sent
         self._workers = ThreadPoolExecutor(PAGE_WORKERS, thread_name_prefix="async_plotter-http")
@@ -540,6 +541,15 @@ class HttpServer:
             self._release("video", key)
             self._short += 1
 
+    def claim_slot(self, kind: str, request: web.Request, limit: int) -> Any:
+        """One of ``limit`` slots of ``kind`` for this request's connection (a full set loses
+        its oldest: that connection is reset); give it back with ``release_slot``."""
+        return self._claim(kind, request, limit)
+
+    def release_slot(self, kind: str, key: Any) -> None:
+        """Give back a slot from ``claim_slot``."""
+        self._release(kind, key)
+
     def _claim(self, kind: str, request: web.Request, limit: int) -> Any:
         slots = self._slots[kind]
         if len(slots) >= limit:
@@ -590,13 +600,20 @@ class LiveServer(HttpServer):
         feed: the frames, status and curve to serve.
         video_dir: the folder of the run's recorded videos, served as ``videos.json`` and
             ``videos/<name>``; None: no videos (both routes are 404).
+        view3d: the 3D view's front (``web/view3d.py``): its page is served at ``/`` and the
+            MJPEG page at ``/2d/``; None: the MJPEG page at ``/``.
     """
 
-    def __init__(self, config: HttpConfig, feed: LiveFeed, video_dir: Optional[str] = None) -> None:
+    def __init__(self,
+                 config: HttpConfig,
+                 feed: LiveFeed,
+                 video_dir: Optional[str] = None,
+                 view3d: Any = None) -> None:
         super().__init__(config)
         self.feed = feed
         self.video_dir = None if video_dir is None else os.path.abspath(video_dir)
         self.page = load_page()
+        self.view3d = view3d
 
     def close(self) -> None:
         self.feed.close()  # streams and events streams end
@@ -613,7 +630,9 @@ class LiveServer(HttpServer):
         client = request.query.get("client", "")[:64]
         # Only the last segments count, so the page also works behind a proxy's path prefix.
         parent, _, route = request.rel_url.raw_path.rstrip("/").rpartition("/")
-        if route in ("", "index.html"):
+        if self.view3d is not None and parent == "" and route in ("", "index.html"):
+            return await self._view3d(request)
+        if route in ("", "index.html", "2d"):
             return web.Response(body=self.page, content_type="text/html", charset="utf-8")
         if route == "stream.mjpg":
             return await self._stream(request, client)
@@ -629,6 +648,18 @@ class LiveServer(HttpServer):
                 return plain(HTTPStatus.NOT_FOUND, "no such video")
             return await self.send_video(request, path)
         return plain(HTTPStatus.NOT_FOUND, "not found; open / for the live page")
+
+    async def _view3d(self, request: web.Request) -> web.StreamResponse:
+        """The 3D page, or its socket (viser's client opens it at the page's address)."""
+        if request.headers.get("upgrade", "").lower() != "websocket":
+            token = request.query.get("token", "")
+            cookie = (token_cookie_name(request), token) if token else None
+            return await self.view3d.page(request, cookie)
+        self._short -= 1  # a stream: bounded by its own slots
+        try:
+            return await self.view3d.socket(request, self)
+        finally:
+            self._short += 1
 
     async def _stream(self, request: web.Request, client: str) -> web.StreamResponse:
         transport = request.transport
@@ -686,16 +717,21 @@ def _refusal(config: HttpConfig,
         if not is_loopback(host):
             return HTTPStatus.FORBIDDEN, f"Host {host!r} refused: serving on loopback", None
         # And no other origin: with no token, the user's browser is the only credential, and
-        # any page it opens could otherwise hold the stream (<img> tags) or read it.
-        site = headers.get("sec-fetch-site", "").lower()
-        if site in ("cross-site", "same-site"):
-            return HTTPStatus.FORBIDDEN, f"cross-origin request refused ({site})", None
-        origin = headers.get("origin")
-        if origin is not None and not _same_origin(origin, host_header):
-            return HTTPStatus.FORBIDDEN, "cross-origin request refused (Origin)", None
+        # any page it opens could otherwise hold the stream (<img> tags) or read it, or open
+        # the 3D view's socket.
+        reason = _foreign(headers, host_header)
+        if reason:
+            return HTTPStatus.FORBIDDEN, f"cross-origin request refused ({reason})", None
         return None
     given = request.query.get("token", "") or _bearer(headers.get("authorization", ""))
     given = given or headers.get("x-async-plotter-token", "")
+    if not given:
+        # The 3D view's socket carries the token as a cookie (its client drops the query).
+        # A browser sends a cookie whatever page asks, so a cookie counts only for requests
+        # from this server's own pages.
+        given = request.cookies.get(token_cookie_name(request), "")
+        if given and _foreign(headers, headers.get("host") or ""):
+            return HTTPStatus.FORBIDDEN, "cross-origin request refused", None
     if not given:
         return (HTTPStatus.UNAUTHORIZED, "a token is required: open /?token=<token>", {
             "WWW-Authenticate": 'Bearer realm="async_plotter"'
@@ -703,6 +739,26 @@ def _refusal(config: HttpConfig,
     if not hmac.compare_digest(given.encode("utf-8"), token.encode("utf-8")):
         return HTTPStatus.FORBIDDEN, "wrong token", None
     return None
+
+
+def _foreign(headers: Any, host_header: str) -> str:
+    """Why a browser's request comes from another site's page (``Sec-Fetch-Site``, or an
+    ``Origin`` that is not this server), or ``""``."""
+    site = headers.get("sec-fetch-site", "").lower()
+    if site in ("cross-site", "same-site"):
+        return site
+    origin = headers.get("origin")
+    if origin is not None and not _same_origin(origin, host_header):
+        return "Origin"
+    return ""
+
+
+def token_cookie_name(request: web.Request) -> str:
+    """The cookie that carries the token to this server (one per port)."""
+    from async_plotter.web.view3d import TOKEN_COOKIE
+
+    sockname = request.transport.get_extra_info("sockname") if request.transport else None
+    return TOKEN_COOKIE.format(port=sockname[1] if sockname else 0)
 
 
 def _same_origin(origin: str, host_header: str) -> bool:

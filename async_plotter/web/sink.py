@@ -1,7 +1,7 @@
 """``HttpSink``: the frame sink that serves the live page from the render process."""
 import logging
 import threading
-from typing import Callable, Dict, Optional
+from typing import Any, Callable, Dict, Optional
 
 import numpy as np
 
@@ -29,6 +29,9 @@ class HttpSink(FrameSink):
         quality: JPEG quality, 1-95.
         video_dir: the folder the run's videos are written to (``Plotter(video_dir=...)``): the
             page lists them and plays each; None: the page has no history strip.
+        view: ``"3d"``: the browser draws the scene from body poses (``async_plotter.view3d``,
+            at ``/``; the MJPEG page moves to ``/2d/``); ``"2d"``: the MJPEG page only. A scene
+            that is not MuJoCo's always gets the MJPEG page.
     """
 
     def __init__(self,
@@ -36,10 +39,19 @@ class HttpSink(FrameSink):
                  on_url: Optional[Callable[[str], None]] = None,
                  title: Optional[str] = None,
                  quality: int = 80,
-                 video_dir: Optional[str] = None) -> None:
+                 video_dir: Optional[str] = None,
+                 view: str = "2d") -> None:
         self._feed = LiveFeed(title or "async_plotter", quality)
+        self._title = title or "async_plotter"
+        self._front: Any = None
+        self._scene3d: Any = None
+        self._scene: Any = None
+        if view == "3d":
+            from async_plotter.web.view3d import View3DFront
+
+            self._front = View3DFront()
         try:
-            self._server = LiveServer(config, self._feed, video_dir)
+            self._server = LiveServer(config, self._feed, video_dir, self._front)
         except BaseException:
             self._feed.close()
             raise
@@ -60,26 +72,54 @@ class HttpSink(FrameSink):
         """The port actually bound."""
         return self._server.port
 
+    def attach(self, scene: Any) -> None:
+        if self._front is None:
+            return
+        if scene is None:  # an env that draws its own frames: only pixels can show it
+            self._server.view3d = self._front = None
+            return
+        from async_plotter.view3d.scene import Scene3D
+
+        self._scene = scene
+        self._scene3d = Scene3D(scene.source_model, scene.data, scene.camera, self._title)
+        self._front.connect(self._scene3d.port, self._scene3d.secret)
+
+    @property
+    def view3d(self) -> Any:
+        """The 3D view's front (None without one): ``viewers``, ``bytes_sent``."""
+        return self._front
+
     def wants_pixels(self) -> bool:
         # Nobody watching: no rendering and no encoding at all for this sink.
         return self._feed.has_viewers()
 
     def begin_episode(self, episode: EpisodeInfo) -> None:
         self._feed.begin_episode(episode)
+        if self._scene3d is not None:
+            self._scene3d.begin_episode(episode)
 
     def add_frame(self, frame: Optional[np.ndarray], episode: EpisodeInfo) -> None:
         self._feed.add_frame(frame, episode)
+        # Poses are computed and sent only while a 3D viewer is connected.
+        if self._scene3d is not None and self._front.viewers:
+            self._scene3d.pose(self._scene.data)
 
     def end_episode(self, episode: EpisodeInfo, end: EpisodeEnd) -> None:
         if end.completed:  # a return cut short by a newer policy says nothing about either
             self._feed.end_episode(end.total_reward)
+            if self._scene3d is not None:
+                self._scene3d.end_episode(end.total_reward)
 
     def on_metrics(self, iteration: Optional[int], metrics: Dict[str, float]) -> None:
         self._feed.add_metrics(iteration, metrics)
+        if self._scene3d is not None:
+            self._scene3d.add_metrics(iteration, metrics)
 
     def close(self) -> None:
         if self._closed:
             return
         self._closed = True
         self._server.close()
+        if self._scene3d is not None:
+            self._scene3d.close()
         self._thread.join(timeout=2.0)

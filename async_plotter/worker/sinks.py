@@ -65,6 +65,8 @@ class HttpSpec(SinkSpec):
 
     address: Any
     video_dir: Optional[str] = None
+    #: ``"3d"``: the browser draws the scene (``async_plotter.view3d``); ``"2d"``: MJPEG only
+    view: str = "2d"
     live = True
 
 
@@ -200,7 +202,8 @@ def _http(spec: HttpSpec, context: SinkContext) -> FrameSink:
     return HttpSink(spec.address,
                     lambda url: context.status.send(StatusKind.HTTP, url=url),
                     title=context.title,
-                    video_dir=spec.video_dir)
+                    video_dir=spec.video_dir,
+                    view=spec.view)
 
 
 def _callback(spec: CallbackSpec, context: SinkContext) -> FrameSink:

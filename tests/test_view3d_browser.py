@@ -1,0 +1,153 @@
+"""The 3D view end to end: a real Plotter serves it, headless Chromium draws it with SwiftShader's
+WebGL, and the page shows the policy's motion and a policy change.
+
+The env is a sled on a slide joint whose policy (``LinearPolicy(1, 1)`` on a constant
+observation) pushes it one way, then, after ``update_plot``, the other. The body's position the
+page shows is read from viser's scene in the page (``window.__viserMutable``: mjviser keeps the
+tracked body at the origin by moving the world, ``/fixed_bodies``, the other way).
+
+Set ``ASYNC_PLOTTER_SCREENSHOT_DIR`` to keep the screenshots for a look.
+"""
+import base64
+import io
+import json
+import os
+import re
+import shutil
+import subprocess
+import tempfile
+import time
+import urllib.request
+
+import numpy as np
+import pytest
+from PIL import Image
+
+pytest.importorskip("viser")
+pytest.importorskip("mjviser")
+
+from async_plotter import Plotter  # noqa: E402 - after the skip
+from tests.conftest import wait_for  # noqa: E402
+from tests.policies import LinearPolicy, make_sled  # noqa: E402
+from tests.test_web_browser import DevTools  # noqa: E402
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
+
+WIDTH, HEIGHT = 1000, 700
+#: the sled's x as the page shows it (None until the scene has the bodies)
+SHOWN_X = """(() => {
+    const m = window.__viserMutable;
+    const node = m && m.nodeRefFromName && m.nodeRefFromName['/fixed_bodies'];
+    return node ? -node.position.x : null;
+})()"""
+
+
+@pytest.fixture
+def webgl_chromium():
+    """Headless Chromium with WebGL on SwiftShader (software), driven over DevTools."""
+    binary = shutil.which("chromium") or shutil.which("chromium-browser")
+    if binary is None:
+        pytest.fail("Chromium is not installed; `make test` installs it (Debian package chromium)")
+    profile = tempfile.mkdtemp(prefix="chromium-profile-")
+    process = subprocess.Popen([
+        binary, "--headless=new", "--no-sandbox", "--use-angle=swiftshader",
+        "--enable-unsafe-swiftshader", "--disable-quic", "--no-first-run",
+        "--disable-background-networking", "--disable-component-update", "--disable-sync",
+        "--disable-dev-shm-usage", f"--user-data-dir={profile}", "--remote-debugging-port=0",
+        f"--window-size={WIDTH},{HEIGHT}", "about:blank"
+    ],
+                               stdout=subprocess.DEVNULL,
+                               stderr=subprocess.PIPE,
+                               text=True)
+    session = None
+    try:
+        port = None
+        deadline = time.monotonic() + 30
+        while port is None and time.monotonic() < deadline:
+            line = process.stderr.readline()
+            if not line and process.poll() is not None:
+                break
+            found = re.search(r"DevTools listening on ws://[^:]+:(\d+)/", line)
+            port = int(found[1]) if found else None
+        assert port, "Chromium did not start its DevTools server"
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/json/list", timeout=10) as answer:
+            pages = [t for t in json.load(answer) if t["type"] == "page"]
+        session = DevTools(pages[0]["webSocketDebuggerUrl"])
+        for domain in ("Runtime", "Log", "Page"):
+            session.call(f"{domain}.enable")
+        session.call("Emulation.setDeviceMetricsOverride",
+                     width=WIDTH,
+                     height=HEIGHT,
+                     deviceScaleFactor=1,
+                     mobile=False)
+        yield session
+    finally:
+        if session is not None:
+            session.close()
+        process.terminate()
+        try:
+            process.wait(10)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait(5)
+        shutil.rmtree(profile, ignore_errors=True)
+
+
+def canvas_pixels(session):
+    data = session.call("Page.captureScreenshot", format="png")["data"]
+    image = Image.open(io.BytesIO(base64.b64decode(data))).convert("RGB")
+    rect = session.evaluate("document.querySelector('canvas').getBoundingClientRect().toJSON()")
+    left, top = int(rect["x"]), int(rect["y"])
+    box = (left, top, left + int(rect["width"]), top + int(rect["height"]))
+    return image, np.asarray(image.crop(box), np.float32)
+
+
+def shown_x(session):
+    return session.evaluate(SHOWN_X)
+
+
+def test_the_browser_draws_the_policy_moving_one_way_then_the_other(webgl_chromium):
+    session = webgl_chromium
+    policy = LinearPolicy(1, 1)
+    policy.fill(2.0)  # pushes the sled towards +x at every step
+    with Plotter(make_sled, policy, max_path_length=5000, http=0, view="3d", seed=0,
+                 priority="low") as plotter:
+        plotter.update_plot(policy, iteration=1, metrics={"AverageReturn": 1.0})
+        url = plotter.wait_for_http_url(60)
+        session.call("Page.navigate", url=url)
+        wait_for(lambda: shown_x(session) is not None, 60, message="the scene in the page")
+        wait_for(lambda: "iteration 1" in session.evaluate("document.body.innerText"),
+                 30,
+                 message="the iteration on screen")
+        # The body moves +x on screen, as the policy pushes it.
+        first = shown_x(session)
+        wait_for(lambda: shown_x(session) > first + 0.5, 20, message="the sled moving +x")
+        image, before = canvas_pixels(session)
+        assert before.std() > 10, "the canvas is blank"
+        time.sleep(1.0)
+        _, after = canvas_pixels(session)
+        # The camera follows the sled, so the floor's grid moves under it.
+        assert np.abs(after - before).mean() > 0.5, "nothing moved between two screenshots"
+
+        # A new policy pushes the other way: its episode starts over and heads to -x.
+        policy.fill(-2.0)
+        plotter.update_plot(policy, iteration=2, metrics={"AverageReturn": 2.0})
+        wait_for(lambda: "iteration 2" in session.evaluate("document.body.innerText"),
+                 30,
+                 message="the new policy on screen")
+        wait_for(lambda: shown_x(session) < -0.5, 20, message="the sled moving -x")
+        text = session.evaluate("document.body.innerText")
+        assert "Sled" in text or "make_sled" in text or "sled" in text.lower()
+        assert "AverageReturn" in text  # the learning curve's title
+        stats = plotter.stats
+    keep = os.environ.get("ASYNC_PLOTTER_SCREENSHOT_DIR")
+    if keep:
+        os.makedirs(keep, exist_ok=True)
+        image.save(os.path.join(keep, "view3d.png"))
+    assert stats["restarts"] == 0 and not stats["last_error"]
+    # Nothing in the page was blocked (CSP) or failed to load.
+    problems = [
+        e["params"]["entry"] for e in session.events
+        if e.get("method") == "Log.entryAdded" and e["params"]["entry"]["level"] == "error"
+    ]
+    assert not problems, problems
