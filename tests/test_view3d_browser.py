@@ -38,7 +38,7 @@ WIDTH, HEIGHT = 1000, 700
 SHOWN_X = """(() => {
     const m = window.__viserMutable;
     const node = m && m.nodeRefFromName && m.nodeRefFromName['/fixed_bodies'];
-    return node ? -node.position.x : null;
+    return node ? 0 - node.position.x : null;  // never -0, which DevTools returns as no value
 })()"""
 
 
@@ -115,7 +115,8 @@ def test_the_browser_draws_the_policy_moving_one_way_then_the_other(webgl_chromi
         plotter.update_plot(policy, iteration=1, metrics={"AverageReturn": 1.0})
         url = plotter.wait_for_http_url(60)
         session.call("Page.navigate", url=url)
-        wait_for(lambda: shown_x(session) is not None, 60, message="the scene in the page")
+        # SwiftShader compiles the page's shaders on a busy 2-core machine: allow time.
+        wait_for(lambda: shown_x(session) is not None, 120, message="the scene in the page")
         wait_for(lambda: "iteration 1" in session.evaluate("document.body.innerText"),
                  30,
                  message="the iteration on screen")
@@ -127,7 +128,8 @@ def test_the_browser_draws_the_policy_moving_one_way_then_the_other(webgl_chromi
         time.sleep(1.0)
         _, after = canvas_pixels(session)
         # The camera follows the sled, so the floor's grid moves under it.
-        assert np.abs(after - before).mean() > 0.5, "nothing moved between two screenshots"
+        changed = int((np.abs(after - before).max(axis=2) > 30).sum())
+        assert changed > 300, f"nothing moved between two screenshots ({changed} pixels)"
 
         # A new policy pushes the other way: its episode starts over and heads to -x.
         policy.fill(-2.0)

@@ -1,9 +1,8 @@
 """``Scene3D``: the model in viser's scene, posed from the render process's ``MjData``, with the
 iteration, the episode's return and the learning curve in viser's panel.
 
-Posing costs ~1.3 ms of CPU a frame for HalfCheetah with a browser connected (measured:
-``mjviser`` sends one batched transform per mesh group, ~0.6 KB a frame) against ~6-8 ms to
-draw and JPEG-encode the same frame on llvmpipe. The caller poses only while somebody watches.
+Poses are encoded by ``PoseSender`` (one WebSocket message a frame, ~1.3 KB for HalfCheetah)
+and sent by the live page's front; the caller poses only while somebody watches.
 """
 import logging
 import pickle
@@ -13,6 +12,7 @@ from typing import Any, Dict, List, Optional, Tuple
 import numpy as np
 
 from async_plotter.view3d.guarded import start_guarded_viser
+from async_plotter.view3d.poses import PoseSender
 
 logger = logging.getLogger(__name__)
 
@@ -55,10 +55,12 @@ class Scene3D:
         initial.fov = fov
         self._episode: Any = None
         self._last_return: Optional[float] = None
+        self._poses = PoseSender(self.server, self.scene)
 
-    def pose(self, data: Any) -> None:
-        """Send the bodies' poses in ``data`` (``mj_forward`` done) to every browser."""
-        self.scene.update_from_mjdata(data)
+    def encode_poses(self, data: Any) -> bytes:
+        """The bodies' poses in ``data`` (``mj_forward`` done) as one message for viser's
+        client (``PoseSender``), to be sent to every 3D viewer."""
+        return self._poses.encode(data)
 
     def begin_episode(self, episode: Any) -> None:
         """Show which policy acts now."""

@@ -102,7 +102,7 @@ class HttpSink(FrameSink):
         self._feed.add_frame(frame, episode)
         # Poses are computed and sent only while a 3D viewer is connected.
         if self._scene3d is not None and self._front.viewers:
-            self._scene3d.pose(self._scene.data)
+            self._front.broadcast(self._scene3d.encode_poses(self._scene.data))
 
     def end_episode(self, episode: EpisodeInfo, end: EpisodeEnd) -> None:
         if end.completed:  # a return cut short by a newer policy says nothing about either

@@ -10,13 +10,17 @@ port) when the page is served; a request that presents only the cookie must also
 checks (``server._refusal``).
 
 A socket holds one of ``MAX_VIEWERS`` slots (a new one takes the oldest one's); ``viewers`` is
-how many are open now, which is what decides whether the render process poses anything.
+how many are open now, which is what decides whether the render process poses anything. The
+render process hands each frame's poses, already encoded (``view3d/poses.py``), to
+``broadcast``; every viewer gets the newest one once the previous has reached its socket (a slow
+browser skips frames, as with MJPEG), and only after viser has replayed the scene to it.
 """
 import asyncio
 import importlib.util
 import logging
 import os
 import threading
+import time
 from typing import Any, Optional, Tuple
 
 import aiohttp
@@ -28,6 +32,8 @@ logger = logging.getLogger(__name__)
 
 #: simultaneous 3D viewers; a new one takes the oldest one's slot
 MAX_VIEWERS = 16
+#: seconds a socket opened before the scene exists waits for it
+SCENE_WAIT = 30.0
 #: a socket whose browser takes none of a message for this long is dropped
 SEND_TIMEOUT = 20.0
 #: the cookie that carries the token for viser's socket, per port (cookies ignore ports)
@@ -63,6 +69,8 @@ class View3DFront:
         self._page: Optional[bytes] = None
         self._lock = threading.Lock()
         self._viewers = 0
+        self._sockets: "set[_Viewer]" = set()
+        self._loop: Optional[asyncio.AbstractEventLoop] = None
         #: sockets opened in all, and bytes sent to browsers (for the benchmark)
         self.opened = 0
         self.bytes_sent = 0
@@ -75,6 +83,30 @@ class View3DFront:
     def viewers(self) -> int:
         """3D sockets open now."""
         return self._viewers
+
+    def broadcast(self, frame: bytes) -> None:
+        """One frame's poses to every viewer (from any thread); newest wins per viewer."""
+        loop = self._loop
+        if loop is None:
+            return
+        try:
+            loop.call_soon_threadsafe(self._deliver, frame)
+        except RuntimeError:  # the server's loop is closed: stopping
+            pass
+
+    def _deliver(self, frame: bytes) -> None:
+        for viewer in self._sockets:
+            viewer.latest = frame
+            viewer.wake.set()
+
+    async def _scene_ready(self) -> Optional[Tuple[int, str]]:
+        """The viser server, once the render process has built the scene (the page is served
+        as soon as the server listens, a moment before; viser's client does not retry a
+        refused socket soon), waiting up to ``SCENE_WAIT`` seconds."""
+        deadline = time.monotonic() + SCENE_WAIT
+        while self._target is None and time.monotonic() < deadline:
+            await asyncio.sleep(0.05)
+        return self._target
 
     async def page(self, request: web.Request, token_cookie: Optional[str]) -> web.Response:
         """viser's page; with ``token_cookie`` (``(name, token)``), the token as a cookie."""
@@ -89,7 +121,7 @@ class View3DFront:
 
     async def socket(self, request: web.Request, server: Any) -> web.StreamResponse:
         """Proxy one browser's socket to viser's, in one of ``MAX_VIEWERS`` slots."""
-        target = self._target
+        target = await self._scene_ready()
         if target is None:
             return web.Response(status=503, text="the 3D view is starting; reload\n")
         port, secret = target
@@ -98,6 +130,8 @@ class View3DFront:
             if name.strip().startswith("viser-v")
         ][:1]
         key = server.claim_slot("view3d", request, MAX_VIEWERS)
+        self._loop = asyncio.get_running_loop()
+        viewer = _Viewer()
         try:
             async with aiohttp.ClientSession() as session:
                 try:
@@ -118,9 +152,11 @@ class View3DFront:
                 with self._lock:
                     self._viewers += 1
                     self.opened += 1
+                self._sockets.add(viewer)
                 try:
-                    await _pump(browser, upstream, self)
+                    await _pump(browser, upstream, self, viewer)
                 finally:
+                    self._sockets.discard(viewer)
                     with self._lock:
                         self._viewers -= 1
                     await upstream.close()
@@ -130,14 +166,48 @@ class View3DFront:
             server.release_slot("view3d", key)
 
 
-async def _pump(browser: web.WebSocketResponse, upstream: Any, front: View3DFront) -> None:
-    """Relay messages both ways until either side closes."""
+class _Viewer:
+    """One browser's socket: the newest pose frame not yet sent to it."""
+
+    __slots__ = ("latest", "wake", "ready")
+
+    def __init__(self) -> None:
+        self.latest: Optional[bytes] = None
+        self.wake = asyncio.Event()
+        #: viser has sent it the scene (poses before that would name nodes it does not have)
+        self.ready = False
+
+
+def _replay_done(message: bytes) -> bool:
+    """Whether a message from viser ends its replay of the scene to a new client (it carries
+    ``ReplayDoneMessage``); only read until it has come."""
+    import msgspec
+    import zstandard
+
+    try:
+        inner_size = int.from_bytes(message[:8], "little")
+        compressed_size = int.from_bytes(message[8:16], "little")
+        inner = zstandard.ZstdDecompressor().decompress(message[16:16 + compressed_size],
+                                                        max_output_size=inner_size)
+        batch = msgspec.msgpack.decode(inner)
+        return any(
+            isinstance(item, dict) and item.get("type") == "ReplayDoneMessage"
+            for item in batch.get("messages", ()))
+    except (ValueError, zstandard.ZstdError, msgspec.DecodeError, AttributeError):
+        return False
+
+
+async def _pump(browser: web.WebSocketResponse, upstream: Any, front: View3DFront,
+                viewer: _Viewer) -> None:
+    """Relay messages both ways, and send the pose frames, until either side closes."""
 
     async def down() -> None:
         async for message in upstream:
             if message.type == aiohttp.WSMsgType.BINARY:
                 front.bytes_sent += len(message.data)
                 await asyncio.wait_for(browser.send_bytes(message.data), SEND_TIMEOUT)
+                if not viewer.ready:
+                    viewer.ready = _replay_done(message.data)
             elif message.type == aiohttp.WSMsgType.TEXT:
                 await asyncio.wait_for(browser.send_str(message.data), SEND_TIMEOUT)
             else:
@@ -152,7 +222,21 @@ async def _pump(browser: web.WebSocketResponse, upstream: Any, front: View3DFron
             else:
                 break
 
-    tasks = [asyncio.ensure_future(down()), asyncio.ensure_future(up())]
+    async def poses() -> None:
+        while True:
+            await viewer.wake.wait()
+            viewer.wake.clear()
+            frame, viewer.latest = viewer.latest, None
+            if frame is None or not viewer.ready:
+                continue
+            front.bytes_sent += len(frame)
+            await asyncio.wait_for(browser.send_bytes(frame), SEND_TIMEOUT)
+
+    tasks = [
+        asyncio.ensure_future(down()),
+        asyncio.ensure_future(up()),
+        asyncio.ensure_future(poses())
+    ]
     try:
         await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
     finally:
