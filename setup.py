@@ -57,7 +57,8 @@ setup(
         "tensorboard": ["tensorboard>=2.15"],
         # The 3D live view (Plotter(view="3d"), async-plotter replay): viser's server and its
         # built three.js client, mjviser's MuJoCo scene for it. The 2D page needs neither.
-        "view3d": ["viser>=1.1.1", "mjviser>=0.0.14"],
+        # async_plotter.view3d.poses writes viser's wire format: its minor version is pinned.
+        "view3d": ["viser>=1.1.1,<1.2", "mjviser>=0.0.14,<0.1"],
         "test": [
             "pytest>=7", "pytest-timeout>=2.2", "psutil>=5.9", "yapf>=0.40", "redis>=5.0",
             "websockets>=12", "tensorboard>=2.15",

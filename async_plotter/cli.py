@@ -4,6 +4,7 @@
     async-plotter list redis://host:6379/0
     async-plotter serve redis://host:6379/0 --http 8080 --record-dir history
     async-plotter render runs/demo/videos/ --quality full --size 720
+    async-plotter replay runs/demo/videos/iter_0059.npz --http 8080
 
 This module parses and checks the arguments; the viewer itself is ``trainer_side/viewer.py``.
 """
@@ -42,6 +43,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         return _serve(args.subparser, args)
     if args.command == "render":
         return _render(args.subparser, args)
+    if args.command == "replay":
+        return _replay(args.subparser, args)
     return _view(args.subparser, args)
 
 
@@ -49,7 +52,7 @@ def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="async-plotter",
         description="Watch a policy train from another machine, through a Redis server.")
-    commands = parser.add_subparsers(dest="command", metavar="{view,list,serve,render}")
+    commands = parser.add_subparsers(dest="command", metavar="{view,list,serve,render,replay}")
 
     view = commands.add_parser(
         "view",
@@ -87,8 +90,9 @@ def _parser() -> argparse.ArgumentParser:
 
     serve = _serve_parser(commands)
     render = _render_parser(commands)
+    replay = _replay_parser(commands)
 
-    for sub in (view, listing, serve, render):
+    for sub in (view, listing, serve, render, replay):
         sub.set_defaults(subparser=sub)  # errors then show the subcommand's usage
         sub.add_argument("--verbose", "-v", action="store_true", help="log more")
         sub.add_argument("--quiet", "-q", action="store_true", help="log only problems")
@@ -153,6 +157,41 @@ def _render(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
             continue
         logger.info("wrote %s", video)
     return 1 if failed else 0
+
+
+def _replay_parser(commands: Any) -> argparse.ArgumentParser:
+    replay = commands.add_parser(
+        "replay",
+        help="open a state recording (iter_NNNN.npz) in the 3D viewer",
+        description="Serve a state recording in the 3D viewer (play/pause, a time slider, "
+        "speed) until Ctrl-C. Needs pip install -e .[view3d]; no env code, no GL.")
+    replay.add_argument("path", help="a recording (.npz)")
+    replay.add_argument("--http",
+                        default="8080",
+                        help="where to serve: a port (default 8080, on 127.0.0.1; 0: a free "
+                        "one) or host:port; other hosts than loopback need --http-token")
+    replay.add_argument("--http-token",
+                        default=os.environ.get("ASYNC_PLOTTER_HTTP_TOKEN"),
+                        help="the token a browser must present (default "
+                        "$ASYNC_PLOTTER_HTTP_TOKEN)")
+    return replay
+
+
+def _replay(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
+    from async_plotter.render.recording import RecordingError, read_recording
+
+    _checked_view(parser, "3d")
+    if not os.path.isfile(args.path):
+        parser.error(f"{args.path} is not a file")
+    try:
+        read_recording(args.path)
+    except RecordingError as error:
+        parser.error(str(error))
+    http = _checked_http(parser, args.http, args.http_token)
+    from async_plotter.web.replay import serve_replay
+
+    serve_replay(args.path, http)
+    return 0
 
 
 # ---------------------------------------------------------------------------------- list

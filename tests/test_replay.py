@@ -1,0 +1,125 @@
+"""``async-plotter replay``: a state recording in the 3D viewer. Headless Chromium drags the time
+slider (keyboard on the slider, as a user can) and the body the page shows is where the recording
+has it at that step."""
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+
+import mujoco
+import numpy as np
+import pytest
+
+pytest.importorskip("viser")
+pytest.importorskip("mjviser")
+
+from async_plotter import Plotter  # noqa: E402 - after the skip
+from async_plotter.render.recording import read_recording  # noqa: E402
+from async_plotter.web.address import parse_http_address  # noqa: E402
+from async_plotter.web.replay import open_replay  # noqa: E402
+from tests.conftest import wait_for  # noqa: E402
+from tests.policies import LinearPolicy, make_sled  # noqa: E402
+from tests.test_view3d_browser import shown_x, webgl_chromium  # noqa: E402,F401 - a fixture
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
+
+
+@pytest.fixture(scope="module")
+def sled_recording(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("videos")
+    policy = LinearPolicy(1, 1)
+    policy.fill(2.0)
+    with Plotter(make_sled,
+                 policy,
+                 max_path_length=100,
+                 video_dir=str(folder),
+                 min_video_seconds=0,
+                 seed=0) as plotter:
+        wait_for(lambda: plotter.stats["state_recordings"] >= 1, 120, message="a recording")
+    return str(folder / "update_0000.npz")
+
+
+def body_x(recording, index):
+    """The sled's x at a recorded step, posed from the recording alone."""
+    model = recording.load_model()
+    data = mujoco.MjData(model)
+    mujoco.mj_setState(model, data, recording.states[index], mujoco.mjtState.mjSTATE_FULLPHYSICS)
+    mujoco.mj_forward(model, data)
+    return float(data.xpos[1][0])
+
+
+def press(session, key, code, key_code):
+    for kind in ("keyDown", "keyUp"):
+        session.call("Input.dispatchKeyEvent",
+                     type=kind,
+                     key=key,
+                     code=code,
+                     windowsVirtualKeyCode=key_code)
+
+
+def test_the_slider_moves_the_body_to_the_recorded_pose(sled_recording, webgl_chromium):
+    session = webgl_chromium
+    recording = read_recording(sled_recording)
+    replay = open_replay(sled_recording, parse_http_address(0, None))
+    try:
+        session.call("Page.navigate", url=replay.url)
+        wait_for(lambda: shown_x(session) is not None, 120, message="the scene in the page")
+        # It plays: the body moves.
+        first = shown_x(session)
+        wait_for(lambda: abs(shown_x(session) - first) > 0.05, 20, message="the replay to play")
+        # Pause (the button's label says what a click does), then take the slider to the end.
+        session.evaluate("""[...document.querySelectorAll('button')]
+            .find(b => b.textContent.trim() === 'Pause').click()""")
+        wait_for(lambda: not replay.playing, 10, message="the pause")
+        session.evaluate("document.querySelector('[role=slider]').focus()")
+        press(session, "End", "End", 35)
+        last = replay.steps - 1
+        wait_for(lambda: replay.index == last, 10, message="the slider at the end")
+        expected = body_x(recording, last)
+        assert expected > 0.5  # the sled went somewhere
+        wait_for(lambda: abs(shown_x(session) - expected) < 1e-3,
+                 10,
+                 message=f"the page to show x = {expected:.3f}")
+        press(session, "Home", "Home", 36)
+        wait_for(lambda: replay.index == 0, 10, message="the slider at the start")
+        wait_for(lambda: abs(shown_x(session) - body_x(recording, 0)) < 1e-3,
+                 10,
+                 message="the page to show the first pose")
+        text = session.evaluate("document.body.innerText")
+        assert "t = 0.00 s" in text and "speed" in text
+    finally:
+        replay.close()
+
+
+def test_the_command_serves_the_replay_and_refuses_what_is_not_a_recording(
+        sled_recording, tmp_path):
+    plain = tmp_path / "plain.npz"
+    np.savez(plain, x=np.zeros(2))
+    refused = subprocess.run(
+        [sys.executable, "-m", "async_plotter.cli", "replay",
+         str(plain), "--http", "0"],
+        capture_output=True,
+        text=True,
+        timeout=60)
+    assert refused.returncode == 2 and "not an async_plotter state recording" in refused.stderr
+    process = subprocess.Popen(
+        [sys.executable, "-m", "async_plotter.cli", "replay", sled_recording, "--http", "0"],
+        stderr=subprocess.PIPE,
+        text=True,
+        env=dict(os.environ, PYTHONUNBUFFERED="1"))
+    try:
+        url = None
+        deadline = time.monotonic() + 60
+        while url is None and time.monotonic() < deadline:
+            line = process.stderr.readline()
+            found = re.search(r"replay of .* at (http://\S+)", line)
+            url = found[1] if found else None
+        assert url, "no URL logged"
+        with urllib.request.urlopen(url, timeout=10) as answer:
+            assert b"<div id=\"root\">" in answer.read()
+    finally:
+        process.send_signal(signal.SIGINT)
+        assert process.wait(20) == 0
