@@ -7,6 +7,7 @@ and sent by the live page's front; the caller poses only while somebody watches.
 import logging
 import pickle
 import secrets
+import time
 from typing import Any, Dict, List, Optional, Tuple
 
 import numpy as np
@@ -18,6 +19,8 @@ logger = logging.getLogger(__name__)
 
 #: points of the learning curve kept (the newest)
 MAX_CURVE_POINTS = 2000
+#: seconds between changes of the panel's text (a new policy shows at once)
+STATUS_INTERVAL = 0.5
 #: the metric drawn when the trainer passes it (``run_experiment_lite`` does); else the first
 PREFERRED_METRIC = "AverageReturn"
 
@@ -56,21 +59,34 @@ class Scene3D:
         self._episode: Any = None
         self._last_return: Optional[float] = None
         self._poses = PoseSender(self.server, self.scene)
+        self._status_due, self._status_sent = False, 0.0
 
     def encode_poses(self, data: Any) -> bytes:
         """The bodies' poses in ``data`` (``mj_forward`` done) as one message for viser's
         client (``PoseSender``), to be sent to every 3D viewer."""
+        if self._status_due and time.monotonic() - self._status_sent >= STATUS_INTERVAL:
+            self._set_status()
         return self._poses.encode(data)
 
     def begin_episode(self, episode: Any) -> None:
         """Show which policy acts now."""
+        policy_changed = self._episode is None or self._episode.update != episode.update
         self._episode = episode
-        self._status.content = self._status_text(episode, self._last_return, None)
+        self._set_status(force=policy_changed)
 
     def end_episode(self, total_reward: float) -> None:
         """Show a whole episode's return."""
         self._last_return = total_reward
-        self._status.content = self._status_text(self._episode, total_reward, None)
+        self._set_status()
+
+    def _set_status(self, force: bool = False) -> None:
+        # A young Hopper falls every few tenths of a second: the panel's text changes at most
+        # twice a second (a new policy at once), and each change is a message through viser.
+        self._status_due = True
+        now = time.monotonic()
+        if force or now - self._status_sent >= STATUS_INTERVAL:
+            self._status.content = self._status_text(self._episode, self._last_return, None)
+            self._status_due, self._status_sent = False, now
 
     def add_metrics(self, iteration: Optional[int], metrics: Dict[str, float]) -> None:
         """A point of the learning curve."""
