@@ -143,7 +143,7 @@ def _render(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
         parser.error(f"no state recordings (*.npz) in {args.path}")
     folder = args.path if os.path.isdir(args.path) else os.path.dirname(args.path) or "."
     out = args.out or os.path.join(folder, "rendered")
-    from async_plotter.render.rerender import prepare_gl, rerender, text_progress
+    from async_plotter.render.sinks.rerender import prepare_gl, rerender, text_progress
 
     prepare_gl()
     failed = 0

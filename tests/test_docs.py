@@ -96,6 +96,9 @@ def test_the_headline_figures_are_the_measured_ones():
     frame = _results("web_hostile.json")["slowloris"]["with_attackers"]["stream_first_frame"]
     serve = {row["case"]: row for row in _results("serve_cost.json")["results"]}
     cartpole = _results("rl_correctness.json")["cartpole"]
+    view = _results("view_cost.json")
+    cheetah = {row["view"]: row for row in view["rows"] if row["env"] == "HalfCheetah-v5"}
+    ratios = view["ratios"]["HalfCheetah-v5"]
     expected = [
         f"{overhead['training_ratio']:.3f}x of plotting off, "
         f"{overhead['videos_per_10_itr']:.2f} videos per 10 iterations",
@@ -107,6 +110,8 @@ def test_the_headline_figures_are_the_measured_ones():
         f"{serve['idle']['cpu_percent_of_a_core']:.2f}% of a core / "
         f"{serve['serve 1']['ratio_to_view_1']:.2f}x one viewer",
         f"mean return {cartpole['final_return_mean']:.1f}",
+        f"HalfCheetah {ratios['render_cpu_2d_over_3d']:.2f}x / {ratios['cpu_2d_over_3d']:.2f}x / "
+        f"{cheetah['2d']['bytes_per_second'] / cheetah['3d']['bytes_per_second']:.2f}x less",
     ]
     for figure in expected:
         assert figure in table, figure
