@@ -106,6 +106,9 @@ class LocalRoute:
         started = time.monotonic()
         if supervisor.wait_for_final_video(writer.published, timeout):
             logger.debug("final video after %.1f s", time.monotonic() - started)
+        elif self._stats.video_dir_full:
+            logger.info("close(): no video of the final policy: no space left on the device "
+                        "for the videos")
         elif not self._stats.disabled:
             logger.warning(
                 "close(): the video of the final policy was not finished within %.0f s; what "

@@ -374,6 +374,22 @@ class WorkerSupervisor:
         self._stats.http_url = payload["url"]
         logger.info("live view at %s", payload["url"])
 
+    def _on_storage(self, payload: dict, pair: _Pair) -> None:
+        """The video folder's device is full, or has space again, or the folder was made again:
+        the user's to know (one line each), not a failure of the worker."""
+        state, directory = payload["state"], payload["directory"]
+        if state == "full":
+            self._stats.video_dir_full = True
+            logger.warning(
+                "no space left on the device for %s: videos stop until there is (they resume "
+                "by themselves); training and the other outputs go on", directory)
+        elif state == "writable":
+            self._stats.video_dir_full = False
+            logger.info("%s has space again (%s): videos resume", directory,
+                        _megabytes(payload.get("free")))
+        elif state == "recreated":
+            logger.info("%s was removed while training; made it again", directory)
+
     def _on_error(self, payload: dict, pair: _Pair) -> None:
         pair.errors[payload["role"]] = payload["traceback"]
         self._stats.last_error = payload["traceback"]
@@ -448,8 +464,13 @@ class WorkerSupervisor:
             for process in (pair.rollout, pair.render):
                 if self._governor is None:
                     priorities.set_normal_if_allowed(process.pid)
-        return self._videos.wait_for(update, timeout,
-                                     lambda: self._stats.disabled or not self._thread.is_alive())
+
+        def give_up() -> bool:
+            # No video can be written while the device is full: waiting would only hold close().
+            return (self._stats.disabled or self._stats.video_dir_full
+                    or not self._thread.is_alive())
+
+        return self._videos.wait_for(update, timeout, give_up)
 
     def _send_final(self, pair: _Pair) -> None:
         try:
@@ -525,6 +546,7 @@ WorkerSupervisor._handlers = {
     StatusKind.ENCODER: WorkerSupervisor._on_encoder,
     StatusKind.READY: WorkerSupervisor._on_ready,
     StatusKind.HTTP: WorkerSupervisor._on_http,
+    StatusKind.STORAGE: WorkerSupervisor._on_storage,
     StatusKind.ERROR: WorkerSupervisor._on_error,
 }
 
@@ -536,6 +558,10 @@ def _one_line(culprit: str) -> str:
         return culprit
     last = [line for line in trace.strip().splitlines() if line.strip()]
     return f"{head}: {last[-1].strip()}" if last else head
+
+
+def _megabytes(count: Optional[int]) -> str:
+    return "free space unknown" if count is None else f"{count / 1e6:.1f} MB free"
 
 
 def _terminate_in_background(processes: List[Any]) -> None:
