@@ -100,6 +100,8 @@ class LocalRoute:
 
     def _record_final_video(self, timeout: float) -> None:
         writer, supervisor = self.writer, self._supervisor
+        if self._config.records and supervisor.final_video_exists(writer.published):
+            return  # a calm end: the newest update's video was made while training
         if not self._needs_final_video(timeout):
             return
         writer.request_final()

@@ -459,6 +459,11 @@ class WorkerSupervisor:
                 return False
             time.sleep(0.2)
 
+    def final_video_exists(self, update: int) -> bool:
+        """Training is over at update ``update``: whether a video of it (or a newer one) exists
+        already; ``stats["final_video"]`` then names it."""
+        return self._videos.ask_for_final(update)
+
     def wait_for_final_video(self, update: int, timeout: float) -> bool:
         """Training is over: have the worker record update ``update`` (or a newer one) at full
         speed, and wait up to ``timeout`` s for the video. True once it exists."""
