@@ -88,6 +88,8 @@ class PlotterConfig:
     window: bool
     #: None: render here (``worker.sinks``); else publish only
     publish: Optional[PublishTarget]
+    #: show the lines a user must see on stderr when no logging is configured (``console``)
+    verbose: int = 1
 
     @property
     def has_output(self) -> bool:
@@ -117,6 +119,7 @@ def plotter_config(arguments: Mapping[str, Any]) -> PlotterConfig:
     one_of("policy_device", given.policy_device, POLICY_DEVICES)
     max_restarts = non_negative_int("max_restarts", given.max_restarts)
     hang_timeout = positive_number("hang_timeout", given.hang_timeout)
+    verbose = non_negative_int("verbose", given.verbose)
     boolean("deterministic", given.deterministic)
     frame_size = checked_frame_size(given.frame_size)
     if given.seed is not None and not is_int(given.seed):
@@ -174,7 +177,8 @@ def plotter_config(arguments: Mapping[str, Any]) -> PlotterConfig:
                          video_dir=video_dir,
                          tensorboard_dir=tensorboard_dir,
                          window=bool(window),
-                         publish=publish)
+                         publish=publish,
+                         verbose=verbose)
 
 
 def checked_parameters(flat: np.ndarray,

@@ -12,6 +12,7 @@ from typing import Dict, Optional, Protocol
 import numpy as np
 
 from async_plotter.channel.shm import SharedMemoryWriter
+from async_plotter.console import tell
 from async_plotter.worker.plotter_config import PlotterConfig
 from async_plotter.worker.stats import WorkerStats
 from async_plotter.worker.supervisor import WorkerSupervisor
@@ -49,6 +50,7 @@ class LocalRoute:
 
     def __init__(self, config: PlotterConfig, stats: WorkerStats) -> None:
         self._config = config.worker
+        self._verbose = config.verbose
         self._stats = stats
         self.writer = SharedMemoryWriter(config.initial.size, config.initial.dtype)
         self.writer.publish(config.initial, None, config.worker.max_path_length, number=0)
@@ -57,7 +59,8 @@ class LocalRoute:
                                             stats,
                                             max_restarts=config.max_restarts,
                                             hang_timeout=config.hang_timeout,
-                                            listener=config.on_event)
+                                            listener=config.on_event,
+                                            verbose=config.verbose)
         self._supervisor.start()
 
     def publish(self, params: np.ndarray, iteration: Optional[int], max_path_length: int) -> None:
@@ -93,9 +96,9 @@ class LocalRoute:
         limit counts from when the worker is ready."""
         if self._supervisor.wait_until_ready(0.5):
             return
-        logger.info(
-            "close(): the plot worker is still starting; waiting up to %.0f s for it to "
-            "record the final policy's video", timeout)
+        tell(
+            logger, self._verbose, "close(): the plot worker is still starting; waiting up to "
+            "%.0f s for it to record the final policy's video", timeout)
         self._supervisor.wait_until_ready(timeout)
 
     def _record_final_video(self, timeout: float) -> None:

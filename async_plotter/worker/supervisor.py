@@ -16,6 +16,7 @@ from typing import Any, Callable, Dict, List, Optional, Set
 import psutil
 
 from async_plotter.channel.base import ChannelAddress
+from async_plotter.console import tell
 from async_plotter.processes import (spawn_context, start_process, stop_process, worker_environment)
 from async_plotter.worker import priorities, render_process, rollout_process
 from async_plotter.worker.budget import CpuGovernor, Phase
@@ -75,8 +76,10 @@ class WorkerSupervisor:
                  stats: WorkerStats,
                  max_restarts: int = 3,
                  hang_timeout: float = 60.0,
-                 listener: Optional[Callable[[str, dict], None]] = None) -> None:
+                 listener: Optional[Callable[[str, dict], None]] = None,
+                 verbose: int = 1) -> None:
         self._config = config
+        self._verbose = verbose
         self._channel_address = channel_address
         self._stats = stats
         self._max_restarts = max_restarts
@@ -381,7 +384,7 @@ class WorkerSupervisor:
 
     def _on_http(self, payload: dict, pair: _Pair) -> None:
         self._stats.http_url = payload["url"]
-        logger.info("live view at %s", payload["url"])
+        tell(logger, self._verbose, "live view at %s", payload["url"])
 
     def _on_storage(self, payload: dict, pair: _Pair) -> None:
         """The video folder's device is full, or has space again, or the folder was made again:
