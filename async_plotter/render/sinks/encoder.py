@@ -10,6 +10,7 @@ import errno
 import os
 import subprocess
 import tempfile
+from fractions import Fraction
 from typing import Optional
 
 import numpy as np
@@ -36,8 +37,8 @@ class Encoder:
 
         command = [
             imageio_ffmpeg.get_ffmpeg_exe(), "-y", "-nostdin", "-loglevel", "error", "-f",
-            "rawvideo", "-pix_fmt", "rgb24", "-s", f"{width}x{height}", "-r", f"{fps:.6g}", "-i",
-            "-", "-an", "-vcodec", "libx264", "-pix_fmt", "yuv420p"
+            "rawvideo", "-pix_fmt", "rgb24", "-s", f"{width}x{height}", "-r",
+            _rate(fps), "-i", "-", "-an", "-vcodec", "libx264", "-pix_fmt", "yuv420p"
         ] + _ENCODER_PARAMS + [path]
         self._messages = tempfile.TemporaryFile()
         try:
@@ -86,6 +87,12 @@ class Encoder:
     def release(self) -> None:
         """Forget the messages (the temporary file)."""
         self._messages.close()
+
+
+def _rate(fps: float) -> str:
+    """A frame rate as ffmpeg takes it exactly: a ratio (Humanoid's 67/3 frames/s), not a
+    rounded decimal."""
+    return str(Fraction(fps).limit_denominator())
 
 
 def says_no_space(messages: str) -> bool:
