@@ -21,6 +21,8 @@ class StatusKind(str, enum.Enum):
     TENSORBOARD = "tensorboard"  # render: a rollout written to TensorBoard (path, tag, step, ...)
     ENCODER = "encoder"  # render: the video encoder's pid, to hold it to the budget
     HTTP = "http"  # render: the live page's URL
+    STORAGE = "storage"  # render: the video folder's device is full, has space again, or the
+    # folder was made again (state, directory, free)
     ERROR = "error"  # an exception (where, traceback); the process exits after it
 
 
