@@ -81,6 +81,16 @@ def worker_environment(policy_device: str) -> Dict[str, str]:
 _ENV_PROGRAM = shutil.which("env") or ""
 
 
+def quiet_environment() -> Dict[str, str]:
+    """What every child of this library adds to its environment: TensorFlow's C++ logs from
+    ERROR up, so that its INFO and WARNING lines (the CPU-instruction notice, ...) stay off the
+    trainer's terminal. A value the user set wins. (TensorFlow 2.21 prints its oneDNN notice
+    whatever this says.)"""
+    if "TF_CPP_MIN_LOG_LEVEL" in os.environ:
+        return {}
+    return {"TF_CPP_MIN_LOG_LEVEL": "2"}
+
+
 def _spawnv_passfds_with_env(path: str, args: Sequence[str], passfds: Sequence[int]) -> int:
     """``util.spawnv_passfds``; for a spawned child of this thread that asked for variables, the
     interpreter is started through ``env NAME=VALUE ...``, which execs it with them (same pid),
@@ -129,12 +139,12 @@ def start_process(target: Callable[..., Any],
     start such children only from a thread that outlives them (the supervisor's does).
 
     ``env``: variables the child starts with, on top of the parent's environment (see
-    ``worker_environment``); the parent's own ``os.environ`` is left as it is.
+    ``worker_environment``) and ``quiet_environment()``; the parent's own ``os.environ`` is left
+    as it is.
     """
-    env = {str(name): str(value) for name, value in (env or {}).items()}
-    if ignore_sigint or die_with_parent or env:
-        target, args = _child_preamble, (target, ignore_sigint and _HAVE_SIGMASK,
-                                         os.getpid() if die_with_parent else None, env, *args)
+    env = {str(name): str(value) for name, value in {**quiet_environment(), **(env or {})}.items()}
+    target, args = _child_preamble, (target, ignore_sigint and _HAVE_SIGMASK,
+                                     os.getpid() if die_with_parent else None, env, *args)
     process = _SPAWN.Process(target=target, args=tuple(args), name=name, daemon=daemon)
     _thread_state.hide_main = True
     _thread_state.child_env = env
@@ -191,8 +201,10 @@ def _child_preamble(target: Callable[..., Any], ignore_sigint: bool, parent_pid:
                     env: Dict[str, str], *args: Any) -> Any:
     """In the child, before ``target``: ignore SIGINT (a Ctrl-C that came while booting is
     discarded), ask to be killed with the parent, and make sure of ``env`` (already there when
-    the child was started through ``env``; set here where it could not be)."""
+    the child was started through ``env``; set here where it could not be), and keep library
+    chatter that is not the user's to act on quiet (``_quiet_python_logs``)."""
     os.environ.update(env)
+    _quiet_python_logs()
     if ignore_sigint:
         signal.signal(signal.SIGINT, signal.SIG_IGN)
         signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
@@ -255,6 +267,12 @@ def stop_process(process: multiprocessing.process.BaseProcess, timeout: float) -
     return process.exitcode
 
 
+def _quiet_python_logs() -> None:
+    """absl's Python logging (TensorFlow's) from ERROR up only; the child's own lines are
+    unaffected."""
+    logging.getLogger("absl").setLevel(logging.ERROR)
+
+
 def become_background_child() -> None:
     """Called first thing in a child: ignore Ctrl-C (the parent decides).
 
@@ -290,9 +308,22 @@ def keep_side_effects_out_of_user_folders() -> None:
 
     os.environ.setdefault("KERAS_HOME", os.path.join(tempfile.gettempdir(), "async_plotter_keras"))
     _private_runtime_dir(tempfile.gettempdir())
+    route_mujoco_warnings()
+
+
+def route_mujoco_warnings() -> None:
+    """MuJoCo's warnings go to logging (``async_plotter.mujoco``), not to a file in the working
+    directory or straight to the terminal. Imports mujoco, if installed."""
     try:
         import mujoco
     except ImportError:
         return
     mujoco_logger = logging.getLogger("async_plotter.mujoco")
-    mujoco.set_mju_user_warning(lambda message: mujoco_logger.warning("MuJoCo: %s", message))
+
+    def warn(message: str) -> None:
+        # A deprecation in an env's own XML (HalfCheetah's 'settotalmass') is for the env's
+        # authors, and every process that compiles the model would print it again.
+        level = logging.DEBUG if "deprecated" in message else logging.WARNING
+        mujoco_logger.log(level, "MuJoCo: %s", message)
+
+    mujoco.set_mju_user_warning(warn)

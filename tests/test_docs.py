@@ -99,7 +99,10 @@ def test_the_headline_figures_are_the_measured_ones():
     view = _results("view_cost.json")
     cheetah = {row["view"]: row for row in view["rows"] if row["env"] == "HalfCheetah-v5"}
     ratios = view["ratios"]["HalfCheetah-v5"]
+    init = {row["case"]: row for row in _results("plotter_init.json")["rows"]}
     expected = [
+        f"{init['numpy policy, Swimmer-v5 id']['median_s'] * 1000:.0f} ms / "
+        f"{init['Keras 2x64 MLP, Swimmer-v5 id (TF imported)']['median_s'] * 1000:.0f} ms",
         f"{overhead['training_ratio']:.3f}x of plotting off, "
         f"{overhead['videos_per_10_itr']:.2f} videos per 10 iterations",
         f"{one_sampler['training_ratio']:.3f}x of off, "

@@ -273,3 +273,21 @@ def test_the_statistics_travel_through_redis_to_a_viewer(redis_server, tmp_path)
         viewer.wait(20)
     assert cart_moves(str(videos / "iter_0000.mp4")) == 1
     assert cart_moves(str(videos / "iter_0001.mp4")) == -1
+
+
+def test_an_async_vector_env_is_plotted_as_one_env_and_keeps_working(tmp_path):
+    """Its statistics travel, and the check copies none of its pipes (copies that closed the
+    originals' file descriptors when they were collected)."""
+    from gymnasium.wrappers.vector import NormalizeObservation as VectorNormalizeObservation
+
+    vector = gymnasium.vector.AsyncVectorEnv([helpers.cartpole, helpers.cartpole], context="spawn")
+    env = VectorNormalizeObservation(vector)
+    try:
+        env.reset(seed=0)
+        env.step(env.action_space.sample())
+        plotter = Plotter(env, helpers.CartPositionPolicy(), video_dir=str(tmp_path))
+        assert plotter._config.worker.env_state.describe().startswith("NormalizeObservation")
+        np.testing.assert_allclose(plotter._config.env_state.read()[:4], env.obs_rms.mean)
+        env.step(env.action_space.sample())  # its pipes still work
+    finally:
+        env.close()

@@ -2,6 +2,7 @@
 bounded, closing is bounded, and a dead trainer or Ctrl-C leaves no process or segment behind."""
 import logging
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -252,3 +253,125 @@ def test_ctrl_c_in_the_trainer_ends_everything(tmp_path):
     assert segment not in shm_segments()
     for name in os.listdir(tmp_path / "videos"):
         assert not name.startswith(".partial"), "a video was left half-written"
+
+
+# ------------------------------------------------------------------- the output folder's faults
+
+
+def _train(plotter, policy, iterations):
+    for iteration in iterations:
+        policy.fill(0.02 * iteration)  # new parameters each time: each is a new video
+        plotter.update_plot(policy, iteration=iteration)
+
+
+def test_a_video_folder_removed_while_training_is_made_again(tmp_path, caplog, no_leftovers):
+    """``rm -rf runs/`` while training: the render process raised FileNotFoundError, was restarted
+    three times, then plotting was disabled and the run ended without its final video."""
+    caplog.set_level(logging.INFO, logger="async_plotter")
+    folder = tmp_path / "runs" / "videos"
+    policy = LinearPolicy(8, 2)
+    with Plotter("Swimmer-v5", policy, max_path_length=20, video_dir=str(folder),
+                 priority="normal") as plotter:
+        wait_for(lambda: plotter.stats["videos"] >= 1, 120, message="a first video")
+        shutil.rmtree(tmp_path / "runs")
+        _train(plotter, policy, range(1, 4))
+        wait_for(lambda: plotter.stats["videos"] >= 2 or plotter.stats["restarts"],
+                 120,
+                 message="a video after the folder was removed")
+    stats = plotter.stats
+    assert stats["restarts"] == 0 and not stats["disabled"], stats["last_error"]
+    assert stats["final_video"] == str(folder / "iter_0003.mp4")
+    assert os.path.exists(stats["final_video"])
+    made_again = [r for r in caplog.records if "made it again" in r.getMessage()]
+    assert len(made_again) == 1, [r.getMessage() for r in caplog.records]
+
+
+@pytest.fixture
+def tiny_tmpfs(tmp_path):
+    """A real 150 KB tmpfs: a device that fills up after a video or two. Needs root."""
+    if os.geteuid() != 0:
+        pytest.skip("mounting a tmpfs needs root")
+    folder = tmp_path / "videos"
+    folder.mkdir()
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=150k", "tmpfs",
+                              str(folder)],
+                             capture_output=True,
+                             text=True)
+    if mounted.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {mounted.stderr.strip()}")
+    try:
+        yield folder
+    finally:
+        subprocess.run(["umount", "-l", str(folder)], check=False)
+
+
+def _fill(folder):
+    """Take every byte left on the device."""
+    with open(folder / "filler", "wb", buffering=0) as filler:
+        try:
+            while True:
+                filler.write(b"\0" * 4096)
+        except OSError:
+            pass
+
+
+def test_a_full_disk_stops_videos_with_one_warning_until_space_comes_back(
+        tiny_tmpfs, caplog, capfd, no_leftovers):
+    """``video_dir`` on a full device: ffmpeg's own lines reached the trainer's terminal (8 of
+    them), no warning named the cause, and close() waited 8-11 s for a video that could never be
+    written, then advised raising final_video_timeout."""
+    caplog.set_level(logging.INFO, logger="async_plotter")
+    folder = tiny_tmpfs
+    policy = LinearPolicy(8, 2)
+    plotter = Plotter("Swimmer-v5",
+                      policy,
+                      max_path_length=200,
+                      video_dir=str(folder),
+                      tensorboard_dir=str(folder.parent / "tensorboard"),
+                      priority="normal").start()
+    try:
+        iteration = 0
+        deadline = time.monotonic() + 120
+        while not plotter.stats["video_dir_full"] and time.monotonic() < deadline:
+            _train(plotter, policy, [iteration])
+            iteration += 1
+            time.sleep(1.0)
+        stats = plotter.stats
+        assert stats["video_dir_full"], "the device never filled up"
+        assert stats["restarts"] == 0 and not stats["disabled"], stats["last_error"]
+        full = [r for r in caplog.records if "no space left on the device" in r.getMessage()]
+        assert len(full) == 1 and full[0].levelno == logging.WARNING
+        assert str(folder) in full[0].getMessage()
+        # The other outputs go on meanwhile (TensorBoard, on another device).
+        images = stats["tensorboard_images"]
+        _train(plotter, policy, [iteration])
+        iteration += 1
+        wait_for(lambda: plotter.stats["tensorboard_images"] > images,
+                 120,
+                 message="TensorBoard to go on")
+
+        # Space comes back (the device grows): recording resumes by itself.
+        subprocess.run(["mount", "-o", "remount,size=20m", str(folder)], check=True)
+        videos = stats["videos"]
+        _train(plotter, policy, [iteration])
+        wait_for(lambda: plotter.stats["videos"] > videos, 120, message="videos to resume")
+        assert not plotter.stats["video_dir_full"]
+
+        # Full again at the end: close() does not wait for a video that cannot be written.
+        _fill(folder)
+        _train(plotter, policy, [iteration + 1])
+        wait_for(lambda: plotter.stats["video_dir_full"], 120, message="the second full device")
+        _train(plotter, policy, [iteration + 2])
+        started = time.monotonic()
+        plotter.close()
+        closing = time.monotonic() - started
+    finally:
+        plotter.close()
+    assert closing < 5.0, f"close() took {closing:.1f} s"
+    assert plotter.stats["restarts"] == 0
+    messages = [r.getMessage() for r in caplog.records]
+    assert not any("final_video_timeout" in m for m in messages), messages
+    assert any("No space is left on the device" in m for m in messages if "plotter:" in m)
+    err = capfd.readouterr().err
+    assert "[out#" not in err and "Error writing" not in err, err[-2000:]
+    assert "No space left on device" not in err, err[-2000:]

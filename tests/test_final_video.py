@@ -235,3 +235,23 @@ def test_the_policy_is_reset_before_every_episode(tmp_path, no_leftovers):
         episodes = plotter.stats["video_log"][0]["episodes"]
     assert episodes >= 2
     assert log.read_text().count("reset") >= episodes
+
+
+def test_a_calm_end_names_the_final_video(tmp_path, no_leftovers):
+    """Training ended calmly: the newest update's video was recorded before close(), which then
+    had nothing to wait for, and left stats["final_video"] at None."""
+    policy = LinearPolicy(8, 2)
+    plotter = Plotter("Swimmer-v5",
+                      policy,
+                      max_path_length=20,
+                      video_dir=str(tmp_path),
+                      priority="normal").start()
+    try:
+        for iteration in range(3):
+            policy.fill(0.05 * iteration)
+            plotter.update_plot(policy, iteration=iteration)
+        newest = str(tmp_path / "iter_0002.mp4")
+        wait_for(lambda: plotter.stats["last_video"] == newest, 120, message="iter_0002.mp4")
+    finally:
+        plotter.close()
+    assert plotter.stats["final_video"] == newest

@@ -20,7 +20,7 @@ import pytest
 from async_plotter import Plotter
 from async_plotter.render.sinks.video import VideoSink, child_pids
 from async_plotter.render.stream import EpisodeInfo
-from tests.conftest import shm_segments, wait_for
+from tests.conftest import BURNER_MARK, shm_segments, wait_for
 from tests.policies import LinearPolicy
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -232,6 +232,44 @@ def test_a_slow_start_on_a_busy_machine_is_not_taken_for_a_hang(tmp_path, satura
     assert stats["videos"] >= 1 and stats["restarts"] == 0, (hung, stats["last_error"])
     assert not hung
     assert stats["boot_seconds"] > 3.0, "the start was not slower than hang_timeout here"
+
+
+@pytest.mark.slow
+def test_a_worker_starved_after_start_up_is_slow_not_hung(tmp_path, caplog, no_leftovers):
+    """Six busy processes on two cores and hang_timeout=3: the started worker, running slowly
+    (its CPU time advancing), was restarted for "made no progress", every time. A worker that is
+    truly stuck (stopped here with SIGSTOP) must still be caught."""
+    burners = [
+        subprocess.Popen([sys.executable, "-c", f"# {BURNER_MARK}\nwhile True: pass"])
+        for _ in range(3 * (os.cpu_count() or 1))
+    ]
+    try:
+        policy = LinearPolicy(8, 2)
+        with Plotter("Swimmer-v5",
+                     policy,
+                     max_path_length=200,
+                     video_dir=str(tmp_path),
+                     hang_timeout=3.0,
+                     max_restarts=3) as plotter:
+            wait_for(lambda: plotter.stats["boot_seconds"] is not None, 240, message="start-up")
+            for iteration in range(20):  # ~40 s of training on the starved machine
+                policy.fill(0.01 * iteration)
+                plotter.update_plot(policy, iteration=iteration)
+                time.sleep(2.0)
+            stats = plotter.stats
+            hung = [r.getMessage() for r in caplog.records if "made no progress" in r.getMessage()]
+            assert stats["restarts"] == 0 and not hung, hung
+            assert stats["frames"] > 0
+
+            os.kill(stats["worker_pids"]["rollout"], signal.SIGSTOP)
+            wait_for(lambda: plotter.stats["restarts"] == 1, 60, message="the stopped worker")
+    finally:
+        for burner in burners:
+            burner.kill()
+        for burner in burners:
+            burner.wait(10)
+    hung = [r.getMessage() for r in caplog.records if "made no progress" in r.getMessage()]
+    assert len(hung) == 1 and "rollout" in hung[0], hung
 
 
 # -------------------------------------------------------- an X server that goes away

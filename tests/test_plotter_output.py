@@ -1,5 +1,9 @@
 """What a user sees: valid mp4 videos of the env, one per rendered update, for several env kinds."""
 import os
+import re
+import subprocess
+import sys
+import textwrap
 
 import imageio.v2 as imageio
 import numpy as np
@@ -11,6 +15,7 @@ from tests.conftest import wait_for
 from tests.policies import LinearPolicy, OldGymPendulum
 
 pytestmark = pytest.mark.slow
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def read_video(path):
@@ -117,3 +122,77 @@ def test_a_budget_by_default_and_an_explicit_priority_wins(tmp_path, no_leftover
             for pid in chosen.stats["worker_pids"].values()),
                  30,
                  message="an explicit priority to win")
+
+
+# ------------------------------------------------------- what reaches a script's terminal
+
+TRAINER = textwrap.dedent("""
+    import os, sys
+    sys.path.insert(0, {root!r})
+    print("TRAINER", os.getpid(), file=sys.stderr, flush=True)
+    # The trainer's own MuJoCo warnings are the script's business: whatever reaches stderr
+    # comes from the processes the library starts.
+    import mujoco
+    mujoco.set_mju_user_warning(lambda message: None)
+    from async_plotter import Plotter
+    from tests.tf_policies import TF2Policy
+    policy = TF2Policy(17, 6)  # TensorFlow in the rollout process too
+    with Plotter("HalfCheetah-v5", policy, max_path_length=20, video_dir={videos!r}, http=0,
+                 priority="normal", verbose={verbose}) as plotter:
+        assert plotter.wait_for_http_url(timeout=120)
+        for iteration in range(2):
+            policy.set_param_values(policy.get_param_values() + 0.01)
+            plotter.update_plot(policy, iteration=iteration)
+    print("DONE", flush=True)
+    """)
+
+#: TensorFlow's C++ log lines: severity, date, time, pid, file:line
+_TF_LOG_LINE = re.compile(r"^[IWEF]\d{4} \S+\s+(\d+) \S+:\d+\]")
+
+
+def _children_banners(stderr):
+    """TensorFlow log lines and MuJoCo notices on ``stderr`` that a process other than the
+    trainer (whose pid the script prints first) wrote."""
+    trainer = re.search(r"^TRAINER (\d+)$", stderr, re.M)[1]
+    return [
+        line for line in stderr.splitlines()
+        if "settotalmass" in line or (lambda m: m and m[1] != trainer)(_TF_LOG_LINE.match(line))
+    ]
+
+
+@pytest.mark.parametrize("verbose", [1, 0])
+def test_a_script_without_logging_sees_the_live_address_and_the_summary(tmp_path, verbose):
+    """Neither "live view at http://..." nor close()'s summary appeared unless the script
+    configured logging; and the processes the library starts printed TensorFlow's absl/oneDNN
+    banners and MuJoCo's "settotalmass is deprecated" (HalfCheetah's XML)."""
+    env = {key: value for key, value in os.environ.items() if key != "TF_CPP_MIN_LOG_LEVEL"}
+    script = TRAINER.format(root=ROOT, videos=str(tmp_path / "videos"), verbose=verbose)
+    run = subprocess.run([sys.executable, "-c", script],
+                         capture_output=True,
+                         text=True,
+                         env=env,
+                         timeout=300)
+    assert run.returncode == 0 and "DONE" in run.stdout, run.stderr[-3000:]
+    lines = run.stderr.splitlines()
+    live = [line for line in lines if line.startswith("live view at http://127.0.0.1:")]
+    summary = [line for line in lines if line.startswith("plotter: ")]
+    if verbose:
+        assert len(live) == 1 and len(summary) == 1, run.stderr[-3000:]
+        assert "iter_0001.mp4" in summary[0] and "shows the final policy" in summary[0]
+    else:
+        assert not live and not summary, run.stderr[-3000:]
+    assert not _children_banners(run.stderr), run.stderr[-3000:]
+
+
+def test_configured_logging_shows_each_line_once(tmp_path):
+    script = TRAINER.format(root=ROOT, videos=str(tmp_path / "videos"), verbose=1).replace(
+        "    from async_plotter import Plotter\n",
+        "    import logging\n    logging.basicConfig(level=logging.INFO)\n"
+        "    from async_plotter import Plotter\n")
+    run = subprocess.run([sys.executable, "-c", script],
+                         capture_output=True,
+                         text=True,
+                         timeout=300)
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert run.stderr.count("live view at http://") == 1, run.stderr[-3000:]
+    assert run.stderr.count("the newest, iter_0001.mp4, shows the final policy") == 1

@@ -207,10 +207,10 @@ def _stuck(port, sockets):
     sockets.append(sock)
 
 
-def _reader(port, stop, frame_times, evictions):
+def _reader(port, stop, frame_times, evictions, reconnect=True):
     """A client that reads everything at once, as a browser does, and reconnects 1.5 s after
     losing its slot, as the page does; records when each frame ends and each eviction."""
-    while not stop.is_set():
+    while not stop.is_set() and (reconnect or not evictions):
         sock = socket.create_connection(("127.0.0.1", port), timeout=5)
         sock.sendall(b"GET /stream.mjpg?client=reader HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
         sock.settimeout(0.5)
@@ -279,6 +279,64 @@ def test_stuck_clients_lose_their_slots_before_reading_ones(live):
     # Each stuck newcomer took a slot (a reader's, or a stuck one's that was established)...
     assert evicted_readers <= 9, "readers lost slots that stuck clients held"
     assert rates[len(rates) // 2] >= 10, f"readers' frames/s: {rates}"
+
+
+@pytest.mark.parametrize("order", ["readers first", "stuck first", "mixed"])
+def test_stuck_clients_are_evicted_before_readers_whatever_their_number(live, order):
+    """Issue 28: 20 readers and 30 clients that never read, on the 16 slots: every stuck client
+    got its 200 and 13 of the readers were reset after ~13 frames. Clients that do not read go
+    first, whatever their number or when they came; readers keep at least 12 slots and their
+    rate. These readers do not come back once reset: a reset counts against them."""
+    # Frames of a few KB, as the live page's: a client that reads nothing fills its kernel
+    # buffers within seconds (with tiny frames, it looks like a reader for ten seconds).
+    sink, _ = live(fps=30, size=(160, 120), noise=True)
+    feed = sink._feed  # pylint: disable=protected-access
+    assert feed.max_viewers == 16
+    stop = threading.Event()
+    stuck = []
+    readers = []  # (thread, frame times, evictions)
+
+    def reader():
+        frame_times, evictions = [], []
+        thread = threading.Thread(target=_reader,
+                                  args=(sink.port, stop, frame_times, evictions, False),
+                                  daemon=True)
+        thread.start()
+        readers.append((thread, frame_times, evictions))
+
+    def stuck_one():
+        _stuck(sink.port, stuck)
+
+    if order == "mixed":  # two readers in every five, all at once
+        waves = [[reader if index % 5 in (1, 3) else stuck_one for index in range(50)]]
+    else:
+        waves = [[reader] * 20, [stuck_one] * 30]
+        if order == "stuck first":
+            waves.reverse()
+    try:
+        for number, wave in enumerate(waves):
+            if number:
+                wait_for(lambda: len(feed._viewers) >= 16, 15, message="every slot taken")
+                time.sleep(3.0)  # the first wave has been streaming for a while
+            for connect in wave:
+                connect()
+                time.sleep(0.02)
+        time.sleep(10.0)
+        now = time.monotonic()
+        rates = sorted((sum(1 for t in times if t > now - 2.0) / 2.0
+                        for _, times, evictions in readers if not evictions),
+                       reverse=True)
+        clients = [viewer.client_id for viewer in feed._viewers.values()]
+    finally:
+        stop.set()
+        for thread, _, _ in readers:
+            thread.join(5)
+        for sock in stuck:
+            sock.close()
+    print(f"{order}: slots: {clients.count('reader')} readers, {clients.count('stuck')} stuck; "
+          f"frames/s of the {len(rates)} readers never reset: {rates}")
+    assert clients.count("reader") >= 12, f"slots: {clients}"
+    assert len(rates) >= 12 and rates[11] >= 10, f"readers' frames/s: {rates}"
 
 
 CROSS_ORIGIN = [

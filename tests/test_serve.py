@@ -355,7 +355,8 @@ def test_the_history_strip_plays_recorded_videos(server_and_trainers, serving, c
     wait_for(lambda: len(videos("pend")) >= 2,
              120,
              message=f"two recorded videos of pend; log:\n{serve.log()[-3000:]}")
-    files = os.listdir(record_dir / "pend")
+    # Whole videos only; the one being recorded has a hidden temporary name until it is whole.
+    files = [name for name in os.listdir(record_dir / "pend") if not name.startswith(".")]
     assert all(re.fullmatch(r"iter_\d{4}\.mp4", name) for name in files), files
     chromium.call("Page.navigate", url=serve.url + "#watch=pend")
     wait_for(lambda: (_page(chromium)["tiles"].get("pend") or {}).get("history"),
@@ -373,15 +374,45 @@ def test_the_history_strip_plays_recorded_videos(server_and_trainers, serving, c
 
     newest = wait_for(playing, 20, message="the newest video to play")
     assert newest["width"] == 500 and newest["label"].startswith("iteration ")
-    _click(chromium, '[data-tile="pend"] .prev')
-    earlier = wait_for(lambda: (lambda s: s and s["src"] != newest["src"] and s)(playing()),
+    # The page follows newer recordings while it shows the newest: read what is on screen and
+    # press "prev" in one step, so that the video compared with is the one "prev" starts from.
+    on_screen = chromium.evaluate("""(() => {
+        const label = document.querySelector('[data-tile="pend"] .video-label').textContent;
+        document.querySelector('[data-tile="pend"] .prev').click();
+        return label;
+    })()""")
+    earlier = wait_for(lambda: (lambda s: s and s["label"] != on_screen and s)(playing()),
                        20,
                        message="an earlier video to play")
     number = lambda state: int(re.search(r"iteration (\d+)", state["label"])[1])  # noqa: E731
-    assert number(earlier) < number(newest)
+    assert number(earlier) < number({"label": on_screen})
     assert not _page_errors(chromium), _page_errors(chromium)
     # Watching the history needs no live worker: the one the page opened with stops.
     wait_for(lambda: serve.json("x/pend/status")["live"] is None, 15, message="no live worker")
+
+    # Issue 28: "prev" stepped to a newer video while videos were being added. Back on the
+    # newest, following it: two newer videos arrive and the page picks the newest for the user,
+    # which is not showing yet (here never: they are cut short), and "prev" is pressed. It goes
+    # to the one before the video on screen, not to the one before the pick.
+    label = '[data-tile="pend"] .video-label'
+
+    def at_newest():
+        shown = re.search(r"\((\d+) of (\d+)\)",
+                          chromium.evaluate(f"document.querySelector('{label}').textContent"))
+        if shown and shown[1] == shown[2]:
+            return True
+        _click(chromium, '[data-tile="pend"] .next')
+        return False
+
+    wait_for(at_newest, 30, interval=0.5, message="the newest video again")
+    for number_ in (9001, 9002):  # the head of an mp4, cut short
+        (record_dir / "pend" / f"iter_{number_}.mp4").write_bytes(b"\0\0\0\x18ftypisom" + bytes(52))
+    wait_for(lambda: "9002" in chromium.evaluate(f"document.querySelector('{label}').textContent"),
+             30,
+             message="the page to follow the newest")
+    _click(chromium, '[data-tile="pend"] .prev')
+    stepped = chromium.evaluate(f"document.querySelector('{label}').textContent")
+    assert number({"label": stepped}) < 9000, stepped
 
 
 @pytest.mark.slow

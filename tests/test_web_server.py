@@ -153,6 +153,20 @@ def test_streams_real_jpeg_frames_with_their_policy(live):
     assert frame.iteration == 7 and int(frame.headers["x-step"]) <= 2
 
 
+def test_the_pages_own_address_reads_its_stream_and_events(live):
+    """read_mjpeg needed the stream's address, which only the page's HTML says; the address a
+    user has is the page's (stats["http_url"], the log line)."""
+    sink, _, status = live()
+    page = status.urls[0]
+    assert len(frames_for(page, 0.2)) >= 2
+    assert len(frames_for(page + "index.html", 0.2)) >= 2
+    events = read_events(page)
+    try:
+        assert next(events)[0] in ("status", "metrics")
+    finally:
+        events.close()
+
+
 def test_nothing_is_rendered_or_encoded_without_a_stream(live):
     sink, loop, _ = live()
     time.sleep(0.3)

@@ -31,6 +31,7 @@ import dataclasses
 from typing import Optional
 
 import numpy as np
+import psutil
 
 from async_plotter.channel.base import ParamUpdate, ParentGone
 
@@ -286,14 +287,16 @@ class SharedMemoryReader:
 
 
 def _start_time(pid: int) -> Optional[int]:
-    """When process ``pid`` started (clock ticks since boot, Linux ``/proc``), or None if it does
-    not exist or this is not known here. With the pid it names a process uniquely: pids are
-    reused, start times are not."""
+    """When process ``pid`` started (clock ticks since boot), or None if it does not exist or this
+    is not known here. With the pid it names a process uniquely: pids are reused, start times
+    are not. Counted from boot, not from the epoch, so that a change of the system clock does not
+    make a live creator look like another process."""
     try:
-        with open(f"/proc/{pid}/stat", "rb") as stat:
-            return int(stat.read().rsplit(b")", 1)[1].split()[19])
-    except (OSError, IndexError, ValueError):
+        since_boot = psutil.Process(pid).create_time() - psutil.boot_time()
+        ticks_per_second = os.sysconf("SC_CLK_TCK")
+    except (psutil.Error, OSError, ValueError, AttributeError):
         return None
+    return round(since_boot * ticks_per_second)
 
 
 def _create_segment(size: int) -> shared_memory.SharedMemory:
@@ -322,7 +325,7 @@ def remove_orphaned_segments() -> int:
     """Remove this library's segments in ``/dev/shm`` whose creator is dead (a run killed with its
     resource tracker, e.g. ``kill -9`` of its process group); returns how many. Linux only (where
     creators' start times can be read); other segments, and those of live processes, are left
-    alone. Costs one directory listing and a ``/proc`` read per segment of ours."""
+    alone. Costs one directory listing and a look at one process per segment of ours."""
     if _start_time(os.getpid()) is None:
         return 0
     try:

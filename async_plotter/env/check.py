@@ -78,29 +78,56 @@ def _stages(layers: List[Any]) -> List[Stage]:
     stages = []
     for layer in reversed(layers):
         name, kind = type(layer).__name__, layer_kind(layer)
+        vector = isinstance(layer, gymnasium.vector.VectorObservationWrapper)
+        rllab = kind == RLLAB and callable(getattr(layer, "_apply_normalize_obs", None))
+        if not (isinstance(layer, gymnasium.ObservationWrapper) or vector or rllab):
+            continue
         clone = _detached(layer)
         if kind is not None:
             freezes(clone)
-        if isinstance(layer, gymnasium.ObservationWrapper):
-            stages.append((name, clone.observation))
-        elif isinstance(layer, gymnasium.vector.VectorObservationWrapper):
+        if vector:
             stages.append((name, lambda o, clone=clone: clone.observations(o[None])[0]))
-        elif kind == RLLAB and callable(getattr(layer, "_apply_normalize_obs", None)):
-            stages.append((name, clone._apply_normalize_obs))
+        else:
+            stages.append((name, clone._apply_normalize_obs if rllab else clone.observation))
     return stages
 
 
 def _detached(layer: Any) -> Any:
     """A copy of a layer whose state is its own: transforming with it changes nothing of the
-    original (the env it wraps is shared, and never called)."""
+    original. Only plain data is copied (arrays, numbers, containers and objects made of them,
+    such as a ``RunningMeanStd``); anything else (the env it wraps, pipes, files) stays shared
+    and is never called: copying a vector env's pipes closed the originals when the copies
+    were collected."""
     clone = copy.copy(layer)
     for key, value in vars(layer).items():
         if key not in _LINKS:
-            try:
-                vars(clone)[key] = copy.deepcopy(value)
-            except Exception:  # noqa: BLE001 - an unpicklable handle: not state it transforms with
-                pass
+            vars(clone)[key] = _copied_data(value)
     return clone
+
+
+def _copied_data(value: Any, depth: int = 0) -> Any:
+    if isinstance(value, np.ndarray):
+        return value.copy()
+    if depth > 4 or value is None or isinstance(
+            value, (bool, int, float, complex, str, bytes, np.generic)):
+        return value
+    if isinstance(value, (list, tuple)):
+        return type(value)(_copied_data(item, depth + 1) for item in value)
+    if isinstance(value, dict):
+        return {key: _copied_data(item, depth + 1) for key, item in value.items()}
+    fields = getattr(value, "__dict__", None)
+    if type(value).__module__.startswith("gymnasium.spaces") or fields is None or not all(
+            _is_data(item) for item in fields.values()):
+        return value
+    clone = copy.copy(value)
+    for key, item in fields.items():
+        vars(clone)[key] = _copied_data(item, depth + 1)
+    return clone
+
+
+def _is_data(value: Any) -> bool:
+    return value is None or isinstance(
+        value, (np.ndarray, np.generic, bool, int, float, str, tuple, list, dict))
 
 
 def _raw_observation(worker_layers: List[Any]) -> Optional[np.ndarray]:
@@ -176,7 +203,7 @@ def _changed_attributes(layer: Any) -> List[str]:
     if getattr(space, "shape", None) is None:
         return []
     probe = _detached(layer)
-    before = {k: copy.deepcopy(v) for k, v in vars(probe).items() if k not in _LINKS}
+    before = {k: _copied_data(v) for k, v in vars(probe).items() if k not in _LINKS}
     try:
         for observation in _probes(np.zeros(space.shape, dtype=space.dtype or np.float32)):
             if vector:

@@ -221,7 +221,7 @@ def describe_vector_env(env: Any) -> EnvRecipe:
             argument: getattr(layer, argument)
             for argument in arguments
         }))
-    label = f"{base.label} (one env of a {type(inner).__name__})"
+    label = f"{base.label} (one env of the {type(inner).__name__})"
     return chain_recipe(base, wrappers, label) if wrappers else dataclasses.replace(base,
                                                                                     label=label)
 

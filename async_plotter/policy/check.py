@@ -33,6 +33,7 @@ from typing import Any, Optional
 import numpy as np
 
 from async_plotter.errors import PlotterError, PolicyMismatchError, PolicyNotRebuildableError
+from async_plotter.policy.compiled_call import without_xla
 from async_plotter.policy.adapters import KerasAdapter, PolicyAdapter
 from async_plotter.policy.recipe import PolicyRecipe, PolicyRuntime
 from async_plotter.policy.random_state import random_state_kept
@@ -56,7 +57,7 @@ def check_worker_copy(recipe: PolicyRecipe,
                     "(TensorFlow runs in graph mode here); the worker rebuilds it in its own graph")
         return
     flat = adapter.flat(policy)
-    with random_state_kept(policy), _device(on_cpu):
+    with random_state_kept(policy), _device(on_cpu), without_xla():
         expected = _output(adapter, policy, observation, reference=True)
         if not _repeatable(expected, _output(adapter, policy, observation, reference=True)):
             logger.info(

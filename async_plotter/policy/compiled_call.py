@@ -9,8 +9,10 @@ reference, so new parameters assigned to them are seen without tracing again; ``
 the traces where a policy keeps constants computed from its weights (Keras's adapted
 ``Normalization`` layer does, in ``finalize_state``).
 """
+import contextlib
 import logging
-from typing import Any, Callable, Dict, Tuple
+import threading
+from typing import Any, Callable, Dict, Iterator, Tuple
 
 import numpy as np
 
@@ -18,6 +20,21 @@ logger = logging.getLogger("async_plotter")
 
 #: how a policy is called: through XLA, through a plain traced graph, or eagerly
 XLA, GRAPH, EAGER = "xla", "graph", "eager"
+
+_local = threading.local()
+
+
+@contextlib.contextmanager
+def without_xla() -> Iterator[None]:
+    """Trace without XLA in this thread for the block: the trainer-side check calls a copy of
+    the policy twice and throws it away, and XLA's compile was half of ``Plotter()``'s time for
+    a 2x64 MLP (the traced graph is the same, so what the check is for shows all the same)."""
+    previous = getattr(_local, "without_xla", False)
+    _local.without_xla = True
+    try:
+        yield
+    finally:
+        _local.without_xla = previous
 
 
 class CompiledCall:
@@ -49,7 +66,10 @@ class CompiledCall:
         # Without autograph first: converting the call's Python source took ~0.4 s of a 2x64
         # MLP's ~0.6 s trace, and a Keras model needs it only for Python control flow on
         # tensors, which then fails to trace and is retried with it.
-        for path, jit, autograph in ((XLA, True, False), (XLA, True, True), (GRAPH, False, True)):
+        for path, jit, autograph in ((XLA, True, False), (XLA, True, True), (GRAPH, False, False),
+                                     (GRAPH, False, True)):
+            if jit and getattr(_local, "without_xla", False):
+                continue
             try:
                 concrete = tf.function(self._call, jit_compile=jit,
                                        autograph=autograph).get_concrete_function(spec)

@@ -46,7 +46,8 @@ class BatchPolopt:
             state it stopped in, instead of 0 as rllab did (see
             :func:`~async_plotter.rl.sample_processing.process_samples`).
         store_paths: put the sampled batch into each snapshot.
-        plot: watch the policy in an :class:`async_plotter.Plotter` while training.
+        plot: watch the policy in an :class:`async_plotter.Plotter` while training (default
+            off; ``run_experiment_lite(plot=...)`` overrides it, with a log line if you set it).
         plot_kwargs: extra keyword arguments for the plotter.
         pause_for_plot: as rllab: after each iteration's plot update, wait for Enter
             ("Plotting evaluation run: Press Enter to continue..."). Only when the plotter has a
@@ -71,7 +72,7 @@ class BatchPolopt:
                  center_adv: bool = True,
                  bootstrap_truncated: bool = True,
                  store_paths: bool = False,
-                 plot: bool = False,
+                 plot: Optional[bool] = None,
                  plot_kwargs: Optional[Dict[str, Any]] = None,
                  pause_for_plot: bool = False,
                  sampler: Optional[Sampler] = None,
@@ -100,6 +101,7 @@ class BatchPolopt:
         self.bootstrap_truncated = bool(bootstrap_truncated)
         self.store_paths = bool(store_paths)
         self.plot = bool(plot)
+        self._plot_given = plot is not None  # None: not set (off, unless run_experiment_lite)
         self.plot_kwargs = dict(plot_kwargs or {})
         self.pause_for_plot = bool(pause_for_plot)
         if sampler is None:
@@ -165,9 +167,9 @@ class BatchPolopt:
         plot_kwargs = dict(self.plot_kwargs)
         if ctx is None:
             return self.plot, plot_kwargs, self.sampler, self.seed
-        if ctx.plot != self.plot:
-            # Said out loud, so that a plot flag never quietly does nothing; louder when plotting
-            # the algorithm asked for is being switched off.
+        if ctx.plot != self.plot and self._plot_given:
+            # Said out loud, so that a plot flag the user set never quietly does nothing; louder
+            # when plotting the algorithm asked for is being switched off.
             level = logging.INFO if ctx.plot else logging.WARNING
             logger.log(level, "run_experiment_lite(plot=%s) overrides the algorithm's plot=%s",
                        ctx.plot, self.plot)
@@ -269,7 +271,8 @@ class BatchPolopt:
         done = itr - self.start_itr + 1
         remaining = self.n_itr - itr - 1
         per_itr = (time.perf_counter() - loop_start) / done
-        logger.info("itr %d/%d | AverageReturn %.4g | %.2f s/itr | ETA %s", itr + 1, self.n_itr,
+        # Numbered as the table's "Iteration" and the videos (iter_0059.mp4): from 0 to the last.
+        logger.info("itr %d/%d | AverageReturn %.4g | %.2f s/itr | ETA %s", itr, self.n_itr - 1,
                     row["AverageReturn"], per_itr, format_duration(per_itr * remaining))
 
     def _env_name(self) -> str:

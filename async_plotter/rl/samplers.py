@@ -168,6 +168,7 @@ def _worker_main(conn: multiprocessing.connection.Connection, payload: bytes, st
     up; ``("close", None)`` exits. Failures answer ``("error", traceback)``.
     """
     processes.become_background_child()  # ignore Ctrl-C; the parent decides
+    processes.route_mujoco_warnings()  # quiet about the env's XML, once per sampler otherwise
     code = 1
     try:
         _serve(conn, payload, stop)

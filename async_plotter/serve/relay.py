@@ -7,9 +7,8 @@ hands it to each browser (``NewestSlots``, as on the live page): a browser busy 
 the frames it had no time for, so a slow one only slows itself. Nobody watching: the connection
 is closed, and the render process stops drawing pixels for it.
 
-Slots are few; when they are all taken a new browser takes the slot of the slowest established
-one (``web.feed.Viewer.eviction_order``: by the frames it has taken off its socket, where the
-kernel's unsent queue can be read).
+Slots are few; browsers that do not keep up lose theirs first, judged by the frames they have
+taken off their sockets where the kernel's unsent queue can be read (``web.feed.NewestSlots``).
 
 The connection upstream is aiohttp's client, a task on the serve server's event loop
 (``pull_on``); the relay itself is thread-safe (the live views start and stop in other threads).

@@ -152,6 +152,12 @@ class CpuGovernor:
         """The current phase."""
         return self._phase
 
+    @property
+    def holding(self) -> bool:
+        """Whether the worker is held now (stopped, or at ``SCHED_IDLE``) for being over budget:
+        then its CPU time may stand still without it being hung."""
+        return self._phase is Phase.GOVERNED and not self._running
+
     def stop(self) -> None:
         """End the thread; resume anything stopped so that it can exit."""
         self._stop.set()

@@ -91,6 +91,8 @@ class PlotterConfig:
     window: bool
     #: None: render here (``worker.sinks``); else publish only
     publish: Optional[PublishTarget]
+    #: show the lines a user must see on stderr when no logging is configured (``console``)
+    verbose: int = 1
     #: the env object the user passed (None for an id, spec, class or factory): the check
     #: compares the worker's copy with it
     trainer_env: Any = None
@@ -138,6 +140,7 @@ def plotter_config(arguments: Mapping[str, Any]) -> PlotterConfig:
     one_of("policy_device", given.policy_device, POLICY_DEVICES)
     max_restarts = non_negative_int("max_restarts", given.max_restarts)
     hang_timeout = positive_number("hang_timeout", given.hang_timeout)
+    verbose = non_negative_int("verbose", given.verbose)
     boolean("deterministic", given.deterministic)
     frame_size = checked_frame_size(given.frame_size)
     if given.seed is not None and not is_int(given.seed):
@@ -204,7 +207,8 @@ def plotter_config(arguments: Mapping[str, Any]) -> PlotterConfig:
                          window=bool(window),
                          publish=publish,
                          trainer_env=trainer_env,
-                         env_state=env_state)
+                         env_state=env_state,
+                         verbose=verbose)
 
 
 def _is_env_object(env: Any) -> bool:

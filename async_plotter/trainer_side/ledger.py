@@ -23,6 +23,9 @@ class VideoLedger:
         self._stats = stats
         self._written = threading.Condition()
         self._newest_update = -1
+        #: the newest mp4 and the update it shows
+        self._newest_video: Optional[str] = None
+        self._newest_video_update = -1
         #: the update the final video must show (or a newer one); None until training is over
         self.final_update: Optional[int] = None
 
@@ -42,8 +45,9 @@ class VideoLedger:
             update = payload.get("update")
             if update is not None and update > self._newest_update:
                 self._newest_update = update
-            if self.final_update is not None and self._newest_update >= self.final_update:
-                stats.final_video = payload["path"]
+            if update is not None and update >= self._newest_video_update:
+                self._newest_video, self._newest_video_update = payload["path"], update
+            self._mark_final()
             self._written.notify_all()
 
     def record_image(self, payload: Dict[str, Any]) -> None:
@@ -59,7 +63,12 @@ class VideoLedger:
         """Training is over at ``update``; True if a video of it (or newer) already exists."""
         with self._written:
             self.final_update = update
+            self._mark_final()  # the common case: training ended calmly, its video is there
             return self._newest_update >= update
+
+    def _mark_final(self) -> None:
+        if self.final_update is not None and self._newest_video_update >= self.final_update:
+            self._stats.final_video = self._newest_video
 
     def wait_for(self, update: int, timeout: float, give_up: Callable[[], bool]) -> bool:
         """Wait up to ``timeout`` s for a video of ``update`` or newer; stop early once

@@ -39,6 +39,7 @@ from async_plotter.trainer_side.routes import PlotRoute, open_route
 from async_plotter.worker.sinks import HttpSpec
 from async_plotter.trainer_side.stats import WorkerStats
 from async_plotter.trainer_side.summary import summarize_videos
+from async_plotter.console import tell
 
 logger = logging.getLogger("async_plotter")
 
@@ -151,6 +152,10 @@ class Plotter:
         sess, graph: accepted for garage's ``Plotter(env, policy, sess=..., graph=...)`` and
             ignored: the worker builds its own ``tf.Graph`` and session (parameters travel as a
             flat vector, never through the trainer's session).
+        verbose: ``1`` (default) shows the lines a user must see (the live page's address,
+            ``close()``'s summary) on stderr when the program configured no logging (with
+            logging configured, they are INFO records of the ``async_plotter`` logger, shown as
+            configured); ``0`` does not.
 
     Before anything starts or is written, the constructor builds the env once without rendering,
     lets the policy act once on its first observation and checks the action against the action
@@ -192,7 +197,8 @@ class Plotter:
                  secret: Optional[Union[str, bytes]] = None,
                  camera: Any = None,
                  sess: Any = None,
-                 graph: Any = None) -> None:
+                 graph: Any = None,
+                 verbose: int = 1) -> None:
         # Every argument, by name, to the one function that checks them all; this signature is
         # the only place that names them and their defaults.
         config = plotter_config({name: value for name, value in locals().items() if name != "self"})
@@ -351,8 +357,8 @@ class Plotter:
         finally:
             self._stats.alive = False
         if route is not None and route.renders_here:
-            logger.info(
-                "%s",
+            tell(
+                logger, self._config.verbose, "%s",
                 summarize_videos(self._stats.snapshot(), self._iterations_given,
                                  time.monotonic() - (self._started_at or 0.0),
                                  self._config.worker.budget, self.video_dir))

@@ -12,6 +12,7 @@ from typing import Dict, Optional, Protocol
 import numpy as np
 
 from async_plotter.channel.shm import SharedMemoryWriter
+from async_plotter.console import tell
 from async_plotter.trainer_side.config import PlotterConfig
 from async_plotter.trainer_side.stats import WorkerStats
 from async_plotter.trainer_side.supervisor import WorkerSupervisor
@@ -49,6 +50,7 @@ class LocalRoute:
 
     def __init__(self, config: PlotterConfig, stats: WorkerStats) -> None:
         self._config = config.worker
+        self._verbose = config.verbose
         self._stats = stats
         self.writer = SharedMemoryWriter(config.travelling_size, config.initial.dtype)
         self.writer.publish(config.travelling(config.initial),
@@ -60,7 +62,8 @@ class LocalRoute:
                                             stats,
                                             max_restarts=config.max_restarts,
                                             hang_timeout=config.hang_timeout,
-                                            listener=config.on_event)
+                                            listener=config.on_event,
+                                            verbose=config.verbose)
         self._supervisor.start()
 
     def publish(self, params: np.ndarray, iteration: Optional[int], max_path_length: int) -> None:
@@ -96,19 +99,24 @@ class LocalRoute:
         limit counts from when the worker is ready."""
         if self._supervisor.wait_until_ready(0.5):
             return
-        logger.info(
-            "close(): the plot worker is still starting; waiting up to %.0f s for it to "
-            "record the final policy's video", timeout)
+        tell(
+            logger, self._verbose, "close(): the plot worker is still starting; waiting up to "
+            "%.0f s for it to record the final policy's video", timeout)
         self._supervisor.wait_until_ready(timeout)
 
     def _record_final_video(self, timeout: float) -> None:
         writer, supervisor = self.writer, self._supervisor
+        if self._config.records and supervisor.final_video_exists(writer.published):
+            return  # a calm end: the newest update's video was made while training
         if not self._needs_final_video(timeout):
             return
         writer.request_final()
         started = time.monotonic()
         if supervisor.wait_for_final_video(writer.published, timeout):
             logger.debug("final video after %.1f s", time.monotonic() - started)
+        elif self._stats.video_dir_full:
+            logger.info("close(): no video of the final policy: no space left on the device "
+                        "for the videos")
         elif not self._stats.disabled:
             logger.warning(
                 "close(): the video of the final policy was not finished within %.0f s; what "

@@ -42,6 +42,8 @@ class WorkerStats:
     last_video: Optional[str] = None
     #: the video of the newest parameters made at ``close()``
     final_video: Optional[str] = None
+    #: the video folder's device is full: no video is written until space is free again
+    video_dir_full: bool = False
     #: path, update, iteration, episodes, frames and time of each video (the newest 1000)
     video_log: List[Dict[str, Any]] = dataclasses.field(default_factory=list)
     #: rollouts written into TensorBoard as images

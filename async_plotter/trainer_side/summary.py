@@ -54,6 +54,8 @@ def _compact(labels: List[str]) -> str:
 
 def _why_few(stats: Dict[str, Any], videos: int, iterations: int, elapsed: float,
              budget: Optional[float]) -> str:
+    if stats.get("video_dir_full"):
+        return "No space is left on the device for the videos; free some and they resume"
     if iterations == 0 or videos * _ITERATIONS_PER_VIDEO_EXPECTED >= iterations:
         return ""
     if stats.get("disabled"):

@@ -13,12 +13,14 @@ import time
 from multiprocessing.connection import Connection, wait
 from typing import Any, Callable, Dict, List, Optional, Set
 
+import psutil
+
 from async_plotter.channel.base import ChannelAddress
+from async_plotter.console import tell
 from async_plotter.processes import (spawn_context, start_process, stop_process, worker_environment)
 from async_plotter.trainer_side import priorities
-from async_plotter.worker import render_process
-from async_plotter.worker import rollout_process
-from async_plotter.trainer_side.budget import CpuGovernor, Phase, process_cpu_seconds
+from async_plotter.worker import render_process, rollout_process
+from async_plotter.trainer_side.budget import CpuGovernor, Phase
 from async_plotter.render.stream import StreamKind
 from async_plotter.display import x_display_available
 from async_plotter.worker.config import WorkerConfig
@@ -55,8 +57,9 @@ class _Pair:
         self.errors: Dict[str, str] = {}
         self.ready: Set[str] = set()  # roles that reported ready
         self.booted: Optional[float] = None  # when both had
-        # CPU-seconds each process had used when last looked at, while it starts (reports nothing)
-        self.boot_cpu: Dict[str, float] = {}
+        # CPU-seconds both processes (with their children: the encoder) had used when last
+        # looked at, which is only when one has not reported for a while
+        self.cpu_seen: Optional[float] = None
 
     def processes(self) -> Dict[str, Any]:
         return {"rollout": self.rollout, "render": self.render}
@@ -74,8 +77,10 @@ class WorkerSupervisor:
                  stats: WorkerStats,
                  max_restarts: int = 3,
                  hang_timeout: float = 60.0,
-                 listener: Optional[Callable[[str, dict], None]] = None) -> None:
+                 listener: Optional[Callable[[str, dict], None]] = None,
+                 verbose: int = 1) -> None:
         self._config = config
+        self._verbose = verbose
         self._channel_address = channel_address
         self._stats = stats
         self._max_restarts = max_restarts
@@ -235,27 +240,33 @@ class WorkerSupervisor:
                 self._drain(pair, connections)
                 return self._describe_death(pair, dead)
             now = time.monotonic()
-            for role, last in pair.last_progress.items():
-                if now - last > self._hang_timeout and not self._still_starting(pair, role, now):
-                    return (f"its {role} process made no progress for {self._hang_timeout:.0f} s "
-                            "(hung)")
+            overdue = [
+                role for role, last in pair.last_progress.items() if now - last > self._hang_timeout
+            ]
+            if overdue and self._hung(pair, overdue, now):
+                return (f"its {overdue[0]} process made no progress for "
+                        f"{self._hang_timeout:.0f} s and the worker used no CPU (hung)")
 
-    @staticmethod
-    def _still_starting(pair: _Pair, role: str, now: float) -> bool:
-        """A process that has not reported ready yet reports nothing while it imports
-        TensorFlow and builds its env (tens of seconds on a busy machine): it is not hung while
-        its CPU time advances. Once ready, only its reports count."""
-        if role in pair.ready:
+    def _hung(self, pair: _Pair, overdue: List[str], now: float) -> bool:
+        """Processes that have not reported for ``hang_timeout``: hung only if the worker's CPU
+        time (both processes and the encoder) stands still too, and the budget is not what holds
+        it.
+
+        One rule, while it starts and after: a process importing TensorFlow, starved by a busy
+        machine, or waiting for the other one that is, reports nothing for a while, but the
+        worker's CPU time advances: it is slow, and a restart would only make it start again. A
+        deadlocked or stopped one uses no CPU. CPU time is looked at only once a process is
+        overdue, so a hung one is caught between one and two ``hang_timeout`` after its last
+        report."""
+        used = sum(
+            _cpu_seconds_with_children(process.pid) or 0.0 for process in pair.processes().values())
+        before, pair.cpu_seen = pair.cpu_seen, used
+        held = self._governor is not None and self._governor.holding
+        if before is None or used > before or held:
+            for role in overdue:
+                pair.last_progress[role] = now
             return False
-        used = process_cpu_seconds(pair.processes()[role].pid)
-        if used is None:
-            return False
-        before = pair.boot_cpu.get(role)
-        pair.boot_cpu[role] = used
-        if before is None or used > before:
-            pair.last_progress[role] = now
-            return True
-        return False
+        return True
 
     def _read_until_exit(self, pair: _Pair, connections: List[Any], sentinels: Dict[Any,
                                                                                     str]) -> None:
@@ -374,7 +385,23 @@ class WorkerSupervisor:
 
     def _on_http(self, payload: dict, pair: _Pair) -> None:
         self._stats.http_url = payload["url"]
-        logger.info("live view at %s", payload["url"])
+        tell(logger, self._verbose, "live view at %s", payload["url"])
+
+    def _on_storage(self, payload: dict, pair: _Pair) -> None:
+        """The video folder's device is full, or has space again, or the folder was made again:
+        the user's to know (one line each), not a failure of the worker."""
+        state, directory = payload["state"], payload["directory"]
+        if state == "full":
+            self._stats.video_dir_full = True
+            logger.warning(
+                "no space left on the device for %s: videos stop until there is (they resume "
+                "by themselves); training and the other outputs go on", directory)
+        elif state == "writable":
+            self._stats.video_dir_full = False
+            logger.info("%s has space again (%s): videos resume", directory,
+                        _megabytes(payload.get("free")))
+        elif state == "recreated":
+            logger.info("%s was removed while training; made it again", directory)
 
     def _on_error(self, payload: dict, pair: _Pair) -> None:
         pair.errors[payload["role"]] = payload["traceback"]
@@ -440,6 +467,11 @@ class WorkerSupervisor:
                 return False
             time.sleep(0.2)
 
+    def final_video_exists(self, update: int) -> bool:
+        """Training is over at update ``update``: whether a video of it (or a newer one) exists
+        already; ``stats["final_video"]`` then names it."""
+        return self._videos.ask_for_final(update)
+
     def wait_for_final_video(self, update: int, timeout: float) -> bool:
         """Training is over: have the worker record update ``update`` (or a newer one) at full
         speed, and wait up to ``timeout`` s for the video. True once it exists."""
@@ -454,8 +486,13 @@ class WorkerSupervisor:
             for process in (pair.rollout, pair.render):
                 if self._governor is None:
                     priorities.set_normal_if_allowed(process.pid)
-        return self._videos.wait_for(update, timeout,
-                                     lambda: self._stats.disabled or not self._thread.is_alive())
+
+        def give_up() -> bool:
+            # No video can be written while the device is full: waiting would only hold close().
+            return (self._stats.disabled or self._stats.video_dir_full
+                    or not self._thread.is_alive())
+
+        return self._videos.wait_for(update, timeout, give_up)
 
     def _send_final(self, pair: _Pair) -> None:
         try:
@@ -532,6 +569,7 @@ WorkerSupervisor._handlers = {
     StatusKind.ENCODER: WorkerSupervisor._on_encoder,
     StatusKind.READY: WorkerSupervisor._on_ready,
     StatusKind.HTTP: WorkerSupervisor._on_http,
+    StatusKind.STORAGE: WorkerSupervisor._on_storage,
     StatusKind.ERROR: WorkerSupervisor._on_error,
 }
 
@@ -543,6 +581,29 @@ def _one_line(culprit: str) -> str:
         return culprit
     last = [line for line in trace.strip().splitlines() if line.strip()]
     return f"{head}: {last[-1].strip()}" if last else head
+
+
+def _cpu_seconds_with_children(pid: int) -> Optional[float]:
+    """CPU-seconds of a process and its children (live or reaped: the encoders); None once it
+    is gone."""
+    try:
+        process = psutil.Process(pid)
+        times = process.cpu_times()
+        children = process.children()
+    except psutil.Error:
+        return None
+    total = times.user + times.system + times.children_user + times.children_system
+    for child in children:
+        try:
+            child_times = child.cpu_times()
+        except psutil.Error:
+            continue  # reaped meanwhile: counted above next time
+        total += child_times.user + child_times.system
+    return total
+
+
+def _megabytes(count: Optional[int]) -> str:
+    return "free space unknown" if count is None else f"{count / 1e6:.1f} MB free"
 
 
 def _terminate_in_background(processes: List[Any]) -> None:

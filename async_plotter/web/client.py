@@ -10,7 +10,7 @@ import http.client
 import json
 import time
 from typing import Any, AsyncIterator, Dict, Iterator, List, Optional, Tuple
-from urllib.parse import urlencode, urlsplit
+from urllib.parse import urlencode, urlsplit, urlunsplit
 
 
 class StreamError(Exception):
@@ -63,11 +63,23 @@ def open_stream(
     return connection, response
 
 
+def on_page(url: str, route: str) -> str:
+    """``route`` (``stream.mjpg``, ``events``) of the live page at ``url`` when ``url`` is the
+    page's own address (``http://127.0.0.1:8080/``, ``.../index.html``, what ``stats["http_url"]``
+    says); any other address as it is. The query (a token) is kept."""
+    parts = urlsplit(url)
+    head, _, last = (parts.path or "/").rpartition("/")
+    if last not in ("", "index.html"):
+        return url
+    return urlunsplit(parts._replace(path=f"{head}/{route}"))
+
+
 def read_mjpeg(url: str,
                token: Optional[str] = None,
                timeout: float = 10.0) -> Iterator[StreamedFrame]:
-    """Yield the frames of an MJPEG stream until the server closes it."""
-    connection, response = open_stream(url, token, timeout)
+    """Yield the frames of an MJPEG stream until the server closes it. ``url``: the stream's
+    address (``.../stream.mjpg``) or the live page's (``stats["http_url"]``)."""
+    connection, response = open_stream(on_page(url, "stream.mjpg"), token, timeout)
     try:
         content_type = response.getheader("Content-Type", "")
         if not content_type.startswith("multipart/x-mixed-replace"):
@@ -87,8 +99,9 @@ def read_mjpeg(url: str,
 def read_events(url: str,
                 token: Optional[str] = None,
                 timeout: float = 10.0) -> Iterator[Tuple[str, Any]]:
-    """Yield ``(event_name, decoded_json_data)`` from a server-sent events stream."""
-    connection, response = open_stream(url, token, timeout)
+    """Yield ``(event_name, decoded_json_data)`` from a server-sent events stream. ``url``: the
+    stream's address (``.../events``) or the live page's."""
+    connection, response = open_stream(on_page(url, "events"), token, timeout)
     try:
         name, data = "message", []
         while True:

@@ -8,12 +8,24 @@ Three kinds of thread meet here, and none of them may wait for another:
 * the HTTP server's event loop sends each browser the newest JPEG and skips those it had no time
   for, so a slow or vanished browser only ever slows itself.
 
-Stream slots are few (each costs kernel buffers and encoding), so they are not first come, first
-served: when they
-are all taken, a new viewer takes the slot of the slowest established one (fewest frames/s
-received, then the one stuck in a write the longest, then the oldest). A reader that trickles
-bytes to hold a slot is therefore the first to lose it, and a real browser keeps its own.
-"Received" is what the client has taken off its socket, not what was written to it: the kernel
+Stream slots are few (each costs kernel buffers and writes), so they are not first come, first
+served. A newcomer cannot be judged before it has streamed for a while (a client that reads
+nothing looks like a reader until the kernel's buffers for it are full), so up to
+``JUDGED_FACTOR`` times ``max_viewers`` may stream while newcomers are judged. Whenever more than
+``max_viewers`` stream, viewers that do not keep up are evicted at once, and once no newcomer
+is left to judge, the newest of the others go until ``max_viewers`` are left. Past
+``JUDGED_FACTOR`` times the limit, a new viewer takes the slot of, in this order (see
+``Viewer.eviction_order``):
+
+1. an established viewer that does not keep up: it took fewer than half the frames published
+   over the last seconds, has a second's worth of frames written and not taken, or is stuck in
+   a write; the slowest first. A client that reads nothing or trickles bytes to hold a slot is
+   one of these within seconds;
+2. a viewer still being judged (connected under ``JUDGE_SECONDS`` ago), the newest first: a
+   burst of newcomers takes each other's slots rather than the readers';
+3. only then an established viewer that keeps up, the newest first.
+
+"Taken" is what the client has taken off its socket, not what was written to it: the kernel
 accepts a few hundred KB for a client that reads nothing, so by bytes written a stuck client
 looks fast at first. Where the socket's unsent queue can be read (Linux ``SIOCOUTQ``,
 ``unsent_bytes``), a frame counts once the client has acknowledged its last byte.
@@ -41,9 +53,20 @@ from async_plotter.render.stream import EpisodeInfo
 BOUNDARY = "async-plotter-frame"
 #: training-curve points kept for pages that connect late (oldest dropped beyond this)
 MAX_METRIC_POINTS = 20000
-#: seconds during which a new viewer is only evicted if every viewer is as young: it has not
-#: had the time to show its frame rate yet
+#: seconds during which a new viewer has not had the time to show its frame rate
 EVICTION_GRACE = 1.0
+#: seconds during which a viewer that seems to keep up is still being judged: a client that
+#: reads nothing seems to for as long as the kernel's buffers take its frames (a second or two
+#: of the live page's)
+JUDGE_SECONDS = 5.0
+#: an established viewer that takes less than this fraction of the frames published does not
+#: keep up
+KEEP_UP_FRACTION = 0.5
+#: seconds in one write after which a viewer does not keep up
+STUCK_WRITE_SECONDS = 1.0
+#: while newcomers are judged, up to this many times ``max_viewers`` may stream (each costs a
+#: small kernel send buffer and a write per frame, not an encoding)
+JUDGED_FACTOR = 3
 
 
 class FeedClosed(Exception):
@@ -166,12 +189,25 @@ class Viewer:
         #: a thread may be blocked writing to
         self.on_evict = on_evict
 
-    def eviction_order(self, now: float) -> Tuple[bool, float, float, float]:
-        """Smallest first: established before young, then fewest frames/s, then stuck in a
-        write the longest, then oldest."""
-        young = now - self.created < EVICTION_GRACE
-        stuck = 0.0 if self.sending_since is None else now - self.sending_since
-        return (young, self.rate(now), -stuck, self.created)
+    def eviction_order(self, now: float, published_rate: float) -> Tuple[int, float, float]:
+        """Smallest first (the module's docstring says why): viewers that do not keep up with
+        ``published_rate`` frames/s, slowest first (then the one stuck in a write the longest);
+        then the ones still being judged, newest first; then the others, newest first."""
+        age = now - self.created
+        if age >= EVICTION_GRACE:
+            stuck = 0.0 if self.sending_since is None else now - self.sending_since
+            rate = self.rate(now)
+            if (stuck > STUCK_WRITE_SECONDS or rate < KEEP_UP_FRACTION * published_rate
+                    or self.pending > max(published_rate, 3.0)):
+                return (0, rate, -stuck)
+        # Viewers that keep up are alike: the ones that came first keep their slots, so that a
+        # client the kernel's buffers still make look like a reader cannot take a reader's.
+        return (1 if age < JUDGE_SECONDS else 2, -self.created, 0.0)
+
+    @property
+    def pending(self) -> int:
+        """Frames written to the socket that the client has not taken yet (0 where unknown)."""
+        return len(self._frame_ends) if self.unsent is not None else 0
 
     def wrote(self, nbytes: int, now: float) -> None:
         """A frame of ``nbytes`` bytes was written to the socket."""
@@ -265,6 +301,7 @@ class NewestSlots(Generic[Item]):
         self._keys = itertools.count(1)
         self._item: Optional[Item] = None
         self._seq = 0
+        self._published = RateMeter()
         self._closed = False
         #: fired for every new item, eviction and the close
         self.pulse = Pulse()
@@ -277,18 +314,19 @@ class NewestSlots(Generic[Item]):
                    on_evict: Optional[Callable[[], None]] = None,
                    unsent: Optional[Callable[[], Optional[int]]] = None,
                    evict: bool = True) -> Viewer:
-        """Register a viewer; when the slots are full, the slowest one is evicted (its ``next``
-        raises ``ViewerEvicted``, its ``on_evict`` is called here), or with ``evict=False``
-        ``TooManyViewers`` is raised."""
+        """Register a viewer; when the slots are full, one is evicted (``Viewer.eviction_order``:
+        its ``next`` raises ``ViewerEvicted``, its ``on_evict`` is called here), or with
+        ``evict=False`` ``TooManyViewers`` is raised."""
         victim = None
         with self._lock:
             if self._closed:
                 raise FeedClosed()
-            if len(self.viewers) >= max(self.max_viewers, 1):
-                if not evict:
-                    raise TooManyViewers()
+            if not evict and len(self.viewers) >= max(self.max_viewers, 1):
+                raise TooManyViewers()
+            if len(self.viewers) >= JUDGED_FACTOR * max(self.max_viewers, 1):
                 now = time.monotonic()
-                victim = min(self.viewers.values(), key=lambda v: v.eviction_order(now))
+                published = self._published.rate(now)
+                victim = min(self.viewers.values(), key=lambda v: v.eviction_order(now, published))
                 victim.evicted = True
                 del self.viewers[victim.key]
             viewer = Viewer(next(self._keys), client_id, on_evict, unsent)
@@ -308,11 +346,32 @@ class NewestSlots(Generic[Item]):
             self.viewers.pop(viewer.key, None)
 
     def publish(self, item: Item) -> None:
-        """A new newest item."""
+        """A new newest item; viewers beyond ``max_viewers`` that have been judged go."""
         with self._lock:
             self._item = item
             self._seq += 1
+            self._published.tick()
+            victims = self._over_limit() if len(self.viewers) > self.max_viewers else []
         self.pulse.fire()
+        for victim in victims:
+            if victim.on_evict is not None:
+                victim.on_evict()
+
+    def _over_limit(self) -> List[Viewer]:
+        """Evict (under the lock) while more than ``max_viewers`` stream: viewers that do not
+        keep up at once; the newest of the others once none is being judged."""
+        now = time.monotonic()
+        published = self._published.rate(now)
+        victims = []
+        while len(self.viewers) > max(self.max_viewers, 1):
+            orders = {key: v.eviction_order(now, published) for key, v in self.viewers.items()}
+            key = min(orders, key=orders.__getitem__)
+            if orders[key][0] == 1:
+                break  # the rest are newcomers, still to be judged
+            victim = self.viewers.pop(key)
+            victim.evicted = True
+            victims.append(victim)
+        return victims
 
     def take(self, viewer: Viewer) -> Optional[Item]:
         """The newest item this viewer has not had, or None (never waits). Raises ``FeedClosed``

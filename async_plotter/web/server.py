@@ -38,9 +38,9 @@ so a connection costs nothing until it has proven itself:
   is refused, so a page on another origin cannot read or hold the stream (an ``<img>`` tag sends
   those headers).
 * Then slots: a stream, an events stream or a video holds one within ``LiveFeed.max_viewers``,
-  ``MAX_EVENT_STREAMS`` and ``MAX_VIDEO_SENDS``. When they are full, a new stream takes the slot
-  of the slowest (``NewestSlots.add_viewer``), a new events stream or video that of the oldest;
-  the loser's connection is reset. Short answers are at most ``PAGE_QUEUE`` at once, work that
+  ``MAX_EVENT_STREAMS`` and ``MAX_VIDEO_SENDS``. Beyond them, streams that do not keep up lose
+  theirs first (``web.feed``: newcomers are judged first), and a new events stream or video
+  takes the slot of the oldest; the loser's connection is reset. Short answers are at most ``PAGE_QUEUE`` at once, work that
   touches the disk runs on ``PAGE_WORKERS`` threads, and a client that takes no bytes of an
   answer or a stream for ``SOCKET_TIMEOUT`` seconds is dropped. Every response closes its
   connection: there is no keep-alive to hold open.

@@ -163,7 +163,9 @@ def _video(spec: VideoSpec, context: SinkContext) -> FrameSink:
                      context.fps,
                      on_written,
                      on_encoder=lambda pid: context.status.send(StatusKind.ENCODER, pid=pid),
-                     min_frames=int(context.min_video_seconds * context.fps))
+                     min_frames=int(context.min_video_seconds * context.fps),
+                     on_storage=lambda state, directory, free: context.status.send(
+                         StatusKind.STORAGE, state=state, directory=directory, free=free))
 
 
 def _states(spec: StatesSpec, context: SinkContext) -> FrameSink:

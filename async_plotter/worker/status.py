@@ -22,6 +22,8 @@ class StatusKind(str, enum.Enum):
     STATES = "states"  # render: a state recording is complete (path, update, iteration, ...)
     ENCODER = "encoder"  # render: the video encoder's pid, to hold it to the budget
     HTTP = "http"  # render: the live page's URL
+    STORAGE = "storage"  # render: the video folder's device is full, has space again, or the
+    # folder was made again (state, directory, free)
     ERROR = "error"  # an exception (where, traceback); the process exits after it
 
 

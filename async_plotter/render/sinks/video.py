@@ -1,27 +1,35 @@
 """One mp4 per rendered update, named after the iteration (``iter_0007.mp4``) or the update number
 (``update_0003.mp4``). A file is written under a hidden temporary name and renamed when complete,
 so a reader never sees half a video."""
+import errno
 import logging
 import os
+import shutil
+import time
 from typing import Callable, Optional
 
 import numpy as np
 import psutil
 
+from async_plotter.render.sinks.encoder import Encoder, EncoderError, says_no_space
 from async_plotter.render.sinks.recorded import RecordedSink
 from async_plotter.render.stream import EpisodeInfo
 
 logger = logging.getLogger(__name__)
 
-# x264's "superfast" preset on one thread: measured per 320x320 MuJoCo frame 1.3 ms of CPU
-# (Swimmer) and 1.4 ms (HalfCheetah) against 1.9 and 2.6 ms with "veryfast", for files about
-# twice as large (~1.1 KB and ~2.6 KB a frame); "ultrafast" saves little more and makes them
-# 3-5 times larger. Its threads add CPU, not speed, at this size. The encoder's CPU counts
-# against the budget like the rendering's.
-_ENCODER_PARAMS = ["-preset", "superfast", "-threads", "1"]
+#: once the device was full, recording resumes when this much is free (or twice the largest
+#: video so far, whichever is more), so that it does not fail again at once
+_RESUME_FREE_BYTES = 1 << 20
+#: a video that failed with less than this free on its device failed for want of space
+_LOW_FREE_BYTES = 64 << 10
+#: while the device is full, how often its free space is looked at
+_SPACE_CHECK_SECONDS = 1.0
 
 #: ``on_written(path, first_episode, episodes, frames)``
 WrittenCallback = Callable[[str, EpisodeInfo, int, int], None]
+#: ``on_storage(state, directory, free_bytes)``: ``"full"`` (videos stop), ``"writable"``
+#: (they resume) or ``"recreated"`` (the folder was removed and is made again)
+StorageCallback = Callable[[str, str, Optional[int]], None]
 
 
 def video_name(episode: EpisodeInfo) -> str:
@@ -33,22 +41,47 @@ def video_name(episode: EpisodeInfo) -> str:
 
 class VideoSink(RecordedSink):
     """Records the first episode of each update it sees, with the short episodes chained to it;
-    replays of the same update are skipped (see ``RecordedSink``)."""
+    replays of the same update are skipped (see ``RecordedSink``).
+
+    The folder is the user's, and so are its faults: a folder removed while training is made
+    again; a full device stops the videos (``on_storage("full")``, the encoder's messages kept
+    off the trainer's terminal) until space is free again. Neither is a worker failure."""
 
     def __init__(self,
                  directory: str,
                  fps: float,
                  on_written: Optional[WrittenCallback] = None,
                  on_encoder: Optional[Callable[[int], None]] = None,
-                 min_frames: int = 0) -> None:
+                 min_frames: int = 0,
+                 on_storage: Optional[StorageCallback] = None) -> None:
         super().__init__(fps, min_frames)
         self.directory = directory
         self._on_written = on_written
         self._on_encoder = on_encoder
-        self._writer = None
+        self._on_storage = on_storage
+        self._encoder: Optional[Encoder] = None
         self._partial_path = ""
         self._final_path = ""
         self._last_frame: Optional[np.ndarray] = None
+        #: the device is full: no recording starts until space is free again
+        self.full = False
+        self._next_space_check = 0.0
+        self._largest_video = 0
+
+    def _accepting(self) -> bool:
+        if not self.full:
+            return True
+        now = time.monotonic()
+        if now < self._next_space_check:
+            return False
+        self._next_space_check = now + _SPACE_CHECK_SECONDS
+        free = free_bytes(self.directory)
+        if free is None or free < max(_RESUME_FREE_BYTES, 2 * self._largest_video):
+            return False
+        self.full = False
+        logger.info("%s has space again (%d bytes free): videos resume", self.directory, free)
+        self._report("writable", free)
+        return True
 
     def _start(self, episode: EpisodeInfo) -> None:
         self._final_path = os.path.join(self.directory, video_name(episode))
@@ -57,52 +90,99 @@ class VideoSink(RecordedSink):
 
     def _add(self, frame: np.ndarray) -> None:
         frame = _even_size(frame)
-        if self._writer is None:
-            self._open_writer()
-        self._writer.append_data(frame)
-        if self._frames == 0 and self._on_encoder is not None:
-            # The encoder is a process of its own, started with the writer's first frame; the
-            # CPU budget must count it too.
-            for pid in child_pids(os.getpid()):
-                self._on_encoder(pid)
+        if self._encoder is None:
+            if not self._open_encoder(frame):
+                return
+        self._write(frame)
         self._last_frame = frame
 
     def _pause(self, seconds: float) -> None:
         # A short still marks where one episode ends and the next one begins.
-        if self._writer is not None and self._last_frame is not None:
+        if self._encoder is not None and self._last_frame is not None:
             for _ in range(max(int(seconds * self.fps), 1)):
-                self._writer.append_data(self._last_frame)
+                if self._encoder is None:
+                    break  # it failed for want of space
+                self._write(self._last_frame)
 
-    def _open_writer(self) -> None:
-        import imageio
+    def _open_encoder(self, frame: np.ndarray) -> bool:
+        """Start the encoder for this recording; False if there is no room for it."""
+        try:
+            self._make_directory()
+        except OSError as error:
+            if not _no_space(error):
+                raise
+            self._out_of_space(str(error))
+            return False
+        height, width = frame.shape[:2]
+        self._encoder = Encoder(self._partial_path, width, height, self.fps)
+        if self._on_encoder is not None:
+            # The encoder is a process of its own; the CPU budget must count it too.
+            self._on_encoder(self._encoder.pid)
+        return True
 
-        # macro_block_size=2: keep the env's frame size (libx264 only needs even sizes).
-        self._writer = imageio.get_writer(self._partial_path,
-                                          format="FFMPEG",
-                                          fps=self.fps,
-                                          codec="libx264",
-                                          macro_block_size=2,
-                                          ffmpeg_log_level="error",
-                                          output_params=list(_ENCODER_PARAMS))
+    def _make_directory(self) -> None:
+        """Make the folder again if it was removed while training (``rm -rf runs/``)."""
+        if os.path.isdir(self.directory):
+            return
+        os.makedirs(self.directory, exist_ok=True)
+        logger.info("%s was removed; made it again", self.directory)
+        self._report("recreated", free_bytes(self.directory))
+
+    def _write(self, frame: np.ndarray) -> None:
+        try:
+            self._encoder.write(frame)
+        except EncoderError as error:
+            # ffmpeg exits on a write error: a full device is the user's to fix, not a failure
+            # of the worker; anything else is, and the worker is restarted.
+            encoder, self._encoder = self._encoder, None
+            encoder.close()
+            messages = encoder.messages()
+            encoder.release()
+            if not self._short_of_space(messages):
+                raise EncoderError(f"{error} {messages}") from None
+            self._out_of_space(messages)
+
+    def _out_of_space(self, messages: str) -> None:
+        logger.debug("the video encoder ran out of space: %s", messages)
+        self._discard("no space left on the device")
+        if not self.full:
+            self.full = True
+            self._next_space_check = time.monotonic() + _SPACE_CHECK_SECONDS
+            self._report("full", free_bytes(self.directory))
+
+    def _short_of_space(self, messages: str) -> bool:
+        free = free_bytes(self.directory)
+        return says_no_space(messages) or (free is not None and free < _LOW_FREE_BYTES)
+
+    def _report(self, state: str, free: Optional[int]) -> None:
+        if self._on_storage is not None:
+            self._on_storage(state, self.directory, free)
 
     def _save(self, recording: EpisodeInfo) -> bool:
         self._last_frame = None
-        if self._writer is None:
+        if self._encoder is None:
             return False
-        writer, self._writer = self._writer, None
+        encoder, self._encoder = self._encoder, None
         try:
-            writer.close()
+            encoder.close()
             whole = _whole_mp4(self._partial_path)
-        except Exception:  # noqa: BLE001 - a dead encoder raises all sorts (broken pipe, ...)
-            whole = False
+            messages = "" if whole else encoder.messages()
+        finally:
+            encoder.release()
         if not whole:
-            # Its encoder was stopped before it finished (killed, or this process interrupted in
-            # the middle of a frame, e.g. SIGTERM while stopping): there is no video to keep.
+            # The device is full (ffmpeg could not write the index it writes last), or its
+            # encoder was stopped before it finished (killed, or this process interrupted in the
+            # middle of a frame, e.g. SIGTERM while stopping): there is no video to keep.
+            no_space = self._short_of_space(messages)
             _remove_quietly(self._partial_path)
-            logger.info("dropped %s: its encoder stopped before the video was finished",
-                        os.path.basename(self._final_path))
+            if no_space:
+                self._out_of_space(messages)
+                return False
+            logger.info("dropped %s: its encoder stopped before the video was finished (%s)",
+                        os.path.basename(self._final_path), messages or "no message")
             return False
         os.replace(self._partial_path, self._final_path)
+        self._largest_video = max(self._largest_video, _size(self._final_path))
         logger.info("wrote %s (%d frames, %d episode%s)", self._final_path, self._frames,
                     self._episodes, "" if self._episodes == 1 else "s")
         if self._on_written is not None:
@@ -111,13 +191,41 @@ class VideoSink(RecordedSink):
 
     def _drop(self, why: str) -> None:
         self._last_frame = None
-        if self._writer is not None:
+        if self._encoder is not None:
+            encoder, self._encoder = self._encoder, None
             try:
-                self._writer.close()
+                encoder.close()
             finally:
-                self._writer = None
+                encoder.release()
                 _remove_quietly(self._partial_path)
             logger.info("dropped the video being recorded: %s", why)
+
+
+def free_bytes(directory: str) -> Optional[int]:
+    """Bytes free to this user on the device of ``directory`` (of its nearest existing parent
+    if it is gone); None if that cannot be told."""
+    path = os.path.abspath(directory)
+    while True:
+        try:
+            return shutil.disk_usage(path).free
+        except FileNotFoundError:
+            parent = os.path.dirname(path)
+            if parent == path:
+                return None
+            path = parent
+        except OSError:
+            return None
+
+
+def _no_space(error: OSError) -> bool:
+    return error.errno in (errno.ENOSPC, errno.EDQUOT)
+
+
+def _size(path: str) -> int:
+    try:
+        return os.path.getsize(path)
+    except OSError:
+        return 0
 
 
 def _whole_mp4(path: str) -> bool:
