@@ -108,7 +108,8 @@ class View3DFront:
             await asyncio.sleep(0.05)
         return self._target
 
-    async def page(self, request: web.Request, token_cookie: Optional[str]) -> web.Response:
+    async def page(self, request: web.Request, token_cookie: Optional[Tuple[str,
+                                                                            str]]) -> web.Response:
         """viser's page; with ``token_cookie`` (``(name, token)``), the token as a cookie."""
         if self._page is None:
             self._page = viser_page()
