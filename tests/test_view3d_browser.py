@@ -153,3 +153,51 @@ def test_the_browser_draws_the_policy_moving_one_way_then_the_other(webgl_chromi
         if e.get("method") == "Log.entryAdded" and e["params"]["entry"]["level"] == "error"
     ]
     assert not problems, problems
+
+
+def test_with_a_token_the_page_opens_its_socket_and_another_origin_cannot(webgl_chromium, tmp_path):
+    """In a real browser: the token in the page's address reaches viser's socket (as a cookie),
+    and a page served from another origin cannot open the scene's socket, token or not."""
+    import functools
+    import http.server
+    import threading
+    from urllib.parse import quote
+
+    import viser
+
+    session = webgl_chromium
+    token = "s3cret token"
+    policy = LinearPolicy(1, 1)
+    policy.fill(2.0)
+    with Plotter(make_sled, policy, max_path_length=5000, http=0, http_token=token,
+                 view="3d") as plotter:
+        url = plotter.wait_for_http_url(60)
+        session.call("Page.navigate", url=f"{url}?token={quote(token)}")
+        wait_for(lambda: shown_x(session) is not None, 120, message="the scene in the page")
+        first = shown_x(session)
+        wait_for(lambda: shown_x(session) > first + 0.2, 20, message="the sled moving")
+
+        # A page on another origin tries to open the socket in the same browser, which holds the
+        # cookie and sends it (another port of 127.0.0.1 is the same *site*, so SameSite does
+        # not stop it): the Origin check refuses it before any message.
+        (tmp_path / "evil.html").write_text("<html><body>evil</body></html>")
+        handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(tmp_path))
+        evil = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+        threading.Thread(target=evil.serve_forever, daemon=True).start()
+        try:
+            session.call("Page.navigate", url=f"http://127.0.0.1:{evil.server_port}/evil.html")
+            wait_for(lambda: session.evaluate("document.body && document.body.innerText") == "evil",
+                     20,
+                     message="the other origin's page")
+            socket_url = url.replace("http://", "ws://").rstrip("/")
+            protocol = f"viser-v{viser.__version__}"
+            outcome = session.evaluate(f"""new Promise(resolve => {{
+                const ws = new WebSocket({json.dumps(socket_url)}, [{json.dumps(protocol)}]);
+                ws.onopen = () => resolve('opened');
+                ws.onmessage = () => resolve('message');
+                ws.onerror = () => resolve('refused');
+                setTimeout(() => resolve('timeout'), 10000);
+            }})""")
+        finally:
+            evil.shutdown()
+    assert outcome == "refused"
