@@ -12,12 +12,7 @@ import base64
 import io
 import json
 import os
-import re
-import shutil
-import subprocess
-import tempfile
 import time
-import urllib.request
 
 import numpy as np
 import pytest
@@ -29,7 +24,7 @@ pytest.importorskip("mjviser")
 from async_plotter import Plotter  # noqa: E402 - after the skip
 from tests.conftest import wait_for  # noqa: E402
 from tests.policies import LinearPolicy, make_sled  # noqa: E402
-from tests.test_web_browser import DevTools  # noqa: E402
+from tests.test_web_browser import headless_chromium  # noqa: E402
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 
@@ -45,52 +40,10 @@ SHOWN_X = """(() => {
 @pytest.fixture
 def webgl_chromium():
     """Headless Chromium with WebGL on SwiftShader (software), driven over DevTools."""
-    binary = shutil.which("chromium") or shutil.which("chromium-browser")
-    if binary is None:
-        pytest.fail("Chromium is not installed; `make test` installs it (Debian package chromium)")
-    profile = tempfile.mkdtemp(prefix="chromium-profile-")
-    process = subprocess.Popen([
-        binary, "--headless=new", "--no-sandbox", "--use-angle=swiftshader",
-        "--enable-unsafe-swiftshader", "--disable-quic", "--no-first-run",
-        "--disable-background-networking", "--disable-component-update", "--disable-sync",
-        "--disable-dev-shm-usage", f"--user-data-dir={profile}", "--remote-debugging-port=0",
-        f"--window-size={WIDTH},{HEIGHT}", "about:blank"
-    ],
-                               stdout=subprocess.DEVNULL,
-                               stderr=subprocess.PIPE,
-                               text=True)
-    session = None
-    try:
-        port = None
-        deadline = time.monotonic() + 30
-        while port is None and time.monotonic() < deadline:
-            line = process.stderr.readline()
-            if not line and process.poll() is not None:
-                break
-            found = re.search(r"DevTools listening on ws://[^:]+:(\d+)/", line)
-            port = int(found[1]) if found else None
-        assert port, "Chromium did not start its DevTools server"
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}/json/list", timeout=10) as answer:
-            pages = [t for t in json.load(answer) if t["type"] == "page"]
-        session = DevTools(pages[0]["webSocketDebuggerUrl"])
-        for domain in ("Runtime", "Log", "Page"):
-            session.call(f"{domain}.enable")
-        session.call("Emulation.setDeviceMetricsOverride",
-                     width=WIDTH,
-                     height=HEIGHT,
-                     deviceScaleFactor=1,
-                     mobile=False)
+    with headless_chromium(
+        ("--headless=new", "--use-angle=swiftshader", "--enable-unsafe-swiftshader"), WIDTH,
+            HEIGHT) as session:
         yield session
-    finally:
-        if session is not None:
-            session.close()
-        process.terminate()
-        try:
-            process.wait(10)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait(5)
-        shutil.rmtree(profile, ignore_errors=True)
 
 
 def canvas_pixels(session):

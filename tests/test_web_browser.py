@@ -4,6 +4,7 @@ live page of a real plot worker; the screenshot must show the env and the traini
 Set ``ASYNC_PLOTTER_SCREENSHOT_DIR`` to keep the screenshot for a look.
 """
 import base64
+import contextlib
 import io
 import json
 import os
@@ -62,18 +63,20 @@ class DevTools:
         self._socket.close()
 
 
-@pytest.fixture
-def chromium(tmp_path):
-    """A headless Chromium with remote debugging on a free port; yields a DevTools page session."""
+@contextlib.contextmanager
+def headless_chromium(flags, width=WIDTH, height=HEIGHT):
+    """A headless Chromium started with ``flags``, remote debugging on a free port and a fresh
+    profile; yields a DevTools session on its page (Runtime, Log and Page enabled, the viewport
+    ``width`` x ``height``), and stops it whatever happens."""
     binary = shutil.which("chromium") or shutil.which("chromium-browser")
     if binary is None:
         pytest.fail("Chromium is not installed; `make test` installs it (Debian package chromium)")
     profile = tempfile.mkdtemp(prefix="chromium-profile-")
     process = subprocess.Popen([
-        binary, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+        binary, *flags, "--no-sandbox", "--disable-quic", "--no-first-run",
         "--disable-background-networking", "--disable-component-update", "--disable-sync",
         "--disable-dev-shm-usage", f"--user-data-dir={profile}", "--remote-debugging-port=0",
-        f"--window-size={WIDTH},{HEIGHT}", "about:blank"
+        f"--window-size={width},{height}", "about:blank"
     ],
                                stdout=subprocess.DEVNULL,
                                stderr=subprocess.PIPE,
@@ -92,12 +95,11 @@ def chromium(tmp_path):
         with urllib.request.urlopen(f"http://127.0.0.1:{port}/json/list", timeout=10) as answer:
             pages = [t for t in json.load(answer) if t["type"] == "page"]
         session = DevTools(pages[0]["webSocketDebuggerUrl"])
-        session.call("Runtime.enable")
-        session.call("Log.enable")
-        session.call("Page.enable")
+        for domain in ("Runtime", "Log", "Page"):
+            session.call(f"{domain}.enable")
         session.call("Emulation.setDeviceMetricsOverride",
-                     width=WIDTH,
-                     height=HEIGHT,
+                     width=width,
+                     height=height,
                      deviceScaleFactor=1,
                      mobile=False)
         yield session
@@ -111,6 +113,13 @@ def chromium(tmp_path):
             process.kill()
             process.wait(5)
         shutil.rmtree(profile, ignore_errors=True)
+
+
+@pytest.fixture
+def chromium(tmp_path):
+    """A headless Chromium without GPU; yields a DevTools page session."""
+    with headless_chromium(("--headless", "--disable-gpu")) as session:
+        yield session
 
 
 def screenshot(session):
