@@ -376,11 +376,17 @@ def test_the_history_strip_plays_recorded_videos(server_and_trainers, serving, c
     assert newest["width"] == 500 and newest["label"].startswith("iteration ")
     # The page follows newer recordings while it shows the newest: read what is on screen and
     # press "prev" in one step, so that the video compared with is the one "prev" starts from.
-    on_screen = chromium.evaluate("""(() => {
+    # Once the page lists an older video than the one it shows ("(k of n)" with k > 1).
+    on_screen = wait_for(lambda: chromium.evaluate("""(() => {
         const label = document.querySelector('[data-tile="pend"] .video-label').textContent;
+        const shown = /\\((\\d+) of \\d+\\)/.exec(label);
+        if (!shown || Number(shown[1]) < 2) return null;
         document.querySelector('[data-tile="pend"] .prev').click();
         return label;
-    })()""")
+    })()"""),
+                         30,
+                         interval=0.5,
+                         message="an older video in the page's list")
     earlier = wait_for(lambda: (lambda s: s and s["label"] != on_screen and s)(playing()),
                        20,
                        message="an earlier video to play")

@@ -16,8 +16,9 @@ from async_plotter.channel.redis.writer import RedisWriter
 from async_plotter.channel.shm import SharedMemoryReader, SharedMemoryWriter
 from async_plotter.render.stream import StreamKind, UnknownMessage
 from async_plotter.worker import render_process
-from async_plotter.worker.sinks import (HttpSpec, SinkContext, SinkSpec, TensorBoardSpec, VideoSpec,
-                                        WindowSpec, build_sinks, register_sink)
+from async_plotter.worker.sinks import (HttpSpec, SinkContext, SinkSpec, StatesSpec,
+                                        TensorBoardSpec, VideoSpec, WindowSpec, build_sinks,
+                                        register_sink)
 from async_plotter.worker.status import StatusKind, StatusSender, UnknownReport, report_kind
 from async_plotter.trainer_side.metrics_relay import MetricsRelay
 from async_plotter.trainer_side.stats import STATS_KEYS, WorkerStats
@@ -205,7 +206,8 @@ def test_the_configuration_is_built_apart_from_the_plotter_from_the_same_argumen
     videos = tmp_path / "videos"
     config = plotter_config(
         arguments("Swimmer-v5", LinearPolicy(8, 2), video_dir=videos, window=False))
-    assert config.worker.sinks == (VideoSpec(str(videos)), ) and config.publish is None
+    assert config.worker.sinks == (VideoSpec(str(videos)), StatesSpec(
+        str(videos))) and config.publish is None
     assert config.has_output and config.initial.shape == (
         16, ) and config.worker.max_path_length == 500
     assert not videos.exists(), "building the configuration writes nothing"

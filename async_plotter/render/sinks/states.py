@@ -4,6 +4,7 @@
 It keeps the same episodes as the video sink (both are ``RecordedSink``s: the first episode of an
 update, the short ones chained to it) and asks for no pixels, so it costs a copy of each state.
 """
+import errno
 import logging
 import os
 from typing import Any, Callable, Optional
@@ -99,7 +100,10 @@ class StateRecordingSink(RecordedSink):
         try:
             write_recording(path, builder.build())
         except OSError as error:
-            logger.warning("could not write the state recording %s: %s", path, error)
+            # A full device is the video sink's to report, once, for the folder both write to;
+            # a warning per recording would repeat it for every video until space comes back.
+            log = logger.debug if error.errno == errno.ENOSPC else logger.warning
+            log("could not write the state recording %s: %s", path, error)
             return False
         size = os.path.getsize(path)
         logger.info("wrote %s (%d steps, %d bytes)", path, len(builder), size)
