@@ -58,7 +58,7 @@ def check_worker_env(worker_env: Any, trainer_env: Any, label: str) -> None:
     outer = worker_stages[len(inner):]
     for probe in _probes(raw):
         try:
-            start = _through(inner, probe, label)
+            start = _through(inner, probe)
             _compare(trainer_stages, outer, start, label)
         except EnvMismatchError:
             raise
@@ -148,7 +148,7 @@ def _probes(raw: np.ndarray) -> List[np.ndarray]:
     return [raw] + [(raw + k * shift * (-1)**k).astype(raw.dtype) for k in range(1, _PROBES + 1)]
 
 
-def _through(stages: List[Stage], observation: np.ndarray, label: str) -> np.ndarray:
+def _through(stages: List[Stage], observation: np.ndarray) -> np.ndarray:
     for _, transform in stages:
         observation = np.asarray(transform(observation))
     return observation
