@@ -110,6 +110,20 @@ def test_frames_show_the_env_and_switch_to_each_new_policy_at_once(watched):
     stream.close()
 
 
+def test_the_live_page_plays_at_the_envs_rate_evenly_not_in_bursts(watched):
+    # The rollout process sends a quarter of a second of steps at once (worker/shown_steps.py);
+    # the render process must still show each when it is due: Swimmer's 25 steps/s under a
+    # cap of 20 frames/s is every 2nd step at 12.5 frames/s.
+    plotter, _, url = watched
+    assert plotter.stats["video_fps"] == pytest.approx(12.5)
+    frames = frames_for(url + "stream.mjpg", 4.0)
+    gaps = np.diff([frame.received for frame in frames])
+    period = 1.0 / 12.5
+    assert 0.6 * 4.0 / period < len(gaps) < 1.4 * 4.0 / period, f"{len(gaps)} frames in 4 s"
+    off = np.median(np.abs(gaps - period)) / period
+    assert off < 0.25, f"frames came unevenly, {off:.0%} off their period: {np.round(gaps, 3)}"
+
+
 def test_status_and_curve_events(watched):
     plotter, policy, url = watched
     new_policy(plotter, policy, seed=4, iteration=40)

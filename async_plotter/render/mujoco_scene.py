@@ -9,6 +9,7 @@ GPU the full visuals cost ~3 ms. So ``quality="auto"`` turns them off only on so
 """
 import logging
 import pickle
+import time
 from typing import Any, Dict, Optional
 
 import numpy as np
@@ -53,6 +54,9 @@ class MujocoScene:
         self.gl_renderer = "none (nothing drawn here yet)"
         self.preset = "n/a"
         self.width, self.height = width, height
+        #: when the pose set last is to be on screen (``time.monotonic()``; the render process
+        #: may pose a fraction of a second's states ahead of time)
+        self.due = time.monotonic()
         self.camera = self._make_camera(self.camera_plan, camera_id)
         if gl:
             self._open_renderer()

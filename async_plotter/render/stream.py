@@ -1,9 +1,10 @@
 """What reaches the render process, one ``(StreamKind, body)`` message per ``Connection.send``.
 
 From the rollout process: ``(SCENE, SceneInfo)`` once, then per episode ``(BEGIN, EpisodeInfo)``,
-one ``(STATE, StepState)`` (MuJoCo physics state, the action and the reward: a few hundred
-bytes) or ``(FRAME, array)`` (pixels, for envs that draw themselves) per shown step (every ``SceneInfo.stride``-th, and the episode's
-first and last), and ``(END, EpisodeEnd)``. From the trainer, on the
+the shown steps (every ``SceneInfo.stride``-th, and the episode's first and last) as
+``(STATES, StateChunk)`` messages of several consecutive MuJoCo steps each (physics state, action
+and reward: a few hundred bytes a step), or one ``(FRAME, array)`` per step for envs that draw
+themselves, and ``(END, EpisodeEnd)``. From the trainer, on the
 lifeline: ``(METRICS, (iteration, metrics))`` and ``(FINAL, None)`` (training is over: record the
 final video at full speed). The kind on the wire is the ``StreamKind`` member itself, as it is
 the ``StatusKind`` member in the worker's reports (``worker/status.py``); the render process
@@ -12,7 +13,7 @@ that sinks and the live page depend on this module and not on the worker that bu
 """
 import dataclasses
 import enum
-from typing import Any, Dict, Optional
+from typing import Any, Dict, List, Optional
 
 import numpy as np
 
@@ -22,7 +23,7 @@ class StreamKind(str, enum.Enum):
 
     SCENE = "scene"
     BEGIN = "begin"
-    STATE = "state"
+    STATES = "states"
     FRAME = "frame"
     END = "end"
     METRICS = "metrics"
@@ -68,6 +69,35 @@ class StepState:
     action: Optional[np.ndarray] = None
     #: the reward summed over the env steps since the previous shown step
     reward: float = 0.0
+
+
+@dataclasses.dataclass(frozen=True)
+class StateChunk:
+    """Consecutive shown steps of a MuJoCo env, sent as one message.
+
+    One message per chunk, not per step: on a busy machine each wakeup of a worker process costs
+    several times the step it wakes for (caches gone cold; docs/measurements.md), so a live view
+    gets its next fraction of a second at once and the render process shows it on time."""
+
+    #: one ``mjSTATE_FULLPHYSICS`` row per step
+    states: np.ndarray
+    #: one row per step: the action that led there (zeros in an episode's first state's row)
+    actions: np.ndarray
+    #: per step, the reward summed over the env steps since the previous shown step
+    rewards: np.ndarray
+    #: the first row is an episode's first state, which no action led to
+    starts_episode: bool = False
+
+    def __len__(self) -> int:
+        return len(self.states)
+
+    def steps(self) -> List[StepState]:
+        """The chunk as ``StepState`` s (views of its arrays)."""
+        return [
+            StepState(state, None if index == 0 and self.starts_episode else action, float(reward))
+            for index, (state, action,
+                        reward) in enumerate(zip(self.states, self.actions, self.rewards))
+        ]
 
 
 @dataclasses.dataclass(frozen=True)

@@ -98,11 +98,15 @@ class HttpSink(FrameSink):
         if self._scene3d is not None:
             self._scene3d.begin_episode(episode)
 
+    def wants_real_time(self) -> bool:
+        # The MJPEG page shows frames as they come; the 3D view sends each pose when it is due.
+        return self._feed.has_viewers()
+
     def add_frame(self, frame: Optional[np.ndarray], episode: EpisodeInfo) -> None:
         self._feed.add_frame(frame, episode)
         # Poses are computed and sent only while a 3D viewer is connected.
         if self._scene3d is not None and self._front.viewers:
-            self._front.broadcast(self._scene3d.encode_poses(self._scene.data))
+            self._front.broadcast(self._scene3d.encode_poses(self._scene.data), self._scene.due)
 
     def end_episode(self, episode: EpisodeInfo, end: EpisodeEnd) -> None:
         if end.completed:  # a return cut short by a newer policy says nothing about either

@@ -16,15 +16,21 @@ render process hands each frame's poses, already encoded (``view3d/poses.py``), 
 browser skips frames, as with MJPEG), and only after viser has replayed the scene to it.
 """
 import asyncio
+import collections
 import importlib.util
 import logging
 import os
 import threading
 import time
-from typing import Any, Optional, Tuple
+from typing import Any, Deque, Optional, Tuple
 
 import aiohttp
 from aiohttp import web
+
+try:
+    from asyncio import timeout as _within  # Python 3.11+
+except ImportError:  # before 3.11 aiohttp itself depends on async-timeout
+    from async_timeout import timeout as _within
 
 from async_plotter.view3d.guarded import SECRET_HEADER
 
@@ -71,6 +77,9 @@ class View3DFront:
         self._viewers = 0
         self._sockets: "set[_Viewer]" = set()
         self._loop: Optional[asyncio.AbstractEventLoop] = None
+        #: ``(due, frame)`` poses not yet sent, oldest first; a wake of the loop is pending
+        self._due: Deque[Tuple[float, bytes]] = collections.deque()
+        self._armed = False
         #: sockets opened in all, and bytes sent to browsers (for the benchmark)
         self.opened = 0
         self.bytes_sent = 0
@@ -84,15 +93,37 @@ class View3DFront:
         """3D sockets open now."""
         return self._viewers
 
-    def broadcast(self, frame: bytes) -> None:
-        """One frame's poses to every viewer (from any thread); newest wins per viewer."""
+    def broadcast(self, frame: bytes, due: Optional[float] = None) -> None:
+        """One frame's poses to every viewer at ``due`` (``time.monotonic()``; None: now), from
+        any thread; newest wins per viewer. A chunk's poses come at once, a little ahead of
+        time: the server's loop is woken once for them and then at each one's time."""
         loop = self._loop
         if loop is None:
             return
+        with self._lock:
+            self._due.append((time.monotonic() if due is None else due, frame))
+            if self._armed:
+                return
+            self._armed = True
         try:
-            loop.call_soon_threadsafe(self._deliver, frame)
+            loop.call_soon_threadsafe(self._send_due)
         except RuntimeError:  # the server's loop is closed: stopping
             pass
+
+    def _send_due(self) -> None:
+        """In the loop: deliver the newest pose that is due, and wake again for the next."""
+        loop = asyncio.get_running_loop()
+        newest = None
+        with self._lock:
+            # asyncio's clock is time.monotonic(); a millisecond early is on time
+            while self._due and self._due[0][0] <= loop.time() + 0.001:
+                newest = self._due.popleft()[1]
+            if self._due:
+                loop.call_at(self._due[0][0], self._send_due)
+            else:
+                self._armed = False
+        if newest is not None:
+            self._deliver(newest)
 
     def _deliver(self, frame: bytes) -> None:
         for viewer in self._sockets:
@@ -206,11 +237,13 @@ async def _pump(browser: web.WebSocketResponse, upstream: Any, front: View3DFron
         async for message in upstream:
             if message.type == aiohttp.WSMsgType.BINARY:
                 front.bytes_sent += len(message.data)
-                await asyncio.wait_for(browser.send_bytes(message.data), SEND_TIMEOUT)
+                async with _within(SEND_TIMEOUT):
+                    await browser.send_bytes(message.data)
                 if not viewer.ready:
                     viewer.ready = _replay_done(message.data)
             elif message.type == aiohttp.WSMsgType.TEXT:
-                await asyncio.wait_for(browser.send_str(message.data), SEND_TIMEOUT)
+                async with _within(SEND_TIMEOUT):
+                    await browser.send_str(message.data)
             else:
                 break
 
@@ -231,7 +264,9 @@ async def _pump(browser: web.WebSocketResponse, upstream: Any, front: View3DFron
             if frame is None or not viewer.ready:
                 continue
             front.bytes_sent += len(frame)
-            await asyncio.wait_for(browser.send_bytes(frame), SEND_TIMEOUT)
+            # a timeout scope, not wait_for: no task made per frame sent
+            async with _within(SEND_TIMEOUT):
+                await browser.send_bytes(frame)
 
     tasks = [
         asyncio.ensure_future(down()),

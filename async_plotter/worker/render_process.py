@@ -16,8 +16,8 @@ from async_plotter.processes import (become_background_child, keep_side_effects_
 from async_plotter.worker.config import WorkerConfig
 from async_plotter.worker.sinks import SinkContext, WindowSpec, build_sinks
 from async_plotter.worker.status import StatusKind, StatusSender
-from async_plotter.render.stream import (EpisodeEnd, EpisodeInfo, SceneInfo, StreamKind,
-                                         UnknownMessage)
+from async_plotter.render.stream import (EpisodeEnd, EpisodeInfo, SceneInfo, StateChunk, StepState,
+                                         StreamKind, UnknownMessage)
 
 logger = logging.getLogger(__name__)
 
@@ -276,9 +276,10 @@ class _Stream:
         self._sinks = sinks
         self._status = status
         self._frames_in = frames_in
-        # The cap, or the scene's own rate where the rollout process chose one a little above it
-        # (Hopper: 31.25 frames/s under a cap of 30): pacing below it would lag the live view.
-        self._interval = 1.0 / max(config.fps, scene_info.fps or 0.0)
+        # The scene's rate, which the rollout process chose under the cap (or a little above
+        # it: Hopper's 31.25 frames/s under a cap of 30): a live view's frames come a chunk at
+        # a time, and are shown at the rate they were simulated at.
+        self._interval = 1.0 / (scene_info.fps or config.fps)
         self._next_due = time.monotonic()
         # Live viewers want the present, not every step: when the renderer falls behind
         # (software GL under a busy trainer), a state with a newer one already waiting is
@@ -342,10 +343,22 @@ class _Stream:
             sink.end_episode(self._episode, end)
         self._report_frames()  # an idle worker would otherwise never report the tail
 
-    def _on_state(self, state: Any) -> None:
-        if self._drop_stale and self._frames_in.poll():
-            return
-        self._scene.set_state(state)
+    def _on_states(self, chunk: StateChunk) -> None:
+        steps = chunk.steps()
+        last = len(steps) - 1
+        for index, step in enumerate(steps):
+            # A renderer more than a frame behind (software GL under a busy trainer) skips to
+            # the present: live viewers want it, not every step (videos keep every step).
+            if self._drop_stale and index < last and self._behind():
+                continue
+            self._on_state(step)
+        self._keep_cap()
+
+    def _behind(self) -> bool:
+        return time.monotonic() > self._next_due + self._interval
+
+    def _on_state(self, step: StepState) -> None:
+        self._scene.set_state(step)
         wanted = any(sink.wants_pixels() for sink in self._sinks)
         self._show(self._scene.render() if wanted else None)
 
@@ -353,20 +366,33 @@ class _Stream:
         if self._drop_stale and self._frames_in.poll():
             return
         self._show(frame)
+        self._keep_cap()
+
+    def _keep_cap(self) -> None:
+        # Where nothing was paced frame by frame, the cap is kept once a message: what comes
+        # next is not shown before the last frame shown is due.
+        delay = self._next_due - self._interval - time.monotonic()
+        if delay > 0 and not self._final:
+            time.sleep(delay)
 
     def _show(self, frame: Any) -> None:
+        # The frame-rate cap: the worker's CPU use is bounded by fps x cost of one frame. The
+        # final video has no cap: training is over, and close() is waiting for it. Sinks that
+        # show frames as they come (a window, the MJPEG page while watched) get each at its
+        # time; the others get a chunk's frames at once, with the time each is due (the 3D
+        # view sends each pose then), and the render process sleeps once a chunk.
+        now = time.monotonic()
+        due = now if self._final else max(self._next_due, now)
+        if due > now and any(sink.wants_real_time() for sink in self._sinks):
+            time.sleep(due - now)
+        if self._scene is not None:
+            self._scene.due = due
         for sink in self._sinks:
             sink.add_frame(frame, self._episode)
         self._frames_unreported += 1
-        now = time.monotonic()
-        if now - self._last_report >= 0.5:
+        if time.monotonic() - self._last_report >= 0.5:
             self._report_frames()
-        # The frame-rate cap: the worker's CPU use is bounded by fps x cost of one frame. The
-        # final video has no cap: training is over, and close() is waiting for it.
-        self._next_due = max(self._next_due + self._interval, now)
-        delay = self._next_due - time.monotonic()
-        if delay > 0 and not self._final:
-            time.sleep(delay)
+        self._next_due = due + self._interval
 
     def _report_frames(self) -> None:
         if self._frames_unreported:
@@ -382,6 +408,6 @@ _HANDLERS: Dict[StreamKind, Callable[[_Stream, Any], None]] = {
     StreamKind.FAILED: _Stream._on_failed,
     StreamKind.BEGIN: _Stream._on_begin,
     StreamKind.END: _Stream._on_end,
-    StreamKind.STATE: _Stream._on_state,
+    StreamKind.STATES: _Stream._on_states,
     StreamKind.FRAME: _Stream._on_frame,
 }

@@ -18,14 +18,13 @@ import time
 from multiprocessing.connection import Connection
 from typing import Any, Optional
 
-import numpy as np
-
 from async_plotter.channel.base import ChannelAddress, ParamReader, ParamUpdate, ParentGone
 from async_plotter.processes import (become_background_child, keep_side_effects_out_of_user_folders)
 from async_plotter.worker.config import WorkerConfig
 from async_plotter.worker.playback import Playback, plan_playback
+from async_plotter.worker.shown_steps import ShownSteps
 from async_plotter.worker.status import StatusKind, StatusSender
-from async_plotter.render.stream import (EpisodeEnd, EpisodeInfo, SceneInfo, StepState, StreamKind)
+from async_plotter.render.stream import EpisodeEnd, EpisodeInfo, SceneInfo, StreamKind
 from async_plotter.env.spaces import to_env_action
 
 logger = logging.getLogger(__name__)
@@ -142,6 +141,7 @@ def _play(config: WorkerConfig, env: Any, runtime: Any, env_state: Any, reader: 
     # A video of an episode that ends at once (a young Hopper falls in 5-10 steps) would last a
     # fraction of a second; further episodes of the same parameters join it up to this length.
     min_video_steps = playback.steps(config.min_video_seconds)
+    shown_steps = ShownSteps(env, scene, frames_out, config.live, scene.fps or config.fps)
     episode_index = 0
     current: Optional[ParamUpdate] = None
     part, shown = 0, 0  # episodes and steps shown of ``current`` so far
@@ -162,8 +162,9 @@ def _play(config: WorkerConfig, env: Any, runtime: Any, env_state: Any, reader: 
         full, clip = current.max_path_length, _clip_steps(current, config, playback)
         steps_left = max(full - shown, 1) if part else full
         clip_left = max(clip - shown, 1) if part else clip
-        end = _run_episode(env, runtime, env_state, scene, info, (steps_left, clip_left), reader,
-                           config, frames_out, status, min_video_steps - shown)
+        end = _run_episode(env, runtime, env_state, shown_steps, info, (steps_left, clip_left),
+                           reader, config, frames_out, status, min_video_steps - shown,
+                           max(int(scene.stride), 1))
         shown += end.steps
         part = part + 1 if end.continued else 0
         status.send(StatusKind.EPISODE,
@@ -189,11 +190,11 @@ def _clip_steps(update: ParamUpdate, config: WorkerConfig, playback: Playback) -
     return update.max_path_length
 
 
-def _run_episode(env: Any, runtime: Any, env_state: Any, scene: SceneInfo, info: EpisodeInfo,
+def _run_episode(env: Any, runtime: Any, env_state: Any, shown: ShownSteps, info: EpisodeInfo,
                  limits: tuple, reader: Any, config: WorkerConfig, frames_out: Connection,
-                 status: StatusSender, video_steps_wanted: int) -> EpisodeEnd:
+                 status: StatusSender, video_steps_wanted: int, stride: int) -> EpisodeEnd:
     """One episode of at most ``limits[0]`` steps, cut at ``limits[1]`` unless the final video
-    is asked for; every ``scene.stride``-th step is streamed to the render process, and the
+    is asked for; every ``stride``-th step is shown (streamed to the render process), and the
     first and last always (a video ends on the episode's true final state)."""
     max_path_length, clip_length = limits
     seed = None if config.seed is None else config.seed + info.episode
@@ -205,13 +206,13 @@ def _run_episode(env: Any, runtime: Any, env_state: Any, scene: SceneInfo, info:
     frames_out.send((StreamKind.BEGIN, info))
     total_reward, steps, completed, ended_early = 0.0, 0, True, False
     unsent_reward = 0.0  # since the previous shown step (a recording keeps it per shown step)
-    _send_step(env, scene, frames_out)
-    stride = max(int(scene.stride), 1)
-    interval, next_due = 1.0 / (scene.fps or config.fps), time.monotonic()
+    shown.add()
     for steps in range(1, max_path_length + 1):
         # A viewer should see the newest policy now, not in 30 s; so should the final video.
         if (config.live or reader.final_requested()) and reader.newer_available():
             completed = False
+            if config.live:
+                shown.drop()  # steps of the old policy not yet due on screen
             break
         action = to_env_action(runtime.act(observation), env.action_space)
         env_state.hold()
@@ -221,16 +222,7 @@ def _run_episode(env: Any, runtime: Any, env_state: Any, scene: SceneInfo, info:
         ended = bool(terminated or truncated)
         clipped = steps >= clip_length and not reader.final_requested()
         if ended or clipped or steps == max_path_length or steps % stride == 0:
-            if config.live:
-                # Real time for live viewers, per shown frame: steps sent faster than the
-                # render process draws them would queue in the pipe (~70 Swimmer states fit)
-                # and delay the newest policy by seconds. Videos need no pace: the pipe's
-                # back-pressure is enough for them.
-                next_due = max(next_due + interval, time.monotonic())
-                delay = next_due - time.monotonic()
-                if delay > 0:
-                    time.sleep(delay)
-            _send_step(env, scene, frames_out, action, unsent_reward)
+            shown.add(action, unsent_reward)
             unsent_reward = 0.0
         status.beat()
         if ended:
@@ -238,6 +230,7 @@ def _run_episode(env: Any, runtime: Any, env_state: Any, scene: SceneInfo, info:
             break
         if clipped:
             break
+    shown.flush()
     # Chain another episode of these parameters into the same video while it is still short
     # (recorded videos only; live views replay anyway): a video lasts min_video_seconds even
     # when newer parameters wait (a young Hopper falls in 0.1 s), except once the final video
@@ -272,25 +265,3 @@ def describe_scene(env: Any, config: WorkerConfig) -> SceneInfo:
                          height=int(height),
                          label=config.env.label)
     return SceneInfo(kind="frames", label=config.env.label)
-
-
-def _send_step(env: Any,
-               scene: SceneInfo,
-               frames_out: Connection,
-               action: Any = None,
-               reward: float = 0.0) -> None:
-    if scene.kind == "mujoco":
-        import mujoco
-
-        unwrapped = env.unwrapped
-        spec = mujoco.mjtState.mjSTATE_FULLPHYSICS
-        state = np.empty(mujoco.mj_stateSize(unwrapped.model, spec))
-        mujoco.mj_getState(unwrapped.model, unwrapped.data, state, spec)
-        sent = None if action is None else np.asarray(action, dtype=np.float32).reshape(-1)
-        frames_out.send((StreamKind.STATE, StepState(state, sent, float(reward))))
-        return
-    frame = env.render()
-    if frame is None:
-        raise RuntimeError(f"env {scene.label} returned no frame from render(); build it with "
-                           "render_mode='rgb_array' (a factory may accept render_mode)")
-    frames_out.send((StreamKind.FRAME, np.ascontiguousarray(frame, dtype=np.uint8)))

@@ -36,6 +36,12 @@ class FrameSink:
         when no sink wants pixels (a window draws the scene itself; a page nobody watches)."""
         return True
 
+    def wants_real_time(self) -> bool:
+        """Whether this sink shows each frame as it comes, so must get it when it is due (a
+        window, a page being watched). Sinks that keep frames (videos) say False: they may get
+        the next fraction of a second's frames at once, which costs fewer wakeups."""
+        return True
+
     def begin_episode(self, episode: EpisodeInfo) -> None:
         """A new episode starts."""
 

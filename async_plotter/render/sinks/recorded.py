@@ -35,6 +35,9 @@ class RecordedSink(FrameSink):
         self._frames = 0
         self._last_kept_update = -1
 
+    def wants_real_time(self) -> bool:
+        return False  # kept, not shown: frames may come ahead of time
+
     def wants_pixels(self) -> bool:
         # A replay of an update already kept needs no pixels from this sink.
         return self._recording is not None and self._accepting()

@@ -1,0 +1,110 @@
+"""The rollout process's shown steps on their way to the render process, a chunk at a time.
+
+A MuJoCo step leaves as its physics state (``render/stream.py`` ``StateChunk``); several steps
+share one message. On a machine whose cores the trainer keeps busy, a process that wakes finds
+its caches cold: one HalfCheetah step with its send cost 0.87 ms of CPU when the process slept
+50 ms before it and 0.13 ms in a loop (``benchmarks/view_cost.py`` shows what it does to a whole
+watched second). So a live view's next ``CHUNK_SECONDS`` of motion are computed at once and sent
+when the first of them is due, and the render process shows each on time; the rollout process
+wakes a few times a second instead of at every frame. A newer policy still shows within a chunk.
+Recorded videos are not paced (the pipe's back-pressure holds them); their chunks only save
+messages. Envs that draw their own frames send one frame per message, paced as before.
+"""
+import time
+from multiprocessing.connection import Connection
+from typing import Any, Optional
+
+import numpy as np
+
+from async_plotter.render.stream import SceneInfo, StateChunk, StreamKind
+
+#: how much motion one message carries to a live view: a few wakeups a second, and a newer
+#: policy on screen within a quarter of a second
+CHUNK_SECONDS = 0.25
+#: steps per message of a recorded video (not paced; only fewer messages)
+VIDEO_CHUNK_STEPS = 16
+
+
+class ShownSteps:
+    """Collects an episode's shown steps and sends them in chunks (``flush`` at its end)."""
+
+    def __init__(self, env: Any, scene: SceneInfo, frames_out: Connection, live: bool,
+                 fps: float) -> None:
+        self._env = env
+        self._scene = scene
+        self._out = frames_out
+        self._live = live
+        self._interval = 1.0 / fps
+        self._next_due = time.monotonic()
+        self._count = 0
+        self._starts_episode = False
+        self._mujoco: Any = None
+        if scene.kind != "mujoco":
+            return
+        import mujoco
+
+        self._mujoco = mujoco
+        self._spec = mujoco.mjtState.mjSTATE_FULLPHYSICS
+        unwrapped = env.unwrapped
+        self._model, self._data = unwrapped.model, unwrapped.data
+        size = max(1, round(CHUNK_SECONDS * fps)) if live else VIDEO_CHUNK_STEPS
+        self._states = np.empty((size, mujoco.mj_stateSize(self._model, self._spec)))
+        self._actions: Optional[np.ndarray] = None
+        self._rewards = np.zeros(size)
+
+    def add(self, action: Any = None, reward: float = 0.0) -> None:
+        """The env's current state is shown next (``action`` led to it; None: a reset)."""
+        if self._mujoco is None:
+            self._send_frame()
+            return
+        index = self._count
+        if index == 0:
+            self._starts_episode = action is None
+        self._mujoco.mj_getState(self._model, self._data, self._states[index], self._spec)
+        if action is not None:
+            flat = np.asarray(action, dtype=np.float32).reshape(-1)
+            if self._actions is None or self._actions.shape[1] != flat.size:
+                self._actions = np.zeros((len(self._states), flat.size), np.float32)
+            self._actions[index] = flat
+        elif self._actions is not None:
+            self._actions[index] = 0.0
+        self._rewards[index] = reward
+        self._count += 1
+        if self._count == len(self._states):
+            self.flush()
+
+    def flush(self) -> None:
+        """Send what was collected (at the end of an episode, and when a chunk is full)."""
+        count = self._count
+        if count == 0:
+            return
+        self._count = 0
+        if self._live:
+            self._pace(count)
+        actions = (self._actions[:count].copy() if self._actions is not None else np.zeros(
+            (count, 0), np.float32))
+        self._out.send((StreamKind.STATES,
+                        StateChunk(self._states[:count].copy(), actions,
+                                   self._rewards[:count].copy(), self._starts_episode)))
+
+    def drop(self) -> None:
+        """Forget what was collected and not sent (a newer policy is to be shown at once)."""
+        self._count = 0
+
+    def _pace(self, frames: int) -> None:
+        # Real time for live viewers: steps sent faster than the render process shows them
+        # would queue in the pipe and delay the newest policy by seconds.
+        now = time.monotonic()
+        due = max(self._next_due, now)
+        if due > now:
+            time.sleep(due - now)
+        self._next_due = due + frames * self._interval
+
+    def _send_frame(self) -> None:
+        frame = self._env.render()
+        if frame is None:
+            raise RuntimeError(f"env {self._scene.label} returned no frame from render(); build "
+                               "it with render_mode='rgb_array' (a factory may accept render_mode)")
+        if self._live:
+            self._pace(1)
+        self._out.send((StreamKind.FRAME, np.ascontiguousarray(frame, dtype=np.uint8)))
