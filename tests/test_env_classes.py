@@ -84,3 +84,24 @@ def test_env_class_that_needs_arguments_is_named_in_the_trainer(tmp_path):
     assert "requires size" in str(raised.value) and "lambda: NeedsArguments(size=...)" in str(
         raised.value)
     assert not (tmp_path / "videos").exists()
+
+
+def test_a_made_envs_step_limit_still_ends_the_workers_episodes(tmp_path, no_leftovers):
+    """The rollout process steps past gymnasium.make's bookkeeping wrappers (a quarter of a
+    Hopper step's CPU) and keeps their TimeLimit itself: max_episode_steps=30 under a
+    max_path_length of 1000 still ends each episode after 30 steps."""
+    import gymnasium
+
+    from async_plotter.render.recording import read_recording
+
+    env = gymnasium.make("Swimmer-v5", max_episode_steps=30)
+    policy = LinearPolicy(8, 2)
+    policy.fill(0.3)
+    with Plotter(env, policy, max_path_length=1000, video_dir=str(tmp_path), seed=0,
+                 priority="normal") as plotter:
+        wait_for(lambda: plotter.stats["videos"] >= 1, 90, message="a video")
+        path = plotter.stats["video_log"][0]["path"]
+    recording = read_recording(path[:-len(".mp4")] + ".npz")
+    rows = np.bincount(recording.episodes)
+    # Swimmer shows every step: the reset state and 30 steps per episode, chained to 2 s.
+    assert len(rows) >= 2 and (rows == 31).all(), rows

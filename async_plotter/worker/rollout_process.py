@@ -25,6 +25,7 @@ from async_plotter.worker.playback import Playback, plan_playback
 from async_plotter.worker.shown_steps import ShownSteps
 from async_plotter.worker.status import StatusKind, StatusSender
 from async_plotter.render.stream import EpisodeEnd, EpisodeInfo, SceneInfo, StreamKind
+from async_plotter.env.gym_compat import direct_step
 from async_plotter.env.spaces import to_env_action
 
 logger = logging.getLogger(__name__)
@@ -142,6 +143,7 @@ def _play(config: WorkerConfig, env: Any, runtime: Any, env_state: Any, reader: 
     # fraction of a second; further episodes of the same parameters join it up to this length.
     min_video_steps = playback.steps(config.min_video_seconds)
     shown_steps = ShownSteps(env, scene, frames_out, config.live, scene.fps or config.fps)
+    stepping = direct_step(env)
     episode_index = 0
     current: Optional[ParamUpdate] = None
     part, shown = 0, 0  # episodes and steps shown of ``current`` so far
@@ -164,7 +166,7 @@ def _play(config: WorkerConfig, env: Any, runtime: Any, env_state: Any, reader: 
         clip_left = max(clip - shown, 1) if part else clip
         end = _run_episode(env, runtime, env_state, shown_steps, info, (steps_left, clip_left),
                            reader, config, frames_out, status, min_video_steps - shown,
-                           max(int(scene.stride), 1))
+                           max(int(scene.stride), 1), stepping)
         shown += end.steps
         part = part + 1 if end.continued else 0
         status.send(StatusKind.EPISODE,
@@ -192,11 +194,14 @@ def _clip_steps(update: ParamUpdate, config: WorkerConfig, playback: Playback) -
 
 def _run_episode(env: Any, runtime: Any, env_state: Any, shown: ShownSteps, info: EpisodeInfo,
                  limits: tuple, reader: Any, config: WorkerConfig, frames_out: Connection,
-                 status: StatusSender, video_steps_wanted: int, stride: int) -> EpisodeEnd:
+                 status: StatusSender, video_steps_wanted: int, stride: int,
+                 stepping: tuple) -> EpisodeEnd:
     """One episode of at most ``limits[0]`` steps, cut at ``limits[1]`` unless the final video
     is asked for; every ``stride``-th step is shown (streamed to the render process), and the
-    first and last always (a video ends on the episode's true final state)."""
+    first and last always (a video ends on the episode's true final state). ``stepping`` is
+    ``env/gym_compat.direct_step``'s ``(step, time limit)``."""
     max_path_length, clip_length = limits
+    step, time_limit = stepping
     seed = None if config.seed is None else config.seed + info.episode
     env_state.hold()  # the trainer's wrapper state, never the worker's own updates of it
     observation, _ = env.reset(seed=seed)
@@ -216,7 +221,8 @@ def _run_episode(env: Any, runtime: Any, env_state: Any, shown: ShownSteps, info
             break
         action = to_env_action(runtime.act(observation), env.action_space)
         env_state.hold()
-        observation, reward, terminated, truncated, _ = env.step(action)
+        observation, reward, terminated, truncated, _ = step(action)
+        truncated = truncated or (time_limit is not None and steps >= time_limit)
         total_reward += float(reward)
         unsent_reward += float(reward)
         ended = bool(terminated or truncated)
