@@ -108,19 +108,33 @@ class View3DFront:
             await asyncio.sleep(0.05)
         return self._target
 
-    async def page(self, request: web.Request, token_cookie: Optional[Tuple[str,
-                                                                            str]]) -> web.Response:
-        """viser's page; with ``token_cookie`` (``(name, token)``), the token as a cookie."""
+    async def answer(self, request: web.Request, server: Any) -> web.StreamResponse:
+        """What a request for the 3D page's address gets from ``server`` (an ``HttpServer``,
+        whose guard has checked it): the page, or, for a WebSocket upgrade (viser's client opens
+        its socket at the page's own address), the socket."""
+        if request.headers.get("upgrade", "").lower() != "websocket":
+            return self._page_answer(request)
+        with server.streaming():
+            return await self._socket(request, server)
+
+    def _page_answer(self, request: web.Request) -> web.Response:
+        """viser's page; a token given in the query is also set as a cookie for the socket."""
+        from async_plotter.web.server import token_cookie_name
+
         if self._page is None:
             self._page = viser_page()
         response = web.Response(body=self._page, content_type="text/html", charset="utf-8")
         response.headers["Content-Security-Policy"] = PAGE_POLICY
-        if token_cookie is not None:
-            name, token = token_cookie
-            response.set_cookie(name, token, httponly=True, samesite="Strict", path="/")
+        token = request.query.get("token", "")
+        if token:
+            response.set_cookie(token_cookie_name(request),
+                                token,
+                                httponly=True,
+                                samesite="Strict",
+                                path="/")
         return response
 
-    async def socket(self, request: web.Request, server: Any) -> web.StreamResponse:
+    async def _socket(self, request: web.Request, server: Any) -> web.StreamResponse:
         """Proxy one browser's socket to viser's, in one of ``MAX_VIEWERS`` slots."""
         target = await self._scene_ready()
         if target is None:
@@ -130,10 +144,9 @@ class View3DFront:
             name.strip() for name in request.headers.get("Sec-WebSocket-Protocol", "").split(",")
             if name.strip().startswith("viser-v")
         ][:1]
-        key = server.claim_slot("view3d", request, MAX_VIEWERS)
         self._loop = asyncio.get_running_loop()
         viewer = _Viewer()
-        try:
+        with server.slot("view3d", request, MAX_VIEWERS):
             async with aiohttp.ClientSession() as session:
                 try:
                     upstream = await session.ws_connect(f"ws://127.0.0.1:{port}/",
@@ -163,8 +176,6 @@ class View3DFront:
                     await upstream.close()
                     await browser.close()
                 return browser
-        finally:
-            server.release_slot("view3d", key)
 
 
 class _Viewer:
