@@ -16,12 +16,11 @@ import pytest
 pytest.importorskip("viser")
 pytest.importorskip("mjviser")
 
-from async_plotter import Plotter  # noqa: E402 - after the skip
-from async_plotter.render.recording import read_recording  # noqa: E402
+from async_plotter.render.recording import read_recording  # noqa: E402 - after the skip
 from async_plotter.web.address import parse_http_address  # noqa: E402
 from async_plotter.web.replay import open_replay  # noqa: E402
 from tests.conftest import wait_for  # noqa: E402
-from tests.policies import LinearPolicy, make_sled  # noqa: E402
+from tests.recordings import sled_run  # noqa: E402
 from tests.test_view3d_browser import shown_x, webgl_chromium  # noqa: E402,F401 - a fixture
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
@@ -29,17 +28,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 
 @pytest.fixture(scope="module")
 def sled_recording(tmp_path_factory):
-    folder = tmp_path_factory.mktemp("videos")
-    policy = LinearPolicy(1, 1)
-    policy.fill(2.0)
-    with Plotter(make_sled,
-                 policy,
-                 max_path_length=100,
-                 video_dir=str(folder),
-                 min_video_seconds=0,
-                 seed=0) as plotter:
-        wait_for(lambda: plotter.stats["state_recordings"] >= 1, 120, message="a recording")
-    return str(folder / "update_0000.npz")
+    return str(sled_run(tmp_path_factory)["folder"] / "update_0000.npz")
 
 
 def body_x(recording, index):
