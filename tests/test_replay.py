@@ -18,7 +18,7 @@ pytest.importorskip("mjviser")
 
 from async_plotter.render.recording import read_recording  # noqa: E402 - after the skip
 from async_plotter.web.address import parse_http_address  # noqa: E402
-from async_plotter.web.replay import open_replay  # noqa: E402
+from async_plotter.web.replay import ReplayBusy, ReplayPool, open_replay  # noqa: E402
 from tests.conftest import wait_for  # noqa: E402
 from tests.recordings import sled_run  # noqa: E402
 from tests.test_view3d_browser import shown_x, webgl_chromium  # noqa: E402,F401 - a fixture
@@ -112,3 +112,32 @@ def test_the_command_serves_the_replay_and_refuses_what_is_not_a_recording(
     finally:
         process.send_signal(signal.SIGINT)
         assert process.wait(20) == 0
+
+
+def test_a_pool_holds_few_replays_and_closes_those_nobody_watches(sled_recording, tmp_path):
+    """serve's replays: one per file, at most ``limit``; a watched one is never closed to make
+    room (``ReplayBusy``), an unwatched one is, and one unwatched for ``linger`` s closes."""
+    import shutil
+
+    import viser
+    from websockets.sync.client import connect
+
+    other = tmp_path / "iter_0001.npz"
+    shutil.copy(sled_recording, other)
+    pool = ReplayPool(limit=1, linger=1.0)
+    try:
+        first = pool.open(sled_recording)
+        assert pool.open(sled_recording) is first and len(pool) == 1
+        first.serve(parse_http_address(0, None))
+        with connect(first.url.replace("http://", "ws://"),
+                     subprotocols=[f"viser-v{viser.__version__}"],
+                     open_timeout=20) as socket:
+            assert socket.recv(timeout=20)
+            wait_for(lambda: first.front.viewers == 1, 10, message="the viewer counted")
+            with pytest.raises(ReplayBusy):
+                pool.open(str(other))
+        second = pool.open(str(other))  # the first, unwatched now, makes room
+        assert second is not first and len(pool) == 1
+        wait_for(lambda: len(pool) == 0, 10, message="the unwatched replay closed")
+    finally:
+        pool.close()
