@@ -9,8 +9,9 @@ token given as ``?token=`` is also set as a cookie (``HttpOnly``, ``SameSite=Str
 port) when the page is served; a request that presents only the cookie must also pass the origin
 checks (``server._refusal``).
 
-A socket holds one of ``MAX_VIEWERS`` slots (a new one takes the oldest one's); ``viewers`` is
-how many are open now, which is what decides whether the render process poses anything. The
+A socket holds one of ``MAX_VIEWERS`` slots (a new one takes the oldest one's), taken only once
+its own socket to viser is open (at most ``MAX_SETUPS`` are being opened at once): a burst of
+sockets that never finish opening evicts nobody. ``viewers`` is how many are open now, which is what decides whether the render process poses anything. The
 render process hands each frame's poses, already encoded (``view3d/poses.py``), to
 ``broadcast``; every viewer gets the newest one once the previous has reached its socket (a slow
 browser skips frames, as with MJPEG), and only after viser has replayed the scene to it.
@@ -21,7 +22,7 @@ import logging
 import os
 import threading
 import time
-from typing import Any, Optional, Tuple
+from typing import Any, List, Optional, Tuple
 
 import aiohttp
 from aiohttp import web
@@ -32,6 +33,8 @@ logger = logging.getLogger(__name__)
 
 #: simultaneous 3D viewers; a new one takes the oldest one's slot
 MAX_VIEWERS = 16
+#: sockets being connected to viser at once (the rest wait their turn)
+MAX_SETUPS = 4
 #: seconds a socket opened before the scene exists waits for it
 SCENE_WAIT = 30.0
 #: a socket whose browser takes none of a message for this long is dropped
@@ -71,6 +74,7 @@ class View3DFront:
         self._viewers = 0
         self._sockets: "set[_Viewer]" = set()
         self._loop: Optional[asyncio.AbstractEventLoop] = None
+        self._setups: Optional[asyncio.Semaphore] = None
         #: sockets opened in all, and bytes sent to browsers (for the benchmark)
         self.opened = 0
         self.bytes_sent = 0
@@ -145,9 +149,12 @@ class View3DFront:
             if name.strip().startswith("viser-v")
         ][:1]
         self._loop = asyncio.get_running_loop()
-        viewer = _Viewer()
-        with server.slot("view3d", request, MAX_VIEWERS):
-            async with aiohttp.ClientSession() as session:
+        if self._setups is None:
+            self._setups = asyncio.Semaphore(MAX_SETUPS)
+        async with aiohttp.ClientSession() as session:
+            # The socket to viser first, a few at a time: a slot is taken (and the oldest
+            # viewer's lost) only by a socket that is about to open.
+            async with self._setups:
                 try:
                     upstream = await session.ws_connect(f"ws://127.0.0.1:{port}/",
                                                         protocols=protocols,
@@ -158,24 +165,33 @@ class View3DFront:
                 except (aiohttp.ClientError, OSError) as error:
                     logger.warning("the 3D view's server did not answer: %s", error)
                     return web.Response(status=502, text="the 3D view is not available\n")
-                browser = web.WebSocketResponse(protocols=protocols,
-                                                max_msg_size=4 * 1024 * 1024,
-                                                compress=False,
-                                                heartbeat=15.0)
-                await browser.prepare(request)
-                with self._lock:
-                    self._viewers += 1
-                    self.opened += 1
-                self._sockets.add(viewer)
-                try:
-                    await _pump(browser, upstream, self, viewer)
-                finally:
-                    self._sockets.discard(viewer)
-                    with self._lock:
-                        self._viewers -= 1
-                    await upstream.close()
-                    await browser.close()
-                return browser
+            try:
+                with server.slot("view3d", request, MAX_VIEWERS):
+                    return await self._serve(request, protocols, upstream)
+            finally:
+                await upstream.close()
+
+    async def _serve(self, request: web.Request, protocols: List[str],
+                     upstream: Any) -> web.WebSocketResponse:
+        """The browser's side of the socket, relayed to ``upstream`` until either closes."""
+        browser = web.WebSocketResponse(protocols=protocols,
+                                        max_msg_size=4 * 1024 * 1024,
+                                        compress=False,
+                                        heartbeat=15.0)
+        await browser.prepare(request)
+        viewer = _Viewer()
+        with self._lock:
+            self._viewers += 1
+            self.opened += 1
+        self._sockets.add(viewer)
+        try:
+            await _pump(browser, upstream, self, viewer)
+        finally:
+            self._sockets.discard(viewer)
+            with self._lock:
+                self._viewers -= 1
+            await browser.close()
+        return browser
 
 
 class _Viewer:
