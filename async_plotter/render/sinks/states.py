@@ -42,7 +42,35 @@ def recording_name(episode: EpisodeInfo) -> str:
     return os.path.splitext(video_name(episode))[0] + SUFFIX
 
 
-class StateRecordingSink(RecordedSink):
+class _StepCopies:
+    """What both sinks here share: the scene whose steps they copy, its model as MJB (kept in
+    every recording), how the scene plays, and whom to tell of each file written."""
+
+    fps: float
+
+    def _copy_steps(self, playback: Optional[dict], on_written: Optional[WrittenCallback]) -> None:
+        self._playback = dict(playback or {})
+        self._on_written = on_written
+        self._scene: Any = None
+        self._model_mjb = b""
+        self._builder: Optional[RecordingBuilder] = None
+
+    def attach(self, scene: Any) -> None:
+        self._scene = scene
+        if scene is not None:  # envs that draw their own frames have no state to record
+            self._model_mjb = model_to_mjb(scene.source_model)
+
+    def wants_pixels(self) -> bool:
+        return False  # states only
+
+    def _begin(self, episode: EpisodeInfo, **meta: Any) -> None:
+        """A recording of ``episode`` begins."""
+        self._builder = RecordingBuilder(
+            self._model_mjb,
+            dict(recording_meta(self._scene, episode, self.fps, self._playback), **meta))
+
+
+class StateRecordingSink(_StepCopies, RecordedSink):
     """Writes a state recording of each rollout a video is made of (MuJoCo scenes only).
 
     Args:
@@ -61,19 +89,7 @@ class StateRecordingSink(RecordedSink):
                  min_frames: int = 0) -> None:
         super().__init__(fps, min_frames)
         self.directory = directory
-        self._playback = dict(playback or {})
-        self._on_written = on_written
-        self._scene: Any = None
-        self._model_mjb = b""
-        self._builder: Optional[RecordingBuilder] = None
-
-    def attach(self, scene: Any) -> None:
-        self._scene = scene
-        if scene is not None:
-            self._model_mjb = model_to_mjb(scene.source_model)
-
-    def wants_pixels(self) -> bool:
-        return False  # states only
+        self._copy_steps(playback, on_written)
 
     def _accepting(self) -> bool:
         return self._scene is not None  # envs that draw their own frames have no state
@@ -88,8 +104,7 @@ class StateRecordingSink(RecordedSink):
         self._frames += 1
 
     def _start(self, episode: EpisodeInfo) -> None:
-        self._builder = RecordingBuilder(
-            self._model_mjb, recording_meta(self._scene, episode, self.fps, self._playback))
+        self._begin(episode)
 
     def _save(self, recording: EpisodeInfo) -> bool:
         builder, self._builder = self._builder, None
@@ -150,7 +165,7 @@ def live_recording_name(number: int, episode: EpisodeInfo) -> str:
     return f"ep_{number:06d}_" + recording_name(episode)
 
 
-class LiveStateRecordingSink(FrameSink):
+class LiveStateRecordingSink(_StepCopies, FrameSink):
     """Writes a state recording of every episode shown live (MuJoCo scenes only): one file per
     episode in ``<directory>/live/``, numbered on from the newest already there; beyond
     ``keep`` files the oldest are deleted. An episode whose rollout failed is not kept; one cut
@@ -173,21 +188,14 @@ class LiveStateRecordingSink(FrameSink):
         self.directory = os.path.join(directory, LIVE_FOLDER)
         self.fps = fps
         self.keep = keep
-        self._playback = dict(playback or {})
-        self._on_written = on_written
-        self._scene: Any = None
-        self._model_mjb = b""
+        self._copy_steps(playback, on_written)
         self._episode: Optional[EpisodeInfo] = None
-        self._builder: Optional[RecordingBuilder] = None
         #: ``(number, name)`` of the recordings kept, oldest first
         self._kept: Deque[Tuple[int, str]] = collections.deque()
         self._next = 0
 
     def attach(self, scene: Any) -> None:
-        self._scene = scene
-        if scene is None:
-            return  # envs that draw their own frames have no state to record
-        self._model_mjb = model_to_mjb(scene.source_model)
+        super().attach(scene)
         try:
             names = os.listdir(self.directory)
         except OSError:
@@ -197,16 +205,11 @@ class LiveStateRecordingSink(FrameSink):
         self._kept.extend(found)
         self._next = found[-1][0] + 1 if found else 0
 
-    def wants_pixels(self) -> bool:
-        return False  # states only
-
     def begin_episode(self, episode: EpisodeInfo) -> None:
         self._finish(None)  # an episode that never got its end message
-        if self._scene is None:
-            return
-        self._episode = episode
-        meta = recording_meta(self._scene, episode, self.fps, self._playback)
-        self._builder = RecordingBuilder(self._model_mjb, dict(meta, live=True))
+        if self._scene is not None:
+            self._episode = episode
+            self._begin(episode, live=True)
 
     def add_frame(self, frame: Optional[np.ndarray], episode: EpisodeInfo) -> None:
         step = None if self._builder is None else self._scene.step
