@@ -21,6 +21,7 @@ from async_plotter.web.address import parse_http_address  # noqa: E402
 from async_plotter.web.replay import ReplayBusy, ReplayPool, open_replay  # noqa: E402
 from tests.conftest import wait_for  # noqa: E402
 from tests.recordings import sled_run  # noqa: E402
+from tests.clients import start_replay  # noqa: E402
 from tests.test_view3d_browser import shown_x, webgl_chromium  # noqa: E402,F401 - a fixture
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
@@ -94,18 +95,8 @@ def test_the_command_serves_the_replay_and_refuses_what_is_not_a_recording(
         text=True,
         timeout=60)
     assert refused.returncode == 2 and "not an async_plotter state recording" in refused.stderr
-    process = subprocess.Popen(
-        [sys.executable, "-m", "async_plotter.cli", "replay", sled_recording, "--http", "0"],
-        stderr=subprocess.PIPE,
-        text=True,
-        env=dict(os.environ, PYTHONUNBUFFERED="1"))
+    process, url = start_replay(sled_recording)
     try:
-        url = None
-        deadline = time.monotonic() + 60
-        while url is None and time.monotonic() < deadline:
-            line = process.stderr.readline()
-            found = re.search(r"replay of .* at (http://\S+)", line)
-            url = found[1] if found else None
         assert url, "no URL logged"
         with urllib.request.urlopen(url, timeout=10) as answer:
             assert b"<div id=\"root\">" in answer.read()

@@ -480,18 +480,16 @@ def test_token_origin_and_bounded_answers(server_and_trainers, tmp_path, tmp_pat
         sled_run(tmp_path_factory)["folder"] / "update_0000.npz",
         tmp_path / "pend" / "iter_0001.npz")
     (tmp_path / "secret.txt").write_text("nope")
-    guarded = ServeApp(
-        ServeOptions(url,
-                     HttpConfig("127.0.0.1", 0, "the-token"),
-                     SECRET.encode(),
-                     False,
-                     record_dir=str(tmp_path))).start()
-    loopback = ServeApp(
-        ServeOptions(url,
-                     HttpConfig("127.0.0.1", 0),
-                     SECRET.encode(),
-                     False,
-                     record_dir=str(tmp_path))).start()
+
+    def started(token=None):
+        return ServeApp(
+            ServeOptions(url,
+                         HttpConfig("127.0.0.1", 0, token),
+                         SECRET.encode(),
+                         False,
+                         record_dir=str(tmp_path))).start()
+
+    guarded, loopback = started("the-token"), started()
     try:
         base = guarded.url
         for path in ("", "events", "x/pend/stream.mjpg", "x/pend/video/iter_0001.mp4",
@@ -582,12 +580,7 @@ def test_token_origin_and_bounded_answers(server_and_trainers, tmp_path, tmp_pat
 
     # Without the 3D extra, the history is what it was: the video plays, no replay is offered.
     monkeypatch.setitem(sys.modules, "viser", None)
-    plain = ServeApp(
-        ServeOptions(url,
-                     HttpConfig("127.0.0.1", 0),
-                     SECRET.encode(),
-                     False,
-                     record_dir=str(tmp_path))).start()
+    plain = started()
     try:
         assert plain.replays is None and plain._info()["replay3d"] is False
         with urllib.request.urlopen(plain.url + "x/pend/video/iter_0001.mp4", timeout=10) as answer:
