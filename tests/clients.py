@@ -1,6 +1,6 @@
 """Clients the tests and ``benchmarks/web_hostile.py`` share (nothing of the test suite is
-imported here): a reader of the live page's MJPEG stream, and ``async-plotter replay`` started as
-a user starts it."""
+imported here): a reader of the live page's MJPEG stream, a 3D page's socket as viser's client
+opens it, and ``async-plotter replay`` started as a user starts it."""
 import os
 import re
 import socket
@@ -28,6 +28,23 @@ def read_mjpeg_stream(port: int, stop: threading.Event, seen: Callable[[int], No
             data = tail + chunk
             seen(data.count(b"\xff\xd9"))
             tail = data[-1:]
+
+
+def view3d_socket(url: str,
+                  origin: Optional[str] = None,
+                  headers: Optional[dict] = None,
+                  timeout: float = 10.0) -> Any:
+    """A WebSocket to the 3D page at ``url`` (``http://...``: viser's client opens its socket at
+    the page's own address), with viser's subprotocol."""
+    import viser
+    from websockets.sync.client import connect
+
+    return connect(url.replace("http://", "ws://", 1),
+                   subprotocols=[f"viser-v{viser.__version__}"],
+                   origin=origin,
+                   additional_headers=headers or {},
+                   open_timeout=timeout,
+                   max_size=None)
 
 
 def start_replay(path: str, *args: str, timeout: float = 60.0) -> Tuple[Any, Optional[str]]:

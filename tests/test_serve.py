@@ -26,6 +26,7 @@ from async_plotter.channel.redis.wire import (STRUCTURE_HEADER, STRUCTURE_MAGIC,
 from async_plotter.cli import main
 from async_plotter.serve.history import History
 from async_plotter.web.client import StreamError, open_stream
+from tests.clients import view3d_socket
 from tests.conftest import wait_for
 from tests.redis_helpers import (ROOT, child_env, default_sigint, read_log, start_trainer,
                                  viewer_command)
@@ -459,9 +460,7 @@ def test_token_origin_and_bounded_answers(server_and_trainers, tmp_path, tmp_pat
     """In-process: a token guards every route, the 3D replay's page and socket included, a
     cross-site request is refused on loopback, and nothing outside the record folder can be
     named."""
-    import viser
     from websockets.exceptions import InvalidStatus
-    from websockets.sync.client import connect
 
     from async_plotter.serve.app import ServeApp
     from async_plotter.serve.options import ServeOptions
@@ -547,12 +546,7 @@ def test_token_origin_and_bounded_answers(server_and_trainers, tmp_path, tmp_pat
         assert len(guarded.replays) == 1
 
         def socket(url, **headers):
-            return connect("ws" + url[len("http"):],
-                           subprotocols=[f"viser-v{viser.__version__}"],
-                           origin=headers.pop("Origin", None),
-                           additional_headers=headers,
-                           open_timeout=30,
-                           max_size=None)
+            return view3d_socket(url, headers.pop("Origin", None), headers, 30)
 
         def refused(url, **headers):
             with pytest.raises(InvalidStatus) as caught:

@@ -28,6 +28,7 @@ from async_plotter.view3d.guarded import SECRET_HEADER  # noqa: E402
 from async_plotter.web.address import parse_http_address  # noqa: E402
 from async_plotter.web.sink import HttpSink  # noqa: E402
 from async_plotter.web.view3d import MAX_SETUPS, MAX_VIEWERS  # noqa: E402
+from tests.clients import view3d_socket  # noqa: E402
 from tests.conftest import wait_for  # noqa: E402
 from tests.policies import make_sled  # noqa: E402
 
@@ -88,12 +89,7 @@ def view3d():
 
 def open_socket(port, path="/", headers=None, origin="same"):
     origin = f"http://127.0.0.1:{port}" if origin == "same" else origin
-    return connect(f"ws://127.0.0.1:{port}{path}",
-                   subprotocols=[PROTOCOL],
-                   origin=origin,
-                   additional_headers=headers or {},
-                   open_timeout=10,
-                   max_size=None)
+    return view3d_socket(f"http://127.0.0.1:{port}{path}", origin, headers)
 
 
 def refused(port, **kwargs):
