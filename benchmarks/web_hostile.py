@@ -15,10 +15,27 @@ process). Measured:
   Small frames (~2 KB), so the kernel's buffers take seconds of them for a client that reads
   nothing. The readers' frames per second, their evictions, and the slots stuck clients hold.
 
-    python benchmarks/web_hostile.py            # ~1.5 min
-    python benchmarks/web_hostile.py --quick    # fewer attackers and tries
+The 3D view's socket (``view3d``) and the replay's (``replay``): the same patterns against the
+WebSocket a browser opens for the 3D scene, through the live page's server to viser's: a real
+``Plotter("HalfCheetah-v5", http=0, view="3d")`` (loopback, no token) and ``async-plotter replay``
+of that run's first state recording (with a token), each in its own processes. The user's time
+from connecting the socket to its first message (the scene), without attackers and with each of:
 
-Writes ``benchmarks/results/web_hostile.json``.
+* **refused**: what each hostile upgrade gets (another ``Origin``, ``Origin: null``,
+  ``Sec-Fetch-Site: cross-site``, a rebinding ``Host``; for the replay no token, a wrong one, and
+  the token's cookie sent from another origin), and a flood of them (the user's wait meanwhile);
+* **slowloris**: idle connections, as above, against the 3D server;
+* **churn**: twice ``MAX_VIEWERS`` clients that pass the checks (a local process can) open the
+  socket, read, and reconnect at once when evicted: the user's wait, and how long the user's
+  socket keeps its slot;
+* **stuck and reading**: ``MAX_VIEWERS`` readers, then 9 clients that never read arrive: the
+  slots they hold and for how long, the readers' messages per second.
+
+    python benchmarks/web_hostile.py                # ~5 min
+    python benchmarks/web_hostile.py --quick        # fewer attackers and tries
+    python benchmarks/web_hostile.py --part 3d      # only the 3D sockets (the rest kept)
+
+Writes ``benchmarks/results/web_hostile.json`` (with ``--part``, only that part's entries).
 """
 import argparse
 import json
@@ -28,10 +45,12 @@ import platform
 import selectors
 import socket
 import statistics
+import subprocess
 import sys
+import tempfile
 import threading
 import time
-from typing import Any, Dict, List
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -200,31 +219,39 @@ def _summary(times: List[float], failures: int) -> Dict[str, Any]:
 
 
 def _stuck_and_reading(port: int, readers: int, stuck: int, seconds: float) -> Dict[str, Any]:
-    """``readers`` clients take every slot, then ``stuck`` clients that never read arrive; after
-    ``seconds`` (evicted readers come back 1.5 s later): what each kind holds and gets."""
+    """``readers`` stream clients take every slot, then ``stuck`` clients that never read
+    arrive (``_stuck_among_readers``)."""
+
+    from tests.clients import read_mjpeg_stream
+
+    def read_one(stop: threading.Event, seen: Callable[[int], None]) -> None:
+        read_mjpeg_stream(port, stop, seen)
+
+    def open_stuck() -> socket.socket:
+        sock = socket.create_connection(("127.0.0.1", port), timeout=5)
+        sock.sendall(b"GET /stream.mjpg?client=stuck HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+        return sock
+
+    return _stuck_among_readers(read_one, open_stuck, readers, stuck, seconds, 3.0,
+                                "reader_fps_last_3s")
+
+
+def _stuck_among_readers(read_one: Callable[[threading.Event, Callable[[int], None]], None],
+                         open_stuck: Callable[[], socket.socket], readers: int, stuck: int,
+                         seconds: float, settle: float, rate: str) -> Dict[str, Any]:
+    """``readers`` clients (``read_one(stop, seen)`` reads one connection until it closes,
+    calling ``seen(count)`` for what arrives) take every slot, then after ``settle`` s ``stuck``
+    clients that never read arrive (``open_stuck()``); after ``seconds`` (an evicted reader
+    comes back 1.5 s later): what each kind holds and gets (``rate``: the readers' per second)."""
     stop = threading.Event()
     times: List[List[float]] = [[] for _ in range(readers)]
     evictions: List[List[float]] = [[] for _ in range(readers)]
 
     def read(index: int) -> None:
-        request = b"GET /stream.mjpg?client=reader HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n"
         while not stop.is_set():
             try:
-                with socket.create_connection(("127.0.0.1", port), timeout=5) as sock:
-                    sock.sendall(request)
-                    sock.settimeout(0.5)
-                    tail = b""
-                    while not stop.is_set():
-                        try:
-                            chunk = sock.recv(262144)
-                        except socket.timeout:
-                            continue
-                        if not chunk:
-                            break
-                        data = tail + chunk
-                        times[index].extend([time.monotonic()] * data.count(b"\xff\xd9"))
-                        tail = data[-1:]
-            except OSError:
+                read_one(stop, lambda count: times[index].extend([time.monotonic()] * count))
+            except Exception:  # noqa: BLE001 - reset, refused, closed: evicted
                 pass
             if not stop.is_set():
                 evictions[index].append(time.monotonic())
@@ -234,13 +261,11 @@ def _stuck_and_reading(port: int, readers: int, stuck: int, seconds: float) -> D
     for thread in threads:
         thread.start()
         time.sleep(0.1)
-    time.sleep(3.0)
+    time.sleep(settle)
     arrived = time.monotonic()
     stuck_sockets = []
     for _ in range(stuck):
-        sock = socket.create_connection(("127.0.0.1", port), timeout=5)
-        sock.sendall(b"GET /stream.mjpg?client=stuck HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
-        stuck_sockets.append(sock)
+        stuck_sockets.append(open_stuck())
         time.sleep(0.2)
     # A stuck client lost its slot when the server closed (reset) its connection: its TCP state
     # is no longer ESTABLISHED (read without reading a byte of the stream).
@@ -252,21 +277,26 @@ def _stuck_and_reading(port: int, readers: int, stuck: int, seconds: float) -> D
                 lost_at[index] = time.monotonic()
         time.sleep(0.05)
     now = time.monotonic()
-    rates = sorted(sum(1 for t in frame_times if t > now - 3.0) / 3.0 for frame_times in times)
+    rates = sorted(sum(1 for t in seen if t > now - 3.0) / 3.0 for seen in times)
     stop.set()
     for thread in threads:
         thread.join(5)
     for sock in stuck_sockets:
         sock.close()
-    after = [len([e for e in reader if e > arrived]) for reader in evictions]
     return {
-        "readers": readers,
-        "stuck": stuck,
-        "seconds": seconds,
-        "stuck_slots_lost": len(lost_at),
-        "stuck_slots_lost_within_s": round(max(lost_at.values()) - arrived, 2) if lost_at else None,
-        "reader_evictions_after_stuck_arrived": sum(after),
-        "reader_fps_last_3s": {
+        "readers":
+        readers,
+        "stuck":
+        stuck,
+        "seconds":
+        seconds,
+        "stuck_slots_lost":
+        len(lost_at),
+        "stuck_slots_lost_within_s":
+        round(max(lost_at.values()) - arrived, 2) if lost_at else None,
+        "reader_evictions_after_stuck_arrived":
+        sum(len([e for e in reader if e > arrived]) for reader in evictions),
+        rate: {
             "min": round(rates[0], 1),
             "median": round(statistics.median(rates), 1),
             "max": round(rates[-1], 1)
@@ -289,20 +319,318 @@ def _start_server(ctx: Any, small: bool = False) -> Any:
     return process, stop, port_queue.get(timeout=60)
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--quick", action="store_true")
-    args = parser.parse_args()
-    attackers, tries = (300, 8) if args.quick else (1000, 20)
-    ctx = multiprocessing.get_context("spawn")
-    result: Dict[str, Any] = {
-        "machine": {
-            "cpus": os.cpu_count(),
-            "python": platform.python_version(),
-            "load_1min_before": os.getloadavg()[0]
-        }
-    }
+# ------------------------------------------------------------------- the 3D view's socket
 
+TOKEN = "hostile-benchmark-token"
+#: the headers of a WebSocket upgrade (the key is any 16 bytes, base64)
+_UPGRADE = ("GET {path} HTTP/1.1\r\nHost: {host}\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+            "Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n"
+            "Sec-WebSocket-Protocol: {protocol}\r\n{extra}\r\n")
+
+
+def _protocol() -> str:
+    import viser
+
+    return f"viser-v{viser.__version__}"
+
+
+def _upgrade(port: int, path: str = "/", host: str = "", extra: str = "") -> bytes:
+    return _UPGRADE.format(path=path,
+                           host=host or f"127.0.0.1:{port}",
+                           protocol=_protocol(),
+                           extra=extra).encode()
+
+
+def _upgrade_status(port: int, request: bytes) -> int:
+    """The status a raw upgrade request gets (101: the socket opened)."""
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
+        sock.sendall(request)
+        head = b""
+        while b"\r\n" not in head:
+            chunk = sock.recv(100)
+            if not chunk:
+                return 0
+            head += chunk
+        return int(head.split()[1])
+
+
+def _ws_connect(url: str, origin: Optional[str]) -> Any:
+    from websockets.sync.client import connect
+
+    return connect(url.replace("http://", "ws://"),
+                   subprotocols=[_protocol()],
+                   origin=origin,
+                   open_timeout=30,
+                   close_timeout=1,
+                   max_size=None)
+
+
+def _first_message(url: str, origin: Optional[str], window: float = 0.0) -> Tuple[float, float]:
+    """``(seconds to the socket's first message, seconds it then kept its slot, at most
+    window)``."""
+    started = time.perf_counter()
+    with _ws_connect(url, origin) as ws:
+        ws.recv(timeout=30)
+        first = time.perf_counter() - started
+        opened = time.perf_counter()
+        try:
+            while time.perf_counter() - opened < window:
+                try:
+                    ws.recv(timeout=0.5)
+                except TimeoutError:
+                    continue
+        except Exception:  # noqa: BLE001 - closed by the server: evicted
+            return first, time.perf_counter() - opened
+        return first, window
+
+
+def _ws_user(url: str, origin: Optional[str], tries: int, window: float = 0.0) -> Dict[str, Any]:
+    """The user's first message, ``tries`` times; with a window, how long the slot was kept."""
+    times, kept, failures = [], [], 0
+    for _ in range(tries):
+        try:
+            first, held = _first_message(url, origin, window)
+            times.append(first)
+            kept.append(held)
+        except Exception:  # noqa: BLE001 - refused, reset, timed out: a failure to count
+            failures += 1
+        time.sleep(0.1)
+    result = _summary(times, failures)
+    if window and kept:
+        result["slot_kept_s"] = {
+            "window": window,
+            "median": round(statistics.median(kept), 2),
+            "min": round(min(kept), 2),
+            "evicted": sum(1 for held in kept if held < window),
+        }
+    return result
+
+
+def _ws_churn(url: str, origin: Optional[str], count: int, stop: Any, connects: Any) -> None:
+    """``count`` clients that pass the checks, read everything and reconnect at once when
+    evicted (``connects`` counts their sockets)."""
+
+    def client() -> None:
+        while not stop.is_set():
+            try:
+                with _ws_connect(url, origin) as ws:
+                    with connects.get_lock():
+                        connects.value += 1
+                    while not stop.is_set():
+                        try:
+                            ws.recv(timeout=0.5)
+                        except TimeoutError:
+                            continue
+            except Exception:  # noqa: BLE001 - evicted or refused: again
+                time.sleep(0.01)
+
+    threads = [threading.Thread(target=client, daemon=True) for _ in range(count)]
+    for thread in threads:
+        thread.start()
+    while not stop.is_set():
+        time.sleep(0.2)
+
+
+def _refused_flood(port: int, request: bytes, stop: Any, answers: Any) -> None:
+    """Refused upgrades, back to back on 4 connections at a time (``answers`` counts them)."""
+
+    def flood() -> None:
+        while not stop.is_set():
+            try:
+                _upgrade_status(port, request)
+                with answers.get_lock():
+                    answers.value += 1
+            except OSError:
+                time.sleep(0.01)
+
+    threads = [threading.Thread(target=flood, daemon=True) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    while not stop.is_set():
+        time.sleep(0.2)
+
+
+def _ws_stuck_and_reading(url: str, port: int, origin: Optional[str], path: str, readers: int,
+                          stuck: int, seconds: float) -> Dict[str, Any]:
+    """``readers`` 3D sockets take every slot, then ``stuck`` clients that never read arrive
+    (their upgrade sent on a 4 KiB receive buffer; ``_stuck_among_readers``)."""
+
+    def read_one(stop: threading.Event, seen: Callable[[int], None]) -> None:
+        with _ws_connect(url, origin) as ws:
+            while not stop.is_set():
+                try:
+                    ws.recv(timeout=0.5)
+                except TimeoutError:
+                    continue
+                seen(1)
+
+    def open_stuck() -> socket.socket:
+        sock = socket.socket()
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        sock.connect(("127.0.0.1", port))
+        sock.sendall(_upgrade(port, path, extra=f"Origin: {origin}\r\n" if origin else ""))
+        return sock
+
+    return _stuck_among_readers(read_one, open_stuck, readers, stuck, seconds, 4.0,
+                                "reader_messages_per_s_last_3s")
+
+
+def _cpu_seconds(pid: Optional[int]) -> float:
+    if pid is None:
+        return 0.0
+    import psutil
+
+    try:
+        times = psutil.Process(pid).cpu_times()
+    except psutil.Error:
+        return 0.0
+    return times.user + times.system
+
+
+def _while(ctx: Any, target: Callable[..., None], args: tuple, settle: float,
+           measure: Callable[[], Dict[str, Any]], pid: Optional[int]) -> Dict[str, Any]:
+    """``measure()`` while ``target(*args, stop, counter)`` attacks in its own process, after
+    ``settle`` s; with the attacker's count per second and the server's CPU share."""
+    stop, counter = ctx.Event(), ctx.Value("i", 0)
+    process = ctx.Process(target=target, args=args + (stop, counter), daemon=True)
+    process.start()
+    time.sleep(settle)
+    started, cpu, counted = time.monotonic(), _cpu_seconds(pid), counter.value
+    result = measure()
+    elapsed = time.monotonic() - started
+    result["attacker_count_per_s"] = round((counter.value - counted) / elapsed, 1)
+    result["server_cpu_percent_of_a_core"] = round(100 * (_cpu_seconds(pid) - cpu) / elapsed, 1)
+    stop.set()
+    process.join(10)
+    return result
+
+
+def _probe_3d(ctx: Any, url: str, port: int, pid: Optional[int], refusals: Dict[str, bytes],
+              flood: bytes, origin: Optional[str], quick: bool) -> Dict[str, Any]:
+    """Every pattern against one 3D socket (``url``: where it opens, token included)."""
+    from async_plotter.web.view3d import MAX_VIEWERS
+
+    tries = 5 if quick else 10
+    path = "/" + url.split("/", 3)[3]
+    result: Dict[str, Any] = {"without_attackers": _ws_user(url, origin, tries)}
+    result["refused"] = {name: _upgrade_status(port, request) for name, request in refusals.items()}
+    result["refused_flood"] = _while(ctx, _refused_flood, (port, flood), 1.0,
+                                     lambda: _ws_user(url, origin, tries), pid)
+    attackers = 300 if quick else 1000
+    stop, ready = ctx.Event(), ctx.Event()
+    loris = ctx.Process(target=_slowloris, args=(port, attackers, ready, stop), daemon=True)
+    loris.start()
+    ready.wait(60)
+    time.sleep(3.0)
+    threads_before = _threads(pid) if pid else None
+    result["slowloris"] = dict(_ws_user(url, origin, tries),
+                               attackers=attackers,
+                               server_threads=threads_before)
+    stop.set()
+    loris.join(10)
+    result["churn"] = dict(_while(ctx, _ws_churn, (url, origin, 2 * MAX_VIEWERS), 5.0,
+                                  lambda: _ws_user(url, origin, 3 if quick else 5, 8.0), pid),
+                           churners=2 * MAX_VIEWERS)
+    result["stuck_and_reading"] = _ws_stuck_and_reading(url, port, origin, path, MAX_VIEWERS, 9,
+                                                        12.0 if quick else 25.0)
+    return result
+
+
+def _view3d_part(ctx: Any, quick: bool) -> Dict[str, Any]:
+    """The live 3D view's socket (a real Plotter) and the replay's (``async-plotter replay``
+    of its first state recording)."""
+    import numpy as np
+
+    from async_plotter import Plotter
+    from tests.policies import LinearPolicy
+
+    results: Dict[str, Any] = {}
+    policy = LinearPolicy(17, 6)
+    policy.set_param_values(np.random.default_rng(0).normal(0, 0.3, 17 * 6).astype(np.float32))
+    with tempfile.TemporaryDirectory() as folder:
+        with Plotter("HalfCheetah-v5",
+                     policy,
+                     max_path_length=200,
+                     http=0,
+                     view="3d",
+                     video_dir=folder,
+                     min_video_seconds=0,
+                     seed=0,
+                     priority="normal",
+                     verbose=0) as plotter:
+            url = plotter.wait_for_http_url(120)
+            deadline = time.monotonic() + 120
+            while not plotter.stats["state_recordings"] and time.monotonic() < deadline:
+                time.sleep(0.2)
+            port = int(url.rstrip("/").rsplit(":", 1)[1])
+            own = url.rstrip("/")
+            pid = plotter.stats["worker_pids"]["render"]
+            refusals = {
+                "other_origin":
+                _upgrade(port, extra="Origin: http://evil.example\r\n"),
+                "origin_null":
+                _upgrade(port, extra="Origin: null\r\n"),
+                "sec_fetch_site_cross_site":
+                _upgrade(port, extra=f"Origin: {own}\r\n"
+                         "Sec-Fetch-Site: cross-site\r\n"),
+                "rebinding_host":
+                _upgrade(port, host="evil.example", extra="Origin: http://evil.example\r\n"),
+                "same_origin (opens)":
+                _upgrade(port, extra=f"Origin: {own}\r\n"),
+            }
+            results["view3d"] = _probe_3d(ctx, url, port, pid, refusals, refusals["other_origin"],
+                                          own, quick)
+            results["view3d"]["worker_restarts"] = plotter.stats["restarts"]
+            recording = os.path.join(folder, "update_0000.npz")
+        results["replay"] = _replay_part(ctx, recording, quick)
+    return results
+
+
+def _replay_part(ctx: Any, recording: str, quick: bool) -> Dict[str, Any]:
+    import urllib.request
+
+    from tests.clients import start_replay
+
+    process, base = start_replay(recording, "--http-token", TOKEN)
+    try:
+        if base is None:
+            raise RuntimeError("async-plotter replay did not say where it serves")
+        threading.Thread(target=process.stderr.read, daemon=True).start()  # drain its log
+        port = int(base.rstrip("/").rsplit(":", 1)[1])
+        with urllib.request.urlopen(f"{base}?token={TOKEN}", timeout=30) as answer:
+            cookie = answer.headers["Set-Cookie"].split(";")[0]
+        own = base.rstrip("/")
+        refusals = {
+            "no_token":
+            _upgrade(port, extra=f"Origin: {own}\r\n"),
+            "wrong_token":
+            _upgrade(port, "/?token=wrong", extra=f"Origin: {own}\r\n"),
+            "cookie_from_other_origin":
+            _upgrade(port, extra=f"Cookie: {cookie}\r\n"
+                     "Origin: http://evil.example\r\n"),
+            "cookie_same_site_page":
+            _upgrade(port, extra=f"Cookie: {cookie}\r\n"
+                     "Sec-Fetch-Site: same-site\r\n"),
+            "cookie_same_origin (opens)":
+            _upgrade(port, extra=f"Cookie: {cookie}\r\nOrigin: {own}\r\n"),
+        }
+        result = _probe_3d(ctx, f"{base}?token={TOKEN}", port, process.pid, refusals,
+                           refusals["no_token"], own, quick)
+        result["token"] = True
+        return result
+    finally:
+        process.terminate()
+        try:
+            process.wait(20)
+        except subprocess.TimeoutExpired:
+            process.kill()
+
+
+# ------------------------------------------------------------------------------------ main
+
+
+def _mjpeg_part(ctx: Any, attackers: int, tries: int, quick: bool) -> Dict[str, Any]:
+    result: Dict[str, Any] = {}
     server, stop_server, port = _start_server(ctx)
     threads_idle = _threads(server.pid)
     baseline = _user(port, tries)
@@ -347,13 +675,45 @@ def main() -> None:
     result["hoarders"] = {"hoarders": 16, "new_viewer_first_frame": _summary(picture, failures)}
 
     server, stop_server, port = _start_server(ctx, small=True)
-    result["stuck_and_reading"] = _stuck_and_reading(port, 20, 9, 8.0 if args.quick else 15.0)
+    result["stuck_and_reading"] = _stuck_and_reading(port, 20, 9, 8.0 if quick else 15.0)
     stop_server.set()
     server.join(10)
+    return result
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--part",
+                        choices=("all", "2d", "3d"),
+                        default="all",
+                        help="measure only the MJPEG page (2d) or the 3D sockets (3d); the "
+                        "results file keeps the other part's entries")
+    args = parser.parse_args()
+    attackers, tries = (300, 8) if args.quick else (1000, 20)
+    ctx = multiprocessing.get_context("spawn")
+    path = os.path.join(RESULTS, "web_hostile.json")
+    result: Dict[str, Any] = {}
+    if args.part != "all" and os.path.exists(path):
+        with open(path) as existing:
+            result = json.load(existing)
+    machine = {
+        "cpus": os.cpu_count(),
+        "python": platform.python_version(),
+        "load_1min_before": os.getloadavg()[0]
+    }
+    if args.part in ("all", "2d"):
+        result["machine"] = machine
+        result.update(_mjpeg_part(ctx, attackers, tries, args.quick))
+    if args.part in ("all", "3d"):
+        result["view3d_machine"] = dict(machine, quick=args.quick)
+        result.update(_view3d_part(ctx, args.quick))
+        result["view3d_machine"]["load_1min_after"] = os.getloadavg()[0]
 
     os.makedirs(RESULTS, exist_ok=True)
-    with open(os.path.join(RESULTS, "web_hostile.json"), "w") as out:
+    with open(path + ".tmp", "w") as out:
         json.dump(result, out, indent=1)
+    os.replace(path + ".tmp", path)
     print(json.dumps(result, indent=1))
 
 

@@ -105,6 +105,10 @@ CONSTRUCTOR_CASES = [
     (dict(deterministic="yes"), InvalidArgumentError, "deterministic must be True or False"),
     (dict(video_dir=3), InvalidArgumentError, "video_dir must be a path or None, got int"),
     (dict(policy_factory=5), PolicyNotRebuildableError, "policy_factory must be a zero-argument"),
+    (dict(record_states="yes"), InvalidArgumentError, "record_states must be True or False"),
+    (dict(record_states=True), InvalidArgumentError, "into <video_dir>/live/: pass video_dir="),
+    (dict(record_states=True, video_dir="never_made"), InvalidArgumentError,
+     "records the episodes a live view shows, and there is none: pass http="),
 ]
 
 

@@ -16,12 +16,12 @@ import pytest
 pytest.importorskip("viser")
 pytest.importorskip("mjviser")
 
-from async_plotter import Plotter  # noqa: E402 - after the skip
-from async_plotter.render.recording import read_recording  # noqa: E402
+from async_plotter.render.recording import read_recording  # noqa: E402 - after the skip
 from async_plotter.web.address import parse_http_address  # noqa: E402
-from async_plotter.web.replay import open_replay  # noqa: E402
+from async_plotter.web.replay import ReplayBusy, ReplayPool, open_replay  # noqa: E402
 from tests.conftest import wait_for  # noqa: E402
-from tests.policies import LinearPolicy, make_sled  # noqa: E402
+from tests.recordings import sled_run  # noqa: E402
+from tests.clients import start_replay  # noqa: E402
 from tests.test_view3d_browser import shown_x, webgl_chromium  # noqa: E402,F401 - a fixture
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
@@ -29,17 +29,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 
 @pytest.fixture(scope="module")
 def sled_recording(tmp_path_factory):
-    folder = tmp_path_factory.mktemp("videos")
-    policy = LinearPolicy(1, 1)
-    policy.fill(2.0)
-    with Plotter(make_sled,
-                 policy,
-                 max_path_length=100,
-                 video_dir=str(folder),
-                 min_video_seconds=0,
-                 seed=0) as plotter:
-        wait_for(lambda: plotter.stats["state_recordings"] >= 1, 120, message="a recording")
-    return str(folder / "update_0000.npz")
+    return str(sled_run(tmp_path_factory)["folder"] / "update_0000.npz")
 
 
 def body_x(recording, index):
@@ -105,21 +95,40 @@ def test_the_command_serves_the_replay_and_refuses_what_is_not_a_recording(
         text=True,
         timeout=60)
     assert refused.returncode == 2 and "not an async_plotter state recording" in refused.stderr
-    process = subprocess.Popen(
-        [sys.executable, "-m", "async_plotter.cli", "replay", sled_recording, "--http", "0"],
-        stderr=subprocess.PIPE,
-        text=True,
-        env=dict(os.environ, PYTHONUNBUFFERED="1"))
+    process, url = start_replay(sled_recording)
     try:
-        url = None
-        deadline = time.monotonic() + 60
-        while url is None and time.monotonic() < deadline:
-            line = process.stderr.readline()
-            found = re.search(r"replay of .* at (http://\S+)", line)
-            url = found[1] if found else None
         assert url, "no URL logged"
         with urllib.request.urlopen(url, timeout=10) as answer:
             assert b"<div id=\"root\">" in answer.read()
     finally:
         process.send_signal(signal.SIGINT)
         assert process.wait(20) == 0
+
+
+def test_a_pool_holds_few_replays_and_closes_those_nobody_watches(sled_recording, tmp_path):
+    """serve's replays: one per file, at most ``limit``; a watched one is never closed to make
+    room (``ReplayBusy``), an unwatched one is, and one unwatched for ``linger`` s closes."""
+    import shutil
+
+    import viser
+    from websockets.sync.client import connect
+
+    other = tmp_path / "iter_0001.npz"
+    shutil.copy(sled_recording, other)
+    pool = ReplayPool(limit=1, linger=1.0)
+    try:
+        first = pool.open(sled_recording)
+        assert pool.open(sled_recording) is first and len(pool) == 1
+        first.serve(parse_http_address(0, None))
+        with connect(first.url.replace("http://", "ws://"),
+                     subprotocols=[f"viser-v{viser.__version__}"],
+                     open_timeout=20) as socket:
+            assert socket.recv(timeout=20)
+            wait_for(lambda: first.front.viewers == 1, 10, message="the viewer counted")
+            with pytest.raises(ReplayBusy):
+                pool.open(str(other))
+        second = pool.open(str(other))  # the first, unwatched now, makes room
+        assert second is not first and len(pool) == 1
+        wait_for(lambda: len(pool) == 0, 10, message="the unwatched replay closed")
+    finally:
+        pool.close()

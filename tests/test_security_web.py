@@ -14,6 +14,7 @@ from async_plotter.web import server as web_server
 from async_plotter.web.address import parse_http_address
 from async_plotter.web.client import read_events, read_mjpeg
 from async_plotter.web.sink import HttpSink
+from tests.clients import read_mjpeg_stream
 from tests.conftest import wait_for
 from tests.test_web_server import FakeRenderLoop, get
 
@@ -211,25 +212,11 @@ def _reader(port, stop, frame_times, evictions, reconnect=True):
     """A client that reads everything at once, as a browser does, and reconnects 1.5 s after
     losing its slot, as the page does; records when each frame ends and each eviction."""
     while not stop.is_set() and (reconnect or not evictions):
-        sock = socket.create_connection(("127.0.0.1", port), timeout=5)
-        sock.sendall(b"GET /stream.mjpg?client=reader HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
-        sock.settimeout(0.5)
-        tail = b""
         try:
-            while not stop.is_set():
-                try:
-                    chunk = sock.recv(262144)
-                except socket.timeout:
-                    continue
-                if not chunk:
-                    break
-                data = tail + chunk
-                frame_times.extend([time.monotonic()] * data.count(b"\xff\xd9"))
-                tail = data[-1:]
+            read_mjpeg_stream(port, stop,
+                              lambda count: frame_times.extend([time.monotonic()] * count))
         except OSError:
             pass
-        finally:
-            sock.close()
         if not stop.is_set():
             evictions.append(time.monotonic())
             stop.wait(1.5)

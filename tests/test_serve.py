@@ -4,10 +4,13 @@ headless Chromium (or plain HTTP where a browser adds nothing).
 The trainers (``tests.redis_helpers``) publish a LinearPolicy's update every 0.5 s with an
 ``AverageReturn`` curve point; the server runs as its own process, as a user starts it.
 """
+import json
 import os
 import re
+import shutil
 import signal
 import subprocess
+import sys
 import threading
 import time
 import urllib.error
@@ -23,9 +26,11 @@ from async_plotter.channel.redis.wire import (STRUCTURE_HEADER, STRUCTURE_MAGIC,
 from async_plotter.cli import main
 from async_plotter.serve.history import History
 from async_plotter.web.client import StreamError, open_stream
+from tests.clients import view3d_socket
 from tests.conftest import wait_for
 from tests.redis_helpers import (ROOT, child_env, default_sigint, read_log, start_trainer,
                                  viewer_command)
+from tests.recordings import sled_run
 from tests.redis_server import MISSING_MESSAGE, RedisServer, find_redis_server, free_port
 from tests.test_web_browser import chromium  # noqa: F401 - the fixture
 
@@ -344,7 +349,8 @@ def test_the_page_lists_watches_side_by_side_stops_workers_and_survives_hostile_
 
 @pytest.mark.slow
 @pytest.mark.timeout(240)
-def test_the_history_strip_plays_recorded_videos(server_and_trainers, serving, chromium, tmp_path):
+def test_the_history_strip_plays_recorded_videos(server_and_trainers, serving, chromium, tmp_path,
+                                                 tmp_path_factory):
     record_dir = tmp_path / "history"
     serve = serving("--record-dir", str(record_dir), "--record-every", "4", "--record-budget",
                     "0.4", "--grace", "1")
@@ -420,12 +426,42 @@ def test_the_history_strip_plays_recorded_videos(server_and_trainers, serving, c
     stepped = chromium.evaluate(f"document.querySelector('{label}').textContent")
     assert number({"label": stepped}) < 9000, stepped
 
+    # Issue 27: a video with its state recording beside it offers a 3D replay (a real one: the
+    # sled's, as a MuJoCo env writes it), and the page's own origin opens it, page and socket,
+    # through serve's checks. The page stays on the video "prev" went to.
+    import viser
+
+    anchor = "document.querySelector('[data-tile=\"pend\"] .replay3d')"
+    assert chromium.evaluate(f"{anchor}.hidden && !{anchor}.href")  # no recording, no link
+    shown = f"iter_{number({'label': stepped}):04d}"
+    shutil.copy(
+        sled_run(tmp_path_factory)["folder"] / "update_0000.npz",
+        record_dir / "pend" / f"{shown}.npz")
+    link = wait_for(lambda: chromium.evaluate(f"{anchor}.hidden ? null : {anchor}.href"),
+                    30,
+                    message="the 3D replay link")
+    assert link.startswith(f"{serve.url}x/pend/replay/{shown}.npz?"), link
+    page = chromium.evaluate(f"fetch({json.dumps(link)}).then(r => r.text())")
+    assert '<div id="root">' in page  # viser's page
+    socket_url = "ws" + link.split("?")[0][len("http"):]
+    outcome = chromium.evaluate(f"""new Promise(resolve => {{
+        const ws = new WebSocket({json.dumps(socket_url)}, ["viser-v{viser.__version__}"]);
+        ws.onmessage = () => {{ resolve('message'); ws.close(); }};
+        ws.onerror = () => resolve('refused');
+        setTimeout(() => resolve('timeout'), 20000);
+    }})""")
+    assert outcome == "message"
+
 
 @pytest.mark.slow
 @pytest.mark.timeout(120)
-def test_token_origin_and_bounded_answers(server_and_trainers, tmp_path, monkeypatch):
-    """In-process: a token guards every route, a cross-site request is refused on loopback,
-    and nothing outside the record folder can be named."""
+def test_token_origin_and_bounded_answers(server_and_trainers, tmp_path, tmp_path_factory,
+                                          monkeypatch):
+    """In-process: a token guards every route, the 3D replay's page and socket included, a
+    cross-site request is refused on loopback, and nothing outside the record folder can be
+    named."""
+    from websockets.exceptions import InvalidStatus
+
     from async_plotter.serve.app import ServeApp
     from async_plotter.serve.options import ServeOptions
     from async_plotter.serve.recorder import Recorder
@@ -438,21 +474,29 @@ def test_token_origin_and_bounded_answers(server_and_trainers, tmp_path, monkeyp
     url = server_and_trainers[0].url
     (tmp_path / "pend").mkdir()
     (tmp_path / "pend" / "iter_0001.mp4").write_bytes(b"0123456789")
+    # A real state recording beside it (the sled's: a MuJoCo env's), replayed in 3D.
+    shutil.copy(
+        sled_run(tmp_path_factory)["folder"] / "update_0000.npz",
+        tmp_path / "pend" / "iter_0001.npz")
     (tmp_path / "secret.txt").write_text("nope")
-    guarded = ServeApp(
-        ServeOptions(url,
-                     HttpConfig("127.0.0.1", 0, "the-token"),
-                     SECRET.encode(),
-                     False,
-                     record_dir=str(tmp_path))).start()
-    loopback = ServeApp(ServeOptions(url, HttpConfig("127.0.0.1", 0), SECRET.encode(),
-                                     False)).start()
+
+    def started(token=None):
+        return ServeApp(
+            ServeOptions(url,
+                         HttpConfig("127.0.0.1", 0, token),
+                         SECRET.encode(),
+                         False,
+                         record_dir=str(tmp_path))).start()
+
+    guarded, loopback = started("the-token"), started()
     try:
         base = guarded.url
-        for path in ("", "events", "x/pend/stream.mjpg", "x/pend/video/iter_0001.mp4"):
+        for path in ("", "events", "x/pend/stream.mjpg", "x/pend/video/iter_0001.mp4",
+                     "x/pend/replay/iter_0001.npz"):
             with pytest.raises(urllib.error.HTTPError) as error:
                 urllib.request.urlopen(base + path, timeout=10)
             assert error.value.code == 401, path
+        assert not guarded.replays, "a refused request opened a replay"
         with urllib.request.urlopen(base + "x/pend/video/iter_0001.mp4?token=the-token",
                                     timeout=10) as answer:
             assert answer.read() == b"0123456789"
@@ -466,7 +510,9 @@ def test_token_origin_and_bounded_answers(server_and_trainers, tmp_path, monkeyp
             with urllib.request.urlopen(request, timeout=10) as answer:
                 assert answer.status == 206 and answer.read() == part, asked
         for path in ("x/pend/video/..%2Fsecret.txt", "x/..%2F/video/secret.txt",
-                     "x/pend/video/.partial_iter_0002.mp4", "x/a%20b/status"):
+                     "x/pend/video/.partial_iter_0002.mp4", "x/a%20b/status",
+                     "x/pend/replay/..%2Fsecret.txt", "x/pend/replay/iter_0002.npz",
+                     "x/pend/replay/iter_0001.mp4"):
             with pytest.raises(urllib.error.HTTPError) as error:
                 urllib.request.urlopen(base + path + "?token=the-token", timeout=10)
             assert error.value.code == 404, path
@@ -486,9 +532,58 @@ def test_token_origin_and_bounded_answers(server_and_trainers, tmp_path, monkeyp
                 urllib.request.urlopen(request, timeout=10)
             assert error.value.code == 403, headers
         assert not loopback.live.status()["sessions"], "a refused request started a worker"
+
+        # The 3D replay of the video's recording: listed with the video, its page and socket at
+        # one address, behind the same checks as every route.
+        status = json.loads(
+            urllib.request.urlopen(base + "x/pend/status?token=the-token", timeout=10).read())
+        assert status["videos"][0]["recording"] == "iter_0001.npz"
+        assert guarded._info()["replay3d"] is True
+        replay = base + "x/pend/replay/iter_0001.npz"
+        with urllib.request.urlopen(replay + "?token=the-token", timeout=30) as answer:
+            assert b'<div id="root">' in answer.read()
+            cookie = answer.headers["Set-Cookie"].split(";")[0]
+        assert len(guarded.replays) == 1
+
+        def socket(url, **headers):
+            return view3d_socket(url, headers.pop("Origin", None), headers, 30)
+
+        def refused(url, **headers):
+            with pytest.raises(InvalidStatus) as caught:
+                socket(url, **headers).close()
+            return caught.value.response.status_code
+
+        with socket(replay + "?token=the-token") as opened:
+            assert opened.recv(timeout=20)  # viser's scene, from the replay's server
+        assert refused(replay) == 401
+        assert refused(replay + "?token=wrong") == 403
+        with socket(replay, Cookie=cookie, Origin=base.rstrip("/")) as opened:
+            assert opened.recv(timeout=20)
+        # The browser sends the cookie whatever page asks: from another origin it is refused.
+        assert refused(replay, Cookie=cookie, Origin="http://evil.example") == 403
+        assert refused(replay, Cookie=cookie, **{"Sec-Fetch-Site": "same-site"}) == 403
+        on_loopback = loopback.url + "x/pend/replay/iter_0001.npz"
+        assert refused(on_loopback, Origin="http://evil.example") == 403
+        assert refused(on_loopback, **{"Sec-Fetch-Site": "cross-site"}) == 403
+        with socket(on_loopback, Origin=loopback.url.rstrip("/")) as opened:
+            assert opened.recv(timeout=20)
+        assert len(loopback.replays) == 1
     finally:
         guarded.close()
         loopback.close()
+
+    # Without the 3D extra, the history is what it was: the video plays, no replay is offered.
+    monkeypatch.setitem(sys.modules, "viser", None)
+    plain = started()
+    try:
+        assert plain.replays is None and plain._info()["replay3d"] is False
+        with urllib.request.urlopen(plain.url + "x/pend/video/iter_0001.mp4", timeout=10) as answer:
+            assert answer.read() == b"0123456789"
+        with pytest.raises(urllib.error.HTTPError) as error:
+            urllib.request.urlopen(plain.url + "x/pend/replay/iter_0001.npz", timeout=10)
+        assert error.value.code == 404
+    finally:
+        plain.close()
 
 
 @pytest.mark.slow

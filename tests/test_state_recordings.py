@@ -131,3 +131,90 @@ def test_what_is_not_a_recording_is_refused_and_runs_no_code(tmp_path):
         text=True,
         timeout=60)
     assert result.returncode == 1 and "not an async_plotter state recording" in result.stderr
+
+
+# ------------------------------------------------------------ record_states: live episodes
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(180)
+def test_record_states_writes_every_live_episode_beside_the_videos(tmp_path_factory):
+    """``Plotter(http=0, video_dir=..., record_states=True)``: each episode the live page shows
+    is one recording in ``<video_dir>/live/``, numbered in order; the first is the same rollout
+    as the video's recording."""
+    from async_plotter.render.sinks.states import LIVE_NAME
+    from tests.recordings import STEPS, sled_run
+
+    run = sled_run(tmp_path_factory)
+    live = run["folder"] / "live"
+    assert run["stats"]["live_state_recordings"] >= 2 and run["stats"]["state_recordings"] >= 1
+    names = sorted(os.listdir(live))
+    assert not [name for name in names if name.startswith(".partial_")], names
+    assert all(LIVE_NAME.fullmatch(name) for name in names), names
+    assert names[:2] == ["ep_000000_update_0000.npz", "ep_000001_update_0000.npz"]
+    first, second = (read_recording(str(live / name)) for name in names[:2])
+    video = read_recording(str(run["folder"] / "update_0000.npz"))
+    for recording in (first, second):
+        assert recording.meta["live"] and recording.meta["completed"]
+        assert recording.meta["update"] == 0
+        # The sled shows every 2nd of its 50 steps a second: the reset pose, then 50 steps.
+        assert len(recording.states) == STEPS // 2 + 1
+        assert recording.states[-1][1] > recording.states[0][1] + 0.5  # it went +x
+        assert recording.rewards.sum() == pytest.approx(recording.meta["total_reward"], rel=1e-4)
+    # The video recorded the first live episode: the same states, seeded the same.
+    assert np.array_equal(first.states, video.states)
+    assert np.array_equal(first.actions, video.actions, equal_nan=True)
+
+
+def test_live_recordings_are_written_whole_bounded_and_numbered_on(tmp_path):
+    """The newest ``keep`` live recordings stay; a render process started again (after a
+    restart, or a new run into the same folder) numbers on after them; a failed rollout is
+    not kept. A real sled scene, posed as the render process poses it."""
+    import pickle
+
+    from async_plotter.render.mujoco_scene import MujocoScene
+    from async_plotter.render.sinks.states import LiveStateRecordingSink
+    from async_plotter.render.stream import EpisodeEnd, EpisodeInfo, StepState
+    from tests.policies import make_sled
+
+    env = make_sled()
+    model = env.unwrapped.model
+    env.close()
+    spec = mujoco.mjtState.mjSTATE_FULLPHYSICS
+    state = np.zeros(mujoco.mj_stateSize(model, spec))
+
+    def play(sink, episode, steps, end=True, failed=False):
+        info = EpisodeInfo(1, 7, episode)
+        sink.begin_episode(info)
+        for step in range(steps):
+            state[1] = 0.01 * step
+            scene.set_state(StepState(state.copy(), None if step == 0 else np.ones(1), 1.0))
+            sink.add_frame(None, info)
+        if end:
+            sink.end_episode(info, EpisodeEnd(steps, float(steps), True, failed=failed))
+
+    scene = MujocoScene(pickle.dumps(model), None, -1, 320, 240, "cheap", gl=False)
+    written = []
+    sink = LiveStateRecordingSink(str(tmp_path),
+                                  25.0,
+                                  on_written=lambda path, *_: written.append(path),
+                                  keep=2)
+    sink.attach(scene)
+    assert not sink.wants_pixels()
+    for episode in range(3):
+        play(sink, episode, 5)
+    play(sink, 3, 5, failed=True)  # its rollout failed: nothing of it is kept
+    play(sink, 4, 1)  # one pose: nothing moved, nothing kept
+    sink.close()
+    live = tmp_path / "live"
+    assert sorted(os.listdir(live)) == ["ep_000001_iter_0007.npz", "ep_000002_iter_0007.npz"]
+    assert len(written) == 3
+    recording = read_recording(str(live / "ep_000002_iter_0007.npz"))
+    assert recording.meta["iteration"] == 7 and recording.meta["live"]
+    assert np.allclose(recording.states[:, 1], 0.01 * np.arange(5))
+    again = LiveStateRecordingSink(str(tmp_path), 25.0, keep=2)
+    again.attach(scene)
+    play(again, 0, 3, end=False)
+    again.close()  # the episode open when it stops was shown as far as it went: kept
+    assert sorted(os.listdir(live)) == ["ep_000002_iter_0007.npz", "ep_000003_iter_0007.npz"]
+    assert not read_recording(str(live / "ep_000003_iter_0007.npz")).meta["completed"]

@@ -321,6 +321,7 @@ def test_recorded_videos_are_listed_and_served_with_byte_ranges(recorded):
     # Files that are not the sink's finished videos are never listed or served.
     (folder / "notes.txt").write_text("not a video")
     (folder / ".partial_iter_0098.mp4").write_bytes(b"half a video")
+    wait_for(lambda: (folder / "iter_0003.npz").exists(), 30, message="its state recording")
     status, headers, body = get(url + "videos.json?token=" + TOKEN)
     assert status == 200 and headers["content-type"] == "application/json"
     videos = json.loads(body)["videos"]
@@ -330,7 +331,13 @@ def test_recorded_videos_are_listed_and_served_with_byte_ranges(recorded):
     numbers = [video["number"] for video in videos if video["kind"] == "iter"]
     assert numbers == sorted(numbers) and files[0].startswith("iter_")
     data = (folder / "iter_0003.mp4").read_bytes()
-    assert {"file": "iter_0003.mp4", "kind": "iter", "number": 3, "size": len(data)} in videos
+    assert {
+        "file": "iter_0003.mp4",
+        "kind": "iter",
+        "number": 3,
+        "size": len(data),
+        "recording": "iter_0003.npz"  # beside it
+    } in videos
     assert len(data) > 100
 
     status, headers, body = get(url + "videos/iter_0003.mp4?token=" + TOKEN)

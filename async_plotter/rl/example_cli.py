@@ -78,6 +78,10 @@ def add_plot_arguments(parser: argparse.ArgumentParser) -> None:
                        default=None,
                        help="what --http opens: 2d (MJPEG, the default) or 3d (the browser "
                        "draws the scene; pip install -e .[view3d])")
+    group.add_argument("--record-states",
+                       action="store_true",
+                       help="with --http: also keep every episode the live page shows as a state "
+                       "recording in the run's videos/live/ (async-plotter replay plays one)")
     group.add_argument("--plot-priority",
                        choices=PRIORITIES,
                        default=None,
@@ -94,6 +98,7 @@ def plot_options(args: argparse.Namespace) -> Dict[str, Any]:
         "video_length": args.plot_video_length,
         "http": args.http,
         "view": args.view,
+        "record_states": args.record_states or None,
         "priority": args.plot_priority,
     }
     return dict({name: value for name, value in options.items() if value is not None}, plot=True)

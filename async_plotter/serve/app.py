@@ -25,6 +25,8 @@ from async_plotter.serve.options import ServeOptions
 from async_plotter.serve.recorder import Recorder
 from async_plotter.serve.server import ServeServer
 from async_plotter.trainer_side.viewer import ViewOptions
+from async_plotter.view3d import missing_modules
+from async_plotter.web.replay import ReplayPool
 
 logger = logging.getLogger("async_plotter")
 
@@ -50,7 +52,11 @@ class ServeApp:
                                      options.record_every,
                                      on_video=lambda name: self.catalog.touch(name))
             self.catalog.extra = self._videos
-        self.server = ServeServer(options.http, self.catalog, self.live, self.history, self._info)
+        # The history strip replays state recordings in 3D where the extra is installed.
+        self.replays = (ReplayPool()
+                        if self.history is not None and not missing_modules() else None)
+        self.server = ServeServer(options.http, self.catalog, self.live, self.history, self._info,
+                                  self.replays)
         self._thread = threading.Thread(target=self.server.serve_forever,
                                         kwargs={"poll_interval": 0.5},
                                         name="async_plotter-serve-http",
@@ -79,6 +85,8 @@ class ServeApp:
         self._closed = True
         self.server.close()
         self._thread.join(5.0)
+        if self.replays is not None:
+            self.replays.close()
         if self.recorder is not None:
             self.recorder.close()
         self.live.close()
@@ -122,6 +130,7 @@ class ServeApp:
         return {
             "server": redact(self.options.url),
             "record": recorder is not None,
+            "replay3d": self.replays is not None,
             "record_every": self.options.record_every if recorder else None,
             "record_budget": self.options.record_budget if recorder else None,
             "signed_only": self.options.secret is not None,

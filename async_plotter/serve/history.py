@@ -1,4 +1,5 @@
-"""The recorded videos of each experiment: ``<record_dir>/<experiment>/iter_NNNN.mp4``.
+"""The recorded videos of each experiment: ``<record_dir>/<experiment>/iter_NNNN.mp4``, each with
+its state recording beside it where the env is MuJoCo's (``iter_NNNN.npz``, replayed in 3D).
 
 Only names the video sink writes are listed and served (``iter_NNNN.mp4``, ``update_NNNN.mp4``;
 its hidden temporary files never), from a folder named by a valid experiment name, so a request
@@ -11,7 +12,7 @@ from typing import List, Optional
 
 from async_plotter.channel.redis.wire import valid_experiment
 # Re-exported: the folder-level parts live with the live page, which serves one such folder.
-from async_plotter.web.videos import VIDEO_NAME, Video, list_videos, video_path
+from async_plotter.web.videos import (VIDEO_NAME, Video, list_videos, recording_path, video_path)
 
 __all__ = ["VIDEO_NAME", "MAX_VIDEOS", "Video", "History"]
 
@@ -42,13 +43,14 @@ class History:
             return []
         return list_videos(folder)
 
-    def path(self, experiment: str, name: str) -> Optional[str]:
-        """The file to serve for a request, or None if there is no such video."""
+    def path(self, experiment: str, name: str, recording: bool = False) -> Optional[str]:
+        """The file to serve for a request, or None if there is no such video (``recording``:
+        no such state recording)."""
         try:
             folder = self.folder(experiment)
         except ValueError:
             return None
-        return video_path(folder, name)
+        return (recording_path if recording else video_path)(folder, name)
 
     def prune(self, experiment: str) -> int:
         """Delete the oldest videos beyond ``max_videos`` (the first one stays); how many."""

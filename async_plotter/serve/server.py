@@ -11,6 +11,9 @@ its connection, the same slots), routing to:
   this request starts if need be (503 with the reason when every live slot is watched);
 * ``/x/NAME/status``: what ``live`` says of NAME, and why a stream would be refused;
 * ``/x/NAME/video/FILE``: a recorded video (byte ranges served, for seeking);
+* ``/x/NAME/replay/FILE``: a video's state recording (``iter_NNNN.npz``) in the 3D viewer
+  (``web/replay.py``): viser's page, and at the same address its WebSocket, both behind the same
+  checks as every route; at most ``replay.MAX_REPLAYS`` open at once (503 beyond);
 * ``/experiments.json``: every row, for scripts.
 
 Streams are bounded by the relays' ``MAX_VIEWERS`` per experiment and ``MAX_STREAMS`` in all,
@@ -27,10 +30,12 @@ from typing import Any, Callable, Dict, List, Optional
 from aiohttp import web
 
 from async_plotter.channel.redis.wire import valid_experiment
+from async_plotter.render.recording import RecordingError
 from async_plotter.serve.history import History
 from async_plotter.serve.live import LiveLimit, LiveManager
 from async_plotter.web.address import HttpConfig
 from async_plotter.web.feed import unsent_bytes
+from async_plotter.web.replay import ReplayBusy, ReplayPool
 from async_plotter.web.server import HttpServer, event, json_answer, plain
 
 logger = logging.getLogger("async_plotter")
@@ -59,6 +64,8 @@ class ServeServer(HttpServer):
         live: the live views (``LiveManager``).
         history: the recorded videos, or None without ``--record-dir``.
         info: extra fields for the ``hello`` event (e.g. the recorder's settings).
+        replays: the 3D replays of the videos' state recordings, or None (no history, or the
+            3D view's extra is not installed).
     """
 
     def __init__(self,
@@ -66,12 +73,14 @@ class ServeServer(HttpServer):
                  catalog: Any,
                  live: LiveManager,
                  history: Optional[History] = None,
-                 info: Optional[Callable[[], Dict[str, Any]]] = None) -> None:
+                 info: Optional[Callable[[], Dict[str, Any]]] = None,
+                 replays: Optional[ReplayPool] = None) -> None:
         super().__init__(config, "the experiments' page")
         self.page = load_page()
         self.catalog = catalog
         self.live = live
         self.history = history
+        self.replays = replays
         self._info = info or (lambda: {})
         self._streams = 0
 
@@ -85,6 +94,7 @@ class ServeServer(HttpServer):
         router.add_get("/x/{name}/stream.mjpg", self._live_stream, allow_head=False)
         router.add_get("/x/{name}/status", self._status, allow_head=False)
         router.add_get("/x/{name}/video/{file}", self._video, allow_head=False)
+        router.add_get("/x/{name}/replay/{file}", self._replay, allow_head=False)
 
     async def _page(self, request: web.Request) -> web.StreamResponse:
         # The base Content-Security-Policy already lets it play recorded videos (media-src).
@@ -112,6 +122,26 @@ class ServeServer(HttpServer):
         if path is None:
             return plain(HTTPStatus.NOT_FOUND, "no such video")
         return await self.send_video(request, path)
+
+    async def _replay(self, request: web.Request) -> web.StreamResponse:
+        name = _experiment(request)
+        history, replays = self.history, self.replays
+        if history is None or replays is None:
+            return plain(
+                HTTPStatus.NOT_FOUND, "no 3D replays here: they need --record-dir and "
+                "the 3D view (pip install -e .[view3d])")
+        path = await self.in_worker(history.path, name, request.match_info["file"], True)
+        if path is None:
+            return plain(HTTPStatus.NOT_FOUND, "no such recording")
+        try:
+            replay = await self.in_worker(replays.open, path)
+        except ReplayBusy as busy:
+            self.dropped["replays busy"] += 1
+            return plain(HTTPStatus.SERVICE_UNAVAILABLE, str(busy), {"Retry-After": "5"})
+        except (RecordingError, OSError, ValueError) as error:
+            logger.warning("serve: cannot replay %s: %s", path, error)
+            return plain(HTTPStatus.NOT_FOUND, "not a readable recording")
+        return await replay.front.answer(request, self)
 
     # ------------------------------------------------------------------- events
 

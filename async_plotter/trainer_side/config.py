@@ -33,8 +33,9 @@ from async_plotter.validation import (boolean, callable_or_none, cpu_fraction, f
 from async_plotter.trainer_side.budget import DEFAULT_BUDGET
 from async_plotter.worker.config import WorkerConfig
 from async_plotter.trainer_side.priorities import PRIORITIES
-from async_plotter.worker.sinks import (CallbackSpec, HttpSpec, SinkSpec, StatesSpec,
-                                        TensorBoardSpec, UserSinkSpec, VideoSpec, WindowSpec)
+from async_plotter.worker.sinks import (CallbackSpec, HttpSpec, LiveStatesSpec, SinkSpec,
+                                        StatesSpec, TensorBoardSpec, UserSinkSpec, VideoSpec,
+                                        WindowSpec)
 
 _QUALITIES = ("auto", "cheap", "full")
 #: what the live page (``http=``) opens: the MJPEG page, or the 3D view
@@ -160,6 +161,8 @@ def plotter_config(arguments: Mapping[str, Any]) -> PlotterConfig:
 
         http_config = parse_http_address(given.http, given.http_token)
     view = checked_view(given.view, http_config is not None)
+    record_states = _checked_record_states(given.record_states, video_dir, window
+                                           or http_config is not None)
     publish = _publish_target(given.channel, given.experiment, given.secret)
 
     env_recipe = describe_env(given.env)
@@ -170,7 +173,8 @@ def plotter_config(arguments: Mapping[str, Any]) -> PlotterConfig:
     adapter = adapter_for(given.policy)
     policy_recipe = describe_policy(given.policy, adapter, given.policy_factory)
     initial = _initial_parameters(given.policy, adapter)
-    specs = _output_specs(video_dir, window, http_config, given.on_frame, view) + user_sinks
+    specs = _output_specs(video_dir, window, http_config, given.on_frame, view, record_states)
+    specs += user_sinks
     if tensorboard_dir:
         specs.append(TensorBoardSpec(tensorboard_dir, scalars=given.tensorboard_scalars))
     worker = WorkerConfig(
@@ -306,16 +310,35 @@ def checked_view(view: Any, serving: bool) -> str:
     return view
 
 
+def _checked_record_states(record_states: Any, video_dir: Optional[str], live: bool) -> bool:
+    """``record_states`` if it can be done here: the live episodes' recordings go beside the
+    videos, and only a live view (window, ``http``) shows live episodes."""
+    boolean("record_states", record_states)
+    if record_states and not video_dir:
+        raise InvalidArgumentError(
+            "record_states=True writes every live episode as a state recording into "
+            "<video_dir>/live/: pass video_dir= too (e.g. video_dir='videos')")
+    if record_states and not live:
+        raise InvalidArgumentError(
+            "record_states=True records the episodes a live view shows, and there is none: "
+            "pass http= (e.g. http=8080) or window=True. The recorded videos have their state "
+            "recordings beside them anyway.")
+    return record_states
+
+
 def _output_specs(video_dir: Optional[str],
                   window: bool,
                   http_config: Any,
                   on_frame: Optional[Callable[..., Any]],
-                  view: str = "2d") -> List[SinkSpec]:
+                  view: str = "2d",
+                  record_states: bool = False) -> List[SinkSpec]:
     """The built-in outputs asked for, as sink specs for the render process."""
     specs: List[SinkSpec] = []
     if video_dir:
         specs.append(VideoSpec(video_dir))
         specs.append(StatesSpec(video_dir))  # a state recording beside each video
+        if record_states:
+            specs.append(LiveStatesSpec(video_dir))  # and of every live episode
     if window:
         specs.append(WindowSpec())
     if http_config is not None:

@@ -138,6 +138,11 @@ class Plotter:
         view: what ``http`` opens: ``"2d"`` the MJPEG page; ``"3d"`` the scene drawn by the
             browser from body poses (needs ``pip install -e .[view3d]``; the MJPEG page is then
             at ``/2d/``).
+        record_states: also write every episode a live view (``http``, window) shows as a
+            state recording (replay it with ``async-plotter replay``), one file per episode in
+            ``<video_dir>/live/`` (``ep_000123_iter_0059.npz``), written whole under a temporary
+            name; the newest ``LIVE_RECORDINGS_KEPT`` (100) are kept, older ones deleted. Needs
+            ``video_dir`` and a live view. The recorded videos have theirs beside them anyway.
         channel: ``None`` renders here; ``"redis://host:6379/0"`` (or ``rediss://``) publishes
             the parameters to Redis for ``async-plotter view`` on another machine instead.
         experiment: the experiment's name on the Redis server (required with ``channel``).
@@ -192,6 +197,7 @@ class Plotter:
                  http: Optional[Union[int, str]] = None,
                  http_token: Optional[str] = None,
                  view: str = "2d",
+                 record_states: bool = False,
                  channel: Optional[str] = None,
                  experiment: Optional[str] = None,
                  secret: Optional[Union[str, bytes]] = None,

@@ -51,6 +51,8 @@ class WorkerStats:
     #: state recordings written beside the videos (``iter_NNNN.npz``), and the newest's path
     state_recordings: int = 0
     last_state_recording: Optional[str] = None
+    #: live episodes written as state recordings (``record_states=True``, ``<video_dir>/live/``)
+    live_state_recordings: int = 0
     #: the worker's last failure (a traceback), or a bug it reported
     last_error: Optional[str] = None
     #: reports of a kind the supervisor does not know (a bug)

@@ -412,8 +412,11 @@ class WorkerSupervisor:
         self._videos.record(payload)
 
     def _on_states(self, payload: dict, pair: _Pair) -> None:
-        self._stats.update(state_recordings=self._stats.state_recordings + 1,
-                           last_state_recording=payload["path"])
+        if payload.get("live"):
+            self._stats.update(live_state_recordings=self._stats.live_state_recordings + 1)
+        else:
+            self._stats.update(state_recordings=self._stats.state_recordings + 1,
+                               last_state_recording=payload["path"])
 
     def _on_tensorboard(self, payload: dict, pair: _Pair) -> None:
         self._first_video_done()

@@ -47,6 +47,7 @@ so a connection costs nothing until it has proven itself:
 """
 import asyncio
 import collections
+import contextlib
 import hmac
 import json
 import logging
@@ -58,7 +59,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from http import HTTPStatus
 from importlib import resources
-from typing import Any, Awaitable, Callable, Dict, List, Optional, Set, Tuple, TypeVar
+from typing import (Any, Awaitable, Callable, Dict, Iterator, List, Optional, Set, Tuple, TypeVar)
 from urllib.parse import urlsplit
 
 from aiohttp import web
@@ -450,6 +451,16 @@ class HttpServer:
 
     # -------------------------------------------------------------- what streams share
 
+    @contextlib.contextmanager
+    def streaming(self) -> Iterator[None]:
+        """While a stream (MJPEG, events, a video, a 3D socket) is sent: it is bounded by its
+        own slots, so the guard stops counting it among the ``PAGE_QUEUE`` short answers."""
+        self._short -= 1
+        try:
+            yield
+        finally:
+            self._short += 1
+
     async def send_frames(self, request: web.Request, slots: NewestSlots[Tuple[bytes, FrameMeta]],
                           viewer: Viewer) -> web.StreamResponse:
         """Send ``slots``' newest MJPEG parts (``mjpeg_part``) to ``viewer`` until it leaves or
@@ -458,8 +469,7 @@ class HttpServer:
         A part is taken once the previous one has reached the kernel, whose send buffer is kept
         small: newest-wins only works if the kernel does not queue seconds of frames for a slow
         browser (it would autotune up to megabytes)."""
-        self._short -= 1  # a stream is bounded by its own slots
-        try:
+        with self.streaming():
             transport = request.transport
             assert transport is not None
             sock = transport.get_extra_info("socket")
@@ -489,17 +499,13 @@ class HttpServer:
             except (FeedClosed, ViewerEvicted, ConnectionError):
                 pass  # stopping, or the browser went away (reset, broken pipe, evicted)
             return response
-        finally:
-            self._short += 1
 
     async def send_events(self, request: web.Request, produce: Callable[[], List[bytes]],
                           wait: Callable[[], Awaitable[Any]]) -> web.StreamResponse:
         """A server-sent events stream: ``produce()``'s events whenever ``wait()`` returns, a
         keep-alive comment when there were none for ``KEEPALIVE_INTERVAL``. Holds one of
         ``MAX_EVENT_STREAMS`` slots (a new stream takes the oldest one's)."""
-        self._short -= 1
-        key = self._claim("events", request, MAX_EVENT_STREAMS)
-        try:
+        with self.streaming(), self.slot("events", request, MAX_EVENT_STREAMS):
             response = web.StreamResponse(headers={
                 "Content-Type": "text/event-stream; charset=utf-8",
                 "X-Accel-Buffering": "no"
@@ -520,16 +526,11 @@ class HttpServer:
             except (FeedClosed, ConnectionError):
                 pass
             return response
-        finally:
-            self._release("events", key)
-            self._short += 1
 
     async def send_video(self, request: web.Request, path: str) -> web.StreamResponse:
         """The mp4 at ``path``, all of it or the range asked for (aiohttp's ``FileResponse``),
         in one of ``MAX_VIDEO_SENDS`` slots (a new one takes the oldest one's)."""
-        self._short -= 1
-        key = self._claim("video", request, MAX_VIDEO_SENDS)
-        try:
+        with self.streaming(), self.slot("video", request, MAX_VIDEO_SENDS):
             response = _Video(path, headers={"Content-Type": "video/mp4"})
             try:
                 await response.prepare(request)  # a file pruned meanwhile: 404
@@ -537,30 +538,21 @@ class HttpServer:
             except ConnectionError:
                 pass  # the browser went away (or seeked: evicted)
             return response
-        finally:
-            self._release("video", key)
-            self._short += 1
 
-    def claim_slot(self, kind: str, request: web.Request, limit: int) -> Any:
-        """One of ``limit`` slots of ``kind`` for this request's connection (a full set loses
-        its oldest: that connection is reset); give it back with ``release_slot``."""
-        return self._claim(kind, request, limit)
-
-    def release_slot(self, kind: str, key: Any) -> None:
-        """Give back a slot from ``claim_slot``."""
-        self._release(kind, key)
-
-    def _claim(self, kind: str, request: web.Request, limit: int) -> Any:
+    @contextlib.contextmanager
+    def slot(self, kind: str, request: web.Request, limit: int) -> Iterator[None]:
+        """One of ``limit`` slots of ``kind`` for this request's connection while it is held
+        (a full set loses its oldest: that connection is reset)."""
         slots = self._slots[kind]
         if len(slots) >= limit:
             _, victim = slots.popitem(last=False)
             self._drop(victim, f"{kind} evicted")
         key = object()
         slots[key] = request.transport
-        return key
-
-    def _release(self, kind: str, key: Any) -> None:
-        self._slots[kind].pop(key, None)
+        try:
+            yield
+        finally:
+            slots.pop(key, None)
 
     async def _send(self, request: web.Request, response: web.StreamResponse, data: bytes) -> None:
         """Write ``data`` and wait until all of it has reached the kernel; a client that takes
@@ -631,7 +623,7 @@ class LiveServer(HttpServer):
         # Only the last segments count, so the page also works behind a proxy's path prefix.
         parent, _, route = request.rel_url.raw_path.rstrip("/").rpartition("/")
         if self.view3d is not None and parent == "" and route in ("", "index.html"):
-            return await self._view3d(request)
+            return await self.view3d.answer(request, self)
         if route in ("", "index.html", "2d"):
             return web.Response(body=self.page, content_type="text/html", charset="utf-8")
         if route == "stream.mjpg":
@@ -648,18 +640,6 @@ class LiveServer(HttpServer):
                 return plain(HTTPStatus.NOT_FOUND, "no such video")
             return await self.send_video(request, path)
         return plain(HTTPStatus.NOT_FOUND, "not found; open / for the live page")
-
-    async def _view3d(self, request: web.Request) -> web.StreamResponse:
-        """The 3D page, or its socket (viser's client opens it at the page's address)."""
-        if request.headers.get("upgrade", "").lower() != "websocket":
-            token = request.query.get("token", "")
-            cookie = (token_cookie_name(request), token) if token else None
-            return await self.view3d.page(request, cookie)
-        self._short -= 1  # a stream: bounded by its own slots
-        try:
-            return await self.view3d.socket(request, self)
-        finally:
-            self._short += 1
 
     async def _stream(self, request: web.Request, client: str) -> web.StreamResponse:
         transport = request.transport

@@ -9,8 +9,9 @@ token given as ``?token=`` is also set as a cookie (``HttpOnly``, ``SameSite=Str
 port) when the page is served; a request that presents only the cookie must also pass the origin
 checks (``server._refusal``).
 
-A socket holds one of ``MAX_VIEWERS`` slots (a new one takes the oldest one's); ``viewers`` is
-how many are open now, which is what decides whether the render process poses anything. The
+A socket holds one of ``MAX_VIEWERS`` slots (a new one takes the oldest one's), taken only once
+its own socket to viser is open (at most ``MAX_SETUPS`` are being opened at once): a burst of
+sockets that never finish opening evicts nobody. ``viewers`` is how many are open now, which is what decides whether the render process poses anything. The
 render process hands each frame's poses, already encoded (``view3d/poses.py``), to
 ``broadcast``; every viewer gets the newest one once the previous has reached its socket (a slow
 browser skips frames, as with MJPEG), and only after viser has replayed the scene to it.
@@ -22,7 +23,7 @@ import logging
 import os
 import threading
 import time
-from typing import Any, Deque, Optional, Tuple
+from typing import Any, Deque, List, Optional, Tuple
 
 import aiohttp
 from aiohttp import web
@@ -38,6 +39,8 @@ logger = logging.getLogger(__name__)
 
 #: simultaneous 3D viewers; a new one takes the oldest one's slot
 MAX_VIEWERS = 16
+#: sockets being connected to viser at once (the rest wait their turn)
+MAX_SETUPS = 4
 #: seconds a socket opened before the scene exists waits for it
 SCENE_WAIT = 30.0
 #: a socket whose browser takes none of a message for this long is dropped
@@ -80,6 +83,7 @@ class View3DFront:
         #: ``(due, frame)`` poses not yet sent, oldest first; a wake of the loop is pending
         self._due: Deque[Tuple[float, bytes]] = collections.deque()
         self._armed = False
+        self._setups: Optional[asyncio.Semaphore] = None
         #: sockets opened in all, and bytes sent to browsers (for the benchmark)
         self.opened = 0
         self.bytes_sent = 0
@@ -139,19 +143,33 @@ class View3DFront:
             await asyncio.sleep(0.05)
         return self._target
 
-    async def page(self, request: web.Request, token_cookie: Optional[Tuple[str,
-                                                                            str]]) -> web.Response:
-        """viser's page; with ``token_cookie`` (``(name, token)``), the token as a cookie."""
+    async def answer(self, request: web.Request, server: Any) -> web.StreamResponse:
+        """What a request for the 3D page's address gets from ``server`` (an ``HttpServer``,
+        whose guard has checked it): the page, or, for a WebSocket upgrade (viser's client opens
+        its socket at the page's own address), the socket."""
+        if request.headers.get("upgrade", "").lower() != "websocket":
+            return self._page_answer(request)
+        with server.streaming():
+            return await self._socket(request, server)
+
+    def _page_answer(self, request: web.Request) -> web.Response:
+        """viser's page; a token given in the query is also set as a cookie for the socket."""
+        from async_plotter.web.server import token_cookie_name
+
         if self._page is None:
             self._page = viser_page()
         response = web.Response(body=self._page, content_type="text/html", charset="utf-8")
         response.headers["Content-Security-Policy"] = PAGE_POLICY
-        if token_cookie is not None:
-            name, token = token_cookie
-            response.set_cookie(name, token, httponly=True, samesite="Strict", path="/")
+        token = request.query.get("token", "")
+        if token:
+            response.set_cookie(token_cookie_name(request),
+                                token,
+                                httponly=True,
+                                samesite="Strict",
+                                path="/")
         return response
 
-    async def socket(self, request: web.Request, server: Any) -> web.StreamResponse:
+    async def _socket(self, request: web.Request, server: Any) -> web.StreamResponse:
         """Proxy one browser's socket to viser's, in one of ``MAX_VIEWERS`` slots."""
         target = await self._scene_ready()
         if target is None:
@@ -161,11 +179,13 @@ class View3DFront:
             name.strip() for name in request.headers.get("Sec-WebSocket-Protocol", "").split(",")
             if name.strip().startswith("viser-v")
         ][:1]
-        key = server.claim_slot("view3d", request, MAX_VIEWERS)
         self._loop = asyncio.get_running_loop()
-        viewer = _Viewer()
-        try:
-            async with aiohttp.ClientSession() as session:
+        if self._setups is None:
+            self._setups = asyncio.Semaphore(MAX_SETUPS)
+        async with aiohttp.ClientSession() as session:
+            # The socket to viser first, a few at a time: a slot is taken (and the oldest
+            # viewer's lost) only by a socket that is about to open.
+            async with self._setups:
                 try:
                     upstream = await session.ws_connect(f"ws://127.0.0.1:{port}/",
                                                         protocols=protocols,
@@ -176,26 +196,33 @@ class View3DFront:
                 except (aiohttp.ClientError, OSError) as error:
                     logger.warning("the 3D view's server did not answer: %s", error)
                     return web.Response(status=502, text="the 3D view is not available\n")
-                browser = web.WebSocketResponse(protocols=protocols,
-                                                max_msg_size=4 * 1024 * 1024,
-                                                compress=False,
-                                                heartbeat=15.0)
-                await browser.prepare(request)
-                with self._lock:
-                    self._viewers += 1
-                    self.opened += 1
-                self._sockets.add(viewer)
-                try:
-                    await _pump(browser, upstream, self, viewer)
-                finally:
-                    self._sockets.discard(viewer)
-                    with self._lock:
-                        self._viewers -= 1
-                    await upstream.close()
-                    await browser.close()
-                return browser
+            try:
+                with server.slot("view3d", request, MAX_VIEWERS):
+                    return await self._serve(request, protocols, upstream)
+            finally:
+                await upstream.close()
+
+    async def _serve(self, request: web.Request, protocols: List[str],
+                     upstream: Any) -> web.WebSocketResponse:
+        """The browser's side of the socket, relayed to ``upstream`` until either closes."""
+        browser = web.WebSocketResponse(protocols=protocols,
+                                        max_msg_size=4 * 1024 * 1024,
+                                        compress=False,
+                                        heartbeat=15.0)
+        await browser.prepare(request)
+        viewer = _Viewer()
+        with self._lock:
+            self._viewers += 1
+            self.opened += 1
+        self._sockets.add(viewer)
+        try:
+            await _pump(browser, upstream, self, viewer)
         finally:
-            server.release_slot("view3d", key)
+            self._sockets.discard(viewer)
+            with self._lock:
+                self._viewers -= 1
+            await browser.close()
+        return browser
 
 
 class _Viewer:

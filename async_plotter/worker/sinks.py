@@ -16,8 +16,9 @@ from typing import Any, Callable, Dict, Iterable, List, Optional, Type
 from async_plotter.render.sinks.base import FrameSink
 
 __all__ = [
-    "SinkSpec", "VideoSpec", "StatesSpec", "WindowSpec", "HttpSpec", "CallbackSpec", "UserSinkSpec",
-    "TensorBoardSpec", "SinkContext", "register_sink", "build_sinks", "wants_live", "records"
+    "SinkSpec", "VideoSpec", "StatesSpec", "LiveStatesSpec", "WindowSpec", "HttpSpec",
+    "CallbackSpec", "UserSinkSpec", "TensorBoardSpec", "SinkContext", "register_sink",
+    "build_sinks", "wants_live", "records"
 ]
 
 
@@ -45,6 +46,16 @@ class VideoSpec(SinkSpec):
 @dataclasses.dataclass(frozen=True)
 class StatesSpec(SinkSpec):
     """A state recording beside each video in ``directory`` (``render/sinks/states.py``)."""
+
+    directory: str
+    records = True
+    draws = False
+
+
+@dataclasses.dataclass(frozen=True)
+class LiveStatesSpec(SinkSpec):
+    """A state recording of every episode a live view shows, in ``directory``'s ``live``
+    folder (``Plotter(record_states=True)``; ``render/sinks/states.py``)."""
 
     directory: str
     records = True
@@ -168,9 +179,11 @@ def _video(spec: VideoSpec, context: SinkContext) -> FrameSink:
                          StatusKind.STORAGE, state=state, directory=directory, free=free))
 
 
-def _states(spec: StatesSpec, context: SinkContext) -> FrameSink:
-    from async_plotter.render.sinks.states import StateRecordingSink
+def _states(spec: Any, context: SinkContext) -> FrameSink:
+    from async_plotter.render.sinks.states import LiveStateRecordingSink, StateRecordingSink
     from async_plotter.worker.status import StatusKind
+
+    live = isinstance(spec, LiveStatesSpec)
 
     def on_written(path: str, recording: Any, steps: int, size: int) -> None:
         context.status.send(StatusKind.STATES,
@@ -178,13 +191,15 @@ def _states(spec: StatesSpec, context: SinkContext) -> FrameSink:
                             update=recording.update,
                             iteration=recording.iteration,
                             steps=steps,
-                            bytes=size)
+                            bytes=size,
+                            live=live)
 
+    playback = dict(stride=context.stride, env_rate=context.env_rate, label=context.title)
+    if live:
+        return LiveStateRecordingSink(spec.directory, context.fps, playback, on_written)
     return StateRecordingSink(spec.directory,
                               context.fps,
-                              dict(stride=context.stride,
-                                   env_rate=context.env_rate,
-                                   label=context.title),
+                              playback,
                               on_written,
                               min_frames=int(context.min_video_seconds * context.fps))
 
@@ -246,6 +261,7 @@ def _user(spec: UserSinkSpec, context: SinkContext) -> FrameSink:
 
 register_sink(VideoSpec, _video)
 register_sink(StatesSpec, _states)
+register_sink(LiveStatesSpec, _states)
 register_sink(WindowSpec, _window)
 register_sink(HttpSpec, _http)
 register_sink(CallbackSpec, _callback)

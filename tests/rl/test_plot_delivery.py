@@ -46,14 +46,15 @@ def test_the_examples_share_their_plotting_flags():
     parser = example_parser(__doc__)
     args = parser.parse_args([
         "--plot-budget", "0.1", "--plot-path-length", "50", "--plot-video-length", "40", "--http",
-        "0"
+        "0", "--record-states"
     ])
     assert plot_options(args) == {
         "plot": True,
         "budget": 0.1,
         "max_path_length": 50,
         "video_length": 40,
-        "http": "0"
+        "http": "0",
+        "record_states": True
     }
     assert plot_options(parser.parse_args(["--no-plot", "--plot-budget", "0.1"])) == {"plot": False}
     for script in ("trpo_swimmer.py", "trpo_cartpole.py", "vpg_inverted_pendulum.py",
@@ -65,7 +66,7 @@ def test_the_examples_share_their_plotting_flags():
             timeout=120,
             check=True).stdout
         for flag in ("--plot, --no-plot", "--plot-budget", "--plot-path-length",
-                     "--plot-video-length", "--http"):
+                     "--plot-video-length", "--http", "--record-states"):
             assert flag in shown, f"{script} has no {flag}"
 
 

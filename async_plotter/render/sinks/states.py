@@ -1,25 +1,41 @@
-"""One state recording per recorded video (``render/recording.py``): ``iter_0059.npz`` beside
-``iter_0059.mp4``, holding what the rollout process sent rather than what was drawn.
+"""State recordings (``render/recording.py``) of what the render process was sent, not of what was
+drawn: they ask for no pixels and cost a copy of each state.
 
-It keeps the same episodes as the video sink (both are ``RecordedSink``s: the first episode of an
-update, the short ones chained to it) and asks for no pixels, so it costs a copy of each state.
+* ``StateRecordingSink``: one per recorded video, ``iter_0059.npz`` beside ``iter_0059.mp4``. It
+  keeps the same episodes as the video sink (both are ``RecordedSink``s: the first episode of an
+  update, the short ones chained to it).
+* ``LiveStateRecordingSink`` (``Plotter(record_states=True)``): every episode a live view shows,
+  one file each in ``<video_dir>/live/``, ``ep_000123_iter_0059.npz`` (a number that goes on
+  across worker restarts and runs into the same folder, then the policy's), the newest
+  ``LIVE_RECORDINGS_KEPT`` kept.
 """
+import collections
 import errno
 import logging
 import os
-from typing import Any, Callable, Optional
+import re
+from typing import Any, Callable, Deque, Dict, Optional, Tuple
 
 import numpy as np
 
 from async_plotter.render.recording import (SUFFIX, RecordingBuilder, model_to_mjb, write_recording)
+from async_plotter.render.sinks.base import FrameSink
 from async_plotter.render.sinks.recorded import BOUNDARY_PAUSE_SECONDS, RecordedSink
 from async_plotter.render.sinks.video import video_name
-from async_plotter.render.stream import EpisodeInfo
+from async_plotter.render.stream import EpisodeEnd, EpisodeInfo
 
 logger = logging.getLogger(__name__)
 
 #: ``on_written(path, first_episode, steps, size_in_bytes)``
 WrittenCallback = Callable[[str, EpisodeInfo, int, int], None]
+#: the live episodes' recordings kept (the newest): a live view replays episodes for as long as
+#: training runs; 100 HalfCheetah episodes of 1000 steps take ~17 MB (~3 KB a second of motion
+#: and ~18 KB of model each)
+LIVE_RECORDINGS_KEPT = 100
+#: the folder of the live episodes' recordings, inside the video folder
+LIVE_FOLDER = "live"
+#: ``ep_000123_iter_0059.npz`` / ``ep_000124_update_0003.npz``
+LIVE_NAME = re.compile(r"ep_(\d{6,12})_(?:iter|update)_\d{1,9}\.npz")
 
 
 def recording_name(episode: EpisodeInfo) -> str:
@@ -27,7 +43,35 @@ def recording_name(episode: EpisodeInfo) -> str:
     return os.path.splitext(video_name(episode))[0] + SUFFIX
 
 
-class StateRecordingSink(RecordedSink):
+class _StepCopies:
+    """What both sinks here share: the scene whose steps they copy, its model as MJB (kept in
+    every recording), how the scene plays, and whom to tell of each file written."""
+
+    fps: float
+
+    def _copy_steps(self, playback: Optional[dict], on_written: Optional[WrittenCallback]) -> None:
+        self._playback = dict(playback or {})
+        self._on_written = on_written
+        self._scene: Any = None
+        self._model_mjb = b""
+        self._builder: Optional[RecordingBuilder] = None
+
+    def attach(self, scene: Any) -> None:
+        self._scene = scene
+        if scene is not None:  # envs that draw their own frames have no state to record
+            self._model_mjb = model_to_mjb(scene.source_model)
+
+    def wants_pixels(self) -> bool:
+        return False  # states only
+
+    def _begin(self, episode: EpisodeInfo, **meta: Any) -> None:
+        """A recording of ``episode`` begins."""
+        self._builder = RecordingBuilder(
+            self._model_mjb,
+            dict(recording_meta(self._scene, episode, self.fps, self._playback), **meta))
+
+
+class StateRecordingSink(_StepCopies, RecordedSink):
     """Writes a state recording of each rollout a video is made of (MuJoCo scenes only).
 
     Args:
@@ -46,19 +90,7 @@ class StateRecordingSink(RecordedSink):
                  min_frames: int = 0) -> None:
         super().__init__(fps, min_frames)
         self.directory = directory
-        self._playback = dict(playback or {})
-        self._on_written = on_written
-        self._scene: Any = None
-        self._model_mjb = b""
-        self._builder: Optional[RecordingBuilder] = None
-
-    def attach(self, scene: Any) -> None:
-        self._scene = scene
-        if scene is not None:
-            self._model_mjb = model_to_mjb(scene.source_model)
-
-    def wants_pixels(self) -> bool:
-        return False  # states only
+        self._copy_steps(playback, on_written)
 
     def _accepting(self) -> bool:
         return self._scene is not None  # envs that draw their own frames have no state
@@ -73,43 +105,146 @@ class StateRecordingSink(RecordedSink):
         self._frames += 1
 
     def _start(self, episode: EpisodeInfo) -> None:
-        scene = self._scene
-        plan = scene.camera_plan
-        self._builder = RecordingBuilder(
-            self._model_mjb,
-            dict(update=episode.update,
-                 iteration=episode.iteration,
-                 fps=float(self.fps),
-                 stride=int(self._playback.get("stride") or 1),
-                 env_rate=self._playback.get("env_rate"),
-                 label=self._playback.get("label", ""),
-                 camera=plan,
-                 camera_id=int(plan["id"]) if plan.get("kind") == "fixed" else -1,
-                 width=int(scene.requested_size[0]),
-                 height=int(scene.requested_size[1]),
-                 size_chosen=bool(scene.size_chosen),
-                 quality=scene.quality,
-                 preset=scene.preset,
-                 pause_seconds=BOUNDARY_PAUSE_SECONDS))
+        self._begin(episode)
 
     def _save(self, recording: EpisodeInfo) -> bool:
         builder, self._builder = self._builder, None
         if builder is None or not len(builder):
             return False
         path = os.path.join(self.directory, recording_name(recording))
-        try:
-            write_recording(path, builder.build())
-        except OSError as error:
-            # A full device is the video sink's to report, once, for the folder both write to;
-            # a warning per recording would repeat it for every video until space comes back.
-            log = logger.debug if error.errno == errno.ENOSPC else logger.warning
-            log("could not write the state recording %s: %s", path, error)
+        size = write_logged(path, builder)
+        if size is None:
             return False
-        size = os.path.getsize(path)
-        logger.info("wrote %s (%d steps, %d bytes)", path, len(builder), size)
         if self._on_written is not None:
             self._on_written(path, recording, len(builder), size)
         return True
 
     def _drop(self, why: str) -> None:
         self._builder = None
+
+
+def recording_meta(scene: Any, episode: EpisodeInfo, fps: float,
+                   playback: Dict[str, Any]) -> Dict[str, Any]:
+    """What a recording of ``episode`` says besides its steps: the policy, and how the video
+    was framed and played."""
+    plan = scene.camera_plan
+    return dict(update=episode.update,
+                iteration=episode.iteration,
+                fps=float(fps),
+                stride=int(playback.get("stride") or 1),
+                env_rate=playback.get("env_rate"),
+                label=playback.get("label", ""),
+                camera=plan,
+                camera_id=int(plan["id"]) if plan.get("kind") == "fixed" else -1,
+                width=int(scene.requested_size[0]),
+                height=int(scene.requested_size[1]),
+                size_chosen=bool(scene.size_chosen),
+                quality=scene.quality,
+                preset=scene.preset,
+                pause_seconds=BOUNDARY_PAUSE_SECONDS)
+
+
+def write_logged(path: str, builder: RecordingBuilder) -> Optional[int]:
+    """Write ``builder``'s recording to ``path`` (whole, then renamed); its size, or None if it
+    could not be written (logged)."""
+    try:
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        write_recording(path, builder.build())
+    except OSError as error:
+        # A full device is the video sink's to report, once, for the folder both write to;
+        # a warning per recording would repeat it for every video until space comes back.
+        log = logger.debug if error.errno == errno.ENOSPC else logger.warning
+        log("could not write the state recording %s: %s", path, error)
+        return None
+    size = os.path.getsize(path)
+    logger.info("wrote %s (%d steps, %d bytes)", path, len(builder), size)
+    return size
+
+
+def live_recording_name(number: int, episode: EpisodeInfo) -> str:
+    """``ep_000123_iter_0059.npz``: the live episode's number, then its policy's."""
+    return f"ep_{number:06d}_" + recording_name(episode)
+
+
+class LiveStateRecordingSink(_StepCopies, FrameSink):
+    """Writes a state recording of every episode shown live (MuJoCo scenes only): one file per
+    episode in ``<directory>/live/``, numbered on from the newest already there; beyond
+    ``keep`` files the oldest are deleted. An episode whose rollout failed is not kept; one cut
+    short (newer parameters, or the worker stopping) is, as far as it was shown.
+
+    Args:
+        directory: where the videos go (the recordings go to its ``live`` folder).
+        fps: the videos' frame rate.
+        playback: ``stride``, ``env_rate`` and ``label`` of the scene (kept in each recording).
+        on_written: told about each complete file.
+        keep: how many recordings are kept, the newest.
+    """
+
+    def __init__(self,
+                 directory: str,
+                 fps: float,
+                 playback: Optional[dict] = None,
+                 on_written: Optional[WrittenCallback] = None,
+                 keep: int = LIVE_RECORDINGS_KEPT) -> None:
+        self.directory = os.path.join(directory, LIVE_FOLDER)
+        self.fps = fps
+        self.keep = keep
+        self._copy_steps(playback, on_written)
+        self._episode: Optional[EpisodeInfo] = None
+        #: ``(number, name)`` of the recordings kept, oldest first
+        self._kept: Deque[Tuple[int, str]] = collections.deque()
+        self._next = 0
+
+    def attach(self, scene: Any) -> None:
+        super().attach(scene)
+        try:
+            names = os.listdir(self.directory)
+        except OSError:
+            names = []
+        found = sorted((int(match[1]), name) for name in names
+                       for match in [LIVE_NAME.fullmatch(name)] if match)
+        self._kept.extend(found)
+        self._next = found[-1][0] + 1 if found else 0
+
+    def begin_episode(self, episode: EpisodeInfo) -> None:
+        self._finish(None)  # an episode that never got its end message
+        if self._scene is not None:
+            self._episode = episode
+            self._begin(episode, live=True)
+
+    def add_frame(self, frame: Optional[np.ndarray], episode: EpisodeInfo) -> None:
+        step = None if self._builder is None else self._scene.step
+        if step is not None:
+            self._builder.add(step.state, step.action, step.reward, 0)
+
+    def end_episode(self, episode: EpisodeInfo, end: EpisodeEnd) -> None:
+        if end.failed:
+            self._builder = self._episode = None
+        else:
+            self._finish(end)
+
+    def close(self) -> None:
+        self._finish(None)
+
+    def _finish(self, end: Optional[EpisodeEnd]) -> None:
+        builder, episode = self._builder, self._episode
+        self._builder = self._episode = None
+        if builder is None or episode is None or len(builder) < 2:
+            return  # nothing moved
+        builder.meta.update(completed=bool(end and end.completed),
+                            total_reward=None if end is None else float(end.total_reward))
+        number, self._next = self._next, self._next + 1
+        name = live_recording_name(number, episode)
+        path = os.path.join(self.directory, name)
+        size = write_logged(path, builder)
+        if size is None:
+            return
+        self._kept.append((number, name))
+        while len(self._kept) > self.keep:
+            _, old = self._kept.popleft()
+            try:
+                os.remove(os.path.join(self.directory, old))
+            except OSError as error:
+                logger.debug("cannot remove %s: %s", old, error)
+        if self._on_written is not None:
+            self._on_written(path, episode, len(builder), size)

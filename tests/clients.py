@@ -1,0 +1,66 @@
+"""Clients the tests and ``benchmarks/web_hostile.py`` share (nothing of the test suite is
+imported here): a reader of the live page's MJPEG stream, a 3D page's socket as viser's client
+opens it, and ``async-plotter replay`` started as a user starts it."""
+import os
+import re
+import socket
+import subprocess
+import sys
+import threading
+import time
+from typing import Any, Callable, Optional, Tuple
+
+
+def read_mjpeg_stream(port: int, stop: threading.Event, seen: Callable[[int], None]) -> None:
+    """Read ``/stream.mjpg`` on one connection as a browser does (everything, at once) until it
+    closes or ``stop`` is set; ``seen(count)`` is told of the frames that ended in each read."""
+    with socket.create_connection(("127.0.0.1", port), timeout=5) as sock:
+        sock.sendall(b"GET /stream.mjpg?client=reader HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+        sock.settimeout(0.5)
+        tail = b""
+        while not stop.is_set():
+            try:
+                chunk = sock.recv(262144)
+            except socket.timeout:
+                continue
+            if not chunk:
+                break
+            data = tail + chunk
+            seen(data.count(b"\xff\xd9"))
+            tail = data[-1:]
+
+
+def view3d_socket(url: str,
+                  origin: Optional[str] = None,
+                  headers: Optional[dict] = None,
+                  timeout: float = 10.0) -> Any:
+    """A WebSocket to the 3D page at ``url`` (``http://...``: viser's client opens its socket at
+    the page's own address), with viser's subprotocol."""
+    import viser
+    from websockets.sync.client import connect
+
+    return connect(url.replace("http://", "ws://", 1),
+                   subprotocols=[f"viser-v{viser.__version__}"],
+                   origin=origin,
+                   additional_headers=headers or {},
+                   open_timeout=timeout,
+                   max_size=None)
+
+
+def start_replay(path: str, *args: str, timeout: float = 60.0) -> Tuple[Any, Optional[str]]:
+    """``(the process, its URL)``: ``async-plotter replay path --http 0 *args``, its stderr
+    read until it names its address (None if it does not within ``timeout`` s)."""
+    process = subprocess.Popen(
+        [sys.executable, "-m", "async_plotter.cli", "replay", path, "--http", "0", *args],
+        stderr=subprocess.PIPE,
+        text=True,
+        env=dict(os.environ, PYTHONUNBUFFERED="1"))
+    url = None
+    deadline = time.monotonic() + timeout
+    while url is None and time.monotonic() < deadline:
+        line = process.stderr.readline()
+        if not line and process.poll() is not None:
+            break
+        found = re.search(r"replay of .* at (http://\S+)", line)
+        url = found[1] if found else None
+    return process, url
