@@ -23,9 +23,18 @@ demo: $(STAMP)
 	@scripts/system_deps.sh demo
 	$(PY) examples/trpo_swimmer.py --exp-name demo --n-itr 60 --n-parallel 2
 
+# Most tests wait on processes, servers and browsers more than they compute: they run
+# TEST_WORKERS files at a time (pytest-xdist). Those marked `alone` saturate the machine or time
+# what a loaded one would skew; they run afterwards, one at a time. Both parts always run.
+TEST_WORKERS ?= 3
+
 test: $(STAMP) style
 	@scripts/system_deps.sh test
-	$(PY) -m pytest tests $(PYTEST_ARGS)
+	@$(PY) -m pytest tests -m "not alone" -n $(TEST_WORKERS) --dist loadfile $(PYTEST_ARGS); \
+		shared=$$?; \
+		$(PY) -m pytest tests -m alone $(PYTEST_ARGS); \
+		alone=$$?; \
+		test $$shared -eq 0 && test $$alone -eq 0
 
 # YAPF (.style.yapf) must have nothing to change; `make format` applies it.
 style: $(STAMP)

@@ -60,7 +60,8 @@ setup(
         # async_plotter.view3d.poses writes viser's wire format: its minor version is pinned.
         "view3d": ["viser>=1.1.1,<1.2", "mjviser>=0.0.14,<0.1"],
         "test": [
-            "pytest>=7", "pytest-timeout>=2.2", "psutil>=5.9", "yapf>=0.40", "redis>=5.0",
+            "pytest>=7", "pytest-timeout>=2.2", "pytest-xdist>=3.5", "psutil>=5.9", "yapf>=0.40",
+            "redis>=5.0",
             "websockets>=12", "tensorboard>=2.15",
             # the real gym package (0.26, numpy-2 broken in places) whose envs users still bring
             "gym==0.26.2"

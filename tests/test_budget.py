@@ -13,7 +13,7 @@ from async_plotter.trainer_side.budget import MECHANISM_ENV
 from tests.conftest import wait_for
 from tests.policies import LinearPolicy
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.alone]
 
 CORES = os.cpu_count() or 1
 

@@ -97,7 +97,11 @@ def test_a_made_envs_step_limit_still_ends_the_workers_episodes(tmp_path, no_lef
     env = gymnasium.make("Swimmer-v5", max_episode_steps=30)
     policy = LinearPolicy(8, 2)
     policy.fill(0.3)
-    with Plotter(env, policy, max_path_length=1000, video_dir=str(tmp_path), seed=0,
+    with Plotter(env,
+                 policy,
+                 max_path_length=1000,
+                 video_dir=str(tmp_path),
+                 seed=0,
                  priority="normal") as plotter:
         wait_for(lambda: plotter.stats["videos"] >= 1, 90, message="a video")
         path = plotter.stats["video_log"][0]["path"]

@@ -223,6 +223,7 @@ EARLY_TRAINER = textwrap.dedent("""
     """)
 
 
+@pytest.mark.alone
 def test_a_trainer_killed_while_its_workers_import_takes_them_along(tmp_path, saturated_machine):
     """Before, a worker still importing TensorFlow (seconds of CPU on a loaded machine) noticed
     its dead trainer only after its imports; the kernel now kills it with the trainer."""

@@ -209,6 +209,7 @@ def _in_session(process, session):
 # --------------------------------------------------------------------- a busy machine
 
 
+@pytest.mark.alone
 @pytest.mark.slow
 def test_a_slow_start_on_a_busy_machine_is_not_taken_for_a_hang(tmp_path, saturated_machine, caplog,
                                                                 no_leftovers):
@@ -234,6 +235,7 @@ def test_a_slow_start_on_a_busy_machine_is_not_taken_for_a_hang(tmp_path, satura
     assert stats["boot_seconds"] > 3.0, "the start was not slower than hang_timeout here"
 
 
+@pytest.mark.alone
 @pytest.mark.slow
 def test_a_worker_starved_after_start_up_is_slow_not_hung(tmp_path, caplog, no_leftovers):
     """Six busy processes on two cores and hang_timeout=3: the started worker, running slowly
@@ -252,7 +254,7 @@ def test_a_worker_starved_after_start_up_is_slow_not_hung(tmp_path, caplog, no_l
                      hang_timeout=3.0,
                      max_restarts=3) as plotter:
             wait_for(lambda: plotter.stats["boot_seconds"] is not None, 240, message="start-up")
-            for iteration in range(20):  # ~40 s of training on the starved machine
+            for iteration in range(10):  # ~20 s of training on the starved machine
                 policy.fill(0.01 * iteration)
                 plotter.update_plot(policy, iteration=iteration)
                 time.sleep(2.0)

@@ -14,7 +14,7 @@ from async_plotter import Plotter  # noqa: E402 - after the skip
 from tests.conftest import wait_for  # noqa: E402
 from tests.policies import LinearPolicy  # noqa: E402
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
+pytestmark = [pytest.mark.slow, pytest.mark.alone, pytest.mark.timeout(300)]
 SECONDS = 20.0
 
 

@@ -110,6 +110,7 @@ def test_frames_show_the_env_and_switch_to_each_new_policy_at_once(watched):
     stream.close()
 
 
+@pytest.mark.alone
 def test_the_live_page_plays_at_the_envs_rate_evenly_not_in_bursts(watched):
     # The rollout process sends a quarter of a second of steps at once (worker/shown_steps.py);
     # the render process must still show each when it is due: Swimmer's 25 steps/s under a

@@ -16,6 +16,7 @@ pytestmark = pytest.mark.slow
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
+@pytest.mark.alone
 def test_a_short_run_on_a_saturated_machine_shows_its_final_policy(tmp_path, caplog,
                                                                    saturated_machine):
     """Before: 0 videos in 5-10 iterations beside a trainer that kept both cores busy (the worker
