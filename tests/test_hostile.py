@@ -149,6 +149,7 @@ def _noop(frame, info):
 
 
 @pytest.mark.slow
+@pytest.mark.alone  # any other Plotter on the machine would remove the dead run's segment first
 def test_a_segment_left_by_a_killed_process_group_goes_with_the_next_plotter(tmp_path):
     """``kill -9 -PGID`` kills the resource tracker too; the next Plotter on the machine removes
     the segment of the dead run (and only segments of dead creators)."""
@@ -240,11 +241,9 @@ def test_a_slow_start_on_a_busy_machine_is_not_taken_for_a_hang(tmp_path, satura
 def test_a_worker_starved_after_start_up_is_slow_not_hung(tmp_path, caplog, no_leftovers):
     """Six busy processes on two cores and hang_timeout=3: the started worker, running slowly
     (its CPU time advancing), was restarted for "made no progress", every time. A worker that is
-    truly stuck (stopped here with SIGSTOP) must still be caught."""
-    burners = [
-        subprocess.Popen([sys.executable, "-c", f"# {BURNER_MARK}\nwhile True: pass"])
-        for _ in range(3 * (os.cpu_count() or 1))
-    ]
+    truly stuck (stopped here with SIGSTOP) must still be caught. The machine fills up once the
+    worker has started (a start-up on a busy machine is the test above)."""
+    burners = []
     try:
         policy = LinearPolicy(8, 2)
         with Plotter("Swimmer-v5",
@@ -252,8 +251,12 @@ def test_a_worker_starved_after_start_up_is_slow_not_hung(tmp_path, caplog, no_l
                      max_path_length=200,
                      video_dir=str(tmp_path),
                      hang_timeout=3.0,
-                     max_restarts=3) as plotter:
+                     max_restarts=3,
+                     final_video_timeout=0) as plotter:
             wait_for(lambda: plotter.stats["boot_seconds"] is not None, 240, message="start-up")
+            burners.extend(
+                subprocess.Popen([sys.executable, "-c", f"# {BURNER_MARK}\nwhile True: pass"])
+                for _ in range(3 * (os.cpu_count() or 1)))
             for iteration in range(10):  # ~20 s of training on the starved machine
                 policy.fill(0.01 * iteration)
                 plotter.update_plot(policy, iteration=iteration)

@@ -257,9 +257,11 @@ class WorkerSupervisor:
         worker's CPU time advances: it is slow, and a restart would only make it start again. A
         deadlocked or stopped one uses no CPU. CPU time is looked at only once a process is
         overdue, so a hung one is caught between one and two ``hang_timeout`` after its last
-        report."""
-        used = sum(
-            _cpu_seconds_with_children(process.pid) or 0.0 for process in pair.processes().values())
+        report; a stopped one as soon as it is overdue."""
+        processes = pair.processes()
+        if self._stopped_by_someone([processes[role] for role in overdue if role in processes]):
+            return True
+        used = sum(_cpu_seconds_with_children(process.pid) or 0.0 for process in processes.values())
         before, pair.cpu_seen = pair.cpu_seen, used
         held = self._governor is not None and self._governor.holding
         if before is None or used > before or held:
@@ -267,6 +269,15 @@ class WorkerSupervisor:
                 pair.last_progress[role] = now
             return False
         return True
+
+    def _stopped_by_someone(self, overdue: List[Any]) -> bool:
+        """Whether an overdue process is stopped (SIGSTOP, a debugger, a frozen container) by
+        anyone but the budget. The other process's CPU time says nothing of it: the render
+        process wakes every second to report, and a stopped rollout process behind it was
+        found only when a tick of CPU time happened not to show (~40 s)."""
+        if self._governor is not None and self._governor.mechanism == "stop":
+            return False  # the budget stops the worker itself
+        return any(_stopped(process.pid) for process in overdue)
 
     def _read_until_exit(self, pair: _Pair, connections: List[Any], sentinels: Dict[Any,
                                                                                     str]) -> None:
@@ -584,6 +595,14 @@ def _one_line(culprit: str) -> str:
         return culprit
     last = [line for line in trace.strip().splitlines() if line.strip()]
     return f"{head}: {last[-1].strip()}" if last else head
+
+
+def _stopped(pid: int) -> bool:
+    """Whether a process is stopped (``SIGSTOP``, a debugger), not running or asleep."""
+    try:
+        return psutil.Process(pid).status() in (psutil.STATUS_STOPPED, psutil.STATUS_TRACING_STOP)
+    except psutil.Error:
+        return False
 
 
 def _cpu_seconds_with_children(pid: int) -> Optional[float]:
