@@ -8,7 +8,6 @@ CartPole draws itself in software, so plotting works on any machine; videos land
 """
 import sys
 
-from async_plotter.rl import TRPO, CategoricalMLPPolicy, LinearFeatureBaseline
 from async_plotter.rl.example_cli import example_parser, run_example
 
 ENV_ID = "CartPole-v1"
@@ -16,6 +15,8 @@ ENV_ID = "CartPole-v1"
 
 def main() -> int:
     args = example_parser(__doc__, n_itr=100, batch_size=4000).parse_args()
+    # After the flags: --help answers without loading TensorFlow.
+    from async_plotter.rl import TRPO, CategoricalMLPPolicy, LinearFeatureBaseline
 
     def make_algo():
         policy = CategoricalMLPPolicy(ENV_ID, hidden_sizes=(32, 32))

@@ -9,7 +9,6 @@ flat parameter vector after each iteration; it takes at most its CPU budget from
 """
 import sys
 
-from async_plotter.rl import TRPO, GaussianMLPPolicy, LinearFeatureBaseline
 from async_plotter.rl.example_cli import example_parser, run_example
 
 ENV_ID = "Swimmer-v5"
@@ -17,6 +16,8 @@ ENV_ID = "Swimmer-v5"
 
 def main() -> int:
     args = example_parser(__doc__, n_itr=100, batch_size=5000).parse_args()
+    # After the flags: --help answers without loading TensorFlow.
+    from async_plotter.rl import TRPO, GaussianMLPPolicy, LinearFeatureBaseline
 
     def make_algo():
         policy = GaussianMLPPolicy(ENV_ID, hidden_sizes=(32, 32))

@@ -8,7 +8,6 @@ lasts a few seconds (``min_video_seconds``).
 """
 import sys
 
-from async_plotter.rl import VPG, GaussianMLPPolicy, LinearFeatureBaseline
 from async_plotter.rl.example_cli import example_parser, run_example
 
 ENV_ID = "InvertedPendulum-v5"
@@ -16,6 +15,8 @@ ENV_ID = "InvertedPendulum-v5"
 
 def main() -> int:
     args = example_parser(__doc__, n_itr=100, batch_size=5000).parse_args()
+    # After the flags: --help answers without loading TensorFlow.
+    from async_plotter.rl import VPG, GaussianMLPPolicy, LinearFeatureBaseline
 
     def make_algo():
         policy = GaussianMLPPolicy(ENV_ID, hidden_sizes=(32, 32))

@@ -14,12 +14,14 @@ default).
 import argparse
 import os
 import sys
-from typing import Any, Callable, Dict
+from typing import TYPE_CHECKING, Any, Callable, Dict
 
 from async_plotter.trainer_side.plotter import DEFAULT_VIDEO_SECONDS
-from async_plotter.rl.experiment import ExperimentResult, run_experiment_lite
 from async_plotter.trainer_side.budget import DEFAULT_BUDGET
 from async_plotter.trainer_side.priorities import PRIORITIES
+
+if TYPE_CHECKING:  # TensorFlow: loaded only to train, so that --help answers at once
+    from async_plotter.rl.experiment import ExperimentResult
 
 
 def example_parser(doc: str,
@@ -107,6 +109,8 @@ def plot_options(args: argparse.Namespace) -> Dict[str, Any]:
 def run_example(make_algo: Callable[[], Any], args: argparse.Namespace) -> int:
     """Train with ``run_experiment_lite`` as the flags say, print where the outputs are; returns
     the exit code (130 after Ctrl-C)."""
+    from async_plotter.rl.experiment import run_experiment_lite
+
     try:
         result = run_experiment_lite(make_algo,
                                      n_parallel=args.n_parallel,
@@ -121,7 +125,7 @@ def run_example(make_algo: Callable[[], Any], args: argparse.Namespace) -> int:
     return 0
 
 
-def describe_outputs(result: ExperimentResult) -> str:
+def describe_outputs(result: "ExperimentResult") -> str:
     """Where a run's files are, videos counted (an empty folder is not announced as videos)."""
     lines = [
         f"progress:       {result.progress_csv}",
