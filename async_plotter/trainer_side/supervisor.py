@@ -535,6 +535,7 @@ class WorkerSupervisor:
         with self._lock:
             pair, self._pair = self._pair, None
         if pair is not None:
+            _lift_to_exit([pair.render, pair.rollout])
             pair.lifeline.close()
             _terminate_in_background([pair.render, pair.rollout])
         self._stats.alive = False
@@ -551,6 +552,7 @@ class WorkerSupervisor:
             self._pair = None
         try:
             if pair is not None:
+                _lift_to_exit([pair.render, pair.rollout])
                 pair.lifeline.close()  # the render process finishes its video and exits
                 # Before it reported ready it has no video to finish, only imports and GL set-up
                 # to get through (seconds, at idle priority): not worth waiting for. Nor has a
@@ -626,6 +628,22 @@ def _cpu_seconds_with_children(pid: int) -> Optional[float]:
 
 def _megabytes(count: Optional[int]) -> str:
     return "free space unknown" if count is None else f"{count / 1e6:.1f} MB free"
+
+
+def _lift_to_exit(processes: List[Any]) -> None:
+    """Back to the trainer's priority, where this user may raise it: at ``priority="idle"`` on a
+    busy machine the worker and its encoder got no CPU to finish and exit, and were still there
+    10 s after close() had returned."""
+    for process in processes:
+        pid = getattr(process, "pid", None)
+        if pid is None:
+            continue
+        try:
+            family = [pid] + [child.pid for child in psutil.Process(pid).children(recursive=True)]
+        except psutil.Error:
+            continue
+        for member in family:
+            priorities.set_normal_if_allowed(member)
 
 
 def _terminate_in_background(processes: List[Any]) -> None:
