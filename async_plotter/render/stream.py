@@ -76,7 +76,7 @@ class StateChunk:
     """Consecutive shown steps of a MuJoCo env, sent as one message.
 
     One message per chunk, not per step: on a busy machine each wakeup of a worker process costs
-    several times the step it wakes for (caches gone cold; docs/measurements.md), so a live view
+    several times the step it wakes for (caches gone cold; docs/design.md), so a live view
     gets its next fraction of a second at once and the render process shows it on time."""
 
     #: one ``mjSTATE_FULLPHYSICS`` row per step
@@ -87,9 +87,6 @@ class StateChunk:
     rewards: np.ndarray
     #: the first row is an episode's first state, which no action led to
     starts_episode: bool = False
-
-    def __len__(self) -> int:
-        return len(self.states)
 
     def steps(self) -> List[StepState]:
         """The chunk as ``StepState`` s (views of its arrays)."""

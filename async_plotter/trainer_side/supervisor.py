@@ -497,9 +497,8 @@ class WorkerSupervisor:
             pair = self._pair
         if pair is not None:
             self._send_final(pair)
-            for process in (pair.rollout, pair.render):
-                if self._governor is None:
-                    priorities.set_normal_if_allowed(process.pid)
+            if self._governor is None:
+                _lift([pair.rollout, pair.render])
 
         def give_up() -> bool:
             # No video can be written while the device is full: waiting would only hold close().
@@ -535,7 +534,7 @@ class WorkerSupervisor:
         with self._lock:
             pair, self._pair = self._pair, None
         if pair is not None:
-            _lift_to_exit([pair.render, pair.rollout])
+            _lift([pair.render, pair.rollout])
             pair.lifeline.close()
             _terminate_in_background([pair.render, pair.rollout])
         self._stats.alive = False
@@ -552,7 +551,7 @@ class WorkerSupervisor:
             self._pair = None
         try:
             if pair is not None:
-                _lift_to_exit([pair.render, pair.rollout])
+                _lift([pair.render, pair.rollout])
                 pair.lifeline.close()  # the render process finishes its video and exits
                 # Before it reported ready it has no video to finish, only imports and GL set-up
                 # to get through (seconds, at idle priority): not worth waiting for. Nor has a
@@ -630,10 +629,11 @@ def _megabytes(count: Optional[int]) -> str:
     return "free space unknown" if count is None else f"{count / 1e6:.1f} MB free"
 
 
-def _lift_to_exit(processes: List[Any]) -> None:
-    """Back to the trainer's priority, where this user may raise it: at ``priority="idle"`` on a
-    busy machine the worker and its encoder got no CPU to finish and exit, and were still there
-    10 s after close() had returned."""
+def _lift(processes: List[Any]) -> None:
+    """``processes`` and their children (the encoder) back to the trainer's priority, where this
+    user may raise it: for the final video, and to stop (at ``priority="idle"`` on a busy
+    machine the worker and its encoder got no CPU to finish and exit, and were still there 10 s
+    after close() had returned)."""
     for process in processes:
         pid = getattr(process, "pid", None)
         if pid is None:

@@ -11,10 +11,11 @@ checks (``server._refusal``).
 
 A socket holds one of ``MAX_VIEWERS`` slots (a new one takes the oldest one's), taken only once
 its own socket to viser is open (at most ``MAX_SETUPS`` are being opened at once): a burst of
-sockets that never finish opening evicts nobody. ``viewers`` is how many are open now, which is what decides whether the render process poses anything. The
-render process hands each frame's poses, already encoded (``view3d/poses.py``), to
-``broadcast``; every viewer gets the newest one once the previous has reached its socket (a slow
-browser skips frames, as with MJPEG), and only after viser has replayed the scene to it.
+sockets that never finish opening evicts nobody. ``viewers`` is how many are open now, which is
+what decides whether the render process poses anything. The render process hands each frame's
+poses, already encoded (``view3d/poses.py``), to ``broadcast``; every viewer gets the newest
+one once the previous has reached its socket (a slow browser skips frames, as with MJPEG), and
+only after viser has replayed the scene to it.
 """
 import asyncio
 import collections

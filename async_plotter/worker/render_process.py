@@ -281,9 +281,10 @@ class _Stream:
         # a time, and are shown at the rate they were simulated at.
         self._interval = 1.0 / (scene_info.fps or config.fps)
         self._next_due = time.monotonic()
-        # Live viewers want the present, not every step: when the renderer falls behind
-        # (software GL under a busy trainer), a state with a newer one already waiting is
-        # dropped. Videos need every step, so when rollouts are kept nothing is dropped.
+        # Live viewers want the present, not every step: when the renderer falls more than a
+        # frame behind (software GL under a busy trainer), it skips to the newest state of the
+        # chunk (a frame, to the newest waiting). Videos need every step, so when rollouts are
+        # kept nothing is dropped.
         self._drop_stale = config.live and not config.records
         #: training is over: the final video is drawn without the frame-rate cap
         self._final = False
