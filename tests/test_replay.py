@@ -127,6 +127,8 @@ def test_a_pool_holds_few_replays_and_closes_those_nobody_watches(sled_recording
             wait_for(lambda: first.front.viewers == 1, 10, message="the viewer counted")
             with pytest.raises(ReplayBusy):
                 pool.open(str(other))
+        # The client has closed its socket; the server hears of it a moment later.
+        wait_for(lambda: first.front.viewers == 0, 10, message="the viewer gone")
         second = pool.open(str(other))  # the first, unwatched now, makes room
         assert second is not first and len(pool) == 1
         wait_for(lambda: len(pool) == 0, 10, message="the unwatched replay closed")

@@ -338,10 +338,24 @@ def test_the_page_lists_watches_side_by_side_stops_workers_and_survives_hostile_
     closed = time.monotonic()
     _click(chromium, '[data-tile="pend"] .close')
     _click(chromium, '[data-tile="seed-0"] .close')
-    wait_for(lambda: not serve.workers(), GRACE + 10, message="the workers to stop")
+
+    def running():
+        alive = []
+        for process in workers:
+            try:
+                if process.is_running() and process.status() != "zombie":
+                    alive.append(process)
+            except psutil.NoSuchProcess:
+                pass
+        return alive
+
+    # Gone from serve's list, and exited (a moment after it leaves the list).
+    wait_for(lambda: not serve.workers() and not running(),
+             GRACE + 10,
+             message="the workers to stop")
     elapsed = time.monotonic() - closed
     assert elapsed > GRACE - 0.5, f"stopped after {elapsed:.1f} s, before the grace time"
-    assert not [p for p in workers if p.is_running() and p.status() != "zombie"]
+    assert not running()
     assert serve.json("x/pend/status")["live"] is None
     assert not _page_errors(chromium), _page_errors(chromium)
     client.close()
