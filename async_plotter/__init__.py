@@ -9,7 +9,7 @@
 from async_plotter.trainer_side.plotter import (DEFAULT_BUDGET, DEFAULT_VIDEO_LENGTH,
                                                 DEFAULT_VIDEO_SECONDS, Plotter, PlotterState)
 from async_plotter.errors import (CameraError, EnvBuildError, EnvMismatchError, EnvRenderError,
-                                  EnvSpecError, InvalidArgumentError, NoDisplayError,
+                                  EnvSpecError, EnvStepError, InvalidArgumentError, NoDisplayError,
                                   ParameterMismatchError, PlotterClosedError, PlotterError,
                                   PolicyMismatchError, PolicyNotRebuildableError,
                                   PolicyProtocolError, PolicyShapeError, VideoDirError)
@@ -23,6 +23,7 @@ __all__ = [
     "Plotter", "Serializable", "PlotterError", "PlotterClosedError", "PolicyProtocolError",
     "PolicyNotRebuildableError", "PolicyMismatchError", "ParameterMismatchError", "EnvSpecError",
     "NoDisplayError", "VideoDirError", "InvalidArgumentError", "PolicyShapeError", "EnvRenderError",
-    "EnvBuildError", "EnvMismatchError", "CameraError", "DEFAULT_BUDGET", "DEFAULT_VIDEO_LENGTH",
-    "DEFAULT_VIDEO_SECONDS", "FrameSink", "EpisodeInfo", "EpisodeEnd", "PlotterState"
+    "EnvBuildError", "EnvMismatchError", "EnvStepError", "CameraError", "DEFAULT_BUDGET",
+    "DEFAULT_VIDEO_LENGTH", "DEFAULT_VIDEO_SECONDS", "FrameSink", "EpisodeInfo", "EpisodeEnd",
+    "PlotterState"
 ]

@@ -63,3 +63,9 @@ class EnvMismatchError(PlotterError, ValueError):
     """The worker's copy of the env would give the policy other observations than the trainer's
     env gives it (a wrapper's state that does not travel, or travels and is not taken): the
     videos would show another policy."""
+
+
+class EnvStepError(PlotterError, RuntimeError):
+    """The env failed to step with the policy's action as the plot worker gives it (converted to
+    the action space, clipped to its bounds): checked once in the trainer, where the worker
+    would fail at every step."""

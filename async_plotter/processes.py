@@ -29,6 +29,8 @@ import threading
 from multiprocessing import resource_tracker, spawn, util
 from typing import Any, Callable, Dict, Iterator, Mapping, Optional, Sequence
 
+from async_plotter.mujoco_warnings import route_to_log
+
 _SPAWN = multiprocessing.get_context("spawn")
 _MAIN_KEYS = ("init_main_from_path", "init_main_from_name")
 _thread_state = threading.local()
@@ -302,28 +304,11 @@ def _private_runtime_dir(temp: str) -> None:
 
 
 def keep_side_effects_out_of_user_folders() -> None:
-    """Route MuJoCo's warnings to logging (it would write MUJOCO_LOG.TXT into the working
-    directory) and point Keras's home (``~/.keras``) at a temporary folder."""
+    """Route MuJoCo's warnings to logging at DEBUG (it would print them on the trainer's
+    terminal and write MUJOCO_LOG.TXT into the working directory: ``mujoco_warnings``) and point
+    Keras's home (``~/.keras``) at a temporary folder."""
     import tempfile
 
     os.environ.setdefault("KERAS_HOME", os.path.join(tempfile.gettempdir(), "async_plotter_keras"))
     _private_runtime_dir(tempfile.gettempdir())
-    route_mujoco_warnings()
-
-
-def route_mujoco_warnings() -> None:
-    """MuJoCo's warnings go to logging (``async_plotter.mujoco``), not to a file in the working
-    directory or straight to the terminal. Imports mujoco, if installed."""
-    try:
-        import mujoco
-    except ImportError:
-        return
-    mujoco_logger = logging.getLogger("async_plotter.mujoco")
-
-    def warn(message: str) -> None:
-        # A deprecation in an env's own XML (HalfCheetah's 'settotalmass') is for the env's
-        # authors, and every process that compiles the model would print it again.
-        level = logging.DEBUG if "deprecated" in message else logging.WARNING
-        mujoco_logger.log(level, "MuJoCo: %s", message)
-
-    mujoco.set_mju_user_warning(warn)
+    route_to_log()

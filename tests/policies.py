@@ -50,17 +50,27 @@ class UniformCheckPolicy(LinearPolicy):
 
 
 class FlakyEnvFactory:
-    """Builds Swimmer-v5 whose step() raises once it has run ``fail_after`` steps (a broken env)."""
+    """Builds Swimmer-v5 whose step() raises once it has run ``fail_after`` steps (a broken env)
+    in the plot worker. The env built in the process that made the factory (the trainer, whose
+    check at ``Plotter()`` steps it once) does not fail: an env whose first step always fails
+    is an ``EnvStepError`` there, and these tests are about failures in the worker."""
 
     def __init__(self, fail_after: int, first_reset_delay: float = 0.0):
+        import os
+
         self.fail_after = fail_after
         # Seconds the first reset() waits: the render process is drawing by the time it fails.
         self.first_reset_delay = first_reset_delay
+        self.trainer_pid = os.getpid()
 
     def __call__(self):
+        import os
+
         import gymnasium
 
         env = gymnasium.make("Swimmer-v5")
+        if os.getpid() == self.trainer_pid:
+            return _FailingStep(env, float("inf"))
         return _FailingStep(env, self.fail_after, self.first_reset_delay)
 
 

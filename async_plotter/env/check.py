@@ -17,8 +17,7 @@ from typing import Any, Callable, List, Optional, Tuple
 import gymnasium
 import numpy as np
 
-from async_plotter.env.state import (RLLAB, TrainerEnvState, WorkerEnvState, env_layers, freezes,
-                                     layer_kind)
+from async_plotter.env.state import RLLAB, TrainerEnvState, env_layers, freezes, layer_kind
 from async_plotter.errors import EnvMismatchError
 
 logger = logging.getLogger("async_plotter")
@@ -34,7 +33,7 @@ Stage = Tuple[str, Callable[[np.ndarray], np.ndarray]]
 
 def check_worker_env(worker_env: Any, trainer_env: Any, label: str) -> None:
     """Raise ``EnvMismatchError`` unless ``worker_env`` (built as the worker builds it, and
-    already given the state as it travels, ``apply_travelled``) transforms observations as
+    already given the state as it travels, ``travelled``) transforms observations as
     ``trainer_env`` does. ``trainer_env`` is None when the user gave no env object (an id, a
     factory): then only a warning that running statistics will start fresh."""
     worker_layers = env_layers(worker_env)
@@ -253,11 +252,3 @@ def _show(values: np.ndarray) -> str:
 def travelled(state: TrainerEnvState, dtype: np.dtype) -> np.ndarray:
     """The trainer's env state as it arrives in the worker (rounded to the parameters' dtype)."""
     return state.read().astype(dtype).astype(np.float64)
-
-
-def apply_travelled(worker_env: Any, state: TrainerEnvState, dtype: np.dtype,
-                    label: str) -> WorkerEnvState:
-    """Give ``worker_env`` the trainer's state as the worker would get it."""
-    applier = WorkerEnvState(worker_env, state.layout, label)
-    applier.apply(travelled(state, dtype))
-    return applier

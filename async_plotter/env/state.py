@@ -186,7 +186,9 @@ class WorkerEnvState:
 
     def __init__(self, env: Any, layout: EnvStateLayout, label: str) -> None:
         found = [(layer, layer_kind(layer)) for layer in env_layers(env)]
-        layers = [(layer, kind) for layer, kind in found if kind is not None]
+        # Nothing travels from an id or a factory: the layers its env has keep their own,
+        # fresh statistics (the trainer-side check warns about it once).
+        layers = [(layer, kind) for layer, kind in found if kind is not None and layout.layers]
         names = [type(layer).__name__ for layer, _ in layers]
         expected = [layer.wrapper for layer in layout.layers]
         if [kind for _, kind in layers] != [layer.kind for layer in layout.layers]:

@@ -303,7 +303,8 @@ class Plotter:
         ``episodes``, ``frames``, ``videos``, ``restarts``, ``alive``, ``disabled``,
         ``last_applied_update``, ``last_applied_iteration``, ``last_video``, ``final_video``
         (the video of the newest parameters made at ``close()``), ``video_log``,
-        ``tensorboard_images``, ``last_error``, ``unknown_reports``, ``gl_renderer``,
+        ``tensorboard_images``, ``nonfinite_actions`` (the first update whose actions were NaN or
+        inf), ``last_error``, ``unknown_reports``, ``gl_renderer``,
         ``visual_preset``, ``policy_call``, ``env_rate``, ``frame_stride``, ``video_fps``,
         ``worker_pids``, ``boot_seconds``, ``worker_cpu_seconds``, ``boot_cpu_seconds``,
         ``budget_charged_seconds``, ``budget``, ``budget_mechanism``, ``http_url`` (None until

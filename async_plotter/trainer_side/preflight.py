@@ -13,13 +13,19 @@ process, and a window without a display aborts it):
   once;
 * the policy acts once on a copy of that observation; the action must fit the action space as
   the worker adapts it (a ``Box`` needs as many values as its shape; a ``Discrete(n)`` an index
-  or ``n`` logits; gym's and Gymnasium's spaces alike, ``spaces``);
+  or ``n`` logits; gym's and Gymnasium's spaces alike, ``spaces``), and the env takes one step
+  with it through the worker's own step function (``env/stepper.py``: conversion, clipping,
+  wrapper state, the bare env's step), so that what would fail the worker at every step fails
+  here, once, as an ``EnvStepError``;
 * the worker's copy of the policy, rebuilt from what is sent to it, acts like the trainer's
   (``policy_check``); random generators are put back afterwards, so training draws the same
   numbers with plotting on or off;
 * an env that draws its own frames (not MuJoCo) is built with ``render_mode="rgb_array"`` where
   it can be and must return an RGB array from ``render()``;
 * a ``camera=`` argument must name a camera of the MuJoCo model.
+
+MuJoCo's warnings meanwhile (HalfCheetah's deprecated ``settotalmass``) are DEBUG records, not
+lines on the user's terminal or a ``MUJOCO_LOG.TXT`` in their folder (``mujoco_warnings``).
 
 A check that cannot be made here (a TF1 graph-mode trainer, an env whose drawing looks like GL)
 is skipped with one log line; the worker then reports the problem as before.
@@ -32,11 +38,13 @@ from typing import Any, List, Optional
 
 import numpy as np
 
-from async_plotter.env.check import apply_travelled, check_worker_env
+from async_plotter.env.check import check_worker_env, travelled
 from async_plotter.env.recipe import (EnvRecipe, build_env, builds_from_registry,
                                       factory_accepts_render_mode)
-from async_plotter.env.state import TrainerEnvState
-from async_plotter.errors import EnvBuildError, EnvRenderError, PolicyShapeError
+from async_plotter.env.state import EnvStateLayout, TrainerEnvState, WorkerEnvState
+from async_plotter.env.stepper import EnvStepper
+from async_plotter.errors import EnvBuildError, EnvRenderError, EnvStepError, PolicyShapeError
+from async_plotter.mujoco_warnings import kept_to_log
 from async_plotter.policy.adapters import KerasAdapter, PolicyAdapter
 from async_plotter.policy.check import brief_error, check_worker_copy
 from async_plotter.policy.recipe import PolicyRecipe
@@ -65,15 +73,26 @@ def check_before_start(env_recipe: EnvRecipe,
     ``policy_on_cpu``). ``env_state``: the trainer's env's wrapper state, which travels in the
     parameters' ``dtype``."""
     started = time.perf_counter()
+    with kept_to_log():
+        _check(env_recipe, policy_recipe, policy, adapter, camera, policy_on_cpu, trainer_env,
+               env_state, dtype)
+    logger.debug("Plotter checks of %s took %.0f ms", env_recipe.label,
+                 1000 * (time.perf_counter() - started))
+
+
+def _check(env_recipe: EnvRecipe, policy_recipe: PolicyRecipe, policy: Any, adapter: PolicyAdapter,
+           camera: Any, policy_on_cpu: bool, trainer_env: Any, env_state: Optional[TrainerEnvState],
+           dtype: Any) -> None:
     env = _build(env_recipe, None)
     opened = [env]
     try:
-        if env_state is not None:
-            apply_travelled(env, env_state, dtype, env_recipe.label)
+        stepper = _stepper(env, env_state, dtype, env_recipe.label)
         check_worker_env(env, trainer_env, env_recipe.label)
-        observation = _reset(env, env_recipe.label)
+        observation = _reset(stepper, env_recipe.label)
         model = _mujoco_model(env)
-        if _check_policy(policy, adapter, observation, env, env_recipe.label):
+        action = _check_policy(policy, adapter, observation, env, env_recipe.label)
+        _step_once(stepper, action, dtype, env_recipe.label)
+        if action is not None:
             check_worker_copy(policy_recipe, policy, adapter, _copy(observation), env_recipe.label,
                               policy_on_cpu)
         if model is not None:
@@ -89,8 +108,6 @@ def check_before_start(env_recipe: EnvRecipe,
     finally:
         for each in opened:
             _close_quietly(each)
-    logger.debug("Plotter checks of %s took %.0f ms", env_recipe.label,
-                 1000 * (time.perf_counter() - started))
 
 
 # ----------------------------------------------------------------------------------- the env
@@ -106,13 +123,60 @@ def _build(recipe: EnvRecipe, render_mode: Optional[str]) -> Any:
             "arguments (a factory is called as factory(), a class as Class()).") from error
 
 
-def _reset(env: Any, label: str) -> Any:
+def _stepper(env: Any, env_state: Optional[TrainerEnvState], dtype: Any, label: str) -> EnvStepper:
+    """The worker's stepper on the check's env, given the trainer's wrapper state as it
+    travels (rounded to the parameters' dtype)."""
+    layout = env_state.layout if env_state is not None else EnvStateLayout()
+    state = WorkerEnvState(env, layout, label)
     try:
-        observation, _ = env.reset()
+        stepper = EnvStepper(env, state)
+    except Exception as error:  # noqa: BLE001 - a space the worker cannot read
+        raise EnvStepError(
+            f"the plot worker cannot step {label}: its action space "
+            f"{getattr(env, 'action_space', None)!r} cannot be read: {type(error).__name__}: "
+            f"{error}") from error
+    if env_state is not None:
+        stepper.apply_state(travelled(env_state, dtype))
+    return stepper
+
+
+def _reset(env: Any, label: str) -> Any:
+    """``env.reset()`` (an env, or the worker's ``EnvStepper`` of it), its first observation."""
+    try:
+        result = env.reset()
     except Exception as error:  # noqa: BLE001
         raise EnvBuildError(f"env.reset() of {label} failed in the trainer: "
                             f"{type(error).__name__}: {error}") from error
-    return observation
+    return result if isinstance(env, EnvStepper) else result[0]
+
+
+def _step_once(stepper: EnvStepper, output: Any, dtype: Any, label: str) -> None:
+    """One step as the worker steps, with the policy's first output (or, where the policy could
+    not act here, a zero action of the parameters' dtype). An env that draws from the global
+    generators (rllab's) leaves them as they were."""
+    if output is None:
+        output = _zero_action(stepper.env.action_space, dtype)
+        if output is None:
+            return  # a Dict or Tuple space and no action: nothing to step with
+    space = getattr(stepper.env, "action_space", None)
+    with random_state_kept(None):
+        try:
+            action = stepper.action_for(output)
+        except Exception as error:  # noqa: BLE001 - a space the worker cannot read
+            raise EnvStepError(
+                f"the plot worker cannot turn the policy's output {_show(output)} into an action "
+                f"of {label}'s action space {space!r}: {type(error).__name__}: "
+                f"{brief_error(error)}") from error
+        try:
+            stepper.step(output)
+        except Exception as error:  # noqa: BLE001 - the env's own code
+            raise EnvStepError(
+                f"{label}.step() failed in the trainer on the policy's first action as the plot "
+                f"worker gives it, {_show(action)} (from the policy's output {_show(output)}; "
+                f"action space {space!r}): {type(error).__name__}: {brief_error(error)}. The "
+                "worker would fail the same way at every step. It gives a Discrete space an "
+                "int index and a Box an array of its shape, in the policy's dtype, clipped to "
+                "its bounds: make the env's step() accept that.") from error
 
 
 def _mujoco_model(env: Any) -> Any:
@@ -176,13 +240,14 @@ def _close_quietly(env: Any) -> None:
 
 
 def _check_policy(policy: Any, adapter: PolicyAdapter, observation: Any, env: Any,
-                  label: str) -> bool:
-    """Check the policy's action against the env; False where it cannot act here."""
+                  label: str) -> Any:
+    """Check the policy's action against the env and return it; None where the policy cannot
+    act here."""
     if _graph_mode() and not adapter.acts_in_graph_mode:
         logger.info(
             "Plotter: not running the %s policy in the trainer (TensorFlow runs in graph "
             "mode here); the worker checks its shapes", adapter.kind)
-        return False
+        return None
     observation_space = getattr(env, "observation_space", None)
     action_space = getattr(env, "action_space", None)
     with random_state_kept(policy):
@@ -196,12 +261,12 @@ def _check_policy(policy: Any, adapter: PolicyAdapter, observation: Any, env: An
                     "Plotter: the policy could not act in the trainer (%s: %s; graph "
                     "mode); the worker checks its shapes",
                     type(error).__name__, error)
-                return False
+                return None
             raise PolicyShapeError(
                 _input_mismatch(policy, adapter, observation, observation_space, label,
                                 error)) from error
     _check_action(np.asarray(action), action_space, label)
-    return True
+    return action
 
 
 def _input_mismatch(policy: Any, adapter: PolicyAdapter, observation: Any, space: Any, label: str,
@@ -250,6 +315,22 @@ def _check_index(value: float, space: Any, label: str) -> None:
             f"takes an index in [{start}, {start + int(space.n)}): a probability or score would "
             f"always pick one action. Give the policy's output {space.n} units (logits), or "
             "return the action's index.")
+
+
+def _zero_action(space: Any, dtype: Any) -> Any:
+    kind = space_kind(space)
+    if kind == BOX:
+        return np.zeros(tuple(space.shape), dtype)
+    if kind == DISCRETE:
+        return int(getattr(space, "start", 0) or 0)
+    return None
+
+
+def _show(action: Any) -> str:
+    if isinstance(action, (int, np.integer)):
+        return repr(int(action))
+    array = np.asarray(action)
+    return f"{np.array2string(array, precision=4, threshold=8)} ({array.dtype}, shape {array.shape})"
 
 
 def _copy(observation: Any) -> Any:

@@ -53,6 +53,11 @@ class WorkerStats:
     last_state_recording: Optional[str] = None
     #: live episodes written as state recordings (``record_states=True``, ``<video_dir>/live/``)
     live_state_recordings: int = 0
+    #: the policy's actions were not finite (NaN or inf: NaN parameters, an overflow): the
+    #: first update and iteration whose actions were, and how many steps in all so far
+    #: (``{"update": 4, "iteration": 3, "steps": 1200}``); the worker gave the env 0 in place
+    #: of each such value. None while every action was finite
+    nonfinite_actions: Optional[Dict[str, Any]] = None
     #: the worker's last failure (a traceback), or a bug it reported
     last_error: Optional[str] = None
     #: reports of a kind the supervisor does not know (a bug)

@@ -368,6 +368,26 @@ class WorkerSupervisor:
 
     def _on_episode(self, payload: dict, pair: _Pair) -> None:
         self._stats.episodes += 1
+        if payload.get("nonfinite_actions"):
+            self._on_nonfinite_actions(payload)
+
+    def _on_nonfinite_actions(self, payload: dict) -> None:
+        """Steps of an episode whose actions were not finite: one warning per run (the first
+        update that had them), a count in ``stats["nonfinite_actions"]``."""
+        seen = self._stats.nonfinite_actions
+        steps = payload["nonfinite_actions"]
+        if seen is not None:
+            self._stats.nonfinite_actions = {**seen, "steps": seen["steps"] + steps}
+            return
+        update, iteration = payload["update"], payload.get("iteration")
+        self._stats.nonfinite_actions = {"update": update, "iteration": iteration, "steps": steps}
+        which = (f"iteration {iteration}" if iteration is not None else
+                 "the initial policy" if update == 0 else f"update {update}")
+        logger.warning(
+            "the policy's actions are not finite (NaN or inf) at %s: its parameters hold NaN or "
+            "inf, or its outputs overflow. The plot worker steps the env with 0 in their place "
+            "(a Discrete space's first action), so its videos show no action of the policy; "
+            "stats['nonfinite_actions'] counts such steps", which)
 
     def _on_frames(self, payload: dict, pair: _Pair) -> None:
         self._stats.frames += payload["count"]

@@ -25,8 +25,7 @@ from async_plotter.worker.playback import Playback, plan_playback
 from async_plotter.worker.shown_steps import ShownSteps
 from async_plotter.worker.status import StatusKind, StatusSender
 from async_plotter.render.stream import EpisodeEnd, EpisodeInfo, SceneInfo, StreamKind
-from async_plotter.env.gym_compat import direct_step
-from async_plotter.env.spaces import to_env_action
+from async_plotter.env.stepper import EnvStepper
 
 logger = logging.getLogger(__name__)
 
@@ -101,8 +100,8 @@ def _run(config: WorkerConfig, reader: ParamReader, frames_out: Connection,
     try:
         runtime = PolicyRuntime(config.policy, config.deterministic)
         env = build_env(config.env, render_mode="rgb_array")
-        env_state = WorkerEnvState(env, config.env_state, config.env.label)
-        _play(config, env, runtime, env_state, reader, frames_out, status)
+        stepper = EnvStepper(env, WorkerEnvState(env, config.env_state, config.env.label))
+        _play(config, stepper, runtime, reader, frames_out, status)
     finally:
         # Whatever ended it (a stop, an error, SIGTERM as SystemExit), as Gymnasium's vector
         # workers do: the env's files, viewers and pygame, the policy's graph and session.
@@ -122,9 +121,10 @@ def _close_quietly(what: str, thing: Any) -> None:
         logger.warning("closing the rollout process's %s failed", what, exc_info=True)
 
 
-def _play(config: WorkerConfig, env: Any, runtime: Any, env_state: Any, reader: ParamReader,
+def _play(config: WorkerConfig, stepper: EnvStepper, runtime: Any, reader: ParamReader,
           frames_out: Connection, status: StatusSender) -> None:
     """Announce the scene, then run episodes of the newest parameters until stopped."""
+    env = stepper.env
     playback = plan_playback(env, config.fps)
     scene = dataclasses.replace(describe_scene(env, config),
                                 fps=playback.fps,
@@ -143,7 +143,6 @@ def _play(config: WorkerConfig, env: Any, runtime: Any, env_state: Any, reader: 
     # fraction of a second; further episodes of the same parameters join it up to this length.
     min_video_steps = playback.steps(config.min_video_seconds)
     shown_steps = ShownSteps(env, scene, frames_out, config.live, scene.fps or config.fps)
-    stepping = direct_step(env)
     episode_index = 0
     current: Optional[ParamUpdate] = None
     part, shown = 0, 0  # episodes and steps shown of ``current`` so far
@@ -156,7 +155,7 @@ def _play(config: WorkerConfig, env: Any, runtime: Any, env_state: Any, reader: 
                 continue
             cut = update.params.size if config.policy_size is None else config.policy_size
             runtime.set_params(update.params[:cut])
-            env_state.apply(update.params[cut:])
+            stepper.apply_state(update.params[cut:])
             current, part, shown = update, 0, 0
             status.send(StatusKind.APPLIED, update=update.number, iteration=update.iteration)
         info = EpisodeInfo(current.number, current.iteration, episode_index, part)
@@ -164,9 +163,9 @@ def _play(config: WorkerConfig, env: Any, runtime: Any, env_state: Any, reader: 
         full, clip = current.max_path_length, _clip_steps(current, config, playback)
         steps_left = max(full - shown, 1) if part else full
         clip_left = max(clip - shown, 1) if part else clip
-        end = _run_episode(env, runtime, env_state, shown_steps, info, (steps_left, clip_left),
-                           reader, config, frames_out, status, min_video_steps - shown,
-                           max(int(scene.stride), 1), stepping)
+        end = _run_episode(stepper, runtime, shown_steps, info, (steps_left, clip_left), reader,
+                           config, frames_out, status, min_video_steps - shown,
+                           max(int(scene.stride), 1))
         shown += end.steps
         part = part + 1 if end.continued else 0
         status.send(StatusKind.EPISODE,
@@ -174,7 +173,9 @@ def _play(config: WorkerConfig, env: Any, runtime: Any, env_state: Any, reader: 
                     steps=end.steps,
                     reward=end.total_reward,
                     completed=end.completed,
-                    part=info.part)
+                    part=info.part,
+                    iteration=info.iteration,
+                    nonfinite_actions=stepper.take_nonfinite())
 
 
 def _clip_steps(update: ParamUpdate, config: WorkerConfig, playback: Playback) -> int:
@@ -192,19 +193,15 @@ def _clip_steps(update: ParamUpdate, config: WorkerConfig, playback: Playback) -
     return update.max_path_length
 
 
-def _run_episode(env: Any, runtime: Any, env_state: Any, shown: ShownSteps, info: EpisodeInfo,
+def _run_episode(stepper: EnvStepper, runtime: Any, shown: ShownSteps, info: EpisodeInfo,
                  limits: tuple, reader: Any, config: WorkerConfig, frames_out: Connection,
-                 status: StatusSender, video_steps_wanted: int, stride: int,
-                 stepping: tuple) -> EpisodeEnd:
+                 status: StatusSender, video_steps_wanted: int, stride: int) -> EpisodeEnd:
     """One episode of at most ``limits[0]`` steps, cut at ``limits[1]`` unless the final video
     is asked for; every ``stride``-th step is shown (streamed to the render process), and the
-    first and last always (a video ends on the episode's true final state). ``stepping`` is
-    ``env/gym_compat.direct_step``'s ``(step, time limit)``."""
+    first and last always (a video ends on the episode's true final state). ``stepper`` is the
+    env's ``env/stepper.EnvStepper``, the trainer-side check's way of stepping it."""
     max_path_length, clip_length = limits
-    step, time_limit = stepping
-    seed = None if config.seed is None else config.seed + info.episode
-    env_state.hold()  # the trainer's wrapper state, never the worker's own updates of it
-    observation, _ = env.reset(seed=seed)
+    observation = stepper.reset(None if config.seed is None else config.seed + info.episode)
     reset = getattr(runtime.policy, "reset", None)
     if callable(reset):
         reset()  # as rllab's and garage's rollout(): recurrent policies clear their state here
@@ -219,19 +216,16 @@ def _run_episode(env: Any, runtime: Any, env_state: Any, shown: ShownSteps, info
             if config.live:
                 shown.drop()  # steps of the old policy not yet due on screen
             break
-        action = to_env_action(runtime.act(observation), env.action_space)
-        env_state.hold()
-        observation, reward, terminated, truncated, _ = step(action)
-        truncated = truncated or (time_limit is not None and steps >= time_limit)
-        total_reward += float(reward)
-        unsent_reward += float(reward)
-        ended = bool(terminated or truncated)
+        step = stepper.step(runtime.act(observation))
+        observation = step.observation
+        total_reward += step.reward
+        unsent_reward += step.reward
         clipped = steps >= clip_length and not reader.final_requested()
-        if ended or clipped or steps == max_path_length or steps % stride == 0:
-            shown.add(action, unsent_reward)
+        if step.ended or clipped or steps == max_path_length or steps % stride == 0:
+            shown.add(step.action, unsent_reward)
             unsent_reward = 0.0
         status.beat()
-        if ended:
+        if step.ended:
             ended_early = steps < max_path_length
             break
         if clipped:
