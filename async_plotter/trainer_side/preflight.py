@@ -58,12 +58,14 @@ def check_before_start(env_recipe: EnvRecipe,
                        policy_on_cpu: bool = True,
                        trainer_env: Any = None,
                        env_state: Optional[TrainerEnvState] = None,
-                       dtype: Any = np.float32) -> None:
+                       dtype: Any = np.float32,
+                       record_states: bool = False) -> None:
     """Raise a named error if the env, the policy or the camera cannot work together, or if the
     worker's copy of the env or the policy would act differently from ``trainer_env`` and
     ``policy`` (the policy checked on the CPU when the worker's TensorFlow sees no GPU,
     ``policy_on_cpu``). ``env_state``: the trainer's env's wrapper state, which travels in the
-    parameters' ``dtype``."""
+    parameters' ``dtype``. ``record_states``: the user asked for state recordings of the live
+    episodes, which only a MuJoCo env has (one warning otherwise)."""
     started = time.perf_counter()
     env = _build(env_recipe, None)
     opened = [env]
@@ -85,6 +87,11 @@ def check_before_start(env_recipe: EnvRecipe,
             if camera is not None:
                 logger.warning("camera=%r is ignored: %s draws its own frames (not MuJoCo)", camera,
                                env_recipe.label)
+            if record_states:
+                logger.warning(
+                    "record_states=True records nothing: %s draws its own frames (not MuJoCo), "
+                    "so there is no physics state to record; its live view and videos are "
+                    "unaffected", env_recipe.label)
             _check_frames(env_recipe, env, opened)
     finally:
         for each in opened:
