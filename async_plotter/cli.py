@@ -1,4 +1,5 @@
-"""``async-plotter``: watch a training run from another machine through a Redis server.
+"""``async-plotter``: follow a training run from another machine through a Redis server (view,
+list, serve), and draw or replay the state recordings beside a run's videos (render, replay).
 
     async-plotter view redis://host:6379/0 --experiment swimmer-7 --video-dir videos
     async-plotter list redis://host:6379/0
@@ -51,7 +52,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="async-plotter",
-        description="Watch a policy train from another machine, through a Redis server.")
+        description="Watch policies trained with async_plotter: follow a run from another "
+        "machine through a Redis server (view, list, serve), or draw and replay the state "
+        "recordings (.npz) beside a run's videos (render, replay).")
     commands = parser.add_subparsers(dest="command", metavar="{view,list,serve,render,replay}")
 
     view = commands.add_parser(
@@ -100,12 +103,13 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _configure_logging(verbose: bool, quiet: bool) -> None:
-    # Other libraries (redis-py) stay at INFO even with -v: their debug lines are noise here.
-    logging.basicConfig(level=logging.WARNING if quiet else logging.INFO,
+    # Other libraries show only their warnings: their INFO lines are noise here (PyOpenGL's
+    # "No OpenGL_accelerate module loaded", websockets' "server listening on" for viser's
+    # internal port, which is not the address to open).
+    logging.basicConfig(level=logging.WARNING,
                         format="%(asctime)s %(levelname)s %(message)s",
                         datefmt="%H:%M:%S")
-    if verbose:
-        logger.setLevel(logging.DEBUG)
+    logger.setLevel(logging.WARNING if quiet else logging.DEBUG if verbose else logging.INFO)
 
 
 # ---------------------------------------------------------------------------------- render
@@ -155,7 +159,7 @@ def _render(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
             logger.error("%s", error)
             failed += 1
             continue
-        logger.info("wrote %s", video)
+        logger.debug("rendered %s into %s", path, video)  # the video sink said "wrote ..."
     return 1 if failed else 0
 
 

@@ -8,6 +8,8 @@ import io
 import json
 import os
 import re
+import subprocess
+import sys
 
 import pytest
 
@@ -59,6 +61,20 @@ def test_the_command_line_help_states_the_default_budget(command):
         cli.main([command, "--help"])
     text = " ".join(out.getvalue().split())
     assert f"the trainer's budget, {DEFAULT_BUDGET:g} unless it set one" in text
+
+
+def test_the_command_line_describes_every_command_it_has():
+    """``async-plotter --help`` said "Watch a policy train from another machine, through a Redis
+    server", when render and replay work on files alone."""
+    result = subprocess.run([sys.executable, "-m", "async_plotter.cli", "--help"],
+                            capture_output=True,
+                            text=True,
+                            timeout=60)
+    assert result.returncode == 0, result.stderr
+    description = " ".join(result.stdout.split("\n\n")[1].split())  # after the usage
+    assert "Redis" in description and "state recordings" in description, description
+    for command in ("view", "list", "serve", "render", "replay"):
+        assert re.search(rf"\b{command}\b", description), (command, description)
 
 
 def test_the_readme_make_commands_exist():

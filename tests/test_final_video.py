@@ -255,3 +255,71 @@ def test_a_calm_end_names_the_final_video(tmp_path, no_leftovers):
     finally:
         plotter.close()
     assert plotter.stats["final_video"] == newest
+
+
+def test_a_final_video_cut_by_its_timeout_leaves_a_whole_recording_and_says_how_to_draw_it(
+        tmp_path, caplog, no_leftovers):
+    """HalfCheetah's final video was cut after final_video_timeout, against the README's "always
+    a whole rollout". The drawing is still cut there, but the rollout is simulated to its end
+    (5-20x cheaper than drawing it): the state recording beside the video holds all of it, and
+    the close line says so with the command that draws the whole video from it."""
+    import subprocess
+    import sys
+
+    from async_plotter.render.recording import read_recording
+
+    steps = 200
+    policy = LinearPolicy(17, 6)
+    policy.fill(0.3)
+    plotter = Plotter("HalfCheetah-v5",
+                      policy,
+                      max_path_length=steps,
+                      video_length=None,
+                      video_dir=str(tmp_path),
+                      seed=0,
+                      final_video_timeout=0.2).start()
+    wait_for(lambda: plotter.stats["videos"] >= 1, 120, message="the initial policy's video")
+    policy.fill(-0.3)
+    plotter.update_plot(policy, iteration=5)  # 201 frames to draw: far more than 0.2 s
+    with caplog.at_level(logging.INFO, logger="async_plotter"):
+        plotter.close()
+    stats = plotter.stats
+    video = str(tmp_path / "iter_0005.mp4")
+    recording = str(tmp_path / "iter_0005.npz")
+    entry = stats["video_log"][-1]
+    assert stats["final_video"] == entry["path"] == video
+    assert entry["whole"] is False and entry["frames"] == frame_count(video) < steps + 1, entry
+    assert stats["final_state_recording"] == recording
+    assert len(read_recording(recording).states) == steps + 1, "the whole rollout"
+    assert not [name for name in os.listdir(tmp_path) if name.startswith(".partial")]
+    summary = [r.getMessage() for r in caplog.records if r.getMessage().startswith("plotter: ")]
+    assert len(summary) == 1, summary
+    assert ("the newest, iter_0005.mp4, shows the final policy, cut short at "
+            "final_video_timeout" in summary[0]), summary
+    command = summary[0].split("async-plotter render ")[1].split(" draws all of it")[0]
+    assert command == recording, summary
+    drawn = subprocess.run(
+        [sys.executable, "-m", "async_plotter.cli", "render", command, "--quality", "cheap"],
+        capture_output=True,
+        text=True,
+        timeout=300)
+    assert drawn.returncode == 0, drawn.stderr
+    assert frame_count(str(tmp_path / "rendered" / "iter_0005.mp4")) == steps + 1
+
+
+def test_the_close_line_says_why_the_initial_policy_has_no_video(tmp_path, caplog, no_leftovers):
+    """Updates sent while the worker starts win over the initial policy: its update_0000.mp4
+    never exists, and the close line listed "iterations 4, ..." without saying why."""
+    policy = LinearPolicy(8, 2)
+    plotter = Plotter("Swimmer-v5", policy, max_path_length=20, video_dir=str(tmp_path)).start()
+    policy.fill(0.1)
+    plotter.update_plot(policy, iteration=4)  # the worker is still starting (seconds)
+    with caplog.at_level(logging.INFO, logger="async_plotter"):
+        plotter.close()
+    assert videos_in(tmp_path) == ["iter_0004.mp4"]
+    assert plotter.stats["first_applied_update"] == 1
+    summary = [r.getMessage() for r in caplog.records if r.getMessage().startswith("plotter: ")]
+    assert len(summary) == 1 and summary[0].startswith(
+        f"plotter: 1 video in {tmp_path} of iteration 4; the newest, iter_0004.mp4, shows the "
+        "final policy. The initial policy has no video: update_plot() had sent newer "
+        "parameters before the worker was ready, and the newest always wins"), summary

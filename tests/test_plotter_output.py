@@ -67,6 +67,20 @@ def test_self_drawing_env_cartpole(tmp_path, no_leftovers):
     assert 2 <= len(frames) <= 21
 
 
+def test_video_log_counts_the_frames_the_file_holds(tmp_path, no_leftovers):
+    """A young CartPole falls in ~10 steps: its video chains ~15 episodes with a still between
+    each. video_log said 96 frames (the episodes' only) for an mp4 of 201."""
+    policy = LinearPolicy(4, 2)  # always action 0: the pole falls at once
+    with Plotter("CartPole-v1", policy, max_path_length=200, video_dir=str(tmp_path),
+                 seed=0) as plotter:
+        wait_for(lambda: plotter.stats["videos"] >= 1, 60, message="a CartPole video")
+        entry = plotter.stats["video_log"][0]
+    assert entry["episodes"] >= 2, "a chained video"
+    frames, _ = read_video(entry["path"])
+    assert entry["frames"] == len(frames), entry
+    assert entry["whole"] is True
+
+
 def test_old_gym_style_env_through_the_adapter(tmp_path, no_leftovers):
     policy = LinearPolicy(2, 1)
     policy.set_param_values(np.array([0.5, -0.5], np.float32))

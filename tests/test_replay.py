@@ -105,6 +105,36 @@ def test_the_command_serves_the_replay_and_refuses_what_is_not_a_recording(
         assert process.wait(20) == 0
 
 
+def test_the_command_names_one_address_the_pages(sled_recording):
+    """It logged websockets' "server listening on 127.0.0.1:46139" (viser's internal port,
+    which is not the page) before the page's address."""
+    process = subprocess.Popen(
+        [sys.executable, "-m", "async_plotter.cli", "replay", sled_recording, "--http", "0"],
+        stderr=subprocess.PIPE,
+        text=True,
+        env=dict(os.environ, PYTHONUNBUFFERED="1"))
+    lines = []
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            line = process.stderr.readline()
+            if not line:
+                break
+            lines.append(line.rstrip("\n"))
+            if "replay of " in line:
+                break
+        time.sleep(1.0)  # anything logged just after the address
+    finally:
+        process.send_signal(signal.SIGINT)
+        rest = process.communicate(timeout=20)[1]
+    lines += rest.splitlines()
+    assert process.returncode == 0, lines
+    addresses = [line for line in lines if re.search(r"\d+\.\d+\.\d+\.\d+:\d+", line)]
+    assert len(addresses) == 1 and re.search(r"replay of .* at http://127\.0\.0\.1:\d+/",
+                                             addresses[0]), lines
+    assert not [line for line in lines if "listening" in line], lines
+
+
 def test_a_pool_holds_few_replays_and_closes_those_nobody_watches(sled_recording, tmp_path):
     """serve's replays: one per file, at most ``limit``; a watched one is never closed to make
     room (``ReplayBusy``), an unwatched one is, and one unwatched for ``linger`` s closes."""

@@ -61,3 +61,32 @@ def test_pause_for_plot_without_a_window_is_ignored_once_and_plotter_is_kept(
     stats = algo.plotter.stats  # closed, still readable
     assert stats["updates_sent"] == 3 and stats["alive"] is False
     assert "state=closed" in repr(algo.plotter)
+
+
+def test_deterministic_shows_a_categorical_policy_greedily():
+    """``deterministic=True`` showed the mean action where a policy reports one, and a
+    categorical rllab policy (which reports ``prob``) went on sampling: the worker now shows the
+    argmax of its probabilities, as a Keras policy's logits always are. Without it, the worker
+    shows the index the policy samples. Through the worker's own runtime and action mapping."""
+    import gymnasium
+
+    from async_plotter.env.spaces import to_env_action
+    from async_plotter.policy.adapters import adapter_for
+    from async_plotter.policy.recipe import PolicyRuntime, describe_policy
+
+    env = gymnasium.make("CartPole-v1")
+    policy = CategoricalMLPPolicy(env.spec, seed=0)  # near-uniform probabilities
+    observation, _ = env.reset(seed=0)
+    recipe = describe_policy(policy, adapter_for(policy), None)
+    greedy = int(np.argmax(policy.get_action(observation)[1]["prob"]))
+    shown = {}
+    for deterministic in (True, False):
+        runtime = PolicyRuntime(recipe, deterministic)
+        runtime.set_params(policy.get_param_values())
+        shown[deterministic] = {
+            to_env_action(runtime.act(observation), env.action_space)
+            for _ in range(40)
+        }
+        runtime.close()
+    assert shown[True] == {greedy}
+    assert shown[False] == {0, 1}, "sampled: both actions of a near-uniform policy"

@@ -1,4 +1,5 @@
 """State recordings beside the videos, and ``async-plotter render`` drawing them again."""
+import logging
 import os
 import subprocess
 import sys
@@ -98,6 +99,28 @@ def test_render_draws_the_original_video_again_at_the_same_preset(recorded, tmp_
     assert max(differences) < 2.0, differences
 
 
+def test_render_says_once_what_it_wrote_and_nothing_of_other_libraries(recorded, tmp_path):
+    """It printed PyOpenGL's "INFO No OpenGL_accelerate module loaded" and its "wrote ..." line
+    twice (the video sink's and its own)."""
+    folder, _, _ = recorded
+    result = subprocess.run([
+        sys.executable, "-m", "async_plotter.cli", "render",
+        str(folder / "update_0000.npz"), "--out",
+        str(tmp_path)
+    ],
+                            capture_output=True,
+                            text=True,
+                            timeout=120)
+    assert result.returncode == 0, result.stderr
+    lines = [line for line in (result.stdout + result.stderr).splitlines() if line.strip()]
+    wrote = [line for line in lines if " wrote " in line]
+    assert len(wrote) == 1 and str(tmp_path / "update_0000.mp4") in wrote[0], lines
+    assert "(61 frames, 1 episode)" in wrote[0]
+    assert not [line for line in lines if "OpenGL" in line], lines
+    # What is left: the progress bar and that line.
+    assert len(lines) == 2 and "61/61 frames" in lines[0], lines
+
+
 def test_render_changes_the_size(recorded, tmp_path):
     folder, _, _ = recorded
     result = subprocess.run([
@@ -134,6 +157,30 @@ def test_what_is_not_a_recording_is_refused_and_runs_no_code(tmp_path):
 
 
 # ------------------------------------------------------------ record_states: live episodes
+
+
+@pytest.mark.parametrize("env, policy", [("CartPole-v1", (4, 2)), ("Pendulum-v1", (3, 1)),
+                                         ("Swimmer-v5", (8, 2))])
+def test_record_states_on_an_env_that_draws_itself_says_it_records_nothing(
+        env, policy, tmp_path, caplog):
+    """CartPole and Pendulum draw their own frames: there is no physics state to record, and
+    record_states=True silently wrote nothing. Plotter() now says so, once; a MuJoCo env is
+    recorded and gets no such line."""
+    with caplog.at_level(logging.INFO, logger="async_plotter"):
+        plotter = Plotter(env,
+                          LinearPolicy(*policy),
+                          video_dir=str(tmp_path),
+                          http=0,
+                          record_states=True)
+    plotter.close()  # never started
+    said = [r for r in caplog.records if "record_states" in r.getMessage()]
+    if env == "Swimmer-v5":
+        assert not said
+        return
+    assert len(said) == 1 and said[0].levelno == logging.WARNING, said
+    assert said[0].getMessage() == (
+        f"record_states=True records nothing: {env} draws its own frames (not MuJoCo), so "
+        "there is no physics state to record; its live view and videos are unaffected")
 
 
 @pytest.mark.slow

@@ -140,8 +140,15 @@ class ProtocolAdapter(PolicyAdapter):
 
     def act(self, policy: Any, observation: np.ndarray, deterministic: bool) -> np.ndarray:
         action, info = policy.get_action(observation)
-        if deterministic and isinstance(info, dict) and "mean" in info:
-            return np.asarray(info["mean"])
+        if deterministic and isinstance(info, dict):
+            if "mean" in info:
+                return np.asarray(info["mean"])
+            if np.size(action) == 1:
+                # A categorical policy's index: its probabilities (or logits) instead, whose
+                # argmax the env gets (``env/spaces.py``), the greedy action.
+                for key in ("prob", "logits"):
+                    if key in info and np.ndim(info[key]) == 1 and np.size(info[key]) > 1:
+                        return np.asarray(info[key])
         return np.asarray(action)
 
     def comparable_output(self, policy: Any, observation: np.ndarray,

@@ -11,13 +11,14 @@ from async_plotter.trainer_side.stats import WorkerStats
 
 #: how many videos ``stats["video_log"]`` remembers (the newest)
 VIDEO_LOG_LENGTH = 1000
-_LOGGED_KEYS = ("path", "update", "iteration", "episodes", "frames", "time")
+_LOGGED_KEYS = ("path", "update", "iteration", "episodes", "frames", "whole", "time")
 
 
 class VideoLedger:
     """Counts kept rollouts into the stats record (``videos``, ``last_video``, ``video_log``,
-    ``final_video``; ``tensorboard_images``) and lets the trainer wait for a rollout of an
-    update (an mp4 or a TensorBoard image, whichever comes first)."""
+    ``final_video``; ``tensorboard_images``; ``state_recordings``, ``final_state_recording``)
+    and lets the trainer wait for a rollout of an update (an mp4 or a TensorBoard image,
+    whichever comes first)."""
 
     def __init__(self, stats: WorkerStats) -> None:
         self._stats = stats
@@ -26,6 +27,9 @@ class VideoLedger:
         #: the newest mp4 and the update it shows
         self._newest_video: Optional[str] = None
         self._newest_video_update = -1
+        #: the newest whole state recording beside a video, and the update it shows
+        self._newest_states: Optional[str] = None
+        self._newest_states_update = -1
         #: the update the final video must show (or a newer one); None until training is over
         self.final_update: Optional[int] = None
 
@@ -50,6 +54,21 @@ class VideoLedger:
             self._mark_final()
             self._written.notify_all()
 
+    def record_states(self, payload: Dict[str, Any]) -> None:
+        """A state recording's report from the render process (beside a video, or live)."""
+        stats = self._stats
+        if payload.get("live"):
+            stats.update(live_state_recordings=stats.live_state_recordings + 1)
+            return
+        stats.update(state_recordings=stats.state_recordings + 1,
+                     last_state_recording=payload["path"])
+        update = payload.get("update")
+        with self._written:
+            if payload.get("whole", True) and update is not None \
+                    and update >= self._newest_states_update:
+                self._newest_states, self._newest_states_update = payload["path"], update
+            self._mark_final()
+
     def record_image(self, payload: Dict[str, Any]) -> None:
         """A TensorBoard image report: a kept rollout too (it may be the final one)."""
         self._stats.tensorboard_images += 1
@@ -67,8 +86,12 @@ class VideoLedger:
             return self._newest_update >= update
 
     def _mark_final(self) -> None:
-        if self.final_update is not None and self._newest_video_update >= self.final_update:
+        if self.final_update is None:
+            return
+        if self._newest_video_update >= self.final_update:
             self._stats.final_video = self._newest_video
+        if self._newest_states_update >= self.final_update:
+            self._stats.final_state_recording = self._newest_states
 
     def wait_for(self, update: int, timeout: float, give_up: Callable[[], bool]) -> bool:
         """Wait up to ``timeout`` s for a video of ``update`` or newer; stop early once

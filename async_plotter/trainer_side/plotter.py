@@ -36,7 +36,7 @@ from async_plotter.trainer_side.config import (DEFAULT_VIDEO_LENGTH, DEFAULT_VID
                                                checked_parameters, create_output_dirs,
                                                plotter_config)
 from async_plotter.trainer_side.routes import PlotRoute, open_route
-from async_plotter.worker.sinks import HttpSpec
+from async_plotter.worker.sinks import HttpSpec, LiveStatesSpec
 from async_plotter.trainer_side.stats import WorkerStats
 from async_plotter.trainer_side.summary import summarize_videos
 from async_plotter.console import tell
@@ -218,7 +218,9 @@ class Plotter:
                                policy_on_cpu=worker.policy_device == "cpu",
                                trainer_env=config.trainer_env,
                                env_state=config.env_state,
-                               dtype=config.initial.dtype)
+                               dtype=config.initial.dtype,
+                               record_states=any(
+                                   isinstance(spec, LiveStatesSpec) for spec in worker.sinks))
         create_output_dirs(config)  # only once every check has passed
         self._config = config
         self._stats = WorkerStats(disabled=not config.has_output)
@@ -301,14 +303,16 @@ class Plotter:
         Every key is there from the start; each is described in one place,
         ``async_plotter.trainer_side.stats.WorkerStats``: ``updates_sent``, ``updates_applied``,
         ``episodes``, ``frames``, ``videos``, ``restarts``, ``alive``, ``disabled``,
-        ``last_applied_update``, ``last_applied_iteration``, ``last_video``, ``final_video``
-        (the video of the newest parameters made at ``close()``), ``video_log``,
-        ``tensorboard_images``, ``nonfinite_actions`` (the first update whose actions were NaN or
-        inf), ``last_error``, ``unknown_reports``, ``gl_renderer``,
-        ``visual_preset``, ``policy_call``, ``env_rate``, ``frame_stride``, ``video_fps``,
-        ``worker_pids``, ``boot_seconds``, ``worker_cpu_seconds``, ``boot_cpu_seconds``,
-        ``budget_charged_seconds``, ``budget``, ``budget_mechanism``, ``http_url`` (None until
-        the live page serves) and, for a publish-only trainer (``channel=...``), ``published``,
+        ``last_applied_update``, ``last_applied_iteration``, ``first_applied_update``,
+        ``last_video``, ``final_video`` (the video of the newest parameters made at
+        ``close()``), ``video_log``, ``tensorboard_images``, ``state_recordings``,
+        ``last_state_recording``, ``final_state_recording``, ``live_state_recordings``,
+        ``nonfinite_actions`` (the first update whose actions were NaN or inf),
+        ``last_error``, ``unknown_reports``, ``gl_renderer``, ``visual_preset``, ``policy_call``,
+        ``env_rate``, ``frame_stride``, ``video_fps``, ``worker_pids``, ``boot_seconds``,
+        ``worker_cpu_seconds``, ``boot_cpu_seconds``, ``budget_charged_seconds``, ``budget``,
+        ``budget_mechanism``, ``video_dir_full``, ``http_url`` (None until the live page
+        serves) and, for a publish-only trainer (``channel=...``), ``published``,
         ``publish_errors``, ``publish_replaced``, ``redis_connected``, ``publish_cpu_seconds``
         (None otherwise).
         """

@@ -66,12 +66,14 @@ def check_before_start(env_recipe: EnvRecipe,
                        policy_on_cpu: bool = True,
                        trainer_env: Any = None,
                        env_state: Optional[TrainerEnvState] = None,
-                       dtype: Any = np.float32) -> None:
+                       dtype: Any = np.float32,
+                       record_states: bool = False) -> None:
     """Raise a named error if the env, the policy or the camera cannot work together, or if the
     worker's copy of the env or the policy would act differently from ``trainer_env`` and
     ``policy`` (the policy checked on the CPU when the worker's TensorFlow sees no GPU,
     ``policy_on_cpu``). ``env_state``: the trainer's env's wrapper state, which travels in the
-    parameters' ``dtype``."""
+    parameters' ``dtype``. ``record_states``: the user asked for state recordings of the live
+    episodes, which only a MuJoCo env has (one warning otherwise)."""
     started = time.perf_counter()
     with kept_to_log():
         _check(env_recipe, policy_recipe, policy, adapter, camera, policy_on_cpu, trainer_env,
@@ -104,6 +106,11 @@ def _check(env_recipe: EnvRecipe, policy_recipe: PolicyRecipe, policy: Any, adap
             if camera is not None:
                 logger.warning("camera=%r is ignored: %s draws its own frames (not MuJoCo)", camera,
                                env_recipe.label)
+            if record_states:
+                logger.warning(
+                    "record_states=True records nothing: %s draws its own frames (not MuJoCo), "
+                    "so there is no physics state to record; its live view and videos are "
+                    "unaffected", env_recipe.label)
             _check_frames(env_recipe, env, opened)
     finally:
         for each in opened:

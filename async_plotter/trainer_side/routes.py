@@ -119,7 +119,7 @@ class LocalRoute:
                         "for the videos")
         elif not self._stats.disabled:
             logger.warning(
-                "close(): the video of the final policy was not finished within %.0f s; what "
+                "close(): the video of the final policy was not finished within %.3g s; what "
                 "was recorded of it is kept. Raise final_video_timeout= (or close(timeout=)) "
                 "to wait longer.", timeout)
 

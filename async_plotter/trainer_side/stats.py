@@ -38,19 +38,27 @@ class WorkerStats:
     last_applied_update: Optional[int] = None
     #: the iteration given with it
     last_applied_iteration: Optional[int] = None
+    #: the first update the worker rendered: 0 (the initial policy), or a later one when
+    #: ``update_plot`` had sent newer parameters before the worker was ready (the newest wins)
+    first_applied_update: Optional[int] = None
     #: the newest video's path
     last_video: Optional[str] = None
     #: the video of the newest parameters made at ``close()``
     final_video: Optional[str] = None
     #: the video folder's device is full: no video is written until space is free again
     video_dir_full: bool = False
-    #: path, update, iteration, episodes, frames and time of each video (the newest 1000)
+    #: path, update, iteration, episodes, frames (what the file holds: the stills between
+    #: chained episodes included), whole (False: cut short by ``close()`` before its rollout
+    #: ended) and time of each video (the newest 1000)
     video_log: List[Dict[str, Any]] = dataclasses.field(default_factory=list)
     #: rollouts written into TensorBoard as images
     tensorboard_images: int = 0
     #: state recordings written beside the videos (``iter_NNNN.npz``), and the newest's path
     state_recordings: int = 0
     last_state_recording: Optional[str] = None
+    #: the final policy's state recording, holding its whole rollout even where ``close()`` cut
+    #: its video short (``async-plotter render`` on it draws the whole video)
+    final_state_recording: Optional[str] = None
     #: live episodes written as state recordings (``record_states=True``, ``<video_dir>/live/``)
     live_state_recordings: int = 0
     #: the policy's actions were not finite (NaN or inf: NaN parameters, an overflow): the

@@ -1,5 +1,6 @@
 """The one line a run ends with: what the user got to see, and, when it was little, why."""
 import os
+import shlex
 from typing import Any, Dict, List, Optional
 
 #: fewer videos than one per this many iterations calls for an explanation
@@ -24,9 +25,32 @@ def summarize_videos(stats: Dict[str, Any], iterations: int, elapsed: float,
         final = ("shows the final policy" if stats.get("final_video") or _is_newest(log, stats) else
                  "does not show the final policy")
         text = (f"plotter: {len(log)} video{'s' if len(log) != 1 else ''} in {video_dir} of "
-                f"{_compact(shown)}; the newest, {newest}, {final}")
-    reason = _why_few(stats, len(log), iterations, elapsed, budget)
-    return f"{text}. {reason}" if reason else text
+                f"{_compact(shown)}; the newest, {newest}, {final}{_cut_short(log[-1], stats)}")
+    notes = [_no_initial_video(log, stats), _why_few(stats, len(log), iterations, elapsed, budget)]
+    return ". ".join([text] + [note for note in notes if note])
+
+
+def _cut_short(entry: Dict[str, Any], stats: Dict[str, Any]) -> str:
+    """Where ``close()`` stopped the newest video before its rollout ended: what the user can
+    do about it (the state recording of the final rollout is whole where there is one)."""
+    if entry.get("whole", True):
+        return ""
+    if stats.get("final_video") != entry.get("path"):
+        return ", cut short by close()"
+    recording = stats.get("final_state_recording")
+    if recording:
+        return (f", cut short at final_video_timeout; its state recording holds the whole "
+                f"rollout: async-plotter render {shlex.quote(recording)} draws all of it")
+    return ", cut short at final_video_timeout (raise it to wait for the whole rollout)"
+
+
+def _no_initial_video(log: List[Dict[str, Any]], stats: Dict[str, Any]) -> str:
+    """Why the initial policy has no video although the user may expect ``update_0000.mp4``."""
+    first = stats.get("first_applied_update")
+    if not log or not first or any(entry.get("update") == 0 for entry in log):
+        return ""
+    return ("The initial policy has no video: update_plot() had sent newer parameters before "
+            "the worker was ready, and the newest always wins")
 
 
 def _label(entry: Dict[str, Any]) -> str:

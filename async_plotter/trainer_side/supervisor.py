@@ -365,6 +365,8 @@ class WorkerSupervisor:
         stats.update(updates_applied=stats.updates_applied + (1 if payload["update"] > 0 else 0),
                      last_applied_update=payload["update"],
                      last_applied_iteration=payload["iteration"])
+        if stats.first_applied_update is None:
+            stats.first_applied_update = payload["update"]
 
     def _on_episode(self, payload: dict, pair: _Pair) -> None:
         self._stats.episodes += 1
@@ -443,11 +445,7 @@ class WorkerSupervisor:
         self._videos.record(payload)
 
     def _on_states(self, payload: dict, pair: _Pair) -> None:
-        if payload.get("live"):
-            self._stats.update(live_state_recordings=self._stats.live_state_recordings + 1)
-        else:
-            self._stats.update(state_recordings=self._stats.state_recordings + 1,
-                               last_state_recording=payload["path"])
+        self._videos.record_states(payload)
 
     def _on_tensorboard(self, payload: dict, pair: _Pair) -> None:
         self._first_video_done()

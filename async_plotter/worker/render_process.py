@@ -170,6 +170,10 @@ def _close_all(sinks: List[Any]) -> None:
     sinks.clear()
 
 
+#: at most this long is spent finishing the final rollout's state recording once the trainer
+#: stopped waiting for its video (a 500-step HalfCheetah rollout takes well under a second)
+_FINISH_ROLLOUT_SECONDS = 5.0
+
 #: not a message: the rollout process's end of the stream closed
 _GONE = object()
 
@@ -291,12 +295,17 @@ class _Stream:
         self._episode: Optional[EpisodeInfo] = None
         self._frames_unreported = 0
         self._last_report = time.monotonic()
+        #: the sinks that copy states and draw nothing (state recordings), by their specs
+        self._state_copies = [
+            sink for spec, sink in zip(config.sinks, sinks) if not getattr(spec, "draws", True)
+        ]
 
     def run(self, lifeline: Connection) -> None:
         """Handle messages until the trainer closes the lifeline or the rollout process goes."""
         while True:
             message = _receive(self._frames_in, lifeline, self._status)
             if message is None:
+                self._finish_final_rollout()
                 break
             kind, body = message
             if kind is _GONE:
@@ -304,6 +313,56 @@ class _Stream:
                 break
             self.handle(kind, body)
         self._report_frames()
+
+    def _finish_final_rollout(self) -> None:
+        """The trainer stopped waiting for the final video (``final_video_timeout``) while its
+        rollout was still being drawn. Drawing stops here: the sinks that draw are closed with
+        what they have (the video, cut short). Finishing the rollout is cheap, though (a step
+        simulated costs 5-20x less than one drawn), so the sinks that only copy states get the
+        rest of it as fast as the rollout process simulates it, and the state recording holds
+        the whole rollout (``async-plotter render`` draws the whole video from it). This ends
+        at the supervisor's SIGTERM (its stop's grace) or after ``_FINISH_ROLLOUT_SECONDS``,
+        whichever comes first; what was copied by then is kept."""
+        global _finishing
+        if not self._final or _open_episode is None or self._scene is None \
+                or not self._state_copies:
+            return
+        # From here a SIGTERM only ends the copying: the files are finished, not abandoned.
+        _finishing = True
+        drawing = [sink for sink in self._sinks if sink not in self._state_copies]
+        self._sinks[:] = self._state_copies
+        _close_all(drawing)
+        started = time.monotonic()
+        copied = self._copy_final_states(_open_episode.update, started + _FINISH_ROLLOUT_SECONDS)
+        logger.debug("the final rollout's last %d shown steps copied in %.2f s, undrawn", copied,
+                     time.monotonic() - started)
+
+    def _copy_final_states(self, update: int, deadline: float) -> int:
+        """Hand the sinks left the stream's states until the final rollout's last episode of
+        ``update`` ends; how many states were copied."""
+        copied = 0
+        while not _terminated and time.monotonic() < deadline:
+            try:
+                if not self._frames_in.poll(0.1):
+                    continue
+                kind, body = _checked(self._frames_in.recv())
+            except (EOFError, OSError):
+                break  # the rollout process is gone: what was copied is kept, cut short
+            if kind is StreamKind.STATES:
+                for step in body.steps():
+                    self._scene.set_state(step)
+                    for sink in self._sinks:
+                        sink.add_frame(None, self._episode)
+                    copied += 1
+            elif kind is StreamKind.BEGIN:
+                if body.update != update:
+                    break
+                self._on_begin(body)  # a chained episode of the final policy
+            elif kind is StreamKind.END:
+                self._on_end(body)
+                if not body.continued:
+                    break
+        return copied
 
     def handle(self, kind: StreamKind, body: Any) -> None:
         handler = _HANDLERS.get(kind)

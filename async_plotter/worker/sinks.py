@@ -162,13 +162,14 @@ def _video(spec: VideoSpec, context: SinkContext) -> FrameSink:
     from async_plotter.render.sinks.video import VideoSink
     from async_plotter.worker.status import StatusKind
 
-    def on_written(path: str, recording: Any, episodes: int, frames: int) -> None:
+    def on_written(path: str, recording: Any, episodes: int, frames: int, whole: bool) -> None:
         context.status.send(StatusKind.VIDEO,
                             path=path,
                             update=recording.update,
                             iteration=recording.iteration,
                             episodes=episodes,
-                            frames=frames)
+                            frames=frames,
+                            whole=whole)
 
     return VideoSink(spec.directory,
                      context.fps,
@@ -185,14 +186,15 @@ def _states(spec: Any, context: SinkContext) -> FrameSink:
 
     live = isinstance(spec, LiveStatesSpec)
 
-    def on_written(path: str, recording: Any, steps: int, size: int) -> None:
+    def on_written(path: str, recording: Any, steps: int, size: int, whole: bool) -> None:
         context.status.send(StatusKind.STATES,
                             path=path,
                             update=recording.update,
                             iteration=recording.iteration,
                             steps=steps,
                             bytes=size,
-                            live=live)
+                            live=live,
+                            whole=whole)
 
     playback = dict(stride=context.stride, env_rate=context.env_rate, label=context.title)
     if live:

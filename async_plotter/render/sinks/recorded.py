@@ -34,6 +34,11 @@ class RecordedSink(FrameSink):
         #: frames in the recording so far (the stills between chained episodes not counted)
         self._frames = 0
         self._last_kept_update = -1
+        #: an episode of the recording has begun and not ended
+        self._episode_open = False
+        #: the recording being saved stops before its rollout ended (it was closed mid-episode:
+        #: ``close()`` of the plotter, the worker stopping); ``_save`` may read it
+        self.cut_short = False
 
     def wants_real_time(self) -> bool:
         return False  # kept, not shown: frames may come ahead of time
@@ -46,12 +51,14 @@ class RecordedSink(FrameSink):
         if self._recording is not None and episode.part > 0 \
                 and episode.update == self._recording.update:
             self._episodes += 1  # chained into the recording
+            self._episode_open = True
             return
         self._finish()  # an episode that never got its end message
         if episode.update == self._last_kept_update or not self._accepting():
             return
         self._recording = episode
         self._episodes, self._frames = 1, 0
+        self._episode_open = True
         self._start(episode)
 
     def add_frame(self, frame: Optional[np.ndarray], episode: EpisodeInfo) -> None:
@@ -63,6 +70,7 @@ class RecordedSink(FrameSink):
     def end_episode(self, episode: EpisodeInfo, end: EpisodeEnd) -> None:
         if self._recording is None:
             return
+        self._episode_open = False
         if end.failed:
             self._discard("its rollout failed")
         elif not end.completed and self._frames < self._min_frames and self._episodes == 1:
@@ -79,11 +87,13 @@ class RecordedSink(FrameSink):
         if self._recording is None:
             return
         recording, self._recording = self._recording, None
+        self.cut_short, self._episode_open = self._episode_open, False
         if self._save(recording):
             self._last_kept_update = recording.update
 
     def _discard(self, why: str) -> None:
         self._recording = None
+        self._episode_open = False
         self._drop(why)
 
     # ------------------------------------------------------------------ what a subclass says

@@ -26,8 +26,9 @@ from async_plotter.render.stream import EpisodeEnd, EpisodeInfo
 
 logger = logging.getLogger(__name__)
 
-#: ``on_written(path, first_episode, steps, size_in_bytes)``
-WrittenCallback = Callable[[str, EpisodeInfo, int, int], None]
+#: ``on_written(path, first_episode, steps, size_in_bytes, whole)``: ``whole`` is False for a
+#: recording that stops before its rollout ended (the worker stopped mid-episode)
+WrittenCallback = Callable[[str, EpisodeInfo, int, int, bool], None]
 #: the live episodes' recordings kept (the newest): a live view replays episodes for as long as
 #: training runs; 100 HalfCheetah episodes of 1000 steps take ~17 MB (~3 KB a second of motion
 #: and ~18 KB of model each)
@@ -116,7 +117,7 @@ class StateRecordingSink(_StepCopies, RecordedSink):
         if size is None:
             return False
         if self._on_written is not None:
-            self._on_written(path, recording, len(builder), size)
+            self._on_written(path, recording, len(builder), size, not self.cut_short)
         return True
 
     def _drop(self, why: str) -> None:
@@ -247,4 +248,4 @@ class LiveStateRecordingSink(_StepCopies, FrameSink):
             except OSError as error:
                 logger.debug("cannot remove %s: %s", old, error)
         if self._on_written is not None:
-            self._on_written(path, episode, len(builder), size)
+            self._on_written(path, episode, len(builder), size, end is not None)

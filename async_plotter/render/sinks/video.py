@@ -25,8 +25,10 @@ _LOW_FREE_BYTES = 64 << 10
 #: while the device is full, how often its free space is looked at
 _SPACE_CHECK_SECONDS = 1.0
 
-#: ``on_written(path, first_episode, episodes, frames)``
-WrittenCallback = Callable[[str, EpisodeInfo, int, int], None]
+#: ``on_written(path, first_episode, episodes, frames, whole)``: ``frames`` is what the file
+#: holds (the stills between chained episodes included); ``whole`` is False for a video cut
+#: short by ``close()`` before its rollout ended
+WrittenCallback = Callable[[str, EpisodeInfo, int, int, bool], None]
 #: ``on_storage(state, directory, free_bytes)``: ``"full"`` (videos stop), ``"writable"``
 #: (they resume) or ``"recreated"`` (the folder was removed and is made again)
 StorageCallback = Callable[[str, str, Optional[int]], None]
@@ -63,6 +65,8 @@ class VideoSink(RecordedSink):
         self._partial_path = ""
         self._final_path = ""
         self._last_frame: Optional[np.ndarray] = None
+        #: frames written into the file being recorded: the episodes' and the stills'
+        self._file_frames = 0
         #: the device is full: no recording starts until space is free again
         self.full = False
         self._next_space_check = 0.0
@@ -87,6 +91,7 @@ class VideoSink(RecordedSink):
         self._final_path = os.path.join(self.directory, video_name(episode))
         # ffmpeg picks the container from the extension, so the temporary name keeps ".mp4".
         self._partial_path = os.path.join(self.directory, ".partial_" + video_name(episode))
+        self._file_frames = 0
 
     def _add(self, frame: np.ndarray) -> None:
         frame = _even_size(frame)
@@ -131,6 +136,7 @@ class VideoSink(RecordedSink):
     def _write(self, frame: np.ndarray) -> None:
         try:
             self._encoder.write(frame)
+            self._file_frames += 1
         except EncoderError as error:
             # ffmpeg exits on a write error: a full device is the user's to fix, not a failure
             # of the worker; anything else is, and the worker is restarted.
@@ -183,10 +189,12 @@ class VideoSink(RecordedSink):
             return False
         os.replace(self._partial_path, self._final_path)
         self._largest_video = max(self._largest_video, _size(self._final_path))
-        logger.info("wrote %s (%d frames, %d episode%s)", self._final_path, self._frames,
-                    self._episodes, "" if self._episodes == 1 else "s")
+        logger.info("wrote %s (%d frames, %d episode%s%s)", self._final_path, self._file_frames,
+                    self._episodes, "" if self._episodes == 1 else "s",
+                    ", cut short" if self.cut_short else "")
         if self._on_written is not None:
-            self._on_written(self._final_path, recording, self._episodes, self._frames)
+            self._on_written(self._final_path, recording, self._episodes, self._file_frames,
+                             not self.cut_short)
         return True
 
     def _drop(self, why: str) -> None:
