@@ -77,14 +77,14 @@ def check_before_start(env_recipe: EnvRecipe,
     started = time.perf_counter()
     with kept_to_log():
         _check(env_recipe, policy_recipe, policy, adapter, camera, policy_on_cpu, trainer_env,
-               env_state, dtype)
+               env_state, dtype, record_states)
     logger.debug("Plotter checks of %s took %.0f ms", env_recipe.label,
                  1000 * (time.perf_counter() - started))
 
 
 def _check(env_recipe: EnvRecipe, policy_recipe: PolicyRecipe, policy: Any, adapter: PolicyAdapter,
            camera: Any, policy_on_cpu: bool, trainer_env: Any, env_state: Optional[TrainerEnvState],
-           dtype: Any) -> None:
+           dtype: Any, record_states: bool) -> None:
     env = _build(env_recipe, None)
     opened = [env]
     try:
