@@ -1,7 +1,8 @@
 """The Redis ACL roles of the channel: exactly what a trainer and a viewer need.
 
-Each side needs only these commands, keys and channels (a ``MONITOR`` of a trainer, ``view``,
-``list`` and ``serve`` shows nothing else; a test runs them all under these roles):
+Each side needs only these commands, keys and channels (a ``MONITOR`` of a trainer, ``view`` and
+``list`` shows nothing else; tests/test_redis_acl_tls.py runs them and ``serve``'s catalog under
+these roles and finds the server's ``ACL LOG`` empty):
 
 * a trainer of experiment ``E`` writes and reads only ``async_plotter:E:*`` keys and publishes on
   ``async_plotter:E:*`` channels: ``SET``, ``GETRANGE`` (re-assertion reads a header), ``DEL``,
