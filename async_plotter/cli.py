@@ -4,6 +4,7 @@ list, serve), and draw or replay the state recordings beside a run's videos (ren
     async-plotter view redis://host:6379/0 --experiment swimmer-7 --video-dir videos
     async-plotter list redis://host:6379/0
     async-plotter serve redis://host:6379/0 --http 8080 --record-dir history
+    async-plotter acl --experiment swimmer-7 | redis-cli -u redis://admin@host:6379
     async-plotter render runs/demo/videos/ --quality full --size 720
     async-plotter replay runs/demo/videos/iter_0059.npz --http 8080
 
@@ -18,7 +19,8 @@ import tempfile
 import unicodedata
 from typing import Any, List, Optional, Sequence
 
-from async_plotter.channel.redis.link import redact, url_problem
+from async_plotter.channel.redis.refusals import explain_failure
+from async_plotter.channel.redis.urls import redact, url_problem
 from async_plotter.channel.redis.signing import (SECRET_ENV, read_secret_file, resolve_secret,
                                                  warn_if_weak)
 from async_plotter.channel.redis.wire import valid_experiment
@@ -28,6 +30,8 @@ from async_plotter.trainer_side.priorities import PRIORITIES
 logger = logging.getLogger("async_plotter")
 
 EXIT_USAGE = 2
+#: the Redis URL when none is given on the command line (which every local user can read)
+URL_ENV = "ASYNC_PLOTTER_REDIS_URL"
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
@@ -46,6 +50,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         return _render(args.subparser, args)
     if args.command == "replay":
         return _replay(args.subparser, args)
+    if args.command == "acl":
+        return _acl(args.subparser, args)
     return _view(args.subparser, args)
 
 
@@ -53,16 +59,17 @@ def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="async-plotter",
         description="Watch policies trained with async_plotter: follow a run from another "
-        "machine through a Redis server (view, list, serve), or draw and replay the state "
-        "recordings (.npz) beside a run's videos (render, replay).")
-    commands = parser.add_subparsers(dest="command", metavar="{view,list,serve,render,replay}")
+        "machine through a Redis server (view, list, serve; acl prints least-privilege Redis "
+        "users), or draw and replay the state recordings (.npz) beside a run's videos (render, "
+        "replay).")
+    commands = parser.add_subparsers(dest="command", metavar="{view,list,serve,render,replay,acl}")
 
     view = commands.add_parser(
         "view",
         help="render an experiment's newest policy",
         description="Render the newest policy of an experiment published by "
         "Plotter(..., channel=URL, experiment=NAME), as a local plotter would.")
-    view.add_argument("url", help="the Redis server, e.g. redis://host:6379/0 or rediss://...")
+    _add_url_argument(view)
     view.add_argument("--experiment", "-e", required=True, help="the experiment's name")
     view.add_argument("--video-dir", help="write one mp4 per update into this directory")
     view.add_argument("--tensorboard-dir",
@@ -89,17 +96,36 @@ def _parser() -> argparse.ArgumentParser:
     listing = commands.add_parser("list",
                                   help="list the experiments on a Redis server",
                                   description="List the experiments a Redis server holds.")
-    listing.add_argument("url", help="the Redis server, e.g. redis://host:6379/0")
+    _add_url_argument(listing)
 
     serve = _serve_parser(commands)
     render = _render_parser(commands)
     replay = _replay_parser(commands)
+    acl = _acl_parser(commands)
 
-    for sub in (view, listing, serve, render, replay):
+    for sub in (view, listing, serve, render, replay, acl):
         sub.set_defaults(subparser=sub)  # errors then show the subcommand's usage
         sub.add_argument("--verbose", "-v", action="store_true", help="log more")
         sub.add_argument("--quiet", "-q", action="store_true", help="log only problems")
     return parser
+
+
+def _add_url_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("url",
+                        nargs="?",
+                        default=os.environ.get(URL_ENV),
+                        help="the Redis server: redis://[USER:PASSWORD@]host:6379/0, or "
+                        "rediss://...?ssl_ca_certs=ca.pem for TLS (docs/security.md); default "
+                        f"${URL_ENV}, which keeps a password out of the process list")
+
+
+def _checked_url(parser: argparse.ArgumentParser, url: Optional[str]) -> str:
+    if url is None:
+        parser.error(f"name the Redis server: a URL such as redis://host:6379/0, or ${URL_ENV}")
+    problem = url_problem(url)
+    if problem is not None:
+        parser.error(f"the Redis URL {problem}")
+    return url
 
 
 def _configure_logging(verbose: bool, quiet: bool) -> None:
@@ -202,25 +228,25 @@ def _replay(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
 
 
 def _list(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
-    problem = url_problem(args.url)
-    if problem is not None:
-        parser.error(f"the Redis URL {problem}")
+    url = _checked_url(parser, args.url)
     import redis
 
+    from async_plotter.channel.redis.refusals import AccessDenied
     from async_plotter.channel.redis.link import connect
     from async_plotter.channel.redis.watcher import list_experiments
 
-    client = connect(args.url)
+    client = connect(url)
     try:
         rows = list_experiments(client)
-    except (redis.exceptions.RedisError, OSError) as error:
-        print(f"async-plotter: cannot list experiments on {redact(args.url)}: {error}",
+    except (redis.exceptions.RedisError, OSError, AccessDenied) as error:
+        print("async-plotter: cannot list experiments: " +
+              explain_failure(error, url, "the viewer role (list needs its +scan and +pttl)"),
               file=sys.stderr)
         return 1
     finally:
         client.close()
     if not rows:
-        print(f"no experiments on {redact(args.url)}")
+        print(f"no experiments on {redact(url)}")
         return 0
     header = ("EXPERIMENT", "ENV", "POLICY", "PARAMS", "UPDATE", "ITERATION", "AGE", "EXPIRES",
               "SIGNED", "HOST")
@@ -296,9 +322,7 @@ def _view(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
 
 def _check_view_arguments(parser: argparse.ArgumentParser, args: argparse.Namespace) -> Any:
     """Every argument checked before anything starts; problems exit with code 2."""
-    problem = url_problem(args.url)
-    if problem is not None:
-        parser.error(f"the Redis URL {problem}")
+    _checked_url(parser, args.url)
     if not valid_experiment(args.experiment):
         parser.error(f"--experiment {args.experiment!r} is not a valid name: use letters, "
                      "digits, '.', '_' and '-', starting with a letter or digit, at most 128 "
@@ -389,6 +413,45 @@ def _checked_http(parser: argparse.ArgumentParser, http: Optional[str],
         parser.error(f"--http: {error}")
 
 
+# ----------------------------------------------------------------------------------- acl
+
+
+def _acl_parser(commands: Any) -> argparse.ArgumentParser:
+    acl = commands.add_parser(
+        "acl",
+        help="print the Redis ACL users trainers and viewers need",
+        description="Print ACL SETUSER commands, with fresh random passwords, for a user per "
+        "trainer that may publish only its experiment, and a viewer user that may only read "
+        "(view, list, serve). Pipe them into redis-cli as an admin; the URLs to use go to "
+        "stderr. docs/security.md explains each role.")
+    acl.add_argument("--experiment",
+                     "-e",
+                     action="append",
+                     default=[],
+                     help="a trainer user for this experiment (repeat for more)")
+    return acl
+
+
+def _acl(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
+    from async_plotter.channel.redis.acl import new_password, trainer_acl, viewer_acl
+
+    for experiment in args.experiment:
+        if not valid_experiment(experiment):
+            parser.error(f"--experiment {experiment!r} is not a valid name")
+    for experiment in args.experiment:
+        user, password = f"trainer-{experiment}", new_password()
+        print(trainer_acl(experiment, user, password))
+        print(
+            f"# trainer: Plotter(..., channel='redis://{user}:{password}@HOST:6379/0', "
+            f"experiment={experiment!r})",
+            file=sys.stderr)
+    password = new_password()
+    print(viewer_acl("viewer", password))
+    print(f"# viewers: async-plotter view|list|serve redis://viewer:{password}@HOST:6379/0",
+          file=sys.stderr)
+    return 0
+
+
 # --------------------------------------------------------------------------------- serve
 
 
@@ -402,7 +465,7 @@ def _serve_parser(commands: Any) -> argparse.ArgumentParser:
         description="Serve one page listing every experiment on the Redis server (env, "
         "iteration, age, learning curve), with a live view of those you watch: a render worker "
         "runs for an experiment only while somebody watches it.")
-    serve.add_argument("url", help="the Redis server, e.g. redis://host:6379/0 or rediss://...")
+    _add_url_argument(serve)
     _add_worker_arguments(serve,
                           http="8080",
                           http_help="where to serve the page: a port (default 8080, on "
@@ -455,9 +518,7 @@ def _serve(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
 
 def _check_serve_arguments(parser: argparse.ArgumentParser, args: argparse.Namespace) -> Any:
     """Every argument checked before anything starts; problems exit with code 2."""
-    problem = url_problem(args.url)
-    if problem is not None:
-        parser.error(f"the Redis URL {problem}")
+    _checked_url(parser, args.url)
     if args.max_live < 1:
         parser.error(f"--max-live must be 1 or more, got {args.max_live}")
     if not (math.isfinite(args.grace) and args.grace >= 0):

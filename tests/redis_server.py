@@ -11,7 +11,7 @@ import socket
 import subprocess
 import tempfile
 import time
-from typing import Optional
+from typing import Optional, Sequence
 
 import pytest
 
@@ -44,10 +44,13 @@ class RedisServer:
     def __init__(self,
                  executable: str,
                  port: Optional[int] = None,
-                 password: Optional[str] = None) -> None:
+                 password: Optional[str] = None,
+                 extra_args: Sequence[str] = ()) -> None:
         self.executable = executable
         self.port = port or free_port()
         self.password = password
+        #: more redis-server options (a later one wins over an earlier one, e.g. ``--port 0``)
+        self.extra_args = list(extra_args)
         self.directory = tempfile.mkdtemp(prefix="async_plotter_redis_")
         self.process: Optional[subprocess.Popen] = None
 
@@ -65,6 +68,7 @@ class RedisServer:
         ]
         if self.password:
             command += ["--requirepass", self.password]
+        command += self.extra_args
         self.process = subprocess.Popen(command,
                                         stdout=subprocess.DEVNULL,
                                         stderr=subprocess.DEVNULL,

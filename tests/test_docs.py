@@ -73,7 +73,7 @@ def test_the_command_line_describes_every_command_it_has():
     assert result.returncode == 0, result.stderr
     description = " ".join(result.stdout.split("\n\n")[1].split())  # after the usage
     assert "Redis" in description and "state recordings" in description, description
-    for command in ("view", "list", "serve", "render", "replay"):
+    for command in ("view", "list", "serve", "render", "replay", "acl"):
         assert re.search(rf"\b{command}\b", description), (command, description)
 
 

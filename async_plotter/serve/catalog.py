@@ -25,6 +25,7 @@ import time
 from typing import Any, Callable, Deque, Dict, List, Optional, Tuple
 
 from async_plotter.channel.redis.link import connect, probe, read_exact, redact
+from async_plotter.channel.redis.refusals import explain_failure, refusal
 from async_plotter.channel.redis.signing import PayloadRejected, Verifier
 from async_plotter.channel.redis.watcher import (ExperimentSummary, ExperimentWatcher,
                                                  list_experiments)
@@ -253,11 +254,13 @@ class Catalog:
 
     def _failed(self, error: BaseException) -> None:
         if not self._outage:
-            logger.warning("serve: cannot read experiments on %s (%s: %s); retrying",
-                           redact(self._url),
-                           type(error).__name__, error)
+            logger.warning("serve: cannot read experiments: %s; retrying",
+                           explain_failure(error, self._url, "the viewer role"))
         self._outage = True
-        self.problem = f"the Redis server is unreachable ({type(error).__name__})"
+        # The page names no user, file or key: its log does.
+        refused = refusal(error, self._url) is not None
+        self.problem = ("the Redis server refuses this server's settings (see its log)"
+                        if refused else f"the Redis server is unreachable ({type(error).__name__})")
         with self._lock:
             self._version += 1
             self._changed.notify_all()

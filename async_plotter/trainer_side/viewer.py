@@ -89,6 +89,8 @@ class ExperimentViewer:
         self._worker_stats: Optional[WorkerStats] = None
         self._current: Optional[Structure] = None
         self._failed_structure: Optional[bytes] = None
+        #: why the server refuses this viewer (ACL role, password, TLS certificate), once it does
+        self.refused: Optional[str] = None
 
     @property
     def stats(self) -> Dict[str, Any]:
@@ -107,7 +109,7 @@ class ExperimentViewer:
 
         options = self._options
         self._watcher = ExperimentWatcher(options.url, options.experiment, self._verifier,
-                                          self._on_structure, self._on_metrics)
+                                          self._on_structure, self._on_metrics, self._on_refused)
         self._watcher.start()
 
     def poll(self, timeout: float = 0.5) -> None:
@@ -124,7 +126,8 @@ class ExperimentViewer:
             self._watcher = None
 
     def run(self) -> int:
-        """Show the experiment until Ctrl-C or SIGTERM; returns the exit code."""
+        """Show the experiment until Ctrl-C or SIGTERM; returns the exit code: 0, or 1 once the
+        server refuses this viewer's settings (its ACL role, password or TLS certificate)."""
         options = self._options
         logger.info("waiting for experiment %r on %s (Ctrl-C to stop)", options.experiment,
                     redact(options.url))
@@ -132,7 +135,7 @@ class ExperimentViewer:
         hint_at = time.monotonic() + _WAITING_HINT_AFTER
         with until_interrupted(self.stop):
             self.start()
-            while True:
+            while self.refused is None:
                 before = self._current
                 self.poll(0.5)
                 if self._current is not before:
@@ -146,12 +149,19 @@ class ExperimentViewer:
                     disabled_logged = True
                     logger.error("the worker keeps failing; waiting for the trainer to publish "
                                  "a new structure (or press Ctrl-C)")
+        if self.refused is not None:
+            logger.error("%s", self.refused)
+            return 1
         return 0
 
     # Called from the watcher's thread.
     def _on_structure(self, structure: Structure) -> None:
         with self._lock:
             self._newest = structure
+        self._changed.set()
+
+    def _on_refused(self, message: str) -> None:
+        self.refused = message
         self._changed.set()
 
     def _on_metrics(self, entry: MetricsEntry) -> None:

@@ -4,18 +4,25 @@
   our own loops at once, which back off, reconnect and re-read the keys (a retried command cannot
   know that a restarted server lost the keys).
 * A dead server is reported once per outage, not once per attempt.
-* URLs are logged without their password.
+* URLs are logged without their password (``urls``).
+* What the server refuses by design (a command outside the user's ACL role, the user or its
+  password, a TLS certificate) is not an outage: it is said naming what to fix (``refusals``),
+  retried only every ``REFUSED_RETRY`` s, and a viewer stops on it.
 """
+import functools
 import logging
 import random
 import threading
 import time
-import urllib.parse
 from typing import Any, Callable, Dict, List, Optional, Set, Tuple
+
+from async_plotter.channel.redis.refusals import (AccessDenied, denial, explain_failure,
+                                                  role_refusal)
+# Imported from here by the rest of the channel.
+from async_plotter.channel.redis.urls import SCHEMES, redact, url_problem  # noqa: F401
 
 logger = logging.getLogger("async_plotter")
 
-SCHEMES = ("redis", "rediss", "unix")
 _CONNECT_TIMEOUT = 5.0
 # Per socket operation, not per command: a 40 MB value on a slow link still gets through.
 _SOCKET_TIMEOUT = 30.0
@@ -23,6 +30,9 @@ _SOCKET_TIMEOUT = 30.0
 _HEALTH_CHECK_INTERVAL = 10.0
 # Large values arrive in fewer, larger reads than redis-py's default 64 KiB.
 _READ_SIZE = 1024 * 1024
+#: seconds between attempts while the server refuses this side's settings (``refusal``): they
+#: last until someone changes them, so retrying faster only fills the server's ACL log
+REFUSED_RETRY = 5.0
 
 
 def connection_errors() -> tuple:
@@ -33,18 +43,55 @@ def connection_errors() -> tuple:
 
 
 def connect(url: str) -> Any:
-    """A ``redis.Redis`` client for ``url``; it connects on first use."""
-    import redis
+    """A ``redis.Redis`` client for ``url``; it connects on first use. A command its user may
+    not run (alone or in a pipeline) raises ``AccessDenied`` naming it."""
     from redis.backoff import NoBackoff
     from redis.retry import Retry
 
-    return redis.Redis.from_url(url,
-                                socket_connect_timeout=_CONNECT_TIMEOUT,
-                                socket_timeout=_SOCKET_TIMEOUT,
-                                socket_keepalive=True,
-                                socket_read_size=_READ_SIZE,
-                                health_check_interval=_HEALTH_CHECK_INTERVAL,
-                                retry=Retry(NoBackoff(), 0))
+    return _client_class().from_url(url,
+                                    socket_connect_timeout=_CONNECT_TIMEOUT,
+                                    socket_timeout=_SOCKET_TIMEOUT,
+                                    socket_keepalive=True,
+                                    socket_read_size=_READ_SIZE,
+                                    health_check_interval=_HEALTH_CHECK_INTERVAL,
+                                    retry=Retry(NoBackoff(), 0))
+
+
+@functools.lru_cache(maxsize=None)
+def _client_class() -> type:
+    """``redis.Redis`` whose refused commands raise ``AccessDenied`` (built on first use: redis
+    is an optional dependency)."""
+    import redis
+
+    class Pipeline(redis.client.Pipeline):
+
+        def execute(self, raise_on_error: bool = True) -> List[Any]:
+            commands = [args for args, _ in self.command_stack]
+            results = super().execute(raise_on_error=False)
+            for args, result in zip(commands, results):
+                if isinstance(result, redis.exceptions.ResponseError):
+                    denied = denial(args, result)
+                    if denied is not None:
+                        raise denied
+                    if raise_on_error:
+                        raise result
+            return results
+
+    class Client(redis.Redis):
+
+        def execute_command(self, *args: Any, **options: Any) -> Any:
+            try:
+                return super().execute_command(*args, **options)
+            except redis.exceptions.ResponseError as error:
+                denied = denial(args, error)
+                if denied is None:
+                    raise
+                raise denied from None
+
+        def pipeline(self, transaction: bool = True, shard_hint: Any = None) -> Any:
+            return Pipeline(self.connection_pool, self.response_callbacks, transaction, shard_hint)
+
+    return Client
 
 
 def probe(client: Any, key: str, head_bytes: int) -> Tuple[int, bytes]:
@@ -109,7 +156,7 @@ def bounded_xrange(client: Any, key: str, start: str, count: int,
     ``"(ID"``); an entry whose fields add up to more than ``entry_limit`` bytes arrives as
     ``{b"oversized": b"<size>"}``. So one call downloads at most about ``count * entry_limit``
     bytes, whatever the stream holds."""
-    raw = client.eval(_BOUNDED_XRANGE, 1, key, start, int(count), int(entry_limit))
+    raw = _eval_read_only(client, _BOUNDED_XRANGE, key, start, int(count), int(entry_limit))
     entries = []
     for entry_id, flat in raw or []:
         fields = dict(zip(flat[0::2], flat[1::2]))
@@ -119,8 +166,23 @@ def bounded_xrange(client: Any, key: str, start: str, count: int,
 
 def last_stream_id(client: Any, key: str) -> Optional[bytes]:
     """The id of the newest entry of the stream at ``key``, or None for an empty or missing one."""
-    last = client.eval(_LAST_STREAM_ID, 1, key)
+    last = _eval_read_only(client, _LAST_STREAM_ID, key)
     return bytes(last) if last else None
+
+
+def _eval_read_only(client: Any, script: str, key: str, *args: Any) -> Any:
+    """``EVAL_RO`` of a script that only reads ``key``; ``EVAL`` on servers before Redis 7.0.
+
+    Read-only, so that a viewer whose ACL role may only read keys (``%R~``) can run it: Redis
+    requires write permission on the keys given to a plain ``EVAL``."""
+    import redis
+
+    try:
+        return client.execute_command("EVAL_RO", script, 1, key, *args)
+    except redis.exceptions.ResponseError as error:
+        if "unknown command" not in str(error).lower():
+            raise
+    return client.execute_command("EVAL", script, 1, key, *args)
 
 
 def close_quietly(*things: Any) -> None:
@@ -132,57 +194,6 @@ def close_quietly(*things: Any) -> None:
             thing.close()
         except Exception:  # noqa: BLE001 - closing a broken connection raises all sorts
             pass
-
-
-def redact(url: str) -> str:
-    """``url`` with its password replaced by ``***``, for log lines."""
-    try:
-        parts = urllib.parse.urlsplit(url)
-    except ValueError:
-        return "<unparseable URL>"
-    if parts.password is None:
-        return url
-    user = parts.username or ""
-    host = parts.hostname or ""
-    if ":" in host:
-        host = f"[{host}]"
-    port = f":{parts.port}" if parts.port is not None else ""
-    return urllib.parse.urlunsplit(parts._replace(netloc=f"{user}:***@{host}{port}"))
-
-
-def url_problem(url: Any) -> Optional[str]:
-    """Why ``url`` cannot name a Redis server, or None if it can."""
-    example = "'redis://host:6379/0' (or rediss:// for TLS)"
-    if not isinstance(url, str):
-        return f"must be a URL string such as {example}, got {type(url).__name__}"
-    try:
-        parts = urllib.parse.urlsplit(url)
-        port = parts.port
-    except ValueError as error:
-        return f"{redact(url)!r} is not a valid URL ({error}); use {example}"
-    if parts.scheme not in SCHEMES:
-        shown = parts.scheme or "none"
-        return (f"{redact(url)!r} has scheme {shown!r}; use {example}, or unix:///path/to.sock")
-    if parts.scheme == "unix":
-        return None if parts.path else f"{redact(url)!r} names no socket path"
-    if not parts.hostname:
-        return f"{redact(url)!r} names no host; use {example}"
-    if port is not None and port <= 0:
-        return f"{redact(url)!r} has port {port}"
-    db = parts.path.lstrip("/")
-    if db and not db.isdigit():
-        return f"{redact(url)!r}: the database after the host must be a number, got {db!r}"
-    try:
-        import redis
-    except ImportError:
-        return ("needs the redis package, which is not installed: "
-                "pip install 'async_plotter[redis]'")
-    try:
-        # Builds (without connecting) what a client would: unknown query options fail here.
-        redis.ConnectionPool.from_url(url).make_connection()
-    except (TypeError, ValueError) as error:
-        return f"{redact(url)!r} is not a valid Redis URL: {error}"
-    return None
 
 
 class Backoff:
@@ -206,19 +217,30 @@ class Backoff:
 
 
 class OutageLog:
-    """One warning when a connection is lost, one info line when it is back."""
+    """One warning when a connection is lost (or refused: see ``refusal``), one info line when
+    it is back.
 
-    def __init__(self, who: str, url: str) -> None:
+    ``role`` names the ACL role this side needs (``"the viewer role"``), for refused commands.
+    """
+
+    def __init__(self, who: str, url: str, role: str = "the role it needs") -> None:
         self._who = who
+        self._raw_url = url
         self._url = redact(url)
+        self._role = role
         self.down = False
 
     def failed(self, error: BaseException, consequence: str) -> None:
         """Record a failure; only the first of an outage is logged."""
-        if not self.down:
-            self.down = True
-            logger.warning("%s: Redis at %s is unreachable (%s: %s); %s", self._who, self._url,
-                           type(error).__name__, error, consequence)
+        if self.down:
+            return
+        self.down = True
+        logger.warning("%s: %s; %s", self._who, explain_failure(error, self._raw_url, self._role),
+                       consequence)
+
+    def refusal(self, error: BaseException) -> Optional[str]:
+        """``refusal(error)``, with the role to give the user when a command was refused."""
+        return role_refusal(error, self._raw_url, self._role)
 
     def recovered(self) -> None:
         """Record a success, logging it if it ends an outage."""
@@ -234,7 +256,9 @@ def run_subscription(url: str,
                      on_connect: Callable[[Any], None],
                      on_events: Callable[[Any, Set[str]], None],
                      on_idle: Optional[Callable[[], None]] = None,
-                     idle_interval: float = 0.5) -> None:
+                     idle_interval: float = 0.5,
+                     role: str = "the viewer role",
+                     on_refused: Optional[Callable[[str], None]] = None) -> None:
     """Listen to ``channel`` until ``stop`` is set, surviving server restarts. Run it in a thread.
 
     After every (re)connection, once subscribed, ``on_connect(client)`` re-reads the keys: the
@@ -242,12 +266,17 @@ def run_subscription(url: str,
     notifications that arrived together becomes one ``on_events(client, kinds)`` call, so a burst
     of updates costs one read of the newest. ``on_idle()`` runs at least every ``idle_interval``
     seconds. The wait is on the socket itself: a notification wakes the thread at once.
+
+    When the server refuses this connection's settings (``refusal``: a command outside the
+    user's ACL role, ``role`` naming the one it needs; the user or password; the TLS
+    certificate), ``on_refused(message)`` is called and the subscription ends; without
+    ``on_refused`` it warns once and retries every ``REFUSED_RETRY`` seconds.
     """
     import redis
 
-    errors = connection_errors() + (redis.exceptions.RedisError, )
+    errors = connection_errors() + (redis.exceptions.RedisError, AccessDenied)
     backoff = Backoff()
-    outage = OutageLog(who, url)
+    outage = OutageLog(who, url, role)
     while not stop.is_set():
         client = pubsub = None
         try:
@@ -274,8 +303,20 @@ def run_subscription(url: str,
         except errors as error:
             if stop.is_set():
                 break
-            outage.failed(error, "reconnecting in the background")
-            _wait(stop, backoff.next_delay(), on_idle, idle_interval)
+            # The subscription's own replies (SUBSCRIBE, its health-check PING) come through
+            # redis-py's pub/sub object, not the client that names refusals.
+            if not isinstance(error, AccessDenied):
+                error = denial(("SUBSCRIBE", channel), error) or error
+            problem = outage.refusal(error)
+            if problem is not None and on_refused is not None:
+                on_refused(problem)
+                return
+            outage.failed(
+                error, "reconnecting in the background"
+                if problem is None else f"retrying every {REFUSED_RETRY:.0f} s")
+            delay = backoff.next_delay()
+            _wait(stop, delay if problem is None else max(delay, REFUSED_RETRY), on_idle,
+                  idle_interval)
         except Exception:  # noqa: BLE001 - a bug must not silently end the subscription
             logger.exception("%s: unexpected error while listening to Redis; reconnecting", who)
             _wait(stop, backoff.next_delay(), on_idle, idle_interval)

@@ -10,8 +10,10 @@ import threading
 import time
 from typing import Any, Callable, Dict, List, Optional, Set, Tuple
 
+from async_plotter.channel.redis.acl import DOCS
 from async_plotter.channel.redis.link import (bounded_xrange, last_stream_id, redact,
                                               run_subscription)
+from async_plotter.channel.redis.refusals import AccessDenied
 from async_plotter.channel.redis.probed import Later, ProbedKey, Skip
 from async_plotter.channel.redis.wire import (MAX_METRICS_BYTES, STRUCTURE_HEADER, TAG_BYTES,
                                               UPDATE_HEADER, ExperimentKeys, MetricsEntry, NO_RUN,
@@ -56,17 +58,27 @@ class ExperimentWatcher:
     with its length) is new and claims a later run, at most once per
     ``STRUCTURE_FETCH_INTERVAL``; metrics are read ``METRICS_BATCH`` at a time, each entry capped
     on the server, from where the last read ended (also after a reconnect).
+
+    A server that refuses this viewer's settings (a command outside its ACL role, its password,
+    the TLS certificate: ``refusals.refusal``) ends the watch with ``on_refused(message)`` when
+    given; else the watcher warns and retries. A role without ``EVAL_RO`` only costs the curve.
     """
 
-    def __init__(self, url: str, experiment: str, verifier: Verifier,
-                 on_structure: Callable[[Structure], None], on_metrics: Callable[[MetricsEntry],
-                                                                                 None]) -> None:
+    def __init__(self,
+                 url: str,
+                 experiment: str,
+                 verifier: Verifier,
+                 on_structure: Callable[[Structure], None],
+                 on_metrics: Callable[[MetricsEntry], None],
+                 on_refused: Optional[Callable[[str], None]] = None) -> None:
         self._url = url
         self._experiment = experiment
         self._keys = ExperimentKeys(experiment)
         self._verifier = verifier
         self._on_structure = on_structure
         self._on_metrics = on_metrics
+        self._on_refused = on_refused
+        self._metrics_refused = False
         self._newest_run: RunKey = NO_RUN  # of the newest structure delivered
         self._structure: ProbedKey[StructureHead, Structure] = ProbedKey(
             self._keys.structure, "structure", STRUCTURE_HEADER.size, parse_structure_head,
@@ -111,7 +123,8 @@ class ExperimentWatcher:
                          self._on_connect,
                          self._on_events,
                          on_idle=self._on_idle,
-                         idle_interval=_IDLE_INTERVAL)
+                         idle_interval=_IDLE_INTERVAL,
+                         on_refused=self._on_refused)
 
     def _on_connect(self, client: Any) -> None:
         self._client = client
@@ -177,12 +190,15 @@ class ExperimentWatcher:
         server, or one whose clock went back): then read it from the start."""
         import redis
 
-        if self._metrics_after == "-":
+        if self._metrics_after == "-" or self._metrics_refused:
             return
         try:
             last = last_stream_id(client, self._keys.metrics)
         except redis.exceptions.ResponseError:
             return  # not a stream: _fetch_metrics says so
+        except AccessDenied as error:
+            self._refuse_metrics(error)
+            return
         if last is None or _stream_id(last.decode("ascii", "replace")) < _stream_id(
                 self._metrics_after):
             self._metrics_after = "-"
@@ -192,6 +208,8 @@ class ExperimentWatcher:
 
         key = self._keys.metrics
         self._metrics_due = False
+        if self._metrics_refused:
+            return
         for _ in range(METRICS_READS_PER_FETCH):
             if self._stop.is_set():
                 return
@@ -200,6 +218,9 @@ class ExperimentWatcher:
                 entries = bounded_xrange(client, key, start, METRICS_BATCH, _METRICS_ENTRY_BYTES)
             except redis.exceptions.ResponseError as error:
                 self._reject(key, f"the key holds something else than a metrics stream ({error})")
+                return
+            except AccessDenied as error:
+                self._refuse_metrics(error)
                 return
             for entry_id, fields in entries:
                 self._metrics_after = entry_id.decode("ascii", "replace")
@@ -221,6 +242,14 @@ class ExperimentWatcher:
             if len(entries) < METRICS_BATCH:
                 return
         self._metrics_due = True  # more to read: on the next idle tick
+
+    def _refuse_metrics(self, error: AccessDenied) -> None:
+        """The server's ACL keeps this viewer from reading metrics: no curve, said once."""
+        self._metrics_refused = True
+        logger.warning(
+            "viewer of experiment %r: no learning curve, Redis at %s refused %s (%s); the "
+            "viewer role's ACL line in %s allows it", self._experiment, redact(self._url),
+            error.what, error.reply, DOCS)
 
     def _reject(self, key: str, reason: str) -> None:
         # Said once per distinct reason and key, not after every reconnect or entry.
@@ -270,6 +299,8 @@ def list_experiments(client: Any) -> List[ExperimentSummary]:
             row.problem = str(error)
         except redis.exceptions.ResponseError as error:
             row.problem = f"a key holds something else than async_plotter data ({error})"
+        except AccessDenied as error:
+            row.problem = f"this user may not read it: {error}"
         except (ValueError, TypeError, OverflowError, RecursionError) as error:
             # Whatever odd values someone wrote there: one unreadable row, not a traceback.
             row.problem = f"unreadable description ({type(error).__name__})"

@@ -31,8 +31,9 @@ from typing import Any, Deque, Dict, Optional, Tuple, Union
 
 import numpy as np
 
-from async_plotter.channel.redis.link import (Backoff, OutageLog, close_quietly, connect,
-                                              connection_errors, redact, url_problem)
+from async_plotter.channel.redis.refusals import AccessDenied
+from async_plotter.channel.redis.link import (REFUSED_RETRY, Backoff, OutageLog, close_quietly,
+                                              connect, connection_errors, redact, url_problem)
 from async_plotter.channel.base import metrics_fit
 from async_plotter.channel.redis.reader import RedisAddress, RedisReader
 from async_plotter.channel.redis.wire import (MAX_METRICS_BYTES, MAX_VALUE_BYTES, METRICS_CAP,
@@ -242,7 +243,8 @@ class RedisWriter:
         self._wake = threading.Event()
         self._closing = threading.Event()
         self._closed = False
-        self._outage = OutageLog(f"publishing experiment {self._experiment!r}", self._url)
+        self._outage = OutageLog(f"publishing experiment {self._experiment!r}", self._url,
+                                 f"the trainer role of experiment {self._experiment!r}")
         # When the oldest update Redis has not acknowledged yet was published (None: all were).
         self._undelivered_since: Optional[float] = None
         self._stall_warned = False
@@ -366,7 +368,9 @@ class RedisWriter:
     def _run(self) -> None:
         import redis
 
-        failures = connection_errors() + (redis.exceptions.RedisError, )
+        # Refusals (AccessDenied, a refused password or TLS certificate) are failures too: the
+        # trainer warns once and goes on, as with the server down, and retries slowly.
+        failures = connection_errors() + (redis.exceptions.RedisError, AccessDenied)
         outage = self._outage
         backoff = Backoff()
         client = None
@@ -392,8 +396,6 @@ class RedisWriter:
                     client = connect(self._url)
                     self._announce(client, first=not announced_once)
                     announced_once = True
-                    outage.recovered()
-                    backoff.reset()
                     self._stats["redis_connected"] = True
                     refresh_at = time.monotonic() + refresh_every
                     reassert_at = time.monotonic() + REASSERT_INTERVAL
@@ -405,13 +407,21 @@ class RedisWriter:
                 if time.monotonic() >= reassert_at and not closing:
                     self._reassert(client)
                     reassert_at = time.monotonic() + REASSERT_INTERVAL
+                # Only a whole round counts: a role refusing one command must not make every
+                # reconnect look like a recovery.
+                outage.recovered()
+                backoff.reset()
             except failures as error:
                 close_quietly(client)
                 client = None
                 self._stats["redis_connected"] = False
                 self._stats["publish_errors"] += 1
-                outage.failed(error, "training goes on; publishing resumes when it is back")
-                retry_at = time.monotonic() + backoff.next_delay()
+                refused = outage.refusal(error) is not None
+                outage.failed(
+                    error, "training goes on; publishing resumes once the server accepts it"
+                    if refused else "training goes on; publishing resumes when it is back")
+                delay = backoff.next_delay()
+                retry_at = time.monotonic() + (max(delay, REFUSED_RETRY) if refused else delay)
                 if closing:
                     break
             except Exception:  # noqa: BLE001 - never let a bug here end publishing silently
