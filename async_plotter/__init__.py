@@ -6,14 +6,14 @@
             train_one_iteration(policy)
             plotter.update_plot(policy, iteration=itr)   # returns at once
 """
-from async_plotter.trainer_side.plotter import (DEFAULT_BUDGET, DEFAULT_VIDEO_LENGTH,
-                                                DEFAULT_VIDEO_SECONDS, Plotter, PlotterState)
+from async_plotter.trainer.plotter_handle import (DEFAULT_BUDGET, DEFAULT_VIDEO_LENGTH,
+                                                  DEFAULT_VIDEO_SECONDS, Plotter, PlotterState)
 from async_plotter.errors import (CameraError, EnvBuildError, EnvMismatchError, EnvRenderError,
                                   EnvSpecError, EnvStepError, InvalidArgumentError, NoDisplayError,
                                   ParameterMismatchError, PlotterClosedError, PlotterError,
                                   PolicyMismatchError, PolicyNotRebuildableError,
                                   PolicyProtocolError, PolicyShapeError, VideoDirError)
-from async_plotter.render.sinks.base import FrameSink
+from async_plotter.sinks.base import FrameSink
 from async_plotter.render.stream import EpisodeEnd, EpisodeInfo
 from async_plotter.policy.serializable import Serializable
 

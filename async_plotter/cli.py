@@ -8,7 +8,7 @@ list, serve), and draw or replay the state recordings beside a run's videos (ren
     async-plotter render runs/demo/videos/ --quality full --size 720
     async-plotter replay runs/demo/videos/iter_0059.npz --http 8080
 
-This module parses and checks the arguments; the viewer itself is ``trainer_side/viewer.py``.
+This module parses and checks the arguments; the viewer itself is ``serve/viewer.py``.
 """
 import argparse
 import logging
@@ -24,8 +24,8 @@ from async_plotter.channel.redis.urls import redact, url_problem
 from async_plotter.channel.redis.signing import (SECRET_ENV, read_secret_file, resolve_secret,
                                                  warn_if_weak)
 from async_plotter.channel.redis.wire import valid_experiment
-from async_plotter.trainer_side.budget import DEFAULT_BUDGET
-from async_plotter.trainer_side.priorities import PRIORITIES
+from async_plotter.supervision.budget import DEFAULT_BUDGET
+from async_plotter.supervision.priorities import PRIORITIES
 
 logger = logging.getLogger("async_plotter")
 
@@ -173,7 +173,7 @@ def _render(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
         parser.error(f"no state recordings (*.npz) in {args.path}")
     folder = args.path if os.path.isdir(args.path) else os.path.dirname(args.path) or "."
     out = args.out or os.path.join(folder, "rendered")
-    from async_plotter.render.sinks.rerender import prepare_gl, rerender, text_progress
+    from async_plotter.sinks.rerender import prepare_gl, rerender, text_progress
 
     prepare_gl()
     failed = 0
@@ -218,7 +218,7 @@ def _replay(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
     except RecordingError as error:
         parser.error(str(error))
     http = _checked_http(parser, args.http, args.http_token)
-    from async_plotter.web.replay import serve_replay
+    from async_plotter.view3d.replay import serve_replay
 
     serve_replay(args.path, http)
     return 0
@@ -315,7 +315,7 @@ def _view(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
             "--trust-unsigned without a secret: whatever is in %s under experiment %r will be "
             "loaded, and loading runs code. Only do this on a Redis server nobody else can "
             "write to.", redact(options.url), options.experiment)
-    from async_plotter.trainer_side.viewer import ExperimentViewer
+    from async_plotter.serve.viewer import ExperimentViewer
 
     return ExperimentViewer(options).run()
 
@@ -346,9 +346,9 @@ def _check_view_arguments(parser: argparse.ArgumentParser, args: argparse.Namesp
         parser.error("nothing to show: pass --video-dir DIR (mp4 files), --tensorboard-dir DIR "
                      "(TensorBoard), --http PORT (a live page) or --window")
     secret = _checked_secret(parser, args)
-    from async_plotter.worker.sinks import (HttpSpec, StatesSpec, TensorBoardSpec, VideoSpec,
-                                            WindowSpec)
-    from async_plotter.trainer_side.viewer import ViewOptions
+    from async_plotter.sinks.specs import (HttpSpec, StatesSpec, TensorBoardSpec, VideoSpec,
+                                           WindowSpec)
+    from async_plotter.serve.viewer import ViewOptions
 
     sinks: List[Any] = []
     if video_dir:

@@ -6,7 +6,7 @@ check builds once, and the rollout and render processes') warn about what the us
 warns about in the user's process: HalfCheetah's XML uses the deprecated ``settotalmass``, and a
 policy's NaN controls make every copy say "Nan, Inf or huge value in CTRL". So their warnings
 are DEBUG records of the ``async_plotter.mujoco`` logger; what the plotter must tell a user it
-says itself, by name (actions that are not finite: ``trainer_side/supervisor.py``).
+says itself, by name (actions that are not finite: ``supervision/supervisor.py``).
 
 * A child process calls ``route_to_log()`` once, first thing: the handler is its own.
 * The trainer-side check runs inside ``kept_to_log()``, which puts back whatever handler was in

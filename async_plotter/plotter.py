@@ -15,7 +15,7 @@ import math
 import os
 from typing import Any, Dict, Optional
 
-from async_plotter.trainer_side.plotter import Plotter
+from async_plotter.trainer.plotter_handle import Plotter
 from async_plotter.errors import PlotterError
 
 logger = logging.getLogger("async_plotter")

@@ -133,7 +133,7 @@ def _child(mode: str, env_id: str, n_itr: int, batch_size: int, max_path_length:
                 step_size=0.01)
     plot_kwargs = MODES[mode]
     log_dir = tempfile.mkdtemp(prefix="plot_overhead_")
-    from async_plotter.trainer_side.budget import machine_idle_seconds
+    from async_plotter.supervision.budget import machine_idle_seconds
 
     idle_at_start = machine_idle_seconds()
     iteration_idle = []
@@ -196,7 +196,7 @@ def _keras_child(mode: str, env_id: str, n_itr: int, max_path_length: int, seed:
     import keras
 
     from async_plotter import Plotter
-    from async_plotter.trainer_side.budget import machine_idle_seconds
+    from async_plotter.supervision.budget import machine_idle_seconds
 
     logging.basicConfig(level=logging.WARNING)
     keras.utils.set_random_seed(seed)

@@ -186,7 +186,7 @@ def floor_child(env_id, steps, stride, fps, folder):
         types.SimpleNamespace(mujoco_gl=offscreen_gl_backend(), live=False, sinks=()))
     import mujoco
 
-    from async_plotter.render.sinks.video import VideoSink
+    from async_plotter.sinks.video import VideoSink
     from async_plotter.render.stream import EpisodeEnd, EpisodeInfo
     from async_plotter.worker.rollout_process import describe_scene
 

@@ -64,7 +64,7 @@ def _serve(port_queue: Any, stop: Any, small: bool = False) -> None:
     import numpy as np
 
     from async_plotter.web.address import parse_http_address
-    from async_plotter.web.sink import HttpSink
+    from async_plotter.sinks.http import HttpSink
     from async_plotter.render.stream import EpisodeInfo
 
     sink = HttpSink(parse_http_address(0, None), title="Fake-v0")
@@ -508,7 +508,7 @@ def _while(ctx: Any, target: Callable[..., None], args: tuple, settle: float,
 def _probe_3d(ctx: Any, url: str, port: int, pid: Optional[int], refusals: Dict[str, bytes],
               flood: bytes, origin: Optional[str], quick: bool) -> Dict[str, Any]:
     """Every pattern against one 3D socket (``url``: where it opens, token included)."""
-    from async_plotter.web.view3d import MAX_VIEWERS
+    from async_plotter.view3d.front import MAX_VIEWERS
 
     tries = 5 if quick else 10
     path = "/" + url.split("/", 3)[3]

@@ -13,7 +13,7 @@ exactly those are gone afterwards (other processes may create their own meanwhil
 import sys
 import time
 
-import async_plotter.trainer_side.plotter
+import async_plotter.trainer.plotter_handle
 from async_plotter.channel import shm
 from async_plotter.rl import GaussianMLPPolicy, TRPO, run_experiment_lite
 from async_plotter.rl import batch_polopt, recorder, samplers
@@ -96,7 +96,7 @@ wrap(batch_polopt, "process_samples", "processing", current_iteration)
 # Writing params.pkl (atomically; an interruption must leave the previous file whole).
 wrap(recorder.RunRecorder, "save_snapshot", "snapshot", current_iteration)
 # Handing the new parameters to the plot worker.
-wrap(async_plotter.trainer_side.plotter.Plotter,
+wrap(async_plotter.trainer.plotter_handle.Plotter,
      "update_plot",
      "update_plot",
      current_iteration,

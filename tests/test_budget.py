@@ -9,7 +9,7 @@ import time
 import pytest
 
 from async_plotter import Plotter
-from async_plotter.trainer_side.budget import MECHANISM_ENV
+from async_plotter.supervision.budget import MECHANISM_ENV
 from tests.conftest import wait_for
 from tests.policies import LinearPolicy
 

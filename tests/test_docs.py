@@ -14,7 +14,7 @@ import sys
 import pytest
 
 from async_plotter import cli
-from async_plotter.trainer_side.budget import DEFAULT_BUDGET
+from async_plotter.supervision.budget import DEFAULT_BUDGET
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 RESULTS = os.path.join(ROOT, "benchmarks", "results")

@@ -194,7 +194,7 @@ def test_final_video_at_zero_timeout_is_skipped(tmp_path, no_leftovers):
 
 
 def test_summary_explains_a_starved_run(tmp_path, caplog):
-    from async_plotter.trainer_side.summary import summarize_videos
+    from async_plotter.trainer.summary import summarize_videos
 
     stats = {"video_log": [], "boot_seconds": None, "frames": 0}
     text = summarize_videos(stats, 8, 10.0, 0.05, str(tmp_path))

@@ -18,7 +18,7 @@ import psutil
 import pytest
 
 from async_plotter import Plotter
-from async_plotter.render.sinks.video import VideoSink, child_pids
+from async_plotter.sinks.video import VideoSink, child_pids
 from async_plotter.render.stream import EpisodeInfo
 from tests.conftest import BURNER_MARK, shm_segments, wait_for
 from tests.policies import LinearPolicy

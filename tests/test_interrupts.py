@@ -190,8 +190,8 @@ RAISED_IN = {
     "processing": ("rl/sample_processing.py", "process_samples"),
     "optimisation": ("rl/trpo.py", "optimize_policy"),
     "snapshot": ("rl/recorder.py", "save_snapshot"),
-    "update_plot": ("trainer_side/plotter.py", "update_plot"),
-    "shutdown": ("trainer_side/plotter.py", "close"),
+    "update_plot": ("trainer/plotter_handle.py", "update_plot"),
+    "shutdown": ("trainer/plotter_handle.py", "close"),
 }
 
 

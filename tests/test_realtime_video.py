@@ -111,7 +111,7 @@ def test_a_self_drawing_cartpole_video_plays_at_25_frames_per_second(tmp_path, n
 def test_videos_while_training_show_the_same_simulated_time_on_every_env(env_id, steps):
     """The default ``video_length="auto"``: ``DEFAULT_VIDEO_SECONDS`` (8 s) of simulated time in
     each env's own steps; steps given by the user stay steps; None and live views: whole."""
-    from async_plotter.trainer_side.config import DEFAULT_VIDEO_SECONDS, _video_span
+    from async_plotter.trainer.config import DEFAULT_VIDEO_SECONDS, _video_span
     from async_plotter.worker.rollout_process import _clip_steps
 
     env = gymnasium.make(env_id)

@@ -24,7 +24,7 @@ from async_plotter.env.recipe import describe_env
 from async_plotter.policy.adapters import adapter_for
 from async_plotter.policy.recipe import describe_policy
 from async_plotter.worker.config import WorkerConfig
-from async_plotter.worker.sinks import VideoSpec
+from async_plotter.sinks.specs import VideoSpec
 from tests.conftest import wait_for
 from tests.policies import LinearPolicy
 from tests.redis_server import RedisServer, find_redis_server, free_port, redis_server  # noqa: F401

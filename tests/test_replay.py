@@ -18,7 +18,7 @@ pytest.importorskip("mjviser")
 
 from async_plotter.render.recording import read_recording  # noqa: E402 - after the skip
 from async_plotter.web.address import parse_http_address  # noqa: E402
-from async_plotter.web.replay import ReplayBusy, ReplayPool, open_replay  # noqa: E402
+from async_plotter.view3d.replay import ReplayBusy, ReplayPool, open_replay  # noqa: E402
 from tests.conftest import wait_for  # noqa: E402
 from tests.recordings import sled_run  # noqa: E402
 from tests.clients import start_replay  # noqa: E402

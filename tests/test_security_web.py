@@ -13,7 +13,7 @@ import pytest
 from async_plotter.web import server as web_server
 from async_plotter.web.address import parse_http_address
 from async_plotter.web.client import read_events, read_mjpeg
-from async_plotter.web.sink import HttpSink
+from async_plotter.sinks.http import HttpSink
 from tests.clients import read_mjpeg_stream
 from tests.conftest import wait_for
 from tests.test_web_server import FakeRenderLoop, get

@@ -16,13 +16,13 @@ from async_plotter.channel.redis.writer import RedisWriter
 from async_plotter.channel.shm import SharedMemoryReader, SharedMemoryWriter
 from async_plotter.render.stream import StreamKind, UnknownMessage
 from async_plotter.worker import render_process
-from async_plotter.worker.sinks import (HttpSpec, SinkContext, SinkSpec, StatesSpec,
-                                        TensorBoardSpec, VideoSpec, WindowSpec, build_sinks,
-                                        register_sink)
+from async_plotter.sinks.specs import (HttpSpec, SinkSpec, StatesSpec, TensorBoardSpec, VideoSpec,
+                                       WindowSpec)
+from async_plotter.worker.sink_builders import SinkContext, build_sinks, register_sink
 from async_plotter.worker.status import StatusKind, StatusSender, UnknownReport, report_kind
-from async_plotter.trainer_side.metrics_relay import MetricsRelay
-from async_plotter.trainer_side.stats import STATS_KEYS, WorkerStats
-from async_plotter.trainer_side.supervisor import WorkerSupervisor
+from async_plotter.supervision.metrics_relay import MetricsRelay
+from async_plotter.supervision.stats import STATS_KEYS, WorkerStats
+from async_plotter.supervision.supervisor import WorkerSupervisor
 from tests.conftest import wait_for
 from tests.policies import LinearPolicy
 
@@ -196,7 +196,7 @@ def test_local_metrics_go_to_the_supervisors_relay_within_the_one_size_rule():
 
 
 def test_the_configuration_is_built_apart_from_the_plotter_from_the_same_arguments(tmp_path):
-    from async_plotter.trainer_side.config import plotter_config
+    from async_plotter.trainer.config import plotter_config
 
     def arguments(*args, **kwargs):
         bound = inspect.signature(Plotter.__init__).bind(None, *args, **kwargs)
@@ -281,7 +281,7 @@ def test_the_render_process_handles_every_kind_after_the_scene_through_one_table
 def test_a_recorded_sink_wants_pixels_only_for_what_it_records(tmp_path):
     """The video sink skips replays of an update it kept and recordings it dropped: the render
     process then draws nothing for it (live mode replays the policy all the time)."""
-    from async_plotter.render.sinks.video import VideoSink
+    from async_plotter.sinks.video import VideoSink
 
     sink = VideoSink(str(tmp_path), 30, min_frames=10)
     frame = np.zeros((32, 32, 3), np.uint8)

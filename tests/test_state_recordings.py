@@ -189,7 +189,7 @@ def test_record_states_writes_every_live_episode_beside_the_videos(tmp_path_fact
     """``Plotter(http=0, video_dir=..., record_states=True)``: each episode the live page shows
     is one recording in ``<video_dir>/live/``, numbered in order; the first is the same rollout
     as the video's recording."""
-    from async_plotter.render.sinks.states import LIVE_NAME
+    from async_plotter.sinks.states import LIVE_NAME
     from tests.recordings import STEPS, sled_run
 
     run = sled_run(tmp_path_factory)
@@ -220,7 +220,7 @@ def test_live_recordings_are_written_whole_bounded_and_numbered_on(tmp_path):
     import pickle
 
     from async_plotter.render.mujoco_scene import MujocoScene
-    from async_plotter.render.sinks.states import LiveStateRecordingSink
+    from async_plotter.sinks.states import LiveStateRecordingSink
     from async_plotter.render.stream import EpisodeEnd, EpisodeInfo, StepState
     from tests.policies import make_sled
 

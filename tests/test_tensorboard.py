@@ -20,7 +20,7 @@ from async_plotter.render.stream import EpisodeEnd, EpisodeInfo
 from async_plotter.tensorboard import SummaryWriter
 from async_plotter.tensorboard.writer import FILE_PREFIX
 from async_plotter.tensorboard.gif import FrameReel
-from async_plotter.tensorboard.sink import TensorBoardSink
+from async_plotter.sinks.tensorboard import TensorBoardSink
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 _EVENT_FILE = re.compile(re.escape(FILE_PREFIX) + r"\d{10}\.[^.]+(\.[^.]+)*\.\d+\.\d+$")
@@ -238,7 +238,7 @@ def test_the_sink_and_writer_never_import_tensorflow(tmp_path):
         import numpy as np
         sys.path.insert(0, {ROOT!r})
         from async_plotter.render.stream import EpisodeEnd, EpisodeInfo
-        from async_plotter.tensorboard.sink import TensorBoardSink
+        from async_plotter.sinks.tensorboard import TensorBoardSink
         sink = TensorBoardSink({str(tmp_path)!r}, "rollout/x", fps=30, scalars=True)
         episode = EpisodeInfo(update=1, iteration=0, episode=0)
         sink.begin_episode(episode)

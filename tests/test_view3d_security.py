@@ -24,10 +24,10 @@ from websockets.sync.client import connect  # noqa: E402
 
 from async_plotter.render.mujoco_scene import MujocoScene  # noqa: E402
 from async_plotter.render.stream import EpisodeInfo  # noqa: E402
-from async_plotter.view3d.guarded import SECRET_HEADER  # noqa: E402
+from async_plotter.view3d.guard import SECRET_HEADER  # noqa: E402
 from async_plotter.web.address import parse_http_address  # noqa: E402
-from async_plotter.web.sink import HttpSink  # noqa: E402
-from async_plotter.web.view3d import MAX_SETUPS, MAX_VIEWERS  # noqa: E402
+from async_plotter.sinks.http import HttpSink  # noqa: E402
+from async_plotter.view3d.front import MAX_SETUPS, MAX_VIEWERS  # noqa: E402
 from tests.clients import view3d_socket  # noqa: E402
 from tests.conftest import wait_for  # noqa: E402
 from tests.policies import make_sled  # noqa: E402

@@ -15,7 +15,7 @@ from PIL import Image
 
 from async_plotter.web.address import parse_http_address
 from async_plotter.web.client import StreamError, open_stream, read_events, read_mjpeg
-from async_plotter.web.sink import HttpSink
+from async_plotter.sinks.http import HttpSink
 from async_plotter.render.stream import EpisodeEnd, EpisodeInfo
 from tests.conftest import wait_for
 

@@ -2,7 +2,7 @@
 state that travels applied to the env's wrappers, the step, and the step limit kept.
 
 The rollout process steps its env with it at every step, and the trainer-side check
-(``trainer_side/preflight.py``) steps its own copy once with it at ``Plotter()``: an env that
+(``trainer/preflight.py``) steps its own copy once with it at ``Plotter()``: an env that
 fails on the worker's path (a duck-typed ``Box`` whose bounds are scalars, a ``step`` that rejects
 the action) fails there first, as a named error, instead of failing the worker over and over.
 

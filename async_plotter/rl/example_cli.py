@@ -16,9 +16,9 @@ import os
 import sys
 from typing import TYPE_CHECKING, Any, Callable, Dict
 
-from async_plotter.trainer_side.plotter import DEFAULT_VIDEO_SECONDS
-from async_plotter.trainer_side.budget import DEFAULT_BUDGET
-from async_plotter.trainer_side.priorities import PRIORITIES
+from async_plotter.trainer.plotter_handle import DEFAULT_VIDEO_SECONDS
+from async_plotter.supervision.budget import DEFAULT_BUDGET
+from async_plotter.supervision.priorities import PRIORITIES
 
 if TYPE_CHECKING:  # TensorFlow: loaded only to train, so that --help answers at once
     from async_plotter.rl.experiment import ExperimentResult

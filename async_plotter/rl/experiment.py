@@ -121,7 +121,7 @@ def _check_plot_kwargs(plot_kwargs: Dict[str, Any]) -> None:
     even with plot=False, where it would otherwise go unnoticed."""
     if not plot_kwargs:
         return
-    from async_plotter.trainer_side.plotter import Plotter
+    from async_plotter.trainer.plotter_handle import Plotter
 
     own = sorted({"env", "policy"} & set(plot_kwargs))
     if own:

@@ -24,9 +24,9 @@ from async_plotter.serve.live import LiveManager
 from async_plotter.serve.options import ServeOptions
 from async_plotter.serve.recorder import Recorder
 from async_plotter.serve.server import ServeServer
-from async_plotter.trainer_side.viewer import ViewOptions
+from async_plotter.serve.viewer import ViewOptions
 from async_plotter.view3d import missing_modules
-from async_plotter.web.replay import ReplayPool
+from async_plotter.view3d.replay import ReplayPool
 
 logger = logging.getLogger("async_plotter")
 

@@ -19,8 +19,8 @@ from typing import Any, Callable, Dict, List, Optional, Set, Tuple
 from async_plotter.web.address import HttpConfig
 from async_plotter.web.feed import Viewer
 from async_plotter.serve.relay import FrameRelay
-from async_plotter.worker.sinks import HttpSpec
-from async_plotter.trainer_side.viewer import ExperimentViewer, ViewOptions
+from async_plotter.sinks.specs import HttpSpec
+from async_plotter.serve.viewer import ExperimentViewer, ViewOptions
 
 logger = logging.getLogger("async_plotter")
 

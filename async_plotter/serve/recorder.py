@@ -32,8 +32,8 @@ from typing import Any, Callable, Dict, List, Optional, Set, Tuple
 
 from async_plotter.serve.cpu import tree_cpu_seconds
 from async_plotter.serve.history import History
-from async_plotter.worker.sinks import StatesSpec, VideoSpec
-from async_plotter.trainer_side.viewer import ExperimentViewer, ViewOptions
+from async_plotter.sinks.specs import StatesSpec, VideoSpec
+from async_plotter.serve.viewer import ExperimentViewer, ViewOptions
 
 logger = logging.getLogger("async_plotter")
 

@@ -12,7 +12,7 @@ its connection, the same slots), routing to:
 * ``/x/NAME/status``: what ``live`` says of NAME, and why a stream would be refused;
 * ``/x/NAME/video/FILE``: a recorded video (byte ranges served, for seeking);
 * ``/x/NAME/replay/FILE``: a video's state recording (``iter_NNNN.npz``) in the 3D viewer
-  (``web/replay.py``): viser's page, and at the same address its WebSocket, both behind the same
+  (``view3d/replay.py``): viser's page, and at the same address its WebSocket, both behind the same
   checks as every route; at most ``replay.MAX_REPLAYS`` open at once (503 beyond);
 * ``/experiments.json``: every row, for scripts.
 
@@ -35,7 +35,7 @@ from async_plotter.serve.history import History
 from async_plotter.serve.live import LiveLimit, LiveManager
 from async_plotter.web.address import HttpConfig
 from async_plotter.web.feed import unsent_bytes
-from async_plotter.web.replay import ReplayBusy, ReplayPool
+from async_plotter.view3d.replay import ReplayBusy, ReplayPool
 from async_plotter.web.server import HttpServer, event, json_answer, plain
 
 logger = logging.getLogger("async_plotter")

@@ -7,7 +7,7 @@ classes, which need neither:
 
 * :mod:`~async_plotter.tensorboard.gif`: frames to a small animated GIF (Pillow).
 * :mod:`~async_plotter.tensorboard.writer`: :class:`SummaryWriter`, scalars and animated images.
-* :mod:`~async_plotter.tensorboard.sink`: ``TensorBoardSink``, a frame sink of the render process.
+* :mod:`~async_plotter.sinks.tensorboard`: ``TensorBoardSink``, a frame sink of the render process.
 
 Reading and serving the files needs ``tensorboard`` (``pip install async_plotter[tensorboard]``).
 """

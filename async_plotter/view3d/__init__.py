@@ -4,7 +4,7 @@
 An optional extra (``pip install -e .[view3d]``); nothing here is imported unless
 ``view="3d"`` is asked for. ``scene.py`` owns viser's server, which only ever listens on
 loopback behind a secret header (``guarded.py``); the browser reaches it through the live page's
-own server (``web/view3d.py``), which checks the token, Host and Origin first.
+own server (``view3d/front.py``), which checks the token, Host and Origin first.
 """
 import importlib.util
 import sys

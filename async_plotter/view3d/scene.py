@@ -12,7 +12,7 @@ from typing import Any, Dict, List, Optional, Tuple
 
 import numpy as np
 
-from async_plotter.view3d.guarded import start_guarded_viser
+from async_plotter.view3d.guard import start_guarded_viser
 from async_plotter.view3d.poses import PoseSender
 
 logger = logging.getLogger(__name__)

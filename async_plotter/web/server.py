@@ -592,7 +592,7 @@ class LiveServer(HttpServer):
         feed: the frames, status and curve to serve.
         video_dir: the folder of the run's recorded videos, served as ``videos.json`` and
             ``videos/<name>``; None: no videos (both routes are 404).
-        view3d: the 3D view's front (``web/view3d.py``): its page is served at ``/`` and the
+        view3d: the 3D view's front (``view3d/front.py``): its page is served at ``/`` and the
             MJPEG page at ``/2d/``; None: the MJPEG page at ``/``.
     """
 
@@ -735,7 +735,7 @@ def _foreign(headers: Any, host_header: str) -> str:
 
 def token_cookie_name(request: web.Request) -> str:
     """The cookie that carries the token to this server (one per port)."""
-    from async_plotter.web.view3d import TOKEN_COOKIE
+    from async_plotter.view3d.front import TOKEN_COOKIE
 
     sockname = request.transport.get_extra_info("sockname") if request.transport else None
     return TOKEN_COOKIE.format(port=sockname[1] if sockname else 0)

@@ -1,6 +1,6 @@
 """The finished videos of one folder, as the video sink names them (the server sends them).
 
-The video sink (``render/sinks/video.py``) writes ``iter_NNNN.mp4`` (numbered by iteration) or
+The video sink (``sinks/video.py``) writes ``iter_NNNN.mp4`` (numbered by iteration) or
 ``update_NNNN.mp4`` (by update), each under a hidden temporary name until it is complete. Only
 those final names are listed and served, and only as plain files directly inside the folder, so
 that a request can never name another file (``..``, a slash, a hidden file do not match).

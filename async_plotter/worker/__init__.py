@@ -1,9 +1,8 @@
 """What runs in the plot worker's two child processes: the rollout process (policy + physics, its
 own TensorFlow runtime; ``rollout_process``, ``playback``) feeding the render process (GL and the
 frame sinks, never TensorFlow; ``render_process``), and what both sides of the pipes share: the
-worker's configuration (``config``), the sink specs the render process turns into sinks
-(``sinks``) and the typed reports it sends back (``status``).
+worker's configuration (``config``) and the typed reports it sends back (``status``).
 
 Nothing here runs in the trainer except the plain data types; the side that starts, watches and
-budgets these processes is ``async_plotter.trainer_side``.
+budgets these processes is ``async_plotter.supervision``; the sinks are ``async_plotter.sinks``.
 """

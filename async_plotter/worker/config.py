@@ -5,7 +5,7 @@ from typing import Any, Iterable, Optional, Tuple
 from async_plotter.env.recipe import EnvRecipe
 from async_plotter.env.state import EnvStateLayout
 from async_plotter.policy.recipe import PolicyRecipe
-from async_plotter.worker.sinks import SinkSpec, records, wants_live
+from async_plotter.sinks.specs import SinkSpec, records, wants_live
 
 
 @dataclasses.dataclass(frozen=True)
@@ -25,7 +25,7 @@ class WorkerConfig:
     frame_size: Optional[Tuple[int, int]]  # (width, height); None: the env's own
     mujoco_gl: str  # offscreen GL backend for MuJoCo: "egl" or "osmesa"
     seed: Optional[int]
-    #: fraction of the machine's CPU the worker may take beyond idle CPU (``trainer_side/budget.py``)
+    #: fraction of the machine's CPU the worker may take beyond idle CPU (``supervision/budget.py``)
     budget: Optional[float] = None
     #: recorded videos last at least this long: short episodes are chained into one file
     min_video_seconds: float = 3.0
@@ -40,7 +40,7 @@ class WorkerConfig:
     policy_device: str = "cpu"
     #: the user's ``Plotter(camera=...)`` (checked): None, "track", a name, an id or a dict
     camera: Any = None
-    #: where frames go (``worker/sinks.py``); only the render process receives them
+    #: where frames go (``sinks/specs.py``); only the render process receives them
     sinks: Tuple[SinkSpec, ...] = ()
     #: replay the newest policy continuously (somebody is watching) rather than recording one
     #: rollout per update and then sleeping; set with the sinks by ``with_sinks``

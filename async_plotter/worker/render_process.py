@@ -14,7 +14,8 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from async_plotter.processes import (become_background_child, keep_side_effects_out_of_user_folders)
 from async_plotter.worker.config import WorkerConfig
-from async_plotter.worker.sinks import SinkContext, WindowSpec, build_sinks
+from async_plotter.sinks.specs import WindowSpec
+from async_plotter.worker.sink_builders import SinkContext, build_sinks
 from async_plotter.worker.status import StatusKind, StatusSender
 from async_plotter.render.stream import (EpisodeEnd, EpisodeInfo, SceneInfo, StateChunk, StepState,
                                          StreamKind, UnknownMessage)

@@ -21,7 +21,7 @@ def pytest_configure(config: pytest.Config) -> None:
                             "slow: takes more than a few seconds (worker processes, training)")
     config.addinivalue_line(
         "markers",
-        "plotter_core: needs the core Plotter (async_plotter.trainer_side.plotter); deselect with "
+        "plotter_core: needs the core Plotter (async_plotter.trainer.plotter_handle); deselect with "
         "-m 'not plotter_core' until it exists")
 
 

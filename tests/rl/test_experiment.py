@@ -190,7 +190,7 @@ class VideoAwareTRPO(TRPO):
 @pytest.mark.plotter_core
 def test_plot_with_parallel_sampling_records_videos(tmp_path, no_leftover_children):
     """End to end with the real core Plotter: videos appear in <log_dir>/videos."""
-    import async_plotter.trainer_side.plotter  # noqa: F401  (fails loudly when the core is missing)
+    import async_plotter.trainer.plotter_handle  # noqa: F401  (fails loudly when the core is missing)
 
     algo = VideoAwareTRPO("InvertedPendulum-v5",
                           GaussianMLPPolicy("InvertedPendulum-v5", hidden_sizes=(8, )),

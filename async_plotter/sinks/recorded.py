@@ -12,7 +12,7 @@ from typing import Optional
 
 import numpy as np
 
-from async_plotter.render.sinks.base import FrameSink
+from async_plotter.sinks.base import FrameSink
 from async_plotter.render.stream import EpisodeEnd, EpisodeInfo
 
 #: the still shown where one chained episode ends and the next begins, in seconds

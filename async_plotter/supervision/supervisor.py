@@ -18,16 +18,16 @@ import psutil
 from async_plotter.channel.base import ChannelAddress
 from async_plotter.console import tell
 from async_plotter.processes import (spawn_context, start_process, stop_process, worker_environment)
-from async_plotter.trainer_side import priorities
+from async_plotter.supervision import priorities
 from async_plotter.worker import render_process, rollout_process
-from async_plotter.trainer_side.budget import CpuGovernor, Phase
+from async_plotter.supervision.budget import CpuGovernor, Phase
 from async_plotter.render.stream import StreamKind
 from async_plotter.display import x_display_available
 from async_plotter.worker.config import WorkerConfig
-from async_plotter.trainer_side.ledger import VideoLedger
-from async_plotter.trainer_side.metrics_relay import MetricsRelay
-from async_plotter.worker.sinks import WindowSpec
-from async_plotter.trainer_side.stats import WorkerStats
+from async_plotter.supervision.ledger import VideoLedger
+from async_plotter.supervision.metrics_relay import MetricsRelay
+from async_plotter.sinks.specs import WindowSpec
+from async_plotter.supervision.stats import WorkerStats
 from async_plotter.worker.status import StatusKind, UnknownReport, report_kind
 
 logger = logging.getLogger("async_plotter")

@@ -34,7 +34,7 @@ try:
 except ImportError:  # before 3.11 aiohttp itself depends on async-timeout
     from async_timeout import timeout as _within
 
-from async_plotter.view3d.guarded import SECRET_HEADER
+from async_plotter.view3d.guard import SECRET_HEADER
 
 logger = logging.getLogger(__name__)
 

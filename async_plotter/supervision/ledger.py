@@ -7,7 +7,7 @@ import threading
 import time
 from typing import Any, Callable, Dict, Optional
 
-from async_plotter.trainer_side.stats import WorkerStats
+from async_plotter.supervision.stats import WorkerStats
 
 #: how many videos ``stats["video_log"]`` remembers (the newest)
 VIDEO_LOG_LENGTH = 1000

@@ -3,9 +3,9 @@
 Nothing here starts a process or writes a file: it checks each argument (the error names it),
 builds the env's and policy's recipes, reads the policy's initial parameters, and assembles the
 ``WorkerConfig`` the worker runs and the outputs it feeds. The ``Plotter`` then runs the
-trainer-side checks (``async_plotter.trainer_side.preflight``), creates the output directories
+trainer-side checks (``async_plotter.trainer.preflight``), creates the output directories
 (``create_output_dirs``) and, once started, hands the configuration to its route
-(``trainer_side/routes.py``).
+(``trainer/routes.py``).
 """
 import dataclasses
 import os
@@ -26,16 +26,15 @@ from async_plotter.policy.adapters import PolicyAdapter, adapter_for
 from async_plotter.policy.recipe import describe_policy
 from async_plotter.processes import POLICY_DEVICES
 from async_plotter.render.camera import check_camera_argument
-from async_plotter.render.sinks.base import FrameSink
+from async_plotter.sinks.base import FrameSink
 from async_plotter.validation import (boolean, callable_or_none, cpu_fraction, frame_size as
                                       checked_frame_size, is_int, non_negative_int,
                                       non_negative_number, one_of, positive_int, positive_number)
-from async_plotter.trainer_side.budget import DEFAULT_BUDGET
+from async_plotter.supervision.budget import DEFAULT_BUDGET
 from async_plotter.worker.config import WorkerConfig
-from async_plotter.trainer_side.priorities import PRIORITIES
-from async_plotter.worker.sinks import (CallbackSpec, HttpSpec, LiveStatesSpec, SinkSpec,
-                                        StatesSpec, TensorBoardSpec, UserSinkSpec, VideoSpec,
-                                        WindowSpec)
+from async_plotter.supervision.priorities import PRIORITIES
+from async_plotter.sinks.specs import (CallbackSpec, HttpSpec, LiveStatesSpec, SinkSpec, StatesSpec,
+                                       TensorBoardSpec, UserSinkSpec, VideoSpec, WindowSpec)
 
 _QUALITIES = ("auto", "cheap", "full")
 #: what the live page (``http=``) opens: the MJPEG page, or the 3D view

@@ -5,7 +5,7 @@ from typing import Any, Callable, Dict, Optional
 
 import numpy as np
 
-from async_plotter.render.sinks.base import FrameSink
+from async_plotter.sinks.base import FrameSink
 from async_plotter.web.address import HttpConfig
 from async_plotter.web.feed import LiveFeed
 from async_plotter.web.server import LiveServer
@@ -47,7 +47,7 @@ class HttpSink(FrameSink):
         self._scene3d: Any = None
         self._scene: Any = None
         if view == "3d":
-            from async_plotter.web.view3d import View3DFront
+            from async_plotter.view3d.front import View3DFront
 
             self._front = View3DFront()
         try:

@@ -42,7 +42,7 @@ def rerender(path: str,
             the recording's video had.
     """
     from async_plotter.render.mujoco_scene import MujocoScene
-    from async_plotter.render.sinks.video import VideoSink
+    from async_plotter.sinks.video import VideoSink
 
     recording = read_recording(path)
     meta = recording.meta

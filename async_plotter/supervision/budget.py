@@ -35,7 +35,7 @@ from typing import Dict, Optional, Set
 
 import psutil
 
-from async_plotter.trainer_side import priorities
+from async_plotter.supervision import priorities
 
 #: the default CPU budget: the fraction of the machine's CPU that plotting may take from a busy
 #: trainer, beyond the CPU nobody else wants (chosen by benchmarks/plot_overhead.py)

@@ -9,7 +9,7 @@ from typing import Callable, Dict, Optional
 
 import numpy as np
 
-from async_plotter.render.sinks.recorded import RecordedSink
+from async_plotter.sinks.recorded import RecordedSink
 from async_plotter.render.stream import EpisodeInfo
 from async_plotter.tensorboard.gif import MAX_FRAMES, MAX_SIDE, FrameReel
 from async_plotter.tensorboard.writer import SummaryWriter
@@ -36,8 +36,8 @@ class TensorBoardSink(RecordedSink):
     """Writes the first rollout of each update (with the short episodes chained to it) as one
     animated GIF image summary at step :func:`rollout_step`, tag ``tag``.
 
-    It keeps and drops what :class:`~async_plotter.render.sinks.video.VideoSink` keeps and drops
-    (both are :class:`~async_plotter.render.sinks.recorded.RecordedSink`): replays of an update
+    It keeps and drops what :class:`~async_plotter.sinks.video.VideoSink` keeps and drops
+    (both are :class:`~async_plotter.sinks.recorded.RecordedSink`): replays of an update
     already written are skipped, a failed rollout is dropped, and so is one cut short by newer
     parameters below ``min_frames`` frames.
 

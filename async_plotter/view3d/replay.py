@@ -20,7 +20,7 @@ from aiohttp import web
 from async_plotter.render.recording import StateRecording, read_recording
 from async_plotter.web.address import HttpConfig
 from async_plotter.web.server import HttpServer, plain
-from async_plotter.web.view3d import View3DFront
+from async_plotter.view3d.front import View3DFront
 
 logger = logging.getLogger(__name__)
 

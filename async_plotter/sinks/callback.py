@@ -3,7 +3,7 @@ from typing import Any, Callable, Optional
 
 import numpy as np
 
-from async_plotter.render.sinks.base import FrameSink
+from async_plotter.sinks.base import FrameSink
 from async_plotter.render.stream import EpisodeInfo
 
 

@@ -22,9 +22,9 @@ from async_plotter.channel.redis.wire import METRICS_CAP, MetricsEntry, Structur
 from async_plotter.display import offscreen_gl_backend
 from async_plotter.processes import until_interrupted
 from async_plotter.worker.config import WorkerConfig
-from async_plotter.worker.sinks import SinkSpec
-from async_plotter.trainer_side.stats import WorkerStats
-from async_plotter.trainer_side.supervisor import WorkerSupervisor
+from async_plotter.sinks.specs import SinkSpec
+from async_plotter.supervision.stats import WorkerStats
+from async_plotter.supervision.supervisor import WorkerSupervisor
 
 logger = logging.getLogger("async_plotter")
 

@@ -19,9 +19,9 @@ from typing import Any, Callable, Deque, Dict, Optional, Tuple
 import numpy as np
 
 from async_plotter.render.recording import (SUFFIX, RecordingBuilder, model_to_mjb, write_recording)
-from async_plotter.render.sinks.base import FrameSink
-from async_plotter.render.sinks.recorded import BOUNDARY_PAUSE_SECONDS, RecordedSink
-from async_plotter.render.sinks.video import video_name
+from async_plotter.sinks.base import FrameSink
+from async_plotter.sinks.recorded import BOUNDARY_PAUSE_SECONDS, RecordedSink
+from async_plotter.sinks.video import video_name
 from async_plotter.render.stream import EpisodeEnd, EpisodeInfo
 
 logger = logging.getLogger(__name__)

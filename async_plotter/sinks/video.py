@@ -11,8 +11,8 @@ from typing import Callable, Optional
 import numpy as np
 import psutil
 
-from async_plotter.render.sinks.encoder import Encoder, EncoderError, says_no_space
-from async_plotter.render.sinks.recorded import RecordedSink
+from async_plotter.sinks.encoder import Encoder, EncoderError, says_no_space
+from async_plotter.sinks.recorded import RecordedSink
 from async_plotter.render.stream import EpisodeInfo
 
 logger = logging.getLogger(__name__)

@@ -13,9 +13,9 @@ import numpy as np
 
 from async_plotter.channel.shm import SharedMemoryWriter
 from async_plotter.console import tell
-from async_plotter.trainer_side.config import PlotterConfig
-from async_plotter.trainer_side.stats import WorkerStats
-from async_plotter.trainer_side.supervisor import WorkerSupervisor
+from async_plotter.trainer.config import PlotterConfig
+from async_plotter.supervision.stats import WorkerStats
+from async_plotter.supervision.supervisor import WorkerSupervisor
 
 logger = logging.getLogger("async_plotter")
 

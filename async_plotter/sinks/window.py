@@ -6,7 +6,7 @@ from typing import Any, Optional
 
 import numpy as np
 
-from async_plotter.render.sinks.base import FrameSink
+from async_plotter.sinks.base import FrameSink
 from async_plotter.render.stream import EpisodeInfo
 
 logger = logging.getLogger(__name__)

@@ -6,8 +6,8 @@ child processes held to a CPU budget. ``update_plot`` copies the flat parameters
 and returns; the worker picks up the newest vector whenever it is ready for one. ``close()`` makes
 sure the newest policy has a video before it stops the worker.
 
-The arguments become one checked, frozen configuration (``trainer_side/config.py``); once
-started, a route (``trainer_side/routes.py``: local, or publish-only to Redis) owns the channel and
+The arguments become one checked, frozen configuration (``trainer/config.py``); once
+started, a route (``trainer/routes.py``: local, or publish-only to Redis) owns the channel and
 the worker.
 """
 import atexit
@@ -26,19 +26,18 @@ import numpy as np
 from async_plotter.display import private_runtime_dir
 from async_plotter.errors import InvalidArgumentError, PlotterClosedError
 from async_plotter.policy.adapters import PolicyAdapter, adapter_for
-from async_plotter.trainer_side.preflight import check_before_start
-from async_plotter.render.sinks.base import FrameSink
+from async_plotter.trainer.preflight import check_before_start
+from async_plotter.sinks.base import FrameSink
 from async_plotter.validation import (is_int, metrics as checked_metrics, non_negative_number,
                                       positive_int)
 # DEFAULT_BUDGET and the video defaults: the package exports them from here.
-from async_plotter.trainer_side.budget import DEFAULT_BUDGET  # noqa: F401
-from async_plotter.trainer_side.config import (DEFAULT_VIDEO_LENGTH, DEFAULT_VIDEO_SECONDS,
-                                               checked_parameters, create_output_dirs,
-                                               plotter_config)
-from async_plotter.trainer_side.routes import PlotRoute, open_route
-from async_plotter.worker.sinks import HttpSpec, LiveStatesSpec
-from async_plotter.trainer_side.stats import WorkerStats
-from async_plotter.trainer_side.summary import summarize_videos
+from async_plotter.supervision.budget import DEFAULT_BUDGET  # noqa: F401
+from async_plotter.trainer.config import (DEFAULT_VIDEO_LENGTH, DEFAULT_VIDEO_SECONDS,
+                                          checked_parameters, create_output_dirs, plotter_config)
+from async_plotter.trainer.routes import PlotRoute, open_route
+from async_plotter.sinks.specs import HttpSpec, LiveStatesSpec
+from async_plotter.supervision.stats import WorkerStats
+from async_plotter.trainer.summary import summarize_videos
 from async_plotter.console import tell
 
 logger = logging.getLogger("async_plotter")
@@ -165,7 +164,7 @@ class Plotter:
     Before anything starts or is written, the constructor builds the env once without rendering,
     lets the policy act once on its first observation and checks the action against the action
     space (``PolicyShapeError``), and checks that a self-drawing env returns RGB frames
-    (``EnvRenderError``); see ``async_plotter.trainer_side.preflight``.
+    (``EnvRenderError``); see ``async_plotter.trainer.preflight``.
     """
 
     def __init__(self,
@@ -301,7 +300,7 @@ class Plotter:
         """A snapshot of the worker's counters, as a new dict; never blocks.
 
         Every key is there from the start; each is described in one place,
-        ``async_plotter.trainer_side.stats.WorkerStats``: ``updates_sent``, ``updates_applied``,
+        ``async_plotter.supervision.stats.WorkerStats``: ``updates_sent``, ``updates_applied``,
         ``episodes``, ``frames``, ``videos``, ``restarts``, ``alive``, ``disabled``,
         ``last_applied_update``, ``last_applied_iteration``, ``first_applied_update``,
         ``last_video``, ``final_video`` (the video of the newest parameters made at

@@ -1,112 +1,20 @@
-"""Where rendered frames go: sink *specs* built in the trainer, sinks built in the render process.
+"""The render process's sinks, built from the specs the trainer sent (``sinks/specs.py``), through
+one registry keyed by the spec's type: ``build_sinks(specs, context)``. A builder connects its
+sink to the render process's reports (``StatusKind``) and the scene's playback.
 
-A spec is small, picklable, checked data (a folder, an address, a pickled user object) that
-travels inside ``WorkerConfig.sinks`` to the render process only; ``build_sinks`` turns each spec
-into its :class:`~async_plotter.render.sinks.base.FrameSink` there, through one registry keyed by
-the spec's type. Adding a kind of output is one spec class, one builder and one
-``register_sink`` call; the rollout process never sees any of it.
-
-Whether the worker runs *live* (replays the newest policy continuously, for somebody watching)
-or *records* (one rollout per update) follows from the specs alone: :func:`wants_live`.
+Adding a kind of output is one spec class (``sinks/specs.py``), one sink (``sinks/``), one
+builder here and one ``register_sink`` call.
 """
 import dataclasses
 import pickle
 from typing import Any, Callable, Dict, Iterable, List, Optional, Type
 
-from async_plotter.render.sinks.base import FrameSink
+from async_plotter.sinks.base import FrameSink
+from async_plotter.sinks.specs import (CallbackSpec, HttpSpec, LiveStatesSpec, SinkSpec, StatesSpec,
+                                       TensorBoardSpec, UserSinkSpec, VideoSpec, WindowSpec)
+from async_plotter.worker.status import StatusKind
 
-__all__ = [
-    "SinkSpec", "VideoSpec", "StatesSpec", "LiveStatesSpec", "WindowSpec", "HttpSpec",
-    "CallbackSpec", "UserSinkSpec", "TensorBoardSpec", "SinkContext", "register_sink",
-    "build_sinks", "wants_live", "records"
-]
-
-
-class SinkSpec:
-    """Base of every sink spec: plain, frozen, picklable data."""
-
-    #: the worker replays the newest policy continuously while a sink of this kind is attached
-    live = False
-    #: it keeps every step of a rollout (a file to watch later): none may be dropped, and the
-    #: final policy's rollout is waited for at close()
-    records = False
-    #: it needs pixels drawn in the render process (GL); a scene whose sinks all say no opens
-    #: no GL context
-    draws = True
-
-
-@dataclasses.dataclass(frozen=True)
-class VideoSpec(SinkSpec):
-    """mp4 files in ``directory`` (``render/sinks/video.py``)."""
-
-    directory: str
-    records = True
-
-
-@dataclasses.dataclass(frozen=True)
-class StatesSpec(SinkSpec):
-    """A state recording beside each video in ``directory`` (``render/sinks/states.py``)."""
-
-    directory: str
-    records = True
-    draws = False
-
-
-@dataclasses.dataclass(frozen=True)
-class LiveStatesSpec(SinkSpec):
-    """A state recording of every episode a live view shows, in ``directory``'s ``live``
-    folder (``Plotter(record_states=True)``; ``render/sinks/states.py``)."""
-
-    directory: str
-    records = True
-    draws = False
-
-
-@dataclasses.dataclass(frozen=True)
-class WindowSpec(SinkSpec):
-    """A window on the display (``render/sinks/window.py``)."""
-
-    live = True
-
-
-@dataclasses.dataclass(frozen=True)
-class HttpSpec(SinkSpec):
-    """The live page (``web/``), at the checked address ``web.address.HttpConfig``; with
-    ``video_dir`` (where the ``VideoSpec`` writes) it also lists and plays the recorded videos."""
-
-    address: Any
-    video_dir: Optional[str] = None
-    #: ``"3d"``: the browser draws the scene (``async_plotter.view3d``); ``"2d"``: MJPEG only
-    view: str = "2d"
-    live = True
-
-
-@dataclasses.dataclass(frozen=True)
-class CallbackSpec(SinkSpec):
-    """``on_frame(frame, info)``, cloudpickled in the trainer."""
-
-    function: bytes
-
-
-@dataclasses.dataclass(frozen=True)
-class TensorBoardSpec(SinkSpec):
-    """Animated images (and optionally scalars) in a TensorBoard event file in ``logdir``
-    (``tensorboard/sink.py``; written without TensorFlow)."""
-
-    logdir: str
-    #: the images' tag; None: ``rollout/<env label>``
-    tag: Optional[str] = None
-    #: also write ``update_plot(..., metrics=...)`` as scalars
-    scalars: bool = True
-    records = True
-
-
-@dataclasses.dataclass(frozen=True)
-class UserSinkSpec(SinkSpec):
-    """A user's ``FrameSink`` instance, cloudpickled in the trainer and unpickled where it runs."""
-
-    sink: bytes
-    name: str
+__all__ = ["SinkContext", "register_sink", "build_sinks"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -145,22 +53,11 @@ def build_sinks(specs: Iterable[SinkSpec], context: SinkContext) -> List[FrameSi
     return sinks
 
 
-def wants_live(specs: Iterable[SinkSpec]) -> bool:
-    """The one rule for live mode: somebody may be watching (a window, a page)."""
-    return any(spec.live for spec in specs)
-
-
-def records(specs: Iterable[SinkSpec]) -> bool:
-    """Whether rollouts are kept (mp4 files, TensorBoard images): then no step may be dropped."""
-    return any(spec.records for spec in specs)
-
-
 # ----------------------------------------------------------------------------- the builders
 
 
 def _video(spec: VideoSpec, context: SinkContext) -> FrameSink:
-    from async_plotter.render.sinks.video import VideoSink
-    from async_plotter.worker.status import StatusKind
+    from async_plotter.sinks.video import VideoSink
 
     def on_written(path: str, recording: Any, episodes: int, frames: int, whole: bool) -> None:
         context.status.send(StatusKind.VIDEO,
@@ -181,9 +78,7 @@ def _video(spec: VideoSpec, context: SinkContext) -> FrameSink:
 
 
 def _states(spec: Any, context: SinkContext) -> FrameSink:
-    from async_plotter.render.sinks.states import LiveStateRecordingSink, StateRecordingSink
-    from async_plotter.worker.status import StatusKind
-
+    from async_plotter.sinks.states import LiveStateRecordingSink, StateRecordingSink
     live = isinstance(spec, LiveStatesSpec)
 
     def on_written(path: str, recording: Any, steps: int, size: int, whole: bool) -> None:
@@ -207,16 +102,14 @@ def _states(spec: Any, context: SinkContext) -> FrameSink:
 
 
 def _window(spec: WindowSpec, context: SinkContext) -> FrameSink:
-    from async_plotter.render.sinks.window import MujocoViewerSink, PixelWindowSink
+    from async_plotter.sinks.window import MujocoViewerSink, PixelWindowSink
 
     title = f"async_plotter: {context.title}"
     return MujocoViewerSink(title) if context.scene_kind == "mujoco" else PixelWindowSink(title)
 
 
 def _http(spec: HttpSpec, context: SinkContext) -> FrameSink:
-    from async_plotter.web.sink import HttpSink
-
-    from async_plotter.worker.status import StatusKind
+    from async_plotter.sinks.http import HttpSink
 
     return HttpSink(spec.address,
                     lambda url: context.status.send(StatusKind.HTTP, url=url),
@@ -226,15 +119,13 @@ def _http(spec: HttpSpec, context: SinkContext) -> FrameSink:
 
 
 def _callback(spec: CallbackSpec, context: SinkContext) -> FrameSink:
-    from async_plotter.render.sinks.callback import CallbackSink
+    from async_plotter.sinks.callback import CallbackSink
 
     return CallbackSink(pickle.loads(spec.function), fps=context.fps)
 
 
 def _tensorboard(spec: TensorBoardSpec, context: SinkContext) -> FrameSink:
-    from async_plotter.tensorboard.sink import TensorBoardSink
-
-    from async_plotter.worker.status import StatusKind
+    from async_plotter.sinks.tensorboard import TensorBoardSink
 
     def on_written(tag: str, step: int, recording: Any, size: int, frames: int) -> None:
         context.status.send(StatusKind.TENSORBOARD,
