@@ -8,6 +8,7 @@ import fcntl
 import logging
 import os
 import signal
+import socket
 import threading
 import time
 from multiprocessing.connection import Connection, wait
@@ -26,7 +27,7 @@ from async_plotter.display import x_display_available
 from async_plotter.worker.config import WorkerConfig
 from async_plotter.trainer_side.ledger import VideoLedger
 from async_plotter.trainer_side.metrics_relay import MetricsRelay
-from async_plotter.worker.sinks import WindowSpec
+from async_plotter.worker.sinks import HttpSpec, WindowSpec
 from async_plotter.trainer_side.stats import WorkerStats
 from async_plotter.worker.status import StatusKind, UnknownReport, report_kind
 
@@ -98,6 +99,9 @@ class WorkerSupervisor:
             self._governor = CpuGovernor(config.budget)
             stats.update(budget=config.budget, budget_mechanism=self._governor.mechanism)
         self._videos = VideoLedger(stats)
+        #: the live page's socket, bound once for the supervisor's life: every render process
+        #: it starts serves on it, so a restarted one keeps the page's address
+        self._http_listener = _bind_live_page(config)
 
     def start(self) -> None:
         """Launch in the background; returns at once."""
@@ -127,11 +131,12 @@ class WorkerSupervisor:
             # Both die with this thread (PR_SET_PDEATHSIG), which outlives them: it returns only
             # after they are gone. The rollout process's TensorFlow sees no GPU unless the user
             # opted in; the render process keeps the GPU for EGL.
-            render = start_process(render_process.main,
-                                   (self._config, frames_in, lifeline_in, render_status_out),
-                                   name="async_plotter-render",
-                                   ignore_sigint=True,
-                                   die_with_parent=True)
+            render = start_process(
+                render_process.main,
+                (self._config, frames_in, lifeline_in, render_status_out, self._http_listener),
+                name="async_plotter-render",
+                ignore_sigint=True,
+                die_with_parent=True)
             rollout = start_process(rollout_process.main,
                                     (self._config.for_rollout(), self._channel_address(),
                                      frames_out, rollout_status_out),
@@ -161,6 +166,15 @@ class WorkerSupervisor:
             return self._pair
 
     def _supervise(self) -> None:
+        try:
+            self._launch_until_done()
+        finally:
+            # Once no render process will serve it, an open page is refused (and retries)
+            # rather than left waiting in the backlog.
+            if self._http_listener is not None:
+                self._http_listener.close()
+
+    def _launch_until_done(self) -> None:
         failures = 0
         while not self._stopping.is_set():
             pair = self._launch()
@@ -395,6 +409,8 @@ class WorkerSupervisor:
             self._end_boot(pair)
 
     def _on_http(self, payload: dict, pair: _Pair) -> None:
+        if payload["url"] == self._stats.http_url:
+            return  # a restarted render process, serving the same page: said once
         self._stats.http_url = payload["url"]
         tell(logger, self._verbose, "live view at %s", payload["url"])
 
@@ -587,6 +603,21 @@ WorkerSupervisor._handlers = {
     StatusKind.STORAGE: WorkerSupervisor._on_storage,
     StatusKind.ERROR: WorkerSupervisor._on_error,
 }
+
+
+def _bind_live_page(config: WorkerConfig) -> Optional[socket.socket]:
+    """The live page's listening socket (``http=``), or None without a page. An address that
+    cannot be bound here is left to the render process, whose error names it as before."""
+    spec = next((spec for spec in config.sinks if isinstance(spec, HttpSpec)), None)
+    if spec is None:
+        return None
+    from async_plotter.web.listener import bind_listener
+
+    try:
+        return bind_listener(spec.address)
+    except OSError as error:
+        logger.debug("%s; the render process will try itself", error)
+        return None
 
 
 def _one_line(culprit: str) -> str:

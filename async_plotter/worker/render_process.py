@@ -38,9 +38,13 @@ _terminated = False
 _open_episode: Optional[EpisodeInfo] = None
 
 
-def main(config: WorkerConfig, frames_in: Connection, lifeline: Connection,
-         status_connection: Connection) -> None:
-    """Entry point of the render process (started by the supervisor with ``spawn``)."""
+def main(config: WorkerConfig,
+         frames_in: Connection,
+         lifeline: Connection,
+         status_connection: Connection,
+         http_listener: Any = None) -> None:
+    """Entry point of the render process (started by the supervisor with ``spawn``);
+    ``http_listener`` is the live page's socket, bound once by the supervisor."""
     global _finishing
     become_background_child()
     signal.signal(signal.SIGTERM, _raise_terminated)
@@ -50,7 +54,7 @@ def main(config: WorkerConfig, frames_in: Connection, lifeline: Connection,
     try:
         try:
             _set_up(config)
-            _run(config, frames_in, lifeline, status, sinks)
+            _run(config, frames_in, lifeline, status, sinks, http_listener)
         finally:
             # Inside the outer try: a SIGTERM up to this line still lands in except _Terminated.
             _finishing = True
@@ -201,8 +205,12 @@ def _checked(message: Any) -> tuple:
     return message
 
 
-def _run(config: WorkerConfig, frames_in: Connection, lifeline: Connection, status: StatusSender,
-         sinks: List[Any]) -> None:
+def _run(config: WorkerConfig,
+         frames_in: Connection,
+         lifeline: Connection,
+         status: StatusSender,
+         sinks: List[Any],
+         http_listener: Any = None) -> None:
     opening = _await_scene(frames_in, lifeline, status)
     if opening is None:
         return
@@ -217,7 +225,8 @@ def _run(config: WorkerConfig, frames_in: Connection, lifeline: Connection, stat
                         min_video_seconds=config.min_video_seconds,
                         status=status,
                         stride=scene_info.stride,
-                        env_rate=scene_info.env_rate)))
+                        env_rate=scene_info.env_rate,
+                        http_listener=http_listener)))
     for sink in sinks:
         sink.attach(scene)
     stream = _Stream(config, scene_info, scene, sinks, status, frames_in)
