@@ -13,10 +13,18 @@ next. Simulating is cheap; what holds the live view back is the render process d
 encoding those frames without its frame-rate cap (``docs/design.md`` has the figures). Without
 a sink that keeps rollouts, nothing is chained and nothing waits.
 """
+import array
+import fcntl
+import termios
+import time
 from multiprocessing.connection import Connection
 from typing import Any, Optional
 
 from async_plotter.render.stream import EpisodeEnd, StreamKind
+
+#: at most this long, after a catch-up, the rollout process waits for the render process to
+#: have read it before it paces the live view again
+DRAIN_WAIT_SECONDS = 5.0
 
 
 class VideoChain:
@@ -79,9 +87,13 @@ class VideoChain:
 
     def episode_ended(self, continued: bool) -> None:
         """The episode's end was sent: a chain that does not go on ends the catch-up (the
-        render process ends it at the same ``END``)."""
+        render process ends it at the same ``END``), once the render process has read it."""
         if self.catching_up and not continued:
             self.catching_up = False
+            # The live view's steps are paced from now. Sent while the render process still
+            # draws the catch-up, they would queue behind it, and since no step of a recorded
+            # rollout is dropped, the live view would lag by every catch-up for good.
+            _wait_until_read(self._out, DRAIN_WAIT_SECONDS)
             self._shown_steps.catch_up(False)
 
     def _start(self, live_end: Optional[EpisodeEnd]) -> None:
@@ -89,3 +101,18 @@ class VideoChain:
         self._out.send((StreamKind.CATCH_UP, live_end))
         self._shown_steps.catch_up(True)
         self.catching_up = True
+
+
+def _wait_until_read(connection: Connection, limit: float) -> None:
+    """Until the other end has read everything sent on ``connection`` (a pipe), at most
+    ``limit`` seconds; at once where the pipe's fill cannot be read (FIONREAD: Linux)."""
+    deadline = time.monotonic() + limit
+    unread = array.array("i", [0])
+    while True:
+        try:
+            fcntl.ioctl(connection.fileno(), termios.FIONREAD, unread, True)
+        except OSError:
+            return
+        if unread[0] == 0 or time.monotonic() > deadline:
+            return
+        time.sleep(0.005)
