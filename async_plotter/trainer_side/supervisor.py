@@ -169,10 +169,17 @@ class WorkerSupervisor:
         try:
             self._launch_until_done()
         finally:
-            # Once no render process will serve it, an open page is refused (and retries)
-            # rather than left waiting in the backlog.
-            if self._http_listener is not None:
-                self._http_listener.close()
+            self._close_listener()
+
+    def _close_listener(self) -> None:
+        """Once no render process will be started, the page's socket goes (one still running
+        serves on its own copy until it exits): a page left open is then refused, and retries,
+        rather than waiting in the backlog, and the address is free for whoever binds it next
+        (the Redis viewer, for the trainer's next run)."""
+        with self._lock:
+            listener, self._http_listener = self._http_listener, None
+        if listener is not None:
+            listener.close()
 
     def _launch_until_done(self) -> None:
         failures = 0
@@ -549,6 +556,7 @@ class WorkerSupervisor:
             self._governor.stop()
         with self._lock:
             pair, self._pair = self._pair, None
+        self._close_listener()
         if pair is not None:
             _lift([pair.render, pair.rollout])
             pair.lifeline.close()
@@ -565,6 +573,7 @@ class WorkerSupervisor:
         with self._lock:
             pair = self._pair
             self._pair = None
+        self._close_listener()
         try:
             if pair is not None:
                 _lift([pair.render, pair.rollout])
