@@ -9,7 +9,8 @@ played (camera plan, size, frame rate, stride); and the model itself as MuJoCo's
 (MJB), so that replaying or re-rendering needs neither the env's code nor its assets. A
 HalfCheetah second of motion (20 shown steps) takes ~2.5 KB compressed, plus the model once.
 
-Files are written whole under a hidden temporary name and renamed, as the videos are.
+Files are written whole under a hidden temporary name and renamed, as the videos are (locked
+meanwhile: ``render/partial_files.py``).
 """
 import dataclasses
 import json
@@ -18,6 +19,8 @@ import tempfile
 from typing import Any, Dict, List, Optional
 
 import numpy as np
+
+from async_plotter.render.partial_files import PartialFile
 
 #: what the ``format`` entry of a recording says; a reader refuses any other
 FORMAT = "async_plotter.state_recording/1"
@@ -77,9 +80,9 @@ def model_from_mjb(mjb: bytes) -> Any:
 
 def write_recording(path: str, recording: StateRecording) -> None:
     """Write ``recording`` to ``path`` whole: under ``.partial_<name>`` first, then renamed."""
-    directory, name = os.path.split(path)
-    partial = os.path.join(directory, ".partial_" + name)
     meta = json.dumps(recording.meta, separators=(",", ":"), allow_nan=False)
+    claim = PartialFile(path)
+    partial = claim.path
     try:
         with open(partial, "wb") as file:
             np.savez_compressed(file,
@@ -98,6 +101,8 @@ def write_recording(path: str, recording: StateRecording) -> None:
         except OSError:
             pass
         raise
+    finally:
+        claim.release()
 
 
 class RecordingError(ValueError):

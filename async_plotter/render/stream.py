@@ -4,7 +4,10 @@ From the rollout process: ``(SCENE, SceneInfo)`` once, then per episode ``(BEGIN
 the shown steps (every ``SceneInfo.stride``-th, and the episode's first and last) as
 ``(STATES, StateChunk)`` messages of several consecutive MuJoCo steps each (physics state, action
 and reward: a few hundred bytes a step), or one ``(FRAME, array)`` per step for envs that draw
-themselves, and ``(END, EpisodeEnd)``. From the trainer, on the
+themselves, and ``(END, EpisodeEnd)``. In a live view, ``(CATCH_UP, Optional[EpisodeEnd])``
+says that what follows, up to the first ``END`` that is not ``continued``, finishes a short video
+for the sinks that keep rollouts only (the live sinks leave the open episode there, with that
+end; ``worker/video_chain.py``). From the trainer, on the
 lifeline: ``(METRICS, (iteration, metrics))`` and ``(FINAL, None)`` (training is over: record the
 final video at full speed). The kind on the wire is the ``StreamKind`` member itself, as it is
 the ``StatusKind`` member in the worker's reports (``worker/status.py``); the render process
@@ -30,6 +33,8 @@ class StreamKind(str, enum.Enum):
     FINAL = "final"
     #: from the trainer, as it stops a worker that failed: the open episode is not a video
     FAILED = "failed"
+    #: from the rollout process in a live view: the rest of a short video, for recordings only
+    CATCH_UP = "catch_up"
 
 
 class UnknownMessage(Exception):

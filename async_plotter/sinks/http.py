@@ -17,10 +17,11 @@ logger = logging.getLogger(__name__)
 class HttpSink(FrameSink):
     """Serves the newest rollout as MJPEG plus a status/curve event stream (see ``server``).
 
-    The server runs in daemon threads of the render process and binds in the constructor, so a
-    taken port is reported as the render process's error. The real URL (``http=0`` picks a free
-    port) goes to ``on_url``; the worker reports it to the trainer, whose ``Plotter.stats`` keeps
-    it as ``"http_url"``.
+    The server runs in daemon threads of the render process, on the socket the supervisor bound
+    once for the plotter's life (``web/listener.py``), so a restarted render process serves the
+    same address; without one it binds in the constructor, so a taken port is reported as the
+    render process's error. The real URL (``http=0`` picks a free port) goes to ``on_url``; the
+    worker reports it to the trainer, whose ``Plotter.stats`` keeps it as ``"http_url"``.
 
     Args:
         config: where to serve (``parse_http_address``'s result).
@@ -32,6 +33,8 @@ class HttpSink(FrameSink):
         view: ``"3d"``: the browser draws the scene from body poses (``async_plotter.view3d``,
             at ``/``; the MJPEG page moves to ``/2d/``); ``"2d"``: the MJPEG page only. A scene
             that is not MuJoCo's always gets the MJPEG page.
+        listener: the socket to serve on, already listening on ``config``'s address; None:
+            bind one.
     """
 
     def __init__(self,
@@ -40,7 +43,8 @@ class HttpSink(FrameSink):
                  title: Optional[str] = None,
                  quality: int = 80,
                  video_dir: Optional[str] = None,
-                 view: str = "2d") -> None:
+                 view: str = "2d",
+                 listener: Any = None) -> None:
         self._feed = LiveFeed(title or "async_plotter", quality)
         self._title = title or "async_plotter"
         self._front: Any = None
@@ -51,7 +55,7 @@ class HttpSink(FrameSink):
 
             self._front = View3DFront()
         try:
-            self._server = LiveServer(config, self._feed, video_dir, self._front)
+            self._server = LiveServer(config, self._feed, video_dir, self._front, listener)
         except BaseException:
             self._feed.close()
             raise

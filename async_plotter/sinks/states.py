@@ -18,6 +18,7 @@ from typing import Any, Callable, Deque, Dict, Optional, Tuple
 
 import numpy as np
 
+from async_plotter.render.partial_files import remove_abandoned
 from async_plotter.render.recording import (SUFFIX, RecordingBuilder, model_to_mjb, write_recording)
 from async_plotter.sinks.base import FrameSink
 from async_plotter.sinks.recorded import BOUNDARY_PAUSE_SECONDS, RecordedSink
@@ -198,6 +199,7 @@ class LiveStateRecordingSink(_StepCopies, FrameSink):
 
     def attach(self, scene: Any) -> None:
         super().attach(scene)
+        remove_abandoned(self.directory)  # a killed writer's (the video sink sees to its folder)
         try:
             names = os.listdir(self.directory)
         except OSError:

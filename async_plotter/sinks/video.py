@@ -1,6 +1,7 @@
 """One mp4 per rendered update, named after the iteration (``iter_0007.mp4``) or the update number
 (``update_0003.mp4``). A file is written under a hidden temporary name and renamed when complete,
-so a reader never sees half a video."""
+so a reader never sees half a video; the temporary names a dead writer left are removed when the
+sink starts (``render/partial_files.py``)."""
 import errno
 import logging
 import os
@@ -11,6 +12,7 @@ from typing import Callable, Optional
 import numpy as np
 import psutil
 
+from async_plotter.render.partial_files import PartialFile, partial_path, remove_abandoned
 from async_plotter.sinks.encoder import Encoder, EncoderError, says_no_space
 from async_plotter.sinks.recorded import RecordedSink
 from async_plotter.render.stream import EpisodeInfo
@@ -63,6 +65,8 @@ class VideoSink(RecordedSink):
         self._on_storage = on_storage
         self._encoder: Optional[Encoder] = None
         self._partial_path = ""
+        #: the lock on the partial file while this process writes it
+        self._partial: Optional[PartialFile] = None
         self._final_path = ""
         self._last_frame: Optional[np.ndarray] = None
         #: frames written into the file being recorded: the episodes' and the stills'
@@ -87,10 +91,13 @@ class VideoSink(RecordedSink):
         self._report("writable", free)
         return True
 
+    def attach(self, scene: object) -> None:
+        remove_abandoned(self.directory)  # a killed worker's (or run's) half-written videos
+
     def _start(self, episode: EpisodeInfo) -> None:
         self._final_path = os.path.join(self.directory, video_name(episode))
         # ffmpeg picks the container from the extension, so the temporary name keeps ".mp4".
-        self._partial_path = os.path.join(self.directory, ".partial_" + video_name(episode))
+        self._partial_path = partial_path(self._final_path)
         self._file_frames = 0
 
     def _add(self, frame: np.ndarray) -> None:
@@ -119,6 +126,7 @@ class VideoSink(RecordedSink):
             self._out_of_space(str(error))
             return False
         height, width = frame.shape[:2]
+        self._partial = PartialFile(self._final_path)
         self._encoder = Encoder(self._partial_path, width, height, self.fps)
         if self._on_encoder is not None:
             # The encoder is a process of its own; the CPU budget must count it too.
@@ -165,6 +173,12 @@ class VideoSink(RecordedSink):
             self._on_storage(state, self.directory, free)
 
     def _save(self, recording: EpisodeInfo) -> bool:
+        try:
+            return self._keep_video(recording)
+        finally:
+            self._release_partial()
+
+    def _keep_video(self, recording: EpisodeInfo) -> bool:
         self._last_frame = None
         if self._encoder is None:
             return False
@@ -199,14 +213,23 @@ class VideoSink(RecordedSink):
 
     def _drop(self, why: str) -> None:
         self._last_frame = None
-        if self._encoder is not None:
-            encoder, self._encoder = self._encoder, None
-            try:
-                encoder.close()
-            finally:
-                encoder.release()
+        try:
+            if self._encoder is not None:
+                encoder, self._encoder = self._encoder, None
+                try:
+                    encoder.close()
+                finally:
+                    encoder.release()
+                logger.info("dropped the video being recorded: %s", why)
+        finally:
+            if self._partial is not None:  # also where the encoder failed for want of space
                 _remove_quietly(self._partial_path)
-            logger.info("dropped the video being recorded: %s", why)
+            self._release_partial()
+
+    def _release_partial(self) -> None:
+        partial, self._partial = self._partial, None
+        if partial is not None:
+            partial.release()
 
 
 def free_bytes(directory: str) -> Optional[int]:

@@ -8,6 +8,7 @@ import fcntl
 import logging
 import os
 import signal
+import socket
 import threading
 import time
 from multiprocessing.connection import Connection, wait
@@ -26,7 +27,7 @@ from async_plotter.display import x_display_available
 from async_plotter.worker.config import WorkerConfig
 from async_plotter.supervision.ledger import VideoLedger
 from async_plotter.supervision.metrics_relay import MetricsRelay
-from async_plotter.sinks.specs import WindowSpec
+from async_plotter.sinks.specs import HttpSpec, WindowSpec
 from async_plotter.supervision.stats import WorkerStats
 from async_plotter.worker.status import StatusKind, UnknownReport, report_kind
 
@@ -98,6 +99,9 @@ class WorkerSupervisor:
             self._governor = CpuGovernor(config.budget)
             stats.update(budget=config.budget, budget_mechanism=self._governor.mechanism)
         self._videos = VideoLedger(stats)
+        #: the live page's socket, bound once for the supervisor's life: every render process
+        #: it starts serves on it, so a restarted one keeps the page's address
+        self._http_listener = _bind_live_page(config)
 
     def start(self) -> None:
         """Launch in the background; returns at once."""
@@ -127,11 +131,12 @@ class WorkerSupervisor:
             # Both die with this thread (PR_SET_PDEATHSIG), which outlives them: it returns only
             # after they are gone. The rollout process's TensorFlow sees no GPU unless the user
             # opted in; the render process keeps the GPU for EGL.
-            render = start_process(render_process.main,
-                                   (self._config, frames_in, lifeline_in, render_status_out),
-                                   name="async_plotter-render",
-                                   ignore_sigint=True,
-                                   die_with_parent=True)
+            render = start_process(
+                render_process.main,
+                (self._config, frames_in, lifeline_in, render_status_out, self._http_listener),
+                name="async_plotter-render",
+                ignore_sigint=True,
+                die_with_parent=True)
             rollout = start_process(rollout_process.main,
                                     (self._config.for_rollout(), self._channel_address(),
                                      frames_out, rollout_status_out),
@@ -161,6 +166,22 @@ class WorkerSupervisor:
             return self._pair
 
     def _supervise(self) -> None:
+        try:
+            self._launch_until_done()
+        finally:
+            self._close_listener()
+
+    def _close_listener(self) -> None:
+        """Once no render process will be started, the page's socket goes (one still running
+        serves on its own copy until it exits): a page left open is then refused, and retries,
+        rather than waiting in the backlog, and the address is free for whoever binds it next
+        (the Redis viewer, for the trainer's next run)."""
+        with self._lock:
+            listener, self._http_listener = self._http_listener, None
+        if listener is not None:
+            listener.close()
+
+    def _launch_until_done(self) -> None:
         failures = 0
         while not self._stopping.is_set():
             pair = self._launch()
@@ -417,6 +438,8 @@ class WorkerSupervisor:
             self._end_boot(pair)
 
     def _on_http(self, payload: dict, pair: _Pair) -> None:
+        if payload["url"] == self._stats.http_url:
+            return  # a restarted render process, serving the same page: said once
         self._stats.http_url = payload["url"]
         tell(logger, self._verbose, "live view at %s", payload["url"])
 
@@ -551,6 +574,7 @@ class WorkerSupervisor:
             self._governor.stop()
         with self._lock:
             pair, self._pair = self._pair, None
+        self._close_listener()
         if pair is not None:
             _lift([pair.render, pair.rollout])
             pair.lifeline.close()
@@ -567,6 +591,7 @@ class WorkerSupervisor:
         with self._lock:
             pair = self._pair
             self._pair = None
+        self._close_listener()
         try:
             if pair is not None:
                 _lift([pair.render, pair.rollout])
@@ -605,6 +630,21 @@ WorkerSupervisor._handlers = {
     StatusKind.STORAGE: WorkerSupervisor._on_storage,
     StatusKind.ERROR: WorkerSupervisor._on_error,
 }
+
+
+def _bind_live_page(config: WorkerConfig) -> Optional[socket.socket]:
+    """The live page's listening socket (``http=``), or None without a page. An address that
+    cannot be bound here is left to the render process, whose error names it as before."""
+    spec = next((spec for spec in config.sinks if isinstance(spec, HttpSpec)), None)
+    if spec is None:
+        return None
+    from async_plotter.web.listener import bind_listener
+
+    try:
+        return bind_listener(spec.address)
+    except OSError as error:
+        logger.debug("%s; the render process will try itself", error)
+        return None
 
 
 def _one_line(culprit: str) -> str:

@@ -66,6 +66,7 @@ from aiohttp import web
 from aiohttp.web_protocol import RequestHandler
 
 from async_plotter.web.address import HttpConfig, is_loopback
+from async_plotter.web.listener import bind_listener
 from async_plotter.web.feed import (BOUNDARY, FeedClosed, FrameMeta, LiveFeed, NewestSlots, Viewer,
                                     ViewerEvicted, unsent_bytes)
 from async_plotter.web.videos import VIDEO_NAME, list_videos, video_path
@@ -94,7 +95,6 @@ MAX_EVENT_STREAMS = 16
 MAX_VIDEO_SENDS = 8
 # Connections accepted per turn of the loop, so that waiting headers are read between bursts.
 _ACCEPT_BATCH = 32
-_LISTEN_BACKLOG = 1024  # the kernel caps it at net.core.somaxconn
 # aiohttp's connection settings: no lingering to read a body nobody asked for; the header limits
 # are ours (MAX_HEADER_BYTES in all, checked before aiohttp sees them).
 _CONNECTION = dict(keepalive_timeout=HEADER_DEADLINE,
@@ -200,24 +200,21 @@ class HttpServer:
     Args:
         config: where to serve (``parse_http_address``'s result).
         what: what is served, for the error of a taken port.
+        listener: a socket already listening on ``config``'s address (``web/listener.py``:
+            the live page's, bound once for the plotter's life); None: bind one here. Closed
+            with the server either way (a copy handed to this process: the original stays).
     """
 
-    def __init__(self, config: HttpConfig, what: str = "the live page") -> None:
+    def __init__(self,
+                 config: HttpConfig,
+                 what: str = "the live page",
+                 listener: Optional[socket.socket] = None) -> None:
         self.config = config
-        family = socket.AF_INET6 if ":" in config.host else socket.AF_INET
-        self._listener = socket.socket(family, socket.SOCK_STREAM)
-        try:
-            # A restarted worker gets its port back at once.
-            self._listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            self._listener.bind((config.host, config.port))
-            self._listener.listen(_LISTEN_BACKLOG)
-            self._listener.setblocking(False)
-        except OSError as error:
-            self._listener.close()
-            raise OSError(
-                error.errno, f"cannot serve {what} on {_join(config.host, config.port)}: "
-                f"{error.strerror or error}. Choose another port, or http=0 for a free one."
-            ) from error
+        if listener is None:
+            listener = bind_listener(config, what)
+        else:
+            listener.setblocking(False)
+        self._listener = listener
         self.server_address = self._listener.getsockname()
         self.port = self.server_address[1]
         self.loop: Optional[asyncio.AbstractEventLoop] = None
@@ -594,14 +591,16 @@ class LiveServer(HttpServer):
             ``videos/<name>``; None: no videos (both routes are 404).
         view3d: the 3D view's front (``view3d/front.py``): its page is served at ``/`` and the
             MJPEG page at ``/2d/``; None: the MJPEG page at ``/``.
+        listener: as ``HttpServer``'s.
     """
 
     def __init__(self,
                  config: HttpConfig,
                  feed: LiveFeed,
                  video_dir: Optional[str] = None,
-                 view3d: Any = None) -> None:
-        super().__init__(config)
+                 view3d: Any = None,
+                 listener: Optional[socket.socket] = None) -> None:
+        super().__init__(config, listener=listener)
         self.feed = feed
         self.video_dir = None if video_dir is None else os.path.abspath(video_dir)
         self.page = load_page()

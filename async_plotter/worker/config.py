@@ -45,6 +45,10 @@ class WorkerConfig:
     #: replay the newest policy continuously (somebody is watching) rather than recording one
     #: rollout per update and then sleeping; set with the sinks by ``with_sinks``
     live: bool = False
+    #: some sink keeps rollouts (a video, a TensorBoard image: ``records``), which the rollout
+    #: process must know without the sinks: it chains short episodes into the video, and in a
+    #: live view finishes a short one before showing a newer policy (``worker/video_chain.py``)
+    keeps_rollouts: bool = False
     #: the state of the env's wrappers that travels behind the policy's parameters
     #: (``env/state.py``): every update is ``policy_size`` parameters, then this layout's values
     env_state: EnvStateLayout = EnvStateLayout()
@@ -54,7 +58,10 @@ class WorkerConfig:
     def with_sinks(self, sinks: Iterable[SinkSpec]) -> "WorkerConfig":
         """This configuration sending frames to ``sinks``, live exactly when one of them is."""
         sinks = tuple(sinks)
-        return dataclasses.replace(self, sinks=sinks, live=wants_live(sinks))
+        return dataclasses.replace(self,
+                                   sinks=sinks,
+                                   live=wants_live(sinks),
+                                   keeps_rollouts=records(sinks))
 
     def for_rollout(self) -> "WorkerConfig":
         """What the rollout process needs: everything but the sinks (their mode stays)."""

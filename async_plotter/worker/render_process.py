@@ -17,6 +17,7 @@ from async_plotter.worker.config import WorkerConfig
 from async_plotter.sinks.specs import WindowSpec
 from async_plotter.worker.sink_builders import SinkContext, build_sinks
 from async_plotter.worker.status import StatusKind, StatusSender
+from async_plotter.sinks.recorded import RecordedSink
 from async_plotter.render.stream import (EpisodeEnd, EpisodeInfo, SceneInfo, StateChunk, StepState,
                                          StreamKind, UnknownMessage)
 
@@ -38,9 +39,13 @@ _terminated = False
 _open_episode: Optional[EpisodeInfo] = None
 
 
-def main(config: WorkerConfig, frames_in: Connection, lifeline: Connection,
-         status_connection: Connection) -> None:
-    """Entry point of the render process (started by the supervisor with ``spawn``)."""
+def main(config: WorkerConfig,
+         frames_in: Connection,
+         lifeline: Connection,
+         status_connection: Connection,
+         http_listener: Any = None) -> None:
+    """Entry point of the render process (started by the supervisor with ``spawn``);
+    ``http_listener`` is the live page's socket, bound once by the supervisor."""
     global _finishing
     become_background_child()
     signal.signal(signal.SIGTERM, _raise_terminated)
@@ -50,7 +55,7 @@ def main(config: WorkerConfig, frames_in: Connection, lifeline: Connection,
     try:
         try:
             _set_up(config)
-            _run(config, frames_in, lifeline, status, sinks)
+            _run(config, frames_in, lifeline, status, sinks, http_listener)
         finally:
             # Inside the outer try: a SIGTERM up to this line still lands in except _Terminated.
             _finishing = True
@@ -205,8 +210,12 @@ def _checked(message: Any) -> tuple:
     return message
 
 
-def _run(config: WorkerConfig, frames_in: Connection, lifeline: Connection, status: StatusSender,
-         sinks: List[Any]) -> None:
+def _run(config: WorkerConfig,
+         frames_in: Connection,
+         lifeline: Connection,
+         status: StatusSender,
+         sinks: List[Any],
+         http_listener: Any = None) -> None:
     opening = _await_scene(frames_in, lifeline, status)
     if opening is None:
         return
@@ -221,7 +230,8 @@ def _run(config: WorkerConfig, frames_in: Connection, lifeline: Connection, stat
                         min_video_seconds=config.min_video_seconds,
                         status=status,
                         stride=scene_info.stride,
-                        env_rate=scene_info.env_rate)))
+                        env_rate=scene_info.env_rate,
+                        http_listener=http_listener)))
     for sink in sinks:
         sink.attach(scene)
     stream = _Stream(config, scene_info, scene, sinks, status, frames_in)
@@ -293,6 +303,11 @@ class _Stream:
         self._drop_stale = config.live and not config.records
         #: training is over: the final video is drawn without the frame-rate cap
         self._final = False
+        #: what comes finishes a short video (``worker/video_chain.py``): only the sinks that
+        #: keep rollouts get it, drawn without the cap, until an episode's end not continued
+        self._catching_up = False
+        self._recorders = [sink for sink in sinks if isinstance(sink, RecordedSink)]
+        self._viewers = [sink for sink in sinks if not isinstance(sink, RecordedSink)]
         self._episode: Optional[EpisodeInfo] = None
         self._frames_unreported = 0
         self._last_report = time.monotonic()
@@ -377,7 +392,7 @@ class _Stream:
         # was recorded of that episode is not a video worth keeping.
         global _open_episode
         if _open_episode is not None:
-            for sink in self._sinks:
+            for sink in self._targets():
                 sink.end_episode(_open_episode, EpisodeEnd(0, 0.0, False, failed=True))
         _open_episode = None
 
@@ -391,17 +406,31 @@ class _Stream:
     def _on_failed(self, body: None) -> None:
         self._rollout_gone()
 
+    def _on_catch_up(self, live_end: Optional[EpisodeEnd]) -> None:
+        # The live sinks leave the open episode here, cut short as by a newer policy (which
+        # is what they see next); the recordings go on with it.
+        if live_end is not None and self._episode is not None:
+            for sink in self._viewers:
+                sink.end_episode(self._episode, live_end)
+        self._catching_up = True
+
+    def _targets(self) -> List[Any]:
+        """The sinks that get what comes now: all, or while catching up the recordings."""
+        return self._recorders if self._catching_up else self._sinks
+
     def _on_begin(self, episode: EpisodeInfo) -> None:
         global _open_episode
         self._episode = _open_episode = episode
-        for sink in self._sinks:
+        for sink in self._targets():
             sink.begin_episode(episode)
 
     def _on_end(self, end: EpisodeEnd) -> None:
         global _open_episode
         _open_episode = None
-        for sink in self._sinks:
+        for sink in self._targets():
             sink.end_episode(self._episode, end)
+        if not end.continued:
+            self._catching_up = False
         self._report_frames()  # an idle worker would otherwise never report the tail
 
     def _on_states(self, chunk: StateChunk) -> None:
@@ -420,7 +449,7 @@ class _Stream:
 
     def _on_state(self, step: StepState) -> None:
         self._scene.set_state(step)
-        wanted = any(sink.wants_pixels() for sink in self._sinks)
+        wanted = any(sink.wants_pixels() for sink in self._targets())
         self._show(self._scene.render() if wanted else None)
 
     def _on_frame(self, frame: Any) -> None:
@@ -433,7 +462,7 @@ class _Stream:
         # Where nothing was paced frame by frame, the cap is kept once a message: what comes
         # next is not shown before the last frame shown is due.
         delay = self._next_due - self._interval - time.monotonic()
-        if delay > 0 and not self._final:
+        if delay > 0 and not (self._final or self._catching_up):
             time.sleep(delay)
 
     def _show(self, frame: Any) -> None:
@@ -442,13 +471,14 @@ class _Stream:
         # show frames as they come (a window, the MJPEG page while watched) get each at its
         # time; the others get a chunk's frames at once, with the time each is due (the 3D
         # view sends each pose then), and the render process sleeps once a chunk.
+        # Catching up a short video, the live view waits for it: no cap either.
         now = time.monotonic()
-        due = now if self._final else max(self._next_due, now)
+        due = now if self._final or self._catching_up else max(self._next_due, now)
         if due > now and any(sink.wants_real_time() for sink in self._sinks):
             time.sleep(due - now)
         if self._scene is not None:
             self._scene.due = due
-        for sink in self._sinks:
+        for sink in self._targets():
             sink.add_frame(frame, self._episode)
         self._frames_unreported += 1
         if time.monotonic() - self._last_report >= 0.5:
@@ -471,4 +501,5 @@ _HANDLERS: Dict[StreamKind, Callable[[_Stream, Any], None]] = {
     StreamKind.END: _Stream._on_end,
     StreamKind.STATES: _Stream._on_states,
     StreamKind.FRAME: _Stream._on_frame,
+    StreamKind.CATCH_UP: _Stream._on_catch_up,
 }

@@ -24,6 +24,7 @@ from async_plotter.worker.config import WorkerConfig
 from async_plotter.worker.playback import Playback, plan_playback
 from async_plotter.worker.shown_steps import ShownSteps
 from async_plotter.worker.status import StatusKind, StatusSender
+from async_plotter.worker.video_chain import VideoChain
 from async_plotter.render.stream import EpisodeEnd, EpisodeInfo, SceneInfo, StreamKind
 from async_plotter.env.stepper import EnvStepper
 
@@ -139,16 +140,18 @@ def _play(config: WorkerConfig, stepper: EnvStepper, runtime: Any, reader: Param
                 env_rate=playback.rate,
                 frame_stride=playback.stride,
                 video_fps=playback.fps)
+    shown_steps = ShownSteps(env, scene, frames_out, config.live, scene.fps or config.fps)
     # A video of an episode that ends at once (a young Hopper falls in 5-10 steps) would last a
     # fraction of a second; further episodes of the same parameters join it up to this length.
-    min_video_steps = playback.steps(config.min_video_seconds)
-    shown_steps = ShownSteps(env, scene, frames_out, config.live, scene.fps or config.fps)
+    chain = VideoChain(config.live, config.keeps_rollouts, playback.steps(config.min_video_seconds),
+                       shown_steps, frames_out)
     episode_index = 0
     current: Optional[ParamUpdate] = None
     part, shown = 0, 0  # episodes and steps shown of ``current`` so far
     while True:
         chained = current is not None and part > 0
-        if not chained and (current is None or not config.live or reader.newer_available()):
+        fresh = not chained and (current is None or not config.live or reader.newer_available())
+        if fresh:
             update = reader.wait(timeout=1.0)
             status.beat()
             if update is None:
@@ -158,14 +161,15 @@ def _play(config: WorkerConfig, stepper: EnvStepper, runtime: Any, reader: Param
             stepper.apply_state(update.params[cut:])
             current, part, shown = update, 0, 0
             status.send(StatusKind.APPLIED, update=update.number, iteration=update.iteration)
+        chain.before_episode(chained, reader)
         info = EpisodeInfo(current.number, current.iteration, episode_index, part)
         episode_index += 1
         full, clip = current.max_path_length, _clip_steps(current, config, playback)
         steps_left = max(full - shown, 1) if part else full
         clip_left = max(clip - shown, 1) if part else clip
+        wanted = chain.steps_wanted(fresh or chained, shown)  # by the video of ``current``
         end = _run_episode(stepper, runtime, shown_steps, info, (steps_left, clip_left), reader,
-                           config, frames_out, status, min_video_steps - shown,
-                           max(int(scene.stride), 1))
+                           config, frames_out, status, wanted, max(int(scene.stride), 1), chain)
         shown += end.steps
         part = part + 1 if end.continued else 0
         status.send(StatusKind.EPISODE,
@@ -195,11 +199,14 @@ def _clip_steps(update: ParamUpdate, config: WorkerConfig, playback: Playback) -
 
 def _run_episode(stepper: EnvStepper, runtime: Any, shown: ShownSteps, info: EpisodeInfo,
                  limits: tuple, reader: Any, config: WorkerConfig, frames_out: Connection,
-                 status: StatusSender, video_steps_wanted: int, stride: int) -> EpisodeEnd:
+                 status: StatusSender, video_steps_wanted: int, stride: int,
+                 chain: VideoChain) -> EpisodeEnd:
     """One episode of at most ``limits[0]`` steps, cut at ``limits[1]`` unless the final video
     is asked for; every ``stride``-th step is shown (streamed to the render process), and the
     first and last always (a video ends on the episode's true final state). ``stepper`` is the
-    env's ``env/stepper.EnvStepper``, the trainer-side check's way of stepping it."""
+    env's ``env/stepper.EnvStepper``, the trainer-side check's way of stepping it. In a live view, newer parameters
+    cut the episode unless the video still wants ``video_steps_wanted`` of it: ``chain``
+    catches those up first."""
     max_path_length, clip_length = limits
     observation = stepper.reset(None if config.seed is None else config.seed + info.episode)
     reset = getattr(runtime.policy, "reset", None)
@@ -211,7 +218,8 @@ def _run_episode(stepper: EnvStepper, runtime: Any, shown: ShownSteps, info: Epi
     shown.add()
     for steps in range(1, max_path_length + 1):
         # A viewer should see the newest policy now, not in 30 s; so should the final video.
-        if (config.live or reader.final_requested()) and reader.newer_available():
+        if ((config.live or reader.final_requested()) and reader.newer_available()
+                and not chain.keeps_going(steps - 1, video_steps_wanted, total_reward, reader)):
             completed = False
             if config.live:
                 shown.drop()  # steps of the old policy not yet due on screen
@@ -220,7 +228,8 @@ def _run_episode(stepper: EnvStepper, runtime: Any, shown: ShownSteps, info: Epi
         observation = step.observation
         total_reward += step.reward
         unsent_reward += step.reward
-        clipped = steps >= clip_length and not reader.final_requested()
+        clipped = ((steps >= clip_length and not reader.final_requested())
+                   or chain.enough(steps, video_steps_wanted))
         if step.ended or clipped or steps == max_path_length or steps % stride == 0:
             shown.add(step.action, unsent_reward)
             unsent_reward = 0.0
@@ -231,14 +240,13 @@ def _run_episode(stepper: EnvStepper, runtime: Any, shown: ShownSteps, info: Epi
         if clipped:
             break
     shown.flush()
-    # Chain another episode of these parameters into the same video while it is still short
-    # (recorded videos only; live views replay anyway): a video lasts min_video_seconds even
-    # when newer parameters wait (a young Hopper falls in 0.1 s), except once the final video
-    # is asked for, which shows the newest parameters without delay.
-    continued = (not config.live and completed and ended_early and steps < video_steps_wanted
-                 and not (reader.final_requested() and reader.newer_available()))
+    # Chain another episode of these parameters into the same video while it is still short:
+    # a video lasts min_video_seconds even when newer parameters wait (a young Hopper falls in
+    # 0.1 s), except once the final video is asked for (``worker/video_chain.py``).
+    continued = chain.continues(completed and ended_early, steps, video_steps_wanted, reader)
     end = EpisodeEnd(steps, total_reward, completed, continued=continued)
     frames_out.send((StreamKind.END, end))
+    chain.episode_ended(continued)
     return end
 
 

@@ -38,6 +38,8 @@ class ShownSteps:
         self._next_due = time.monotonic()
         self._count = 0
         self._starts_episode = False
+        #: the steps finish a short video for the recordings only: sent at once, unpaced
+        self._catching_up = False
         self._mujoco: Any = None
         if scene.kind != "mujoco":
             return
@@ -79,13 +81,18 @@ class ShownSteps:
         if count == 0:
             return
         self._count = 0
-        if self._live:
+        if self._live and not self._catching_up:
             self._pace(count)
         actions = (self._actions[:count].copy() if self._actions is not None else np.zeros(
             (count, 0), np.float32))
         self._out.send((StreamKind.STATES,
                         StateChunk(self._states[:count].copy(), actions,
                                    self._rewards[:count].copy(), self._starts_episode)))
+
+    def catch_up(self, on: bool) -> None:
+        """From now on, send steps unpaced (``on``: they finish a short video; see
+        ``worker/video_chain.py``), or paced again for the live view."""
+        self._catching_up = on
 
     def drop(self) -> None:
         """Forget what was collected and not sent (a newer policy is to be shown at once)."""
@@ -105,6 +112,6 @@ class ShownSteps:
         if frame is None:
             raise RuntimeError(f"env {self._scene.label} returned no frame from render(); build "
                                "it with render_mode='rgb_array' (a factory may accept render_mode)")
-        if self._live:
+        if self._live and not self._catching_up:
             self._pace(1)
         self._out.send((StreamKind.FRAME, np.ascontiguousarray(frame, dtype=np.uint8)))

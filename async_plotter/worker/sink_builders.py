@@ -31,6 +31,9 @@ class SinkContext:
     #: every ``stride``-th env step is shown; ``env_rate``: env steps per simulated second
     stride: int = 1
     env_rate: Optional[float] = None
+    #: the live page's socket, bound once by the supervisor (``web/listener.py``); None: the
+    #: page binds its own
+    http_listener: Any = None
 
 
 Builder = Callable[[Any, SinkContext], FrameSink]
@@ -115,7 +118,8 @@ def _http(spec: HttpSpec, context: SinkContext) -> FrameSink:
                     lambda url: context.status.send(StatusKind.HTTP, url=url),
                     title=context.title,
                     video_dir=spec.video_dir,
-                    view=spec.view)
+                    view=spec.view,
+                    listener=context.http_listener)
 
 
 def _callback(spec: CallbackSpec, context: SinkContext) -> FrameSink:
