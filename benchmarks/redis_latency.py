@@ -90,6 +90,7 @@ class Ours:
         from async_plotter.env.recipe import describe_env
         from async_plotter.policy.recipe import PolicyRecipe
         from async_plotter.worker.config import WorkerConfig
+        from async_plotter.worker.parameters import ParameterLayout
 
         config = WorkerConfig(env=describe_env("CartPole-v1"),
                               policy=PolicyRecipe("protocol", b"unused", False, "benchmark"),
@@ -100,7 +101,8 @@ class Ours:
                               priority="normal",
                               frame_size=None,
                               mujoco_gl="egl",
-                              seed=None)
+                              seed=None,
+                              parameters=ParameterLayout(size, np.dtype(np.float32)))
         self.stats = {}
         experiment = f"bench-{size}"
         self.writer = RedisWriter(url, experiment, config, size, np.float32, SECRET, self.stats)

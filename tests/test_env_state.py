@@ -188,6 +188,31 @@ def test_the_state_is_read_at_every_update_and_the_workers_copy_never_updates_it
     np.testing.assert_allclose(copy.obs_rms.mean, [helpers.LEFT_STATS, 0, 0, 0])
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_an_update_is_the_policy_then_the_env_state_and_splits_back_into_both(dtype):
+    """One module owns the vector (``worker/parameters.py``): what the trainer encodes, the
+    worker splits into the same two parts, in the policy's dtype as they travel."""
+    from async_plotter.worker.parameters import ParameterLayout
+
+    env, move = _single()
+    move(helpers.RIGHT_STATS)
+    state = TrainerEnvState(env, "CartPole-v1")
+    policy = (np.arange(5) / 3).astype(dtype)
+    layout = ParameterLayout(policy.size, np.dtype(dtype), state.layout)
+    flat = layout.encode(policy, state)
+    assert flat.dtype == dtype and flat.size == layout.size == 5 + 9
+    policy_part, env_part = layout.split(flat)
+    assert policy_part.dtype == dtype and env_part.dtype == dtype
+    np.testing.assert_array_equal(policy_part, policy)
+    np.testing.assert_array_equal(env_part, state.read().astype(dtype))
+    copy = NormalizeObservation(helpers.cartpole())
+    WorkerEnvState(copy, state.layout, "CartPole-v1").apply(env_part)
+    np.testing.assert_allclose(copy.obs_rms.mean, [helpers.RIGHT_STATS, 0, 0, 0])
+    assert copy.obs_rms.count == 1e4
+    alone = ParameterLayout(policy.size, np.dtype(dtype))  # an env without wrapper state
+    assert alone.encode(policy) is policy and alone.split(policy)[1].size == 0
+
+
 def test_a_factory_whose_env_normalizes_is_warned_about(tmp_path, caplog):
 
     def make(render_mode=None):
@@ -286,7 +311,8 @@ def test_an_async_vector_env_is_plotted_as_one_env_and_keeps_working(tmp_path):
         env.reset(seed=0)
         env.step(env.action_space.sample())
         plotter = Plotter(env, helpers.CartPositionPolicy(), video_dir=str(tmp_path))
-        assert plotter._config.worker.env_state.describe().startswith("NormalizeObservation")
+        assert plotter._config.worker.parameters.env_state.describe().startswith(
+            "NormalizeObservation")
         np.testing.assert_allclose(plotter._config.env_state.read()[:4], env.obs_rms.mean)
         env.step(env.action_space.sample())  # its pipes still work
     finally:

@@ -24,6 +24,7 @@ from async_plotter.env.recipe import describe_env
 from async_plotter.policy.adapters import adapter_for
 from async_plotter.policy.recipe import describe_policy
 from async_plotter.worker.config import WorkerConfig
+from async_plotter.worker.parameters import ParameterLayout
 from async_plotter.sinks.specs import VideoSpec
 from tests.conftest import wait_for
 from tests.policies import LinearPolicy
@@ -44,7 +45,9 @@ def _config() -> WorkerConfig:
                         priority="idle",
                         frame_size=None,
                         mujoco_gl="egl",
-                        seed=None).with_sinks([VideoSpec("/trainer/only")])
+                        seed=None,
+                        parameters=ParameterLayout(8, np.dtype(np.float32))).with_sinks(
+                            [VideoSpec("/trainer/only")])
 
 
 class _Pair:

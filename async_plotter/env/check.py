@@ -17,7 +17,7 @@ from typing import Any, Callable, List, Optional, Tuple
 import gymnasium
 import numpy as np
 
-from async_plotter.env.state import RLLAB, TrainerEnvState, env_layers, freezes, layer_kind
+from async_plotter.env.state import RLLAB, env_layers, freezes, layer_kind
 from async_plotter.errors import EnvMismatchError
 
 logger = logging.getLogger("async_plotter")
@@ -247,8 +247,3 @@ def _advice(name: str) -> str:
 
 def _show(values: np.ndarray) -> str:
     return np.array2string(np.asarray(values, np.float64).ravel()[:6], precision=4)
-
-
-def travelled(state: TrainerEnvState, dtype: np.dtype) -> np.ndarray:
-    """The trainer's env state as it arrives in the worker (rounded to the parameters' dtype)."""
-    return state.read().astype(dtype).astype(np.float64)

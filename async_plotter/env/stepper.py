@@ -1,5 +1,5 @@
 """The one way the plotter steps an env: a policy's output converted to the action space, the
-state that travels applied to the env's wrappers, the step, and the step limit kept.
+state that travelled kept in the env's wrappers, the step, and the step limit kept.
 
 The rollout process steps its env with it at every step, and the trainer-side check
 (``trainer/preflight.py``) steps its own copy once with it at ``Plotter()``: an env that
@@ -9,8 +9,6 @@ the action) fails there first, as a named error, instead of failing the worker o
 Runs in the trainer (once) and in the rollout process (every step); needs no TensorFlow.
 """
 from typing import Any, NamedTuple, Optional
-
-import numpy as np
 
 from async_plotter.env.gym_compat import direct_step
 from async_plotter.env.spaces import ActionConverter
@@ -48,11 +46,6 @@ class EnvStepper:
         self._step, self._time_limit = direct_step(env)
         self._steps = 0
         self._nonfinite = 0
-
-    def apply_state(self, flat: np.ndarray) -> None:
-        """Give the env's wrappers the state that travelled behind the policy's parameters
-        (``TrainerEnvState.read``'s vector)."""
-        self._state.apply(flat)
 
     def reset(self, seed: Optional[int] = None) -> Any:
         """A new episode; its first observation."""

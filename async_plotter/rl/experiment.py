@@ -225,26 +225,10 @@ def run_experiment_lite(fn_or_algo: Union[BatchPolopt, Callable[..., Any]],
                                                seed=settings["seed"],
                                                plot_kwargs=dict(plot_kwargs),
                                                recorder=recorder)
-    algo: Optional[BatchPolopt] = None
     with console_logging(recorder.debug_log), experiment_context.activate(ctx):
         logger.info("experiment %s: outputs in %s", exp_name, log_dir)
         try:
-            if seed is not None:
-                _seed_everything(int(seed))
-            if isinstance(fn_or_algo, BatchPolopt):
-                algo = fn_or_algo
-                algo.train()
-            else:
-                returned = _call_user_function(fn_or_algo, settings)
-                if isinstance(returned, BatchPolopt) and returned not in ctx.trained:
-                    algo = returned
-                    algo.train()
-                elif ctx.trained:
-                    algo = ctx.trained[-1]
-                else:
-                    raise TypeError(f"{getattr(fn_or_algo, '__name__', fn_or_algo)!r} neither "
-                                    f"returned an algorithm nor trained one (it returned "
-                                    f"{type(returned).__name__})")
+            algo = _train(fn_or_algo, settings, ctx)
         except KeyboardInterrupt:
             logger.warning("experiment %s interrupted; outputs so far are in %s", exp_name, log_dir)
             raise
@@ -268,6 +252,25 @@ def run_experiment_lite(fn_or_algo: Union[BatchPolopt, Callable[..., Any]],
                             history=list(recorder.rows),
                             videos=videos,
                             final_video=final_video)
+
+
+def _train(fn_or_algo: Union[BatchPolopt, Callable[..., Any]], settings: Dict[str, Any],
+           ctx: experiment_context.ExperimentContext) -> BatchPolopt:
+    """Seed everything, then train the algorithm, or call the user's function and train what it
+    returns (unless it trained it itself); the algorithm that trained."""
+    if settings["seed"] is not None:
+        _seed_everything(settings["seed"])
+    if isinstance(fn_or_algo, BatchPolopt):
+        fn_or_algo.train()
+        return fn_or_algo
+    returned = _call_user_function(fn_or_algo, settings)
+    if isinstance(returned, BatchPolopt) and returned not in ctx.trained:
+        returned.train()
+        return returned
+    if ctx.trained:
+        return ctx.trained[-1]
+    raise TypeError(f"{getattr(fn_or_algo, '__name__', fn_or_algo)!r} neither returned an "
+                    f"algorithm nor trained one (it returned {type(returned).__name__})")
 
 
 def _videos(video_dir: Optional[str]) -> List[str]:

@@ -32,6 +32,7 @@ from async_plotter.validation import (boolean, callable_or_none, cpu_fraction, f
                                       non_negative_number, one_of, positive_int, positive_number)
 from async_plotter.supervision.budget import DEFAULT_BUDGET
 from async_plotter.worker.config import WorkerConfig
+from async_plotter.worker.parameters import ParameterLayout
 from async_plotter.supervision.priorities import PRIORITIES
 from async_plotter.sinks.specs import (CallbackSpec, HttpSpec, LiveStatesSpec, SinkSpec, StatesSpec,
                                        TensorBoardSpec, UserSinkSpec, VideoSpec, WindowSpec)
@@ -97,20 +98,8 @@ class PlotterConfig:
     #: compares the worker's copy with it
     trainer_env: Any = None
     #: its wrappers' state, read at start() and every update_plot and sent behind the
-    #: parameters (None: it has none)
+    #: parameters (``worker.parameters.encode``; None: it has none)
     env_state: Optional[TrainerEnvState] = None
-
-    def travelling(self, flat: np.ndarray) -> np.ndarray:
-        """What is sent for the policy's parameters ``flat``: they, then the env's wrapper
-        state now, in their dtype (``WorkerConfig.policy_size`` tells the worker where to cut)."""
-        if self.env_state is None:
-            return flat
-        return np.concatenate([flat, self.env_state.read().astype(flat.dtype)])
-
-    @property
-    def travelling_size(self) -> int:
-        """The size of what ``travelling`` returns."""
-        return self.initial.size + (self.env_state.layout.size if self.env_state else 0)
 
     @property
     def has_output(self) -> bool:
@@ -130,11 +119,7 @@ def plotter_config(arguments: Mapping[str, Any]) -> PlotterConfig:
     fps = positive_number("fps", given.fps)
     one_of("quality", given.quality, _QUALITIES)
     budget = _checked_budget(given.budget, given.priority)
-    if given.final_video_timeout is None:
-        final_video_timeout = (_FINAL_VIDEO_BASE_SECONDS +
-                               _FINAL_VIDEO_SECONDS_PER_STEP * max_path_length)
-    else:
-        final_video_timeout = non_negative_number("final_video_timeout", given.final_video_timeout)
+    final_video_timeout = _final_video_timeout(given.final_video_timeout, max_path_length)
     min_video_seconds = non_negative_number("min_video_seconds", given.min_video_seconds)
     video_length, video_seconds = _video_span(given.video_length)
     one_of("policy_device", given.policy_device, POLICY_DEVICES)
@@ -154,26 +139,19 @@ def plotter_config(arguments: Mapping[str, Any]) -> PlotterConfig:
     boolean("tensorboard_scalars", given.tensorboard_scalars)
     camera = check_camera_argument(given.camera)
     # given.sess and given.graph: garage passes them; the worker has its own graph and session.
-    http_config = None
-    if given.http is not None:
-        from async_plotter.web.address import parse_http_address
-
-        http_config = parse_http_address(given.http, given.http_token)
+    http_config = _http_config(given.http, given.http_token)
     view = checked_view(given.view, http_config is not None)
     record_states = _checked_record_states(given.record_states, video_dir, window
                                            or http_config is not None)
     publish = _publish_target(given.channel, given.experiment, given.secret)
 
     env_recipe = describe_env(given.env)
-    trainer_env = given.env if _is_env_object(given.env) else None
-    env_state = TrainerEnvState(trainer_env, env_recipe.label) if trainer_env is not None else None
-    if env_state is not None and not env_state.layout.layers:
-        env_state = None
+    trainer_env, env_state = _trainer_env(given.env, env_recipe.label)
     adapter = adapter_for(given.policy)
     policy_recipe = describe_policy(given.policy, adapter, given.policy_factory)
     initial = _initial_parameters(given.policy, adapter)
-    specs = _output_specs(video_dir, window, http_config, given.on_frame, view, record_states)
-    specs += user_sinks
+    specs = _output_specs(video_dir, window, http_config, given.on_frame, view,
+                          record_states) + user_sinks
     if tensorboard_dir:
         specs.append(TensorBoardSpec(tensorboard_dir, scalars=given.tensorboard_scalars))
     worker = WorkerConfig(
@@ -193,8 +171,8 @@ def plotter_config(arguments: Mapping[str, Any]) -> PlotterConfig:
         video_length=video_length,
         video_seconds=video_seconds,
         policy_device=given.policy_device,
-        env_state=env_state.layout if env_state else EnvStateLayout(),
-        policy_size=initial.size,
+        parameters=ParameterLayout(initial.size, initial.dtype,
+                                   env_state.layout if env_state else EnvStateLayout()),
     ).with_sinks(specs)
     return PlotterConfig(worker=worker,
                          initial=initial,
@@ -214,9 +192,29 @@ def plotter_config(arguments: Mapping[str, Any]) -> PlotterConfig:
                          verbose=verbose)
 
 
-def _is_env_object(env: Any) -> bool:
-    """An env (or vector env) instance, rather than an id, a spec, a class or a factory."""
-    return (not isinstance(env, (str, type)) and hasattr(env, "step") and hasattr(env, "reset"))
+def _final_video_timeout(given: Any, max_path_length: int) -> float:
+    """The given limit, else enough for one rollout of ``max_path_length`` steps."""
+    if given is None:
+        return _FINAL_VIDEO_BASE_SECONDS + _FINAL_VIDEO_SECONDS_PER_STEP * max_path_length
+    return non_negative_number("final_video_timeout", given)
+
+
+def _http_config(http: Any, token: Optional[str]) -> Any:
+    """The live page's address and token (``Plotter(http=...)``), checked; None without it."""
+    if http is None:
+        return None
+    from async_plotter.web.address import parse_http_address
+
+    return parse_http_address(http, token)
+
+
+def _trainer_env(env: Any, label: str) -> Tuple[Any, Optional[TrainerEnvState]]:
+    """The env object the user passed (None for an id, a spec, a class or a factory), and the
+    state of its wrappers, which travels behind the parameters (None: it has none)."""
+    if isinstance(env, (str, type)) or not (hasattr(env, "step") and hasattr(env, "reset")):
+        return None, None
+    state = TrainerEnvState(env, label)
+    return env, state if state.layout.layers else None
 
 
 def checked_parameters(flat: np.ndarray,

@@ -35,7 +35,7 @@ from async_plotter.supervision.budget import DEFAULT_BUDGET  # noqa: F401
 from async_plotter.trainer.config import (DEFAULT_VIDEO_LENGTH, DEFAULT_VIDEO_SECONDS,
                                           checked_parameters, create_output_dirs, plotter_config)
 from async_plotter.trainer.routes import PlotRoute, open_route
-from async_plotter.sinks.specs import HttpSpec, LiveStatesSpec
+from async_plotter.sinks.specs import HttpSpec
 from async_plotter.supervision.stats import WorkerStats
 from async_plotter.trainer.summary import summarize_videos
 from async_plotter.console import tell
@@ -207,19 +207,8 @@ class Plotter:
         # Every argument, by name, to the one function that checks them all; this signature is
         # the only place that names them and their defaults.
         config = plotter_config({name: value for name, value in locals().items() if name != "self"})
-        worker = config.worker
         with private_runtime_dir():  # pygame's Wayland probe: no "XDG_RUNTIME_DIR" error line
-            check_before_start(worker.env,
-                               worker.policy,
-                               policy,
-                               config.adapter,
-                               worker.camera,
-                               policy_on_cpu=worker.policy_device == "cpu",
-                               trainer_env=config.trainer_env,
-                               env_state=config.env_state,
-                               dtype=config.initial.dtype,
-                               record_states=any(
-                                   isinstance(spec, LiveStatesSpec) for spec in worker.sinks))
+            check_before_start(config, policy)
         create_output_dirs(config)  # only once every check has passed
         self._config = config
         self._stats = WorkerStats(disabled=not config.has_output)
@@ -289,7 +278,8 @@ class Plotter:
         route = self._route
         if route is None or self._stats.disabled:
             return
-        route.publish(config.travelling(flat), iteration, max_path_length)
+        route.publish(config.worker.parameters.encode(flat, config.env_state), iteration,
+                      max_path_length)
         if metrics and not route.post_metrics(iteration, metrics):
             logger.warning(
                 "update_plot(): metrics dropped, too large to send (%d keys); send a few scalars",

@@ -38,18 +38,19 @@ from typing import Any, List, Optional
 
 import numpy as np
 
-from async_plotter.env.check import check_worker_env, travelled
+from async_plotter.env.check import check_worker_env
 from async_plotter.env.recipe import (EnvRecipe, build_env, builds_from_registry,
                                       factory_accepts_render_mode)
-from async_plotter.env.state import EnvStateLayout, TrainerEnvState, WorkerEnvState
+from async_plotter.env.state import WorkerEnvState
 from async_plotter.env.stepper import EnvStepper
 from async_plotter.errors import EnvBuildError, EnvRenderError, EnvStepError, PolicyShapeError
 from async_plotter.mujoco_warnings import kept_to_log
 from async_plotter.policy.adapters import KerasAdapter, PolicyAdapter
 from async_plotter.policy.check import brief_error, check_worker_copy
-from async_plotter.policy.recipe import PolicyRecipe
 from async_plotter.policy.random_state import random_state_kept
 from async_plotter.env.spaces import BOX, DISCRETE, space_kind
+from async_plotter.sinks.specs import LiveStatesSpec
+from async_plotter.trainer.config import PlotterConfig
 
 logger = logging.getLogger("async_plotter")
 
@@ -58,59 +59,49 @@ logger = logging.getLogger("async_plotter")
 _GL_MARKERS = ("OpenGL", "pyglet", "moderngl", "glfw", "mujoco", "dm_control", "pybullet")
 
 
-def check_before_start(env_recipe: EnvRecipe,
-                       policy_recipe: PolicyRecipe,
-                       policy: Any,
-                       adapter: PolicyAdapter,
-                       camera: Any,
-                       policy_on_cpu: bool = True,
-                       trainer_env: Any = None,
-                       env_state: Optional[TrainerEnvState] = None,
-                       dtype: Any = np.float32,
-                       record_states: bool = False) -> None:
-    """Raise a named error if the env, the policy or the camera cannot work together, or if the
-    worker's copy of the env or the policy would act differently from ``trainer_env`` and
-    ``policy`` (the policy checked on the CPU when the worker's TensorFlow sees no GPU,
-    ``policy_on_cpu``). ``env_state``: the trainer's env's wrapper state, which travels in the
-    parameters' ``dtype``. ``record_states``: the user asked for state recordings of the live
-    episodes, which only a MuJoCo env has (one warning otherwise)."""
+def check_before_start(config: PlotterConfig, policy: Any) -> None:
+    """Raise a named error if the env, the policy or the camera of ``config`` cannot work
+    together, or if the worker's copy of the env or of ``policy`` would act differently from the
+    trainer's env object (``config.trainer_env``) and ``policy``: the policy checked on the CPU
+    when the worker's TensorFlow sees no GPU, the env given its wrappers' state as it travels.
+    State recordings of the live episodes (``record_states``), which only a MuJoCo env has, get
+    one warning otherwise."""
     started = time.perf_counter()
     with kept_to_log():
-        _check(env_recipe, policy_recipe, policy, adapter, camera, policy_on_cpu, trainer_env,
-               env_state, dtype, record_states)
-    logger.debug("Plotter checks of %s took %.0f ms", env_recipe.label,
+        _check(config, policy)
+    logger.debug("Plotter checks of %s took %.0f ms", config.worker.env.label,
                  1000 * (time.perf_counter() - started))
 
 
-def _check(env_recipe: EnvRecipe, policy_recipe: PolicyRecipe, policy: Any, adapter: PolicyAdapter,
-           camera: Any, policy_on_cpu: bool, trainer_env: Any, env_state: Optional[TrainerEnvState],
-           dtype: Any, record_states: bool) -> None:
+def _check(config: PlotterConfig, policy: Any) -> None:
+    worker = config.worker
+    env_recipe, label = worker.env, worker.env.label
     env = _build(env_recipe, None)
     opened = [env]
     try:
-        stepper = _stepper(env, env_state, dtype, env_recipe.label)
-        check_worker_env(env, trainer_env, env_recipe.label)
-        observation = _reset(stepper, env_recipe.label)
+        stepper = _stepper(env, config)
+        check_worker_env(env, config.trainer_env, label)
+        observation = _reset(stepper, label)
         model = _mujoco_model(env)
-        action = _check_policy(policy, adapter, observation, env, env_recipe.label)
-        _step_once(stepper, action, dtype, env_recipe.label)
+        action = _check_policy(policy, config.adapter, observation, env, label)
+        _step_once(stepper, action, config.initial.dtype, label)
         if action is not None:
-            check_worker_copy(policy_recipe, policy, adapter, _copy(observation), env_recipe.label,
-                              policy_on_cpu)
+            check_worker_copy(worker.policy, policy, config.adapter, _copy(observation), label,
+                              worker.policy_device == "cpu")
         if model is not None:
             from async_plotter.render.camera import check_camera_for_model
 
-            if camera is not None:
-                check_camera_for_model(camera, model, env_recipe.label)
+            if worker.camera is not None:
+                check_camera_for_model(worker.camera, model, label)
         else:
-            if camera is not None:
-                logger.warning("camera=%r is ignored: %s draws its own frames (not MuJoCo)", camera,
-                               env_recipe.label)
-            if record_states:
+            if worker.camera is not None:
+                logger.warning("camera=%r is ignored: %s draws its own frames (not MuJoCo)",
+                               worker.camera, label)
+            if any(isinstance(spec, LiveStatesSpec) for spec in worker.sinks):
                 logger.warning(
                     "record_states=True records nothing: %s draws its own frames (not MuJoCo), "
                     "so there is no physics state to record; its live view and videos are "
-                    "unaffected", env_recipe.label)
+                    "unaffected", label)
             _check_frames(env_recipe, env, opened)
     finally:
         for each in opened:
@@ -130,11 +121,11 @@ def _build(recipe: EnvRecipe, render_mode: Optional[str]) -> Any:
             "arguments (a factory is called as factory(), a class as Class()).") from error
 
 
-def _stepper(env: Any, env_state: Optional[TrainerEnvState], dtype: Any, label: str) -> EnvStepper:
-    """The worker's stepper on the check's env, given the trainer's wrapper state as it
-    travels (rounded to the parameters' dtype)."""
-    layout = env_state.layout if env_state is not None else EnvStateLayout()
-    state = WorkerEnvState(env, layout, label)
+def _stepper(env: Any, config: PlotterConfig) -> EnvStepper:
+    """The worker's stepper on the check's env, given the trainer's wrapper state as the worker
+    gets it (in the parameters' dtype, cut from update 0)."""
+    layout, label = config.worker.parameters, config.worker.env.label
+    state = WorkerEnvState(env, layout.env_state, label)
     try:
         stepper = EnvStepper(env, state)
     except Exception as error:  # noqa: BLE001 - a space the worker cannot read
@@ -142,8 +133,7 @@ def _stepper(env: Any, env_state: Optional[TrainerEnvState], dtype: Any, label: 
             f"the plot worker cannot step {label}: its action space "
             f"{getattr(env, 'action_space', None)!r} cannot be read: {type(error).__name__}: "
             f"{error}") from error
-    if env_state is not None:
-        stepper.apply_state(travelled(env_state, dtype))
+    state.apply(layout.split(layout.encode(config.initial, config.env_state))[1])
     return stepper
 
 

@@ -52,8 +52,9 @@ class LocalRoute:
         self._config = config.worker
         self._verbose = config.verbose
         self._stats = stats
-        self.writer = SharedMemoryWriter(config.travelling_size, config.initial.dtype)
-        self.writer.publish(config.travelling(config.initial),
+        layout = config.worker.parameters
+        self.writer = SharedMemoryWriter(layout.size, layout.dtype)
+        self.writer.publish(layout.encode(config.initial, config.env_state),
                             None,
                             config.worker.max_path_length,
                             number=0)
@@ -132,11 +133,10 @@ class PublishRoute:
     def __init__(self, config: PlotterConfig, stats: WorkerStats) -> None:
         from async_plotter.channel.redis.writer import RedisWriter
 
-        target = config.publish
-        self.writer = RedisWriter(target.url, target.experiment, config.worker,
-                                  config.travelling_size, config.initial.dtype, target.secret,
-                                  stats)
-        self.writer.publish(config.travelling(config.initial),
+        target, layout = config.publish, config.worker.parameters
+        self.writer = RedisWriter(target.url, target.experiment, config.worker, layout.size,
+                                  layout.dtype, target.secret, stats)
+        self.writer.publish(layout.encode(config.initial, config.env_state),
                             None,
                             config.worker.max_path_length,
                             number=0)

@@ -3,8 +3,8 @@ import dataclasses
 from typing import Any, Iterable, Optional, Tuple
 
 from async_plotter.env.recipe import EnvRecipe
-from async_plotter.env.state import EnvStateLayout
 from async_plotter.policy.recipe import PolicyRecipe
+from async_plotter.worker.parameters import ParameterLayout
 from async_plotter.sinks.specs import SinkSpec, records, wants_live
 
 
@@ -25,6 +25,8 @@ class WorkerConfig:
     frame_size: Optional[Tuple[int, int]]  # (width, height); None: the env's own
     mujoco_gl: str  # offscreen GL backend for MuJoCo: "egl" or "osmesa"
     seed: Optional[int]
+    #: what an update's vector holds: the policy's parameters, then its env's wrapper state
+    parameters: ParameterLayout
     #: fraction of the machine's CPU the worker may take beyond idle CPU (``supervision/budget.py``)
     budget: Optional[float] = None
     #: recorded videos last at least this long: short episodes are chained into one file
@@ -49,11 +51,6 @@ class WorkerConfig:
     #: process must know without the sinks: it chains short episodes into the video, and in a
     #: live view finishes a short one before showing a newer policy (``worker/video_chain.py``)
     keeps_rollouts: bool = False
-    #: the state of the env's wrappers that travels behind the policy's parameters
-    #: (``env/state.py``): every update is ``policy_size`` parameters, then this layout's values
-    env_state: EnvStateLayout = EnvStateLayout()
-    #: how many of an update's values are the policy's parameters (None: all of them)
-    policy_size: Optional[int] = None
 
     def with_sinks(self, sinks: Iterable[SinkSpec]) -> "WorkerConfig":
         """This configuration sending frames to ``sinks``, live exactly when one of them is."""

@@ -16,11 +16,12 @@ import signal
 import sys
 import time
 from multiprocessing.connection import Connection
-from typing import Any, Optional
+from typing import Any, Tuple
 
 from async_plotter.channel.base import ChannelAddress, ParamReader, ParamUpdate, ParentGone
 from async_plotter.processes import (become_background_child, keep_side_effects_out_of_user_folders)
 from async_plotter.worker.config import WorkerConfig
+from async_plotter.worker.parameters import ParameterClient
 from async_plotter.worker.playback import Playback, plan_playback
 from async_plotter.worker.shown_steps import ShownSteps
 from async_plotter.worker.status import StatusKind, StatusSender
@@ -101,8 +102,10 @@ def _run(config: WorkerConfig, reader: ParamReader, frames_out: Connection,
     try:
         runtime = PolicyRuntime(config.policy, config.deterministic)
         env = build_env(config.env, render_mode="rgb_array")
-        stepper = EnvStepper(env, WorkerEnvState(env, config.env_state, config.env.label))
-        _play(config, stepper, runtime, reader, frames_out, status)
+        env_state = WorkerEnvState(env, config.parameters.env_state, config.env.label)
+        stepper = EnvStepper(env, env_state)
+        params = ParameterClient(reader, config.parameters, runtime, env_state, status)
+        _play(config, stepper, runtime, params, frames_out, status)
     finally:
         # Whatever ended it (a stop, an error, SIGTERM as SystemExit), as Gymnasium's vector
         # workers do: the env's files, viewers and pygame, the policy's graph and session.
@@ -122,7 +125,7 @@ def _close_quietly(what: str, thing: Any) -> None:
         logger.warning("closing the rollout process's %s failed", what, exc_info=True)
 
 
-def _play(config: WorkerConfig, stepper: EnvStepper, runtime: Any, reader: ParamReader,
+def _play(config: WorkerConfig, stepper: EnvStepper, runtime: Any, params: ParameterClient,
           frames_out: Connection, status: StatusSender) -> None:
     """Announce the scene, then run episodes of the newest parameters until stopped."""
     env = stepper.env
@@ -145,31 +148,27 @@ def _play(config: WorkerConfig, stepper: EnvStepper, runtime: Any, reader: Param
     # fraction of a second; further episodes of the same parameters join it up to this length.
     chain = VideoChain(config.live, config.keeps_rollouts, playback.steps(config.min_video_seconds),
                        shown_steps, frames_out)
+    rollout = _Rollout(config, stepper, runtime, params, shown_steps, chain, frames_out, status,
+                       max(int(scene.stride), 1))
     episode_index = 0
-    current: Optional[ParamUpdate] = None
-    part, shown = 0, 0  # episodes and steps shown of ``current`` so far
+    part, shown = 0, 0  # episodes and steps shown of ``params.current`` so far
     while True:
-        chained = current is not None and part > 0
-        fresh = not chained and (current is None or not config.live or reader.newer_available())
+        chained = params.current is not None and part > 0
+        fresh = not chained and (params.current is None or not config.live
+                                 or params.newer_available())
         if fresh:
-            update = reader.wait(timeout=1.0)
-            status.beat()
-            if update is None:
+            if not params.update(timeout=1.0):
                 continue
-            cut = update.params.size if config.policy_size is None else config.policy_size
-            runtime.set_params(update.params[:cut])
-            stepper.apply_state(update.params[cut:])
-            current, part, shown = update, 0, 0
-            status.send(StatusKind.APPLIED, update=update.number, iteration=update.iteration)
-        chain.before_episode(chained, reader)
+            part, shown = 0, 0
+        current = params.current
+        chain.before_episode(chained, params)
         info = EpisodeInfo(current.number, current.iteration, episode_index, part)
         episode_index += 1
         full, clip = current.max_path_length, _clip_steps(current, config, playback)
         steps_left = max(full - shown, 1) if part else full
         clip_left = max(clip - shown, 1) if part else clip
         wanted = chain.steps_wanted(fresh or chained, shown)  # by the video of ``current``
-        end = _run_episode(stepper, runtime, shown_steps, info, (steps_left, clip_left), reader,
-                           config, frames_out, status, wanted, max(int(scene.stride), 1), chain)
+        end = _run_episode(rollout, info, (steps_left, clip_left), wanted)
         shown += end.steps
         part = part + 1 if end.continued else 0
         status.send(StatusKind.EPISODE,
@@ -180,6 +179,24 @@ def _play(config: WorkerConfig, stepper: EnvStepper, runtime: Any, reader: Param
                     part=info.part,
                     iteration=info.iteration,
                     nonfinite_actions=stepper.take_nonfinite())
+
+
+@dataclasses.dataclass(frozen=True)
+class _Rollout:
+    """What every episode of the rollout process works with: the env and the policy, the newest
+    parameters, and where the shown steps and the reports go."""
+
+    config: WorkerConfig
+    stepper: EnvStepper
+    runtime: Any
+    params: ParameterClient
+    shown: ShownSteps
+    #: which episodes make a video, and the catch-up of a short one beside a live view
+    chain: VideoChain
+    frames_out: Connection
+    status: StatusSender
+    #: every ``stride``-th step is shown
+    stride: int
 
 
 def _clip_steps(update: ParamUpdate, config: WorkerConfig, playback: Playback) -> int:
@@ -197,29 +214,29 @@ def _clip_steps(update: ParamUpdate, config: WorkerConfig, playback: Playback) -
     return update.max_path_length
 
 
-def _run_episode(stepper: EnvStepper, runtime: Any, shown: ShownSteps, info: EpisodeInfo,
-                 limits: tuple, reader: Any, config: WorkerConfig, frames_out: Connection,
-                 status: StatusSender, video_steps_wanted: int, stride: int,
-                 chain: VideoChain) -> EpisodeEnd:
+def _run_episode(rollout: _Rollout, info: EpisodeInfo, limits: Tuple[int, int],
+                 video_steps_wanted: int) -> EpisodeEnd:
     """One episode of at most ``limits[0]`` steps, cut at ``limits[1]`` unless the final video
-    is asked for; every ``stride``-th step is shown (streamed to the render process), and the
-    first and last always (a video ends on the episode's true final state). ``stepper`` is the
-    env's ``env/stepper.EnvStepper``, the trainer-side check's way of stepping it. In a live view, newer parameters
-    cut the episode unless the video still wants ``video_steps_wanted`` of it: ``chain``
-    catches those up first."""
+    is asked for; every ``rollout.stride``-th step is shown (streamed to the render process),
+    and the first and last always (a video ends on the episode's true final state). The env is
+    stepped by ``env/stepper.EnvStepper``, the trainer-side check's way of stepping it. In a
+    live view, newer parameters cut the episode unless the video still wants
+    ``video_steps_wanted`` of it: ``rollout.chain`` catches those up first."""
     max_path_length, clip_length = limits
+    config, params, shown, chain = rollout.config, rollout.params, rollout.shown, rollout.chain
+    stepper, runtime = rollout.stepper, rollout.runtime
     observation = stepper.reset(None if config.seed is None else config.seed + info.episode)
     reset = getattr(runtime.policy, "reset", None)
     if callable(reset):
         reset()  # as rllab's and garage's rollout(): recurrent policies clear their state here
-    frames_out.send((StreamKind.BEGIN, info))
+    rollout.frames_out.send((StreamKind.BEGIN, info))
     total_reward, steps, completed, ended_early = 0.0, 0, True, False
     unsent_reward = 0.0  # since the previous shown step (a recording keeps it per shown step)
     shown.add()
     for steps in range(1, max_path_length + 1):
         # A viewer should see the newest policy now, not in 30 s; so should the final video.
-        if ((config.live or reader.final_requested()) and reader.newer_available()
-                and not chain.keeps_going(steps - 1, video_steps_wanted, total_reward, reader)):
+        if ((config.live or params.final_requested()) and params.newer_available()
+                and not chain.keeps_going(steps - 1, video_steps_wanted, total_reward, params)):
             completed = False
             if config.live:
                 shown.drop()  # steps of the old policy not yet due on screen
@@ -228,12 +245,12 @@ def _run_episode(stepper: EnvStepper, runtime: Any, shown: ShownSteps, info: Epi
         observation = step.observation
         total_reward += step.reward
         unsent_reward += step.reward
-        clipped = ((steps >= clip_length and not reader.final_requested())
+        clipped = ((steps >= clip_length and not params.final_requested())
                    or chain.enough(steps, video_steps_wanted))
-        if step.ended or clipped or steps == max_path_length or steps % stride == 0:
+        if step.ended or clipped or steps == max_path_length or steps % rollout.stride == 0:
             shown.add(step.action, unsent_reward)
             unsent_reward = 0.0
-        status.beat()
+        rollout.status.beat()
         if step.ended:
             ended_early = steps < max_path_length
             break
@@ -243,9 +260,9 @@ def _run_episode(stepper: EnvStepper, runtime: Any, shown: ShownSteps, info: Epi
     # Chain another episode of these parameters into the same video while it is still short:
     # a video lasts min_video_seconds even when newer parameters wait (a young Hopper falls in
     # 0.1 s), except once the final video is asked for (``worker/video_chain.py``).
-    continued = chain.continues(completed and ended_early, steps, video_steps_wanted, reader)
+    continued = chain.continues(completed and ended_early, steps, video_steps_wanted, params)
     end = EpisodeEnd(steps, total_reward, completed, continued=continued)
-    frames_out.send((StreamKind.END, end))
+    rollout.frames_out.send((StreamKind.END, end))
     chain.episode_ended(continued)
     return end
 

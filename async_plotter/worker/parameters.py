@@ -1,0 +1,80 @@
+"""The vector an update carries from the trainer to the rollout process, both ends of it.
+
+It is the policy's flat parameters, then the state of the trainer's env's wrappers (running
+statistics, ``env/state.py``), in the policy's dtype. The trainer builds it with
+``ParameterLayout.encode`` and publishes it (shared memory or Redis); the rollout process's
+``ParameterClient`` takes the newest, cuts it with ``split`` and applies both parts, as acme's
+``VariableClient`` fetches an actor's newest variables. The trainer-side check gives its copy of
+the env the state through the same two calls.
+"""
+import dataclasses
+from typing import Any, Optional, Tuple
+
+import numpy as np
+
+from async_plotter.channel.base import ParamReader, ParamUpdate
+from async_plotter.env.state import EnvStateLayout, TrainerEnvState, WorkerEnvState
+from async_plotter.worker.status import StatusKind, StatusSender
+
+
+@dataclasses.dataclass(frozen=True)
+class ParameterLayout:
+    """``policy_size`` parameters, then ``env_state``'s values, all of ``dtype``."""
+
+    policy_size: int
+    dtype: np.dtype
+    env_state: EnvStateLayout = EnvStateLayout()
+
+    @property
+    def size(self) -> int:
+        """Values in one update (what a channel is built for)."""
+        return self.policy_size + self.env_state.size
+
+    def encode(self,
+               policy_flat: np.ndarray,
+               env_state: Optional[TrainerEnvState] = None) -> np.ndarray:
+        """Trainer side: the policy's parameters, then its env's wrapper state read now."""
+        if env_state is None:
+            return policy_flat
+        return np.concatenate([policy_flat, env_state.read().astype(self.dtype)])
+
+    def split(self, flat: np.ndarray) -> Tuple[np.ndarray, np.ndarray]:
+        """Worker side: ``encode``'s vector as (policy's parameters, env's wrapper state)."""
+        return flat[:self.policy_size], flat[self.policy_size:]
+
+
+class ParameterClient:
+    """The rollout process's end: the newest update from ``reader``, its policy's part given to
+    ``runtime``, its env's part to the worker's env (``env_state``), ``APPLIED`` reported."""
+
+    def __init__(self, reader: ParamReader, layout: ParameterLayout, runtime: Any,
+                 env_state: WorkerEnvState, status: StatusSender) -> None:
+        self._reader = reader
+        self._layout = layout
+        self._runtime = runtime
+        self._env_state = env_state
+        self._status = status
+        #: the update applied last; None before the first
+        self.current: Optional[ParamUpdate] = None
+
+    def update(self, timeout: Optional[float] = 1.0) -> bool:
+        """Apply the newest update once one newer than ``current`` is there, within ``timeout``
+        seconds; False if none came (``ParentGone`` once the trainer is gone)."""
+        update = self._reader.wait(timeout=timeout)
+        self._status.beat()
+        if update is None:
+            return False
+        policy, env_state = self._layout.split(update.params)
+        self._runtime.set_params(policy)
+        self._env_state.apply(env_state)
+        self.current = update
+        self._status.send(StatusKind.APPLIED, update=update.number, iteration=update.iteration)
+        return True
+
+    def newer_available(self) -> bool:
+        """Whether an update newer than ``current`` waits."""
+        return self._reader.newer_available()
+
+    def final_requested(self) -> bool:
+        """Whether the trainer finished and wants a video of its newest parameters."""
+        return self._reader.final_requested()
