@@ -85,8 +85,9 @@ def test_the_real_url_is_reported_and_the_page_served(watched):
     assert "stream.mjpg" in page and "EventSource" in page
 
 
-# Not alone: with six busy processes beside it (load 17) a newer policy showed in 0.6-1.8 s (it
-# had taken 5-20 s, and 4 s once in CI, before stale chunks were skipped: test_live_latency.py)
+# Not alone: beside three busy processes a newer policy showed in 0.2-1.8 s at load 20-24 (main:
+# 1.4-2.0 s at load 9-11, and 4 s once in CI, before the render process skipped stale chunks:
+# test_live_latency.py); beside six, at load 19-25, in 0.4-4.0 s (main: 5-20 s)
 def test_frames_show_the_env_and_switch_to_each_new_policy_at_once(watched):
     plotter, policy, url = watched
     stream = read_mjpeg(url + "stream.mjpg")
