@@ -301,7 +301,10 @@ class _Stream:
     def run(self, lifeline: Connection) -> None:
         """Handle messages until the trainer closes the lifeline or the rollout process goes."""
         while True:
-            if self._ahead:
+            # What was read ahead comes first, unless the trainer has something to say (it may
+            # be closing: a render process that keeps reading ahead must still hear it).
+            if self._ahead and not lifeline.poll():
+                self._status.beat()
                 message = self._ahead.popleft()
             else:
                 message = _receive(self._frames_in, lifeline, self._status)
