@@ -1,6 +1,7 @@
-"""Clients the tests and ``benchmarks/web_hostile.py`` share (nothing of the test suite is
-imported here): a reader of the live page's MJPEG stream, a 3D page's socket as viser's client
-opens it, and ``async-plotter replay`` started as a user starts it."""
+"""Clients the tests and the benchmarks (``web_hostile.py``, ``live_latency.py``) share (nothing
+of the test suite is imported here): a reader of the live page's MJPEG stream, a 3D page's socket
+as viser's client opens it and what its messages show, and ``async-plotter replay`` started as a
+user starts it."""
 import os
 import re
 import socket
@@ -45,6 +46,36 @@ def view3d_socket(url: str,
                    additional_headers=headers or {},
                    open_timeout=timeout,
                    max_size=None)
+
+
+#: the 3D view's panel names the policy it shows: "... (update 3), episode 12"
+_UPDATE_IN_PANEL = re.compile(r"\(update (\d+)\)")
+
+
+def view3d_shows(message: Any) -> Tuple[Optional[Tuple[float, float, float]], Optional[int]]:
+    """What one message on a 3D page's socket shows: ``(the offset its poses give the world,
+    i.e. minus the tracked body's position (the view keeps that body at the origin), or None
+    if it carries no poses; the update the panel's text now names, or None)``. Poses name no
+    policy; the panel's text, set when the render process begins an episode, does."""
+    import msgspec
+    import zstandard
+
+    if isinstance(message, str):
+        return None, None
+    inner_size = int.from_bytes(message[:8], "little")
+    size = int.from_bytes(message[8:16], "little")
+    batch = msgspec.msgpack.decode(zstandard.ZstdDecompressor().decompress(
+        message[16:16 + size], max_output_size=inner_size))
+    offset, update = None, None
+    for item in batch.get("messages", ()):
+        kind = item.get("type") if isinstance(item, dict) else None
+        if kind == "SetPositionMessage" and str(item.get("name", "")).endswith("fixed_bodies"):
+            offset = tuple(float(value) for value in item["position"])
+        found = (_UPDATE_IN_PANEL.search(str(item.get("updates", "")))
+                 if kind == "GuiUpdateMessage" else None)
+        if found:
+            update = int(found[1])
+    return offset, update
 
 
 def start_replay(path: str, *args: str, timeout: float = 60.0) -> Tuple[Any, Optional[str]]:

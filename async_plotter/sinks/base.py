@@ -42,6 +42,12 @@ class FrameSink:
         the next fraction of a second's frames at once, which costs fewer wakeups."""
         return True
 
+    def keeps_every_step(self) -> bool:
+        """Whether every step must reach this sink now, however late the renderer is (a
+        recording in progress). A live view may skip steps it is too late to show; the render
+        process still hands each of them to the sinks that say True here."""
+        return False
+
     def begin_episode(self, episode: EpisodeInfo) -> None:
         """A new episode starts."""
 

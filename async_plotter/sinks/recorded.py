@@ -47,6 +47,9 @@ class RecordedSink(FrameSink):
         # A replay of an update already kept needs no pixels from this sink.
         return self._recording is not None and self._accepting()
 
+    def keeps_every_step(self) -> bool:
+        return self._recording is not None  # a replay of an update already kept is not
+
     def begin_episode(self, episode: EpisodeInfo) -> None:
         if self._recording is not None and episode.part > 0 \
                 and episode.update == self._recording.update:

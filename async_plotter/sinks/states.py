@@ -215,6 +215,9 @@ class LiveStateRecordingSink(_StepCopies, FrameSink):
             self._episode = episode
             self._begin(episode, live=True)
 
+    def keeps_every_step(self) -> bool:
+        return self._builder is not None  # the episode as sent, also what a live view skipped
+
     def add_frame(self, frame: Optional[np.ndarray], episode: EpisodeInfo) -> None:
         step = None if self._builder is None else self._scene.step
         if step is not None:

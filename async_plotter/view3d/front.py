@@ -81,9 +81,12 @@ class View3DFront:
         self._viewers = 0
         self._sockets: "set[_Viewer]" = set()
         self._loop: Optional[asyncio.AbstractEventLoop] = None
-        #: ``(due, frame)`` poses not yet sent, oldest first; a wake of the loop is pending
+        #: ``(due, frame)`` poses not yet sent, oldest first
         self._due: Deque[Tuple[float, bytes]] = collections.deque()
-        self._armed = False
+        #: when the server's loop wakes next to send what is due (None: no wake pending), and
+        #: the timer of that wake (touched in the loop only)
+        self._wake_at: Optional[float] = None
+        self._timer: Optional[asyncio.TimerHandle] = None
         self._setups: Optional[asyncio.Semaphore] = None
         #: sockets opened in all, and bytes sent to browsers (for the benchmark)
         self.opened = 0
@@ -101,32 +104,41 @@ class View3DFront:
     def broadcast(self, frame: bytes, due: Optional[float] = None) -> None:
         """One frame's poses to every viewer at ``due`` (``time.monotonic()``; None: now), from
         any thread; newest wins per viewer. A chunk's poses come at once, a little ahead of
-        time: the server's loop is woken once for them and then at each one's time."""
+        time: the server's loop is woken once for them and then at each one's time. The render
+        process's rule holds here too: a pose handed later is newer, so poses still queued for
+        its time or after it are dropped (the render process skipped ahead: a new policy), the
+        loop wakes for it at its time even if it meant to wake later, and of the poses due at
+        a wake only the newest is sent."""
         loop = self._loop
         if loop is None:
             return
+        due = time.monotonic() if due is None else due
         with self._lock:
-            self._due.append((time.monotonic() if due is None else due, frame))
-            if self._armed:
+            while self._due and self._due[-1][0] >= due:
+                self._due.pop()
+            self._due.append((due, frame))
+            if self._wake_at is not None and self._wake_at <= due:
                 return
-            self._armed = True
+            self._wake_at = due
         try:
             loop.call_soon_threadsafe(self._send_due)
         except RuntimeError:  # the server's loop is closed: stopping
             pass
 
     def _send_due(self) -> None:
-        """In the loop: deliver the newest pose that is due, and wake again for the next."""
+        """In the loop: deliver the newest pose that is due, and set the wake for the next."""
         loop = asyncio.get_running_loop()
         newest = None
+        if self._timer is not None:
+            self._timer.cancel()  # this wake replaces it
+            self._timer = None
         with self._lock:
             # asyncio's clock is time.monotonic(); a millisecond early is on time
             while self._due and self._due[0][0] <= loop.time() + 0.001:
                 newest = self._due.popleft()[1]
-            if self._due:
-                loop.call_at(self._due[0][0], self._send_due)
-            else:
-                self._armed = False
+            self._wake_at = self._due[0][0] if self._due else None
+            if self._wake_at is not None:
+                self._timer = loop.call_at(self._wake_at, self._send_due)
         if newest is not None:
             self._deliver(newest)
 

@@ -3,6 +3,7 @@
 It never imports TensorFlow (software GL and TensorFlow crash together in one process), caps its
 frame rate, and only renders pixels when some sink wants them.
 """
+import collections
 import logging
 import os
 import signal
@@ -10,7 +11,7 @@ import sys
 import tempfile
 import time
 from multiprocessing.connection import Connection, wait
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from typing import Any, Callable, Deque, Dict, List, Optional, Tuple
 
 from async_plotter.processes import (become_background_child, keep_side_effects_out_of_user_folders)
 from async_plotter.worker.config import WorkerConfig
@@ -296,11 +297,16 @@ class _Stream:
         # a time, and are shown at the rate they were simulated at.
         self._interval = 1.0 / (scene_info.fps or config.fps)
         self._next_due = time.monotonic()
-        # Live viewers want the present, not every step: when the renderer falls more than a
-        # frame behind (software GL under a busy trainer), it skips to the newest state of the
-        # chunk (a frame, to the newest waiting). Videos need every step, so when rollouts are
-        # kept nothing is dropped.
-        self._drop_stale = config.live and not config.records
+        # Live viewers want the present, not every step: a renderer that falls behind (software
+        # GL on a starved core) skips what is already stale for them (``_on_states``). Sinks
+        # that keep what they get (videos, state recordings) still get every step.
+        self._live = config.live
+        #: messages read from the rollout process ahead of their turn (at most up to the next
+        #: shown steps): whether newer steps wait decides whether the ones in hand are stale
+        self._ahead: Deque[tuple] = collections.deque()
+        #: the update whose steps were shown last: a new policy's first message is never
+        #: skipped whole, so that its episode is seen from its start
+        self._shown_update: Optional[int] = None
         #: training is over: the final video is drawn without the frame-rate cap
         self._final = False
         #: what comes finishes a short video (``worker/video_chain.py``): only the sinks that
@@ -319,7 +325,13 @@ class _Stream:
     def run(self, lifeline: Connection) -> None:
         """Handle messages until the trainer closes the lifeline or the rollout process goes."""
         while True:
-            message = _receive(self._frames_in, lifeline, self._status)
+            # What was read ahead comes first, unless the trainer has something to say (it may
+            # be closing: a render process that keeps reading ahead must still hear it).
+            if self._ahead and not lifeline.poll():
+                self._status.beat()
+                message = self._ahead.popleft()
+            else:
+                message = _receive(self._frames_in, lifeline, self._status)
             if message is None:
                 self._finish_final_rollout()
                 break
@@ -434,18 +446,93 @@ class _Stream:
         self._report_frames()  # an idle worker would otherwise never report the tail
 
     def _on_states(self, chunk: StateChunk) -> None:
+        # The rollout process sends a chunk when its first step is due. So when a newer chunk
+        # has come already, this one is wholly in the past for a live viewer (the renderer is a
+        # chunk or more behind: a starved core, a stall): the live outputs skip it, and the
+        # next chunk starts at once. Otherwise the chunk is shown at the scene's rate from its
+        # due time, or from now if it came late (not squeezed into its last frame); within it,
+        # a renderer slower than real time skips a step whose successor is already due (the
+        # last step's successor is the next chunk's first, due once that chunk has come), and
+        # what is left of it is skipped once a newer policy's steps have come. A new policy's
+        # first chunk starts at once, and is never skipped whole: its first step, the
+        # episode's start, is shown (one frame per update). A catch-up is for the recordings
+        # alone: every step, at once (``_show``).
+        if self._catching_up:
+            for step in chunk.steps():
+                self._on_state(step)
+            return
+        stale = self._anchor()
         steps = chunk.steps()
         last = len(steps) - 1
         for index, step in enumerate(steps):
-            # A renderer more than a frame behind (software GL under a busy trainer) skips to
-            # the present: live viewers want it, not every step (videos keep every step).
-            if self._drop_stale and index < last and self._behind():
-                continue
-            self._on_state(step)
-        self._keep_cap()
+            if not stale and self._live and index and self._newer_policy_waiting():
+                stale = True
+            if stale:
+                self._skip(step)
+            elif self._live and self._behind() and (index < last or self._newer_waiting()):
+                self._next_due += self._interval  # the step after it is shown at its time
+                self._skip(step)
+            else:
+                self._on_state(step)
+        if not stale:
+            self._keep_cap()
+
+    def _anchor(self) -> bool:
+        """Where the schedule of the message in hand starts: when it is due, now if it came
+        late, and now for a new policy's first message in a live view; whether the live
+        outputs skip it (newer shown steps have come: what comes next starts now)."""
+        now = time.monotonic()
+        if not self._live:
+            self._next_due = max(self._next_due, now)
+            return False
+        if self._episode is not None and self._episode.update != self._shown_update:
+            self._next_due = now
+            return False
+        stale = self._newer_waiting()
+        self._next_due = min(self._next_due, now) if stale else max(self._next_due, now)
+        return stale
+
+    def _newer_policy_waiting(self) -> bool:
+        """Whether another policy's episode and its first shown steps have come (read ahead)."""
+        return self._newer_waiting() and any(kind is StreamKind.BEGIN and self._episode is not None
+                                             and body.update != self._episode.update
+                                             for kind, body in self._ahead)
+
+    def _newer_waiting(self) -> bool:
+        """Whether the rollout process has sent shown steps beyond those in hand: messages
+        waiting in the pipe are read ahead, up to the first ``STATES`` or ``FRAME`` one (an
+        episode's last chunk is always followed by its ``END`` at once; that is not newer)."""
+        if any(kind in _SHOWN for kind, _ in self._ahead):
+            return True
+        while self._frames_in.poll():
+            try:
+                message = _checked(self._frames_in.recv())
+            except (EOFError, OSError):
+                self._ahead.append((_GONE, None))
+                return False
+            self._ahead.append(message)
+            if message[0] in _SHOWN:
+                return True
+        return False
 
     def _behind(self) -> bool:
+        # the step after the one due next is due already
         return time.monotonic() > self._next_due + self._interval
+
+    def _skip(self, step: Optional[StepState], frame: Any = None) -> None:
+        """A step the live outputs skip: only sinks that keep every step (a video, a state
+        recording, while recording) get it."""
+        keepers = [sink for sink in self._sinks if sink.keeps_every_step()]
+        if not keepers:
+            return
+        if step is not None:
+            self._scene.set_state(step)
+            wanted = any(sink.wants_pixels() for sink in keepers)
+            frame = self._scene.render() if wanted else None
+        if self._scene is not None:
+            self._scene.due = time.monotonic()
+        for sink in keepers:
+            sink.add_frame(frame, self._episode)
 
     def _on_state(self, step: StepState) -> None:
         self._scene.set_state(step)
@@ -453,17 +540,30 @@ class _Stream:
         self._show(self._scene.render() if wanted else None)
 
     def _on_frame(self, frame: Any) -> None:
-        if self._drop_stale and self._frames_in.poll():
+        # Envs that draw their own frames send one per message, each when it is due.
+        if self._anchor():
+            self._skip(None, frame)
             return
         self._show(frame)
         self._keep_cap()
 
     def _keep_cap(self) -> None:
         # Where nothing was paced frame by frame, the cap is kept once a message: what comes
-        # next is not shown before the last frame shown is due.
-        delay = self._next_due - self._interval - time.monotonic()
-        if delay > 0 and not (self._final or self._catching_up):
-            time.sleep(delay)
+        # next is not shown before the last frame shown is due. A live view stops waiting
+        # when newer steps come (a new policy's start at once; others at their time).
+        deadline = self._next_due - self._interval
+        if self._final or self._catching_up:
+            return
+        if not self._live:
+            delay = deadline - time.monotonic()
+            if delay > 0:
+                time.sleep(delay)
+            return
+        while not self._newer_waiting():
+            delay = deadline - time.monotonic()
+            if delay <= 0 or (self._ahead and self._ahead[-1][0] is _GONE):
+                return
+            wait([self._frames_in], delay)
 
     def _show(self, frame: Any) -> None:
         # The frame-rate cap: the worker's CPU use is bounded by fps x cost of one frame. The
@@ -480,16 +580,24 @@ class _Stream:
             self._scene.due = due
         for sink in self._targets():
             sink.add_frame(frame, self._episode)
+        if self._episode is not None:
+            self._shown_update = self._episode.update
         self._frames_unreported += 1
         if time.monotonic() - self._last_report >= 0.5:
             self._report_frames()
-        self._next_due = due + self._interval
+        # A live view's steps are each due one interval after the step before, however late
+        # that one was drawn (a step whose successor is due already is skipped: _on_states);
+        # otherwise the next frame is due one interval after this one (the cap).
+        self._next_due = (self._next_due if self._live else due) + self._interval
 
     def _report_frames(self) -> None:
         if self._frames_unreported:
             self._status.send(StatusKind.FRAMES, count=self._frames_unreported)
             self._frames_unreported, self._last_report = 0, time.monotonic()
 
+
+#: the messages that carry shown steps
+_SHOWN = (StreamKind.STATES, StreamKind.FRAME)
 
 #: what the render process does with each kind of message after the scene (``SCENE`` is not in
 #: it: the scene comes once, first)

@@ -6,9 +6,12 @@ its caches cold: one HalfCheetah step with its send cost 0.87 ms of CPU when the
 50 ms before it and 0.13 ms in a loop (``benchmarks/view_cost.py`` shows what it does to a whole
 watched second). So a live view's next ``CHUNK_SECONDS`` of motion are computed at once and sent
 when the first of them is due, and the render process shows each on time; the rollout process
-wakes a few times a second instead of at every frame. A newer policy still shows within a chunk.
-Recorded videos are not paced (the pipe's back-pressure holds them); their chunks only save
-messages. Envs that draw their own frames send one frame per message, paced as before.
+wakes a few times a second instead of at every frame. A newer policy is seen once the chunk
+waiting to be due has gone (within a chunk's time), and its steps are sent at once (``drop``); a
+render process that falls behind skips the chunks a newer one has overtaken
+(``worker/render_process.py``). Recorded videos are not paced (the pipe's back-pressure holds
+them); their chunks only save messages. Envs that draw their own frames send one frame per
+message, paced as before.
 """
 import time
 from multiprocessing.connection import Connection
@@ -95,8 +98,11 @@ class ShownSteps:
         self._catching_up = on
 
     def drop(self) -> None:
-        """Forget what was collected and not sent (a newer policy is to be shown at once)."""
+        """Forget what was collected and not sent: a newer policy is to be shown at once, so
+        its steps are sent from now on, not after those of the old one still being shown (the
+        render process skips what it has left of those)."""
         self._count = 0
+        self._next_due = time.monotonic()
 
     def _pace(self, frames: int) -> None:
         # Real time for live viewers: steps sent faster than the render process shows them
