@@ -25,6 +25,7 @@ import gymnasium as gym
 import numpy as np
 
 from async_plotter import processes
+from async_plotter.mujoco_warnings import route_to_log
 from async_plotter.rl.batch import SampleBatch
 from async_plotter.rl.envs import EnvMaker, flatten_observation
 from async_plotter.validation import one_of
@@ -168,7 +169,7 @@ def _worker_main(conn: multiprocessing.connection.Connection, payload: bytes, st
     up; ``("close", None)`` exits. Failures answer ``("error", traceback)``.
     """
     processes.become_background_child()  # ignore Ctrl-C; the parent decides
-    processes.route_mujoco_warnings()  # quiet about the env's XML, once per sampler otherwise
+    route_to_log()  # quiet about the env's XML, once per sampler otherwise
     code = 1
     try:
         _serve(conn, payload, stop)
