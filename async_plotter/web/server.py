@@ -69,7 +69,7 @@ from async_plotter.web.address import HttpConfig, is_loopback
 from async_plotter.web.listener import bind_listener
 from async_plotter.web.feed import (BOUNDARY, FeedClosed, FrameMeta, LiveFeed, NewestSlots, Viewer,
                                     ViewerEvicted, unsent_bytes)
-from async_plotter.render.videos import VIDEO_NAME, list_videos, video_path
+from async_plotter.render.videos import list_videos, video_path
 
 logger = logging.getLogger(__name__)
 
@@ -632,8 +632,7 @@ class LiveServer(HttpServer):
         if route == "videos.json" and self.video_dir is not None:
             videos = await self.in_worker(list_videos, self.video_dir)
             return json_answer({"videos": [video.as_json() for video in videos]})
-        if (parent.rpartition("/")[2] == "videos" and self.video_dir is not None
-                and VIDEO_NAME.fullmatch(route)):
+        if parent.rpartition("/")[2] == "videos" and self.video_dir is not None:
             path = await self.in_worker(video_path, self.video_dir, route)
             if path is None:
                 return plain(HTTPStatus.NOT_FOUND, "no such video")
