@@ -6,6 +6,7 @@ exception), so this check connects to the X server's socket itself instead of as
 import contextlib
 import os
 import socket
+import stat
 import tempfile
 from typing import Iterator, Optional
 
@@ -43,28 +44,38 @@ def _can_connect_unix(path: str, timeout: float) -> bool:
 
 @contextlib.contextmanager
 def private_runtime_dir() -> Iterator[None]:
-    """A private, empty ``XDG_RUNTIME_DIR`` for the block's length, where none is set.
-
-    The trainer-side check draws one frame of a self-drawing env (CartPole's ``rgb_array``
-    through pygame); SDL's video start-up then asks libwayland for a compositor, which prints
-    ``error: XDG_RUNTIME_DIR is invalid or not set in the environment.`` on every ``Plotter()``
-    where the variable is missing (servers, containers, ``sudo``). With an empty directory there
-    is nothing to find and nothing to print; SDL goes on to the driver it would have used. The
-    user's environment is as it was after the block."""
-    current = os.environ.get("XDG_RUNTIME_DIR")
-    if current and os.path.isdir(current):
+    """``use_private_runtime_dir()`` for the block's length (the trainer-side check draws a
+    self-drawing env's frame); the user's environment is as it was after."""
+    previous = os.environ.get("XDG_RUNTIME_DIR")
+    use_private_runtime_dir()
+    try:
         yield
-        return
-    with tempfile.TemporaryDirectory(prefix="async_plotter_runtime_") as private:
-        os.chmod(private, 0o700)
-        os.environ["XDG_RUNTIME_DIR"] = private
-        try:
-            yield
-        finally:
-            if current is None:
-                os.environ.pop("XDG_RUNTIME_DIR", None)
-            else:
-                os.environ["XDG_RUNTIME_DIR"] = current
+    finally:
+        if previous is None:
+            os.environ.pop("XDG_RUNTIME_DIR", None)
+        else:
+            os.environ["XDG_RUNTIME_DIR"] = previous
+
+
+def use_private_runtime_dir() -> bool:
+    """Point ``XDG_RUNTIME_DIR`` at an empty folder only this user may enter where it names no
+    folder (servers, containers, ``sudo``); whether it did. SDL's video start-up (pygame:
+    CartPole's frames, the pixel window) asks libwayland for a compositor, which otherwise
+    prints ``error: XDG_RUNTIME_DIR is invalid or not set in the environment.``; in an empty
+    folder it finds none and SDL goes on to the driver it would have used."""
+    current = os.environ.get("XDG_RUNTIME_DIR")
+    if (current and os.path.isdir(current)) or not hasattr(os, "getuid"):
+        return False
+    path = os.path.join(tempfile.gettempdir(), f"async_plotter_runtime_{os.getuid()}")
+    try:
+        os.makedirs(path, mode=0o700, exist_ok=True)
+        info = os.lstat(path)
+    except OSError:
+        return False
+    if info.st_uid != os.getuid() or info.st_mode & 0o077 or not stat.S_ISDIR(info.st_mode):
+        return False  # somebody else's, or open to others: not ours to use
+    os.environ["XDG_RUNTIME_DIR"] = path
+    return True
 
 
 def offscreen_gl_backend() -> str:

@@ -23,12 +23,12 @@ import multiprocessing.context
 import os
 import shutil
 import signal
-import stat
 import sys
 import threading
 from multiprocessing import resource_tracker, spawn, util
 from typing import Any, Callable, Dict, Iterator, Mapping, Optional, Sequence
 
+from async_plotter.display import use_private_runtime_dir
 from async_plotter.mujoco_warnings import route_to_log
 
 _SPAWN = multiprocessing.get_context("spawn")
@@ -286,29 +286,12 @@ def become_background_child() -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
-def _private_runtime_dir(temp: str) -> None:
-    """A worker without ``XDG_RUNTIME_DIR`` gets an empty one of its own: pygame's video start-up
-    (self-drawing envs such as CartPole, the pixel window) asks libwayland for a compositor,
-    which prints "error: XDG_RUNTIME_DIR is invalid or not set in the environment." otherwise.
-    Only a directory this user owns, with nobody else's access, is used."""
-    if os.environ.get("XDG_RUNTIME_DIR") or not hasattr(os, "getuid"):
-        return
-    path = os.path.join(temp, f"async_plotter_runtime_{os.getuid()}")
-    try:
-        os.makedirs(path, mode=0o700, exist_ok=True)
-        info = os.lstat(path)
-    except OSError:
-        return
-    if info.st_uid == os.getuid() and not info.st_mode & 0o077 and stat.S_ISDIR(info.st_mode):
-        os.environ["XDG_RUNTIME_DIR"] = path
-
-
 def keep_side_effects_out_of_user_folders() -> None:
     """Route MuJoCo's warnings to logging at DEBUG (it would print them on the trainer's
     terminal and write MUJOCO_LOG.TXT into the working directory: ``mujoco_warnings``) and point
-    Keras's home (``~/.keras``) at a temporary folder."""
+    Keras's home (``~/.keras``) and pygame's runtime folder at temporary ones."""
     import tempfile
 
     os.environ.setdefault("KERAS_HOME", os.path.join(tempfile.gettempdir(), "async_plotter_keras"))
-    _private_runtime_dir(tempfile.gettempdir())
+    use_private_runtime_dir()
     route_to_log()

@@ -14,7 +14,7 @@ after the other, over the same window length:
   what "one viewer's worth" means.
 
 For each case: the CPU of the serve (or view) process and all its descendants, from ``/proc``
-(``async_plotter.serve.cpu``), as a percentage of one core; and, for the watched ones, the
+(``async_plotter.cpu``), as a percentage of one core; and, for the watched ones, the
 update-to-screen latency: from the trainer's ``update_plot`` of update ``n`` to the first frame
 showing update ``n`` or newer reaching the client (``X-Update`` of each part), p50 and p95 over
 all watched experiments. Clocks are the same machine's.
@@ -41,7 +41,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
 from benchmarks.machine import machine_facts  # noqa: E402
-from async_plotter.serve.cpu import tree_cpu_seconds  # noqa: E402
+from async_plotter.cpu import tree_cpu_seconds  # noqa: E402
 
 RESULTS = os.path.join(ROOT, "benchmarks", "results")
 SECRET = "benchmark secret, 32 bytes long!"
@@ -209,9 +209,9 @@ def stop_process(process: subprocess.Popen) -> None:
 
 def measure(process: subprocess.Popen, window: float) -> Dict[str, float]:
     """CPU of ``process`` and its descendants over ``window`` seconds."""
-    started, before = time.monotonic(), tree_cpu_seconds([process.pid])
+    started, before = time.monotonic(), (tree_cpu_seconds(process.pid) or 0.0)
     time.sleep(window)
-    elapsed, used = time.monotonic() - started, tree_cpu_seconds([process.pid]) - before
+    elapsed, used = time.monotonic() - started, (tree_cpu_seconds(process.pid) or 0.0) - before
     return {
         "window_s": round(elapsed, 2),
         "cpu_s": round(used, 3),

@@ -12,7 +12,7 @@ is measured; termination is ignored, so every rollout has the same length), thre
   encoding (the same ``VideoSink``) the new run's frames and nothing else, in one process
   without TensorFlow, from physics states recorded beforehand.
 
-Worker CPU is both processes' CPU and their waited children's (the x264 encoder), from psutil,
+Worker CPU is both processes' CPU and their children's (the x264 encoder), from psutil,
 over the second video of a Plotter (the first includes start-up). The figure that matters is
 CPU per second of *simulated time shown*: a second of real-speed video. (The old file of a
 Hopper rollout plays 4.2 times as long as its motion took, in slow motion; per second of file
@@ -38,11 +38,11 @@ import time
 import types
 
 import numpy as np
-import psutil
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from async_plotter import Plotter  # noqa: E402
+from async_plotter.cpu import tree_cpu_seconds  # noqa: E402
 from benchmarks.machine import machine_facts  # noqa: E402
 
 RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
@@ -106,12 +106,8 @@ def action_size(env_id):
 
 
 def worker_cpu(pids):
-    """CPU seconds of the worker's processes, their waited children (the encoder) included."""
-    total = 0.0
-    for pid in pids:
-        times = psutil.Process(pid).cpu_times()
-        total += times.user + times.system + times.children_user + times.children_system
-    return total
+    """CPU seconds of the worker's processes and their children (the encoder)."""
+    return sum(tree_cpu_seconds(pid) or 0.0 for pid in pids)
 
 
 def wait(predicate, timeout, what):

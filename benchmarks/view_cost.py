@@ -28,11 +28,11 @@ import time
 from typing import Any, Dict, List
 
 import numpy as np
-import psutil
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from async_plotter import Plotter  # noqa: E402 - after the path
+from async_plotter.cpu import tree_cpu_seconds  # noqa: E402
 from benchmarks.machine import machine_facts  # noqa: E402
 from tests.policies import LinearPolicy  # noqa: E402
 
@@ -76,14 +76,7 @@ json.dump({"first_seconds": first, "first_bytes": first_size, "bytes": total,
 
 
 def cpu_of(pids: List[int]) -> float:
-    total = 0.0
-    for pid in pids:
-        try:
-            times = psutil.Process(pid).cpu_times()
-            total += times.user + times.system + times.children_user + times.children_system
-        except psutil.Error:
-            pass
-    return total
+    return sum(tree_cpu_seconds(pid) or 0.0 for pid in pids)
 
 
 def measure(env_id: str, view: str, seconds: float, idle_seconds: float,

@@ -476,15 +476,9 @@ def _ws_stuck_and_reading(url: str, port: int, origin: Optional[str], path: str,
 
 
 def _cpu_seconds(pid: Optional[int]) -> float:
-    if pid is None:
-        return 0.0
-    import psutil
+    from async_plotter.cpu import process_cpu_seconds
 
-    try:
-        times = psutil.Process(pid).cpu_times()
-    except psutil.Error:
-        return 0.0
-    return times.user + times.system
+    return (process_cpu_seconds(pid) if pid is not None else None) or 0.0
 
 
 def _while(ctx: Any, target: Callable[..., None], args: tuple, settle: float,

@@ -9,13 +9,14 @@ import time
 import pytest
 
 from async_plotter import Plotter
+from async_plotter.cpu import usable_cores
 from async_plotter.supervision.budget import MECHANISM_ENV
 from tests.conftest import wait_for
 from tests.policies import LinearPolicy
 
 pytestmark = [pytest.mark.slow, pytest.mark.alone]
 
-CORES = os.cpu_count() or 1
+CORES = usable_cores()  # what the budget is a fraction of
 
 
 def swimmer_policy():

@@ -134,3 +134,46 @@ def test_the_headline_figures_are_the_measured_ones():
     ]
     for figure in expected:
         assert figure in table, figure
+
+
+def _structure():
+    sys.path.insert(0, os.path.join(ROOT, "scripts"))
+    try:
+        import structure  # pylint: disable=import-outside-toplevel
+    finally:
+        sys.path.remove(os.path.join(ROOT, "scripts"))
+    return structure
+
+
+def test_the_layout_shows_the_house_as_it_is():
+    """docs/design.md's Layout states the figures ``scripts/structure.py`` measures and has a
+    row for every room, so that a move that leaves it stale fails here."""
+    figures = _structure().picture(os.path.join(ROOT, "async_plotter"))
+    layout = " ".join(_section(_read("docs", "design.md"), "## Layout").split())
+    circles = len(figures["back_arrows"]) // 2
+    stated = (f"{figures['rooms']} rooms on {figures['floors']} floors, {figures['arrows']} "
+              f"arrows, {circles or 'no'} circle{'' if circles == 1 else 's'}")
+    assert stated in layout
+    within = len(figures["module_back_arrows_within"]) // 2
+    assert f"{within or 'none'} inside a room" in layout
+    for room in figures["floor_of"]:
+        name = room.split(".", 1)[1].replace(".", "/")
+        folder = os.path.isdir(os.path.join(ROOT, "async_plotter", name))
+        assert f" {name}{'/' if folder else '.py'} " in layout, room
+
+
+def test_the_structure_picture_shows_a_circle_inside_a_room(tmp_path):
+    """Two modules of one package importing each other: no arrow between rooms, one circle
+    between modules, said to be within a room."""
+    package = tmp_path / "pkg"
+    (package / "room").mkdir(parents=True)
+    (package / "__init__.py").write_text("")
+    (package / "room" / "__init__.py").write_text("")
+    (package / "room" / "a.py").write_text("from pkg.room import b\n")
+    (package / "room" / "b.py").write_text("def later():\n    from pkg.room.a import x\n")
+    (package / "low.py").write_text("")
+    (package / "room" / "c.py").write_text("from pkg import low\n")
+    figures = _structure().picture(str(package))
+    assert figures["back_arrows"] == [] and figures["arrows"] == 1
+    assert figures["module_back_arrows_within"] == [("pkg.room.a", "pkg.room.b"),
+                                                    ("pkg.room.b", "pkg.room.a")]

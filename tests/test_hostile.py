@@ -18,7 +18,7 @@ import psutil
 import pytest
 
 from async_plotter import Plotter
-from async_plotter.sinks.video import VideoSink, child_pids
+from async_plotter.sinks.video import VideoSink
 from async_plotter.render.stream import EpisodeInfo
 from tests.conftest import BURNER_MARK, shm_segments, wait_for
 from tests.policies import LinearPolicy
@@ -39,7 +39,7 @@ def test_a_video_whose_encoder_was_killed_is_dropped_without_a_traceback(tmp_pat
         sink.begin_episode(episode)
         for _ in range(frames):
             sink.add_frame(np.random.randint(0, 256, (64, 64, 3), np.uint8), episode)
-        encoders = child_pids(os.getpid())
+        encoders = [child.pid for child in psutil.Process().children()]
         assert encoders, "no ffmpeg process"
         for pid in encoders:
             os.kill(pid, signal.SIGKILL)

@@ -189,7 +189,7 @@ def test_record_states_writes_every_live_episode_beside_the_videos(tmp_path_fact
     """``Plotter(http=0, video_dir=..., record_states=True)``: each episode the live page shows
     is one recording in ``<video_dir>/live/``, numbered in order; the first is the same rollout
     as the video's recording."""
-    from async_plotter.sinks.states import LIVE_NAME
+    from async_plotter.render.videos import LIVE_RECORDING_NAME
     from tests.recordings import STEPS, sled_run
 
     run = sled_run(tmp_path_factory)
@@ -197,7 +197,7 @@ def test_record_states_writes_every_live_episode_beside_the_videos(tmp_path_fact
     assert run["stats"]["live_state_recordings"] >= 2 and run["stats"]["state_recordings"] >= 1
     names = sorted(os.listdir(live))
     assert not [name for name in names if name.startswith(".partial_")], names
-    assert all(LIVE_NAME.fullmatch(name) for name in names), names
+    assert all(LIVE_RECORDING_NAME.fullmatch(name) for name in names), names
     assert names[:2] == ["ep_000000_update_0000.npz", "ep_000001_update_0000.npz"]
     first, second = (read_recording(str(live / name)) for name in names[:2])
     video = read_recording(str(run["folder"] / "update_0000.npz"))

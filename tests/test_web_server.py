@@ -258,6 +258,23 @@ def test_status_and_curve_arrive_as_events(live):
     assert seen_metrics and seen_update
 
 
+def test_the_server_names_the_column_the_page_draws(live):
+    """The page draws the column the server chose (the rule every curve follows): the first
+    one the trainer passed, and AverageReturn once it comes."""
+    sink, _, _ = live()
+    sink.on_metrics(0, {"loss": 1.0, "KL": 0.1})
+    events = read_events(local_url(sink, "events"))
+    name, data = next(events)
+    assert name == "metrics" and data["shown"] == "loss"
+    sink.on_metrics(1, {"KL": 0.2, "AverageReturn": 3.0})
+    deadline = time.monotonic() + 10
+    for name, data in events:
+        if name == "metrics" or time.monotonic() > deadline:
+            break
+    events.close()
+    assert name == "metrics" and data["shown"] == "AverageReturn"
+
+
 @pytest.mark.parametrize("how", ["query", "bearer", "header"])
 def test_token_is_required_off_loopback(live, how):
     token = "correct horse battery staple"

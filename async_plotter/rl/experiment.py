@@ -16,6 +16,7 @@ from typing import Any, Callable, Dict, List, Optional, Union
 
 import numpy as np
 
+from async_plotter.render.videos import list_videos
 from async_plotter.rl import context as experiment_context
 from async_plotter.rl.batch_polopt import BatchPolopt
 from async_plotter.validation import positive_int
@@ -40,7 +41,7 @@ class ExperimentResult:
     video_dir: Optional[str]  # set when the run was plotted
     algo: Optional[BatchPolopt]
     history: list
-    #: the videos written, oldest first (``iter_NNNN.mp4`` sorts by iteration)
+    #: the videos written, oldest first (by iteration: ``render/videos.py``'s ``list_videos``)
     videos: List[str] = dataclasses.field(default_factory=list)
     #: the video of the final policy, made when training ended (None without plotting)
     final_video: Optional[str] = None
@@ -274,12 +275,7 @@ def _train(fn_or_algo: Union[BatchPolopt, Callable[..., Any]], settings: Dict[st
 
 
 def _videos(video_dir: Optional[str]) -> List[str]:
-    if not video_dir or not os.path.isdir(video_dir):
-        return []
-    # Hidden names are videos still being written.
-    return sorted(
-        os.path.join(video_dir, name) for name in os.listdir(video_dir)
-        if name.endswith(".mp4") and not name.startswith("."))
+    return [os.path.join(video_dir, v.name) for v in list_videos(video_dir)] if video_dir else []
 
 
 def _final_video(algo: Optional[BatchPolopt]) -> Optional[str]:

@@ -10,6 +10,7 @@ from typing import Any, Dict, List, Optional, Sequence
 
 import numpy as np
 
+from async_plotter.learning_curve import PREFERRED_METRIC
 from async_plotter.rl.snapshot import PathLike, atomic_write_bytes, save_snapshot
 
 logger = logging.getLogger(__name__)
@@ -134,11 +135,11 @@ class RunRecorder:
     def _draw_curve(self) -> None:
         if self._curve_failed:
             return
-        rows = [r for r in self.rows if "AverageReturn" in r]
+        rows = [r for r in self.rows if PREFERRED_METRIC in r]
         started = time.monotonic()
         try:
             iterations = [r.get("Iteration", i) for i, r in enumerate(rows)]
-            returns = [r["AverageReturn"] for r in rows]
+            returns = [r[PREFERRED_METRIC] for r in rows]
             stds = [r.get("StdReturn", 0.0) for r in rows]
             save_learning_curve(self.learning_curve_png,
                                 iterations,
@@ -188,9 +189,9 @@ def save_learning_curve(path: PathLike,
     if std_returns is not None:
         std = np.asarray(std_returns, dtype=float)
         axes.fill_between(x, y - std, y + std, alpha=0.2, linewidth=0, label="± std over paths")
-    axes.plot(x, y, marker="o" if len(x) < 30 else None, markersize=3, label="AverageReturn")
+    axes.plot(x, y, marker="o" if len(x) < 30 else None, markersize=3, label=PREFERRED_METRIC)
     axes.set_xlabel("Iteration")
-    axes.set_ylabel("AverageReturn")
+    axes.set_ylabel(PREFERRED_METRIC)
     axes.set_title(title)
     axes.grid(True, alpha=0.3)
     axes.legend(loc="best")

@@ -32,6 +32,7 @@ from async_plotter.channel.redis.watcher import (ExperimentSummary, ExperimentWa
 from async_plotter.channel.redis.wire import (NO_RUN, STRUCTURE_HEADER, UPDATE_HEADER,
                                               ExperimentKeys, MetricsEntry, RunKey, Structure,
                                               open_update, parse_update_head)
+from async_plotter.learning_curve import LearningCurve
 
 logger = logging.getLogger("async_plotter")
 
@@ -45,14 +46,12 @@ MAX_FOLLOWED = 100
 MAX_STRUCTURE_BYTES = 64 * 1024 * 1024
 #: updates up to this size are downloaded and verified, so their numbers can be trusted
 VERIFY_UPDATE_BYTES = 1024 * 1024
-#: curve points kept per experiment (the newest), and sent to the page (evenly spread)
-MAX_POINTS = 5000
+#: curve points sent to the page per experiment (evenly spread over the kept ones)
 CURVE_POINTS = 120
 #: characters of any text the server holds that a row carries
 MAX_TEXT = 120
 # Removals remembered for pages that catch up after a pause.
 _REMOVALS_KEPT = 1000
-_PREFERRED_METRIC = "AverageReturn"
 
 
 @dataclasses.dataclass
@@ -68,10 +67,8 @@ class _Entry:
     meta: Optional[Dict[str, Any]] = None  # of the verified structure
     run: RunKey = NO_RUN  # of the verified structure
     run_id: Optional[int] = None
-    #: (iteration, metrics, run id) of each verified metrics entry
-    points: Deque[Tuple[Optional[int], Dict[str, float], int]] = dataclasses.field(
-        default_factory=lambda: collections.deque(maxlen=MAX_POINTS))
-    metrics_count: int = 0
+    #: the verified metrics entries, each tagged with its run id
+    curve: LearningCurve = dataclasses.field(default_factory=LearningCurve)
     update: Optional[int] = None
     iteration: Optional[int] = None
     published_at: Optional[float] = None
@@ -94,7 +91,6 @@ class Catalog:
         self._verifier = verifier
         self._scan_interval = scan_interval
         self._lock = threading.Lock()
-        self._changed = threading.Condition(self._lock)
         self._entries: Dict[str, _Entry] = {}
         self._version = 0
         self._removed: Deque[Tuple[int, str]] = collections.deque(maxlen=_REMOVALS_KEPT)
@@ -145,7 +141,6 @@ class Catalog:
         """Stop the thread and every watcher."""
         with self._lock:
             self._closed = True
-            self._changed.notify_all()
         self._stop.set()
         self._scan_now.set()
         thread = self._thread
@@ -162,17 +157,10 @@ class Catalog:
         """Bumped by every change of any row."""
         return self._version
 
-    def wait_for_change(self, seen: int, timeout: float) -> int:
-        """Wait until the version differs from ``seen`` (or ``timeout``); the version now."""
-        with self._lock:
-            self._changed.wait_for(lambda: self._closed or self._version != seen, timeout)
-            return self._version
-
     def poke(self) -> None:
-        """Wake everybody waiting for a change (something beside the rows changed)."""
+        """Something beside the rows changed: a new version (the pages look at ``version``)."""
         with self._lock:
             self._version += 1
-            self._changed.notify_all()
 
     def changes_since(self, seen: int) -> Tuple[List[Dict[str, Any]], Optional[List[str]], int]:
         """``(rows changed after version seen, names removed after it, version now)``.
@@ -263,7 +251,6 @@ class Catalog:
                         if refused else f"the Redis server is unreachable ({type(error).__name__})")
         with self._lock:
             self._version += 1
-            self._changed.notify_all()
 
     def _recovered(self) -> None:
         if self._outage:
@@ -272,7 +259,6 @@ class Catalog:
             self.problem = None
             with self._lock:
                 self._version += 1
-                self._changed.notify_all()
 
     def _scan(self, client: Any) -> None:
         summaries = {row.experiment: row for row in list_experiments(client)}
@@ -292,8 +278,6 @@ class Catalog:
                     entry.summary = summary
                     self._touch(entry)
             followed = sum(1 for entry in self._entries.values() if entry.watcher is not None)
-            if gone:
-                self._changed.notify_all()
         for entry in gone:
             if entry.watcher is not None:
                 entry.watcher.stop()
@@ -318,8 +302,6 @@ class Catalog:
                 # A key of the wrong type, or odd values: this row says so, the others go on.
                 self._set_problem(entry, entry.state, f"unreadable key ({type(error).__name__}: "
                                   f"{error})")
-        with self._lock:
-            self._changed.notify_all()
 
     def _set_problem(self, entry: _Entry, state: str, problem: Optional[str]) -> None:
         with self._lock:
@@ -404,12 +386,9 @@ class Catalog:
             if entry.run_id != structure.run_id:
                 entry.run_id = structure.run_id
                 # The curve belongs to a run: keep only this run's points.
-                kept = [point for point in entry.points if point[2] == structure.run_id]
-                entry.points.clear()
-                entry.points.extend(kept)
+                entry.curve.retain(lambda run_id: run_id == structure.run_id)
             entry.state, entry.problem = "ok", None
             self._touch(entry)
-            self._changed.notify_all()
             if entry.update is None:
                 self._scan_now.set()  # its update and iteration, as soon as its curve shows
 
@@ -417,10 +396,8 @@ class Catalog:
         with self._lock:
             if entry.run_id is not None and metrics.run_id != entry.run_id:
                 return
-            entry.points.append((metrics.iteration, metrics.metrics, metrics.run_id))
-            entry.metrics_count += 1
+            entry.curve.add(metrics.iteration, metrics.metrics, metrics.run_id)
             self._touch(entry)
-            self._changed.notify_all()
             if entry.update is None and entry.state == "ok":
                 self._scan_now.set()
 
@@ -430,7 +407,6 @@ class Catalog:
             entry = self._entries.get(name)
             if entry is not None:
                 self._touch(entry)
-                self._changed.notify_all()
 
     def _row(self, entry: _Entry) -> Dict[str, Any]:
         row = _row(entry)
@@ -451,7 +427,6 @@ class Catalog:
             self._version += 1
             self._removed.append((self._version, entry.name))
         self._entries.clear()
-        self._changed.notify_all()
         return entries
 
 
@@ -509,23 +484,9 @@ def _row(entry: _Entry) -> Dict[str, Any]:
 
 
 def _curve(entry: _Entry) -> Dict[str, Any]:
-    points = [(iteration, values) for iteration, values, _ in entry.points]
-    names = sorted({name for _, values in points[-50:] for name in values})
-    if not names:
-        return {"metric": None, "metrics": [], "points": []}
-    metric = _PREFERRED_METRIC if _PREFERRED_METRIC in names else names[0]
-    series = [(index if iteration is None else iteration, values[metric])
-              for index, (iteration, values) in enumerate(points) if metric in values]
-    if len(series) > CURVE_POINTS:
-        step = (len(series) - 1) / (CURVE_POINTS - 1)
-        series = [series[round(i * step)] for i in range(CURVE_POINTS)]
-    # JSON has no NaN or infinity (a browser's JSON.parse rejects them): send null.
+    metric = entry.curve.shown
     return {
-        "metric":
-        _text(metric, 60),
-        "metrics": [_text(name, 60) for name in names[:20]],
-        "points": [[x, value if value == value and abs(value) != float("inf") else None]
-                   for x, value in series],
-        "count":
-        entry.metrics_count,
+        "metric": None if metric is None else _text(metric, 60),
+        "points": [] if metric is None else entry.curve.series(metric, CURVE_POINTS),
+        "count": entry.curve.total,
     }

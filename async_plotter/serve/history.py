@@ -1,9 +1,9 @@
 """The recorded videos of each experiment: ``<record_dir>/<experiment>/iter_NNNN.mp4``, each with
 its state recording beside it where the env is MuJoCo's (``iter_NNNN.npz``, replayed in 3D).
 
-Only names the video sink writes are listed and served (``iter_NNNN.mp4``, ``update_NNNN.mp4``;
-its hidden temporary files never), from a folder named by a valid experiment name, so a request
-can never reach another file. ``MAX_VIDEOS`` per experiment are kept: beyond that the oldest
+Only names the video sink writes are listed and served (``render/videos.py``; its hidden
+temporary files never), from a folder named by a valid experiment name, so a request can never
+reach another file. ``MAX_VIDEOS`` per experiment are kept: beyond that the oldest
 (but the first, which shows where training started) are deleted.
 """
 import logging
@@ -11,10 +11,7 @@ import os
 from typing import List, Optional
 
 from async_plotter.channel.redis.wire import valid_experiment
-# Re-exported: the folder-level parts live with the live page, which serves one such folder.
-from async_plotter.web.videos import (VIDEO_NAME, Video, list_videos, recording_path, video_path)
-
-__all__ = ["VIDEO_NAME", "MAX_VIDEOS", "Video", "History"]
+from async_plotter.render.videos import Video, list_videos, video_path
 
 logger = logging.getLogger("async_plotter")
 
@@ -50,7 +47,7 @@ class History:
             folder = self.folder(experiment)
         except ValueError:
             return None
-        return (recording_path if recording else video_path)(folder, name)
+        return video_path(folder, name, recording)
 
     def prune(self, experiment: str) -> int:
         """Delete the oldest videos beyond ``max_videos`` (the first one stays); how many."""
@@ -60,14 +57,10 @@ class History:
         by_age = sorted(videos[1:], key=lambda video: video.mtime)
         removed = 0
         for video in by_age[:len(videos) - self.max_videos]:
-            path = os.path.join(self.folder(experiment), video.name)
-            try:
-                os.remove(path)
-                removed += 1
-            except OSError as error:
-                logger.debug("cannot remove %s: %s", video.name, error)
-            try:  # its state recording goes with it
-                os.remove(os.path.splitext(path)[0] + ".npz")
-            except OSError:
-                pass
+            for name in filter(None, (video.name, video.recording)):  # its state recording too
+                try:
+                    os.remove(os.path.join(self.folder(experiment), name))
+                    removed += name == video.name
+                except OSError as error:
+                    logger.debug("cannot remove %s: %s", name, error)
         return removed

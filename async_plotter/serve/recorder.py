@@ -30,10 +30,11 @@ import threading
 import time
 from typing import Any, Callable, Dict, List, Optional, Set, Tuple
 
-from async_plotter.serve.cpu import tree_cpu_seconds
+from async_plotter.cpu import tree_cpu_seconds, usable_cores
 from async_plotter.serve.history import History
-from async_plotter.sinks.specs import StatesSpec, VideoSpec
 from async_plotter.serve.viewer import ExperimentViewer, ViewOptions
+from async_plotter.sinks.specs import StatesSpec, VideoSpec
+from async_plotter.supervision.token_bucket import TokenBucket
 
 logger = logging.getLogger("async_plotter")
 
@@ -68,11 +69,9 @@ class Recorder:
         self._catalog = catalog
         self._history = history
         self._view = view
-        self.rate = budget * (os.cpu_count() or 1)  # CPU-seconds per second
+        self._bucket = TokenBucket(budget * usable_cores(), CAPACITY)
         self.every = every
         self._on_video = on_video or (lambda name: None)
-        self._tokens = CAPACITY
-        self._refilled = time.monotonic()
         self._recorded: Dict[str, Tuple[int, int]] = {}  # name -> (run id, update) of its video
         self._retry_at: Dict[str, float] = {}
         self._failures: Dict[str, int] = {}
@@ -104,21 +103,15 @@ class Recorder:
 
     def _run(self) -> None:
         while not self._stop.is_set():
-            self._refill()
-            if self._tokens < 0:
+            if self._bucket.refill() < 0:
                 # In debt: wait until the budget has paid for the last recording.
-                self._stop.wait(min(-self._tokens / max(self.rate, 1e-6), 5.0))
+                self._stop.wait(min(self._bucket.seconds_until(0.0), 5.0))
                 continue
             name = self._due()
             if name is None:
                 self._stop.wait(_IDLE_POLL)
                 continue
             self._record(name)
-
-    def _refill(self) -> None:
-        now = time.monotonic()
-        self._tokens = min(self._tokens + (now - self._refilled) * self.rate, CAPACITY)
-        self._refilled = now
 
     def _due(self) -> Optional[str]:
         """The experiment most behind its last video, if any is due."""
@@ -159,7 +152,7 @@ class Recorder:
         self.stats["recording"] = name
         self.stats["recordings"] += 1
         started = time.monotonic()
-        logger.debug("serve: recording %r (budget %.2f CPU-s in hand)", name, self._tokens)
+        logger.debug("serve: recording %r (budget %.2f CPU-s in hand)", name, self._bucket.tokens)
         meter.start()
         try:
             viewer.start()
@@ -172,7 +165,7 @@ class Recorder:
             # _drop_tail removes it); the meter keeps counting until the processes are gone.
             viewer.stop(5.0)
             cost = meter.stop()
-        self._tokens -= cost
+        self._bucket.charge(cost)
         self.stats["cpu_seconds"] = round(self.stats["cpu_seconds"] + cost, 3)
         self.stats["recording"] = None
         self._drop_tail(name, before, written.get("path"))
@@ -239,6 +232,6 @@ class _CpuMeter:
 
     def _sample_once(self) -> None:
         for pid in self._pids():
-            used = tree_cpu_seconds([pid])
+            used = tree_cpu_seconds(pid) or 0.0
             if used > self._seen.get(pid, 0.0):
                 self._seen[pid] = used

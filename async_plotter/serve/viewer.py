@@ -18,8 +18,9 @@ from typing import Any, Callable, Deque, Dict, Optional, Tuple
 from async_plotter.channel.redis.link import redact
 from async_plotter.channel.redis.reader import RedisAddress
 from async_plotter.channel.redis.signing import PayloadRejected, Verifier
-from async_plotter.channel.redis.wire import METRICS_CAP, MetricsEntry, Structure
+from async_plotter.channel.redis.wire import MetricsEntry, Structure
 from async_plotter.display import offscreen_gl_backend
+from async_plotter.learning_curve import MAX_POINTS
 from async_plotter.processes import until_interrupted
 from async_plotter.worker.config import WorkerConfig
 from async_plotter.sinks.specs import SinkSpec
@@ -84,7 +85,7 @@ class ExperimentViewer:
         self._lock = threading.Lock()
         self._changed = threading.Event()
         self._newest: Optional[Structure] = None
-        self._metrics: Deque[MetricsEntry] = collections.deque(maxlen=METRICS_CAP)
+        self._metrics: Deque[MetricsEntry] = collections.deque(maxlen=MAX_POINTS)
         self._supervisor: Optional[Any] = None
         self._worker_stats: Optional[WorkerStats] = None
         self._current: Optional[Structure] = None

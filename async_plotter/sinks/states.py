@@ -13,17 +13,16 @@ import collections
 import errno
 import logging
 import os
-import re
 from typing import Any, Callable, Deque, Dict, Optional, Tuple
 
 import numpy as np
 
 from async_plotter.render.partial_files import remove_abandoned
-from async_plotter.render.recording import (SUFFIX, RecordingBuilder, model_to_mjb, write_recording)
+from async_plotter.render.recording import RecordingBuilder, model_to_mjb, write_recording
 from async_plotter.sinks.base import FrameSink
 from async_plotter.sinks.recorded import BOUNDARY_PAUSE_SECONDS, RecordedSink
-from async_plotter.sinks.video import video_name
 from async_plotter.render.stream import EpisodeEnd, EpisodeInfo
+from async_plotter.render.videos import (LIVE_RECORDING_NAME, live_recording_name, recording_name)
 
 logger = logging.getLogger(__name__)
 
@@ -36,13 +35,6 @@ WrittenCallback = Callable[[str, EpisodeInfo, int, int, bool], None]
 LIVE_RECORDINGS_KEPT = 100
 #: the folder of the live episodes' recordings, inside the video folder
 LIVE_FOLDER = "live"
-#: ``ep_000123_iter_0059.npz`` / ``ep_000124_update_0003.npz``
-LIVE_NAME = re.compile(r"ep_(\d{6,12})_(?:iter|update)_\d{1,9}\.npz")
-
-
-def recording_name(episode: EpisodeInfo) -> str:
-    """``iter_0059.npz``: the video's name with the recording's suffix."""
-    return os.path.splitext(video_name(episode))[0] + SUFFIX
 
 
 class _StepCopies:
@@ -163,11 +155,6 @@ def write_logged(path: str, builder: RecordingBuilder) -> Optional[int]:
     return size
 
 
-def live_recording_name(number: int, episode: EpisodeInfo) -> str:
-    """``ep_000123_iter_0059.npz``: the live episode's number, then its policy's."""
-    return f"ep_{number:06d}_" + recording_name(episode)
-
-
 class LiveStateRecordingSink(_StepCopies, FrameSink):
     """Writes a state recording of every episode shown live (MuJoCo scenes only): one file per
     episode in ``<directory>/live/``, numbered on from the newest already there; beyond
@@ -205,7 +192,7 @@ class LiveStateRecordingSink(_StepCopies, FrameSink):
         except OSError:
             names = []
         found = sorted((int(match[1]), name) for name in names
-                       for match in [LIVE_NAME.fullmatch(name)] if match)
+                       for match in [LIVE_RECORDING_NAME.fullmatch(name)] if match)
         self._kept.extend(found)
         self._next = found[-1][0] + 1 if found else 0
 

@@ -10,12 +10,12 @@ import time
 from typing import Callable, Optional
 
 import numpy as np
-import psutil
 
 from async_plotter.render.partial_files import PartialFile, partial_path, remove_abandoned
 from async_plotter.sinks.encoder import Encoder, EncoderError, says_no_space
 from async_plotter.sinks.recorded import RecordedSink
 from async_plotter.render.stream import EpisodeInfo
+from async_plotter.render.videos import video_name
 
 logger = logging.getLogger(__name__)
 
@@ -34,13 +34,6 @@ WrittenCallback = Callable[[str, EpisodeInfo, int, int, bool], None]
 #: ``on_storage(state, directory, free_bytes)``: ``"full"`` (videos stop), ``"writable"``
 #: (they resume) or ``"recreated"`` (the folder was removed and is made again)
 StorageCallback = Callable[[str, str, Optional[int]], None]
-
-
-def video_name(episode: EpisodeInfo) -> str:
-    """The file name for the video of an episode's policy."""
-    if episode.iteration is not None:
-        return f"iter_{episode.iteration:04d}.mp4"
-    return f"update_{episode.update:04d}.mp4"
 
 
 class VideoSink(RecordedSink):
@@ -288,14 +281,6 @@ def _remove_quietly(path: str) -> None:
         os.remove(path)
     except OSError:
         pass
-
-
-def child_pids(parent: int) -> list:
-    """Processes whose parent is ``parent`` (empty once it is gone)."""
-    try:
-        return [child.pid for child in psutil.Process(parent).children()]
-    except psutil.Error:
-        return []
 
 
 def _even_size(frame: np.ndarray) -> np.ndarray:

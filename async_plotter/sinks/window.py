@@ -71,9 +71,6 @@ class PixelWindowSink(FrameSink):
         self._screen.blit(pygame.surfarray.make_surface(frame.swapaxes(0, 1)), (0, 0))
         pygame.display.flip()
 
-    def is_open(self) -> bool:
-        return not self._closed
-
     def close(self) -> None:
         if self._screen is not None:
             import pygame

@@ -30,12 +30,13 @@ import logging
 import os
 import signal
 import threading
-import time
 from typing import Dict, Optional, Set
 
 import psutil
 
+from async_plotter.cpu import machine_idle_seconds, process_cpu_seconds, usable_cores
 from async_plotter.supervision import priorities
+from async_plotter.supervision.token_bucket import TokenBucket
 
 #: the default CPU budget: the fraction of the machine's CPU that plotting may take from a busy
 #: trainer, beyond the CPU nobody else wants (chosen by benchmarks/plot_overhead.py)
@@ -58,44 +59,17 @@ class Phase(enum.Enum):
     UNLIMITED = "unlimited"  # training is over (the final video): run freely, not charged
 
 
-def machine_cores() -> int:
-    """The cores this process may run on (the budget is a fraction of them)."""
-    try:
-        return max(len(os.sched_getaffinity(0)), 1)
-    except (AttributeError, OSError):
-        return os.cpu_count() or 1
-
-
-def process_cpu_seconds(pid: int) -> Optional[float]:
-    """User + system CPU time of a process (all its threads), or None once it is gone."""
-    try:
-        times = psutil.Process(pid).cpu_times()
-    except psutil.Error:
-        return None
-    return times.user + times.system
-
-
-def machine_idle_seconds() -> float:
-    """Idle CPU-seconds of the whole machine since boot (idle + iowait, all cores; iowait only
-    where the OS counts it)."""
-    times = psutil.cpu_times()
-    return times.idle + getattr(times, "iowait", 0.0)
-
-
 class CpuGovernor:
     """Holds a set of processes to ``budget`` of the machine's CPU beyond its idle CPU."""
 
     def __init__(self, budget: float, tick: float = 0.2, burst_seconds: float = 1.0) -> None:
-        self.budget = float(budget)
-        self.cores = machine_cores()
-        self._rate = self.budget * self.cores  # CPU-seconds per second
-        self._capacity = self._rate * burst_seconds
-        self._tokens = self._capacity
+        rate = float(budget) * usable_cores()  # CPU-seconds per second
+        self._bucket = TokenBucket(rate, rate * burst_seconds)
         self._tick = tick
         self._own_nice = os.getpriority(os.PRIO_PROCESS, 0)
         self.mechanism = _choose_mechanism(self._own_nice)
         #: the nice level the worker runs at while it has tokens (see ``nice_for_share``)
-        self.running_nice = min(self._own_nice + nice_for_share(self._rate), 19)
+        self.running_nice = min(self._own_nice + nice_for_share(rate), 19)
         self._lock = threading.Lock()
         self._pids: Set[int] = set()
         self._last_cpu: Dict[int, float] = {}
@@ -171,7 +145,6 @@ class CpuGovernor:
 
     def _loop(self) -> None:
         try:
-            last_time = time.monotonic()
             last_idle = machine_idle_seconds()
         except (OSError, psutil.Error) as error:
             logger.warning(
@@ -182,11 +155,11 @@ class CpuGovernor:
                     priorities.set_idle(pid)
             return
         while not self._stop.wait(self._tick):
-            now, idle = time.monotonic(), machine_idle_seconds()
-            self._on_tick(now - last_time, idle - last_idle)
-            last_time, last_idle = now, idle
+            idle = machine_idle_seconds()
+            self._on_tick(idle - last_idle)
+            last_idle = idle
 
-    def _on_tick(self, elapsed: float, idle: float) -> None:
+    def _on_tick(self, idle: float) -> None:
         with self._lock:
             used = 0.0
             for pid in list(self._pids):
@@ -205,9 +178,11 @@ class CpuGovernor:
                 return
             charge = self._charge(used, idle)
             self.charged_seconds += charge
-            self._tokens = min(self._tokens + self._rate * elapsed, self._capacity) - charge
+            bucket = self._bucket
+            bucket.refill()
+            bucket.charge(charge)
             # Resume only with a tick's worth in the bucket, so that it does not flap each tick.
-            should_run = self._tokens > (self._rate * self._tick if not self._running else 0.0)
+            should_run = bucket.tokens > (bucket.rate * self._tick if not self._running else 0.0)
             if should_run != self._running:
                 self._running = should_run
                 for pid in list(self._pids):

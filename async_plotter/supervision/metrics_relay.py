@@ -1,18 +1,19 @@
 """Training metrics on their way to the render process, and the curve a restarted one needs."""
 import collections
-from typing import Any, Dict, List, Optional
+from typing import Any, Deque, Dict, Optional
 
 from async_plotter.channel.base import metrics_fit
+from async_plotter.learning_curve import MAX_POINTS
 from async_plotter.render.stream import StreamKind
 
 
 class MetricsRelay:
     """Queues metrics from any thread; the supervisor's thread forwards them without blocking.
 
-    All metrics sent are kept: a restarted render process gets the whole curve again."""
+    The newest ``MAX_POINTS`` sent are kept: a restarted render process gets the curve again."""
 
     def __init__(self) -> None:
-        self._history: List[tuple] = []
+        self._history: Deque[tuple] = collections.deque(maxlen=MAX_POINTS)
         # Appending to a deque is safe across threads.
         self._pending: "collections.deque[tuple]" = collections.deque()
 
@@ -40,4 +41,4 @@ class MetricsRelay:
     def resend_all(self) -> None:
         """A new render process: everything sent so far goes again, before what is pending."""
         self._pending.extendleft(reversed(self._history))
-        self._history = []
+        self._history.clear()

@@ -18,6 +18,7 @@ import psutil
 
 from async_plotter.channel.base import ChannelAddress
 from async_plotter.console import tell
+from async_plotter.cpu import tree_cpu_seconds
 from async_plotter.processes import (spawn_context, start_process, stop_process, worker_environment)
 from async_plotter.supervision import priorities
 from async_plotter.worker import render_process, rollout_process
@@ -282,7 +283,7 @@ class WorkerSupervisor:
         processes = pair.processes()
         if self._stopped_by_someone([processes[role] for role in overdue if role in processes]):
             return True
-        used = sum(_cpu_seconds_with_children(process.pid) or 0.0 for process in processes.values())
+        used = sum(tree_cpu_seconds(process.pid) or 0.0 for process in processes.values())
         before, pair.cpu_seen = pair.cpu_seen, used
         held = self._governor is not None and self._governor.holding
         if before is None or used > before or held:
@@ -662,25 +663,6 @@ def _stopped(pid: int) -> bool:
         return psutil.Process(pid).status() in (psutil.STATUS_STOPPED, psutil.STATUS_TRACING_STOP)
     except psutil.Error:
         return False
-
-
-def _cpu_seconds_with_children(pid: int) -> Optional[float]:
-    """CPU-seconds of a process and its children (live or reaped: the encoders); None once it
-    is gone."""
-    try:
-        process = psutil.Process(pid)
-        times = process.cpu_times()
-        children = process.children()
-    except psutil.Error:
-        return None
-    total = times.user + times.system + times.children_user + times.children_system
-    for child in children:
-        try:
-            child_times = child.cpu_times()
-        except psutil.Error:
-            continue  # reaped meanwhile: counted above next time
-        total += child_times.user + child_times.system
-    return total
 
 
 def _megabytes(count: Optional[int]) -> str:

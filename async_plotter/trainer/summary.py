@@ -3,6 +3,8 @@ import os
 import shlex
 from typing import Any, Dict, List, Optional
 
+from async_plotter.cpu import usable_cores
+
 #: fewer videos than one per this many iterations calls for an explanation
 _ITERATIONS_PER_VIDEO_EXPECTED = 10
 
@@ -96,7 +98,7 @@ def _why_few(stats: Dict[str, Any], videos: int, iterations: int, elapsed: float
     if budget is None:
         return (f"Fewer than one per 10 iterations: a fixed priority leaves the worker little "
                 f"CPU beside a busy trainer{cost}; use budget= instead of priority=, e.g. 0.1")
-    per_iteration = budget * (os.cpu_count() or 1) * elapsed / iterations
+    per_iteration = budget * usable_cores() * elapsed / iterations
     return (f"Fewer than one per 10 iterations: the budget ({budget:g} of the machine, "
             f"~{per_iteration:.2f} CPU-s an iteration) is small for this frame cost{cost}. "
             f"Raise budget= (e.g. {min(budget * 2, 1.0):g}), or make videos cheaper: shorter "

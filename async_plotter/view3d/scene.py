@@ -12,6 +12,7 @@ from typing import Any, Dict, List, Optional, Tuple
 
 import numpy as np
 
+from async_plotter.learning_curve import shown_metric
 from async_plotter.view3d.guard import start_guarded_viser
 from async_plotter.view3d.poses import PoseSender
 
@@ -21,8 +22,6 @@ logger = logging.getLogger(__name__)
 MAX_CURVE_POINTS = 2000
 #: seconds between changes of the panel's text (a new policy shows at once)
 STATUS_INTERVAL = 0.5
-#: the metric drawn when the trainer passes it (``run_experiment_lite`` does); else the first
-PREFERRED_METRIC = "AverageReturn"
 
 
 class Scene3D:
@@ -95,8 +94,7 @@ class Scene3D:
             numeric = [key for key, value in metrics.items() if _finite(value)]
             if not numeric:
                 return
-            name = self._curve_name = (PREFERRED_METRIC
-                                       if PREFERRED_METRIC in numeric else numeric[0])
+            name = self._curve_name = shown_metric(numeric)
         value = metrics.get(name)
         if not _finite(value):
             return

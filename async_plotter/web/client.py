@@ -10,7 +10,7 @@ import http.client
 import json
 import time
 from typing import Any, AsyncIterator, Dict, Iterator, List, Optional, Tuple
-from urllib.parse import urlencode, urlsplit, urlunsplit
+from urllib.parse import urlsplit, urlunsplit
 
 
 class StreamError(Exception):
@@ -119,12 +119,6 @@ def read_events(url: str,
                 data.append(line[5:].strip())
     finally:
         connection.close()
-
-
-def with_query(url: str, **params: str) -> str:
-    """``url`` with these query parameters added."""
-    separator = "&" if urlsplit(url).query else "?"
-    return url + separator + urlencode(params)
 
 
 def part_head(lines: List[bytes]) -> Tuple[Dict[str, str], int]:

@@ -38,7 +38,6 @@ import collections
 import dataclasses
 import io
 import itertools
-import math
 import struct
 import sys
 import threading
@@ -47,12 +46,12 @@ from typing import Any, Callable, Deque, Dict, Generic, List, Mapping, Optional,
 
 import numpy as np
 
+from async_plotter.learning_curve import LearningCurve
+from async_plotter.newest import Newest
 from async_plotter.render.stream import EpisodeInfo
 
 #: the MJPEG stream's part boundary
 BOUNDARY = "async-plotter-frame"
-#: training-curve points kept for pages that connect late (oldest dropped beyond this)
-MAX_METRIC_POINTS = 20000
 #: seconds during which a new viewer has not had the time to show its frame rate
 EVICTION_GRACE = 1.0
 #: seconds during which a viewer that seems to keep up is still being judged: a client that
@@ -436,11 +435,9 @@ class LiveFeed:
         self.title = title
         self.quality = quality
         self._lock = threading.Lock()
-        self._raw_ready = threading.Condition(self._lock)
         self._closed = False
         # Frames: the newest raw one waiting for the encoder; encoded, as MJPEG parts, to the slots.
-        self._raw: Optional[Tuple[np.ndarray, FrameMeta]] = None
-        self._raw_seq = 0
+        self._raw: Newest[Tuple[np.ndarray, FrameMeta]] = Newest()
         self.frames: NewestSlots[Tuple[bytes, FrameMeta]] = NewestSlots(max_viewers)
         #: fired when a new episode starts, a curve point arrives, or the feed closes
         self.changes = Pulse()
@@ -450,8 +447,7 @@ class LiveFeed:
         self._last_return: Optional[float] = None
         self._rendered = RateMeter()
         self._encoded = RateMeter()
-        self._metrics: Deque[Dict[str, Any]] = collections.deque(maxlen=MAX_METRIC_POINTS)
-        self._metrics_total = 0
+        self._curve = LearningCurve()
         self._encoder = threading.Thread(target=self._encode_forever,
                                          name="async_plotter-jpeg",
                                          daemon=True)
@@ -493,9 +489,7 @@ class LiveFeed:
                                  now)
                 # Only a reference changes hands; a frame the encoder has not taken yet is
                 # simply replaced (newest wins).
-                self._raw = (frame, meta)
-                self._raw_seq += 1
-                self._raw_ready.notify()
+                self._raw.put((frame, meta))
 
     def end_episode(self, total_reward: float) -> None:
         """The episode ended with this return."""
@@ -505,13 +499,7 @@ class LiveFeed:
     def add_metrics(self, iteration: Optional[int], metrics: Dict[str, float]) -> None:
         """One point of the training curve."""
         with self._lock:
-            # JSON has no NaN or infinity (a browser's JSON.parse rejects them): send null.
-            values = {
-                name: value if math.isfinite(value) else None
-                for name, value in metrics.items()
-            }
-            self._metrics.append({"iteration": iteration, "values": values})
-            self._metrics_total += 1
+            self._curve.add(iteration, metrics)
         self.changes.fire()
 
     @property
@@ -521,10 +509,8 @@ class LiveFeed:
 
     def close(self) -> None:
         """Stop the encoder; every stream's ``next`` raises ``FeedClosed``."""
-        with self._lock:
-            self._closed = True
-            self._raw = None
-            self._raw_ready.notify_all()
+        self._closed = True
+        self._raw.close()
         self.frames.close()
         self.changes.fire()
         self._encoder.join(timeout=2.0)
@@ -535,15 +521,11 @@ class LiveFeed:
         # Load the JPEG codec now (an import, no encoding), not when the first browser waits.
         from PIL import Image, JpegImagePlugin  # noqa: F401 pylint: disable=unused-import
 
-        encoded_seq = 0
         while True:
-            with self._lock:
-                self._raw_ready.wait_for(lambda: self._closed or self._raw_seq > encoded_seq)
-                if self._closed:
-                    return
-                frame, meta = self._raw
-                self._raw = None  # let the frame's memory go as soon as it is encoded
-                encoded_seq = self._raw_seq
+            taken = self._raw.take()
+            if taken is None:
+                return  # closed
+            frame, meta = taken
             jpeg = encode_jpeg(frame, self.quality)  # Pillow releases the GIL while encoding
             with self._lock:
                 self._encoded.tick()
@@ -565,15 +547,12 @@ class LiveFeed:
         """The connection closed."""
         self.frames.remove_viewer(viewer)
 
-    def metrics_since(self, count: int) -> Tuple[List[Dict[str, Any]], int, bool]:
-        """Curve points after the first ``count``: ``(points, new_count, reset)``. ``reset`` is
-        True when points the caller has not seen were already dropped (it gets all kept ones)."""
+    def metrics_since(self, count: int) -> Tuple[List[Dict[str, Any]], int, bool, Optional[str]]:
+        """Curve points after the first ``count``: ``(points, new_count, reset, shown)``
+        (``LearningCurve.since``; ``shown``: the column the page shows first)."""
         with self._lock:
-            total = self._metrics_total
-            first_kept = total - len(self._metrics)
-            if count < first_kept:
-                return list(self._metrics), total, True
-            return list(itertools.islice(self._metrics, count - first_kept, None)), total, False
+            points, reset = self._curve.since(count)
+            return points, self._curve.total, reset, self._curve.shown
 
     def status(self, viewer_id: str = "") -> Dict[str, Any]:
         """What the page shows beside the picture; the rates of the viewer ``viewer_id``."""

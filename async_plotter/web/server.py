@@ -9,7 +9,7 @@ Routes (all ``GET``; every one checks the token when one is configured):
 * ``/events``: server-sent events: ``status`` (update, iteration, frames/s, viewers, whether
   recorded videos are served; a few times a second and at once when a new policy's episode
   starts) and ``metrics`` (training-curve points; on connect the whole curve kept so far, then
-  each new point).
+  each new point; ``shown``, the column the page draws until the user picks another).
 * ``/videos.json`` and ``/videos/<name>``, with a video folder (``Plotter(video_dir=...)``): the
   run's recorded videos (``videos``: ``iter_NNNN.mp4`` and ``update_NNNN.mp4`` only) and one of
   them, with byte ranges so that a browser can seek. Without a folder both are 404.
@@ -69,7 +69,7 @@ from async_plotter.web.address import HttpConfig, is_loopback
 from async_plotter.web.listener import bind_listener
 from async_plotter.web.feed import (BOUNDARY, FeedClosed, FrameMeta, LiveFeed, NewestSlots, Viewer,
                                     ViewerEvicted, unsent_bytes)
-from async_plotter.web.videos import VIDEO_NAME, list_videos, video_path
+from async_plotter.render.videos import list_videos, video_path
 
 logger = logging.getLogger(__name__)
 
@@ -632,8 +632,7 @@ class LiveServer(HttpServer):
         if route == "videos.json" and self.video_dir is not None:
             videos = await self.in_worker(list_videos, self.video_dir)
             return json_answer({"videos": [video.as_json() for video in videos]})
-        if (parent.rpartition("/")[2] == "videos" and self.video_dir is not None
-                and VIDEO_NAME.fullmatch(route)):
+        if parent.rpartition("/")[2] == "videos" and self.video_dir is not None:
             path = await self.in_worker(video_path, self.video_dir, route)
             if path is None:
                 return plain(HTTPStatus.NOT_FOUND, "no such video")
@@ -663,10 +662,10 @@ class LiveServer(HttpServer):
             if feed.closed:
                 raise FeedClosed()
             state["seen"] = changes.generation
-            points, state["points"], reset = feed.metrics_since(state["points"])
+            points, state["points"], reset, shown = feed.metrics_since(state["points"])
             chunks = []
             if points or reset:
-                chunks.append(event("metrics", {"points": points, "reset": reset}))
+                chunks.append(event("metrics", {"points": points, "reset": reset, "shown": shown}))
             # The page shows its strip of recorded videos only where there are some to fetch.
             status = dict(feed.status(client), videos=self.video_dir is not None)
             if status != state["status"]:

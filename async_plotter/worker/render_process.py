@@ -13,6 +13,7 @@ import time
 from multiprocessing.connection import Connection, wait
 from typing import Any, Callable, Deque, Dict, List, Optional, Tuple
 
+from async_plotter.cpu import usable_cores
 from async_plotter.processes import (become_background_child, keep_side_effects_out_of_user_folders)
 from async_plotter.worker.config import WorkerConfig
 from async_plotter.sinks.specs import WindowSpec
@@ -79,7 +80,7 @@ def _set_up(config: WorkerConfig) -> None:
     # llvmpipe starts a thread per core. For recorded videos none: one thread spends the least
     # CPU per frame (measured: 8.0 ms against 8.4 ms with four threads, Swimmer 480x480), and CPU
     # is what the budget pays for. A live view wants the lower latency of a few.
-    threads = min(4, os.cpu_count() or 1) if config.live else 0
+    threads = min(4, usable_cores()) if config.live else 0
     os.environ.setdefault("LP_NUM_THREADS", str(threads))
     # Keep Mesa's shader cache out of the user's home directory.
     os.environ.setdefault("MESA_SHADER_CACHE_DIR",

@@ -4,9 +4,9 @@ A daemon thread holds the pub/sub subscription. On each burst of notifications (
 reconnect) it reads the newest update, verifies it (size, signature, structure) and keeps it if it
 is newer than what it has. So:
 
-* ``wait`` sleeps on a condition the thread signals: no polling sleep, and the update is already
-  fetched and verified when the worker wakes;
-* ``newer_available`` reads two integers (no network round trip): it is called every env step;
+* ``wait`` sleeps until the thread hands the update over (``newest.Newest``): no polling sleep,
+  and the update is already fetched and verified when the worker wakes;
+* ``newer_available`` reads one flag (no network round trip): it is called every env step;
 * a garbage or forged value costs one log line and is dropped; the worker never sees it.
 
 "Newer" means a higher update number in the same trainer session, or any update of a later
@@ -37,6 +37,7 @@ from async_plotter.channel.redis.wire import (MAX_VALUE_BYTES, NO_RUN, UPDATE_HE
                                               ExperimentKeys, RunKey, StructureMismatch, UpdateHead,
                                               open_update, parse_update_head, update_bytes)
 from async_plotter.channel.redis.signing import PayloadRejected, Verifier, resolve_secret
+from async_plotter.newest import Newest
 
 logger = logging.getLogger("async_plotter")
 
@@ -98,10 +99,8 @@ class RedisReader:
                                                                 self._verifier, self._reject)
         self._parent = os.getppid()
         self._parent_gone = False
-        self._condition = threading.Condition()
-        self._newest: Optional[ParamUpdate] = None
-        self._newest_seq = 0  # bumped by the thread for every accepted update
-        self._taken_seq = 0  # the seq of the update last returned to the worker
+        #: the newest accepted update and when the trainer published it
+        self._newest: Newest[Tuple[ParamUpdate, float]] = Newest()
         # (run, number) of the newest accepted: nothing at or below it is accepted again.
         self._identity: Tuple[RunKey, int] = (NO_RUN if expected is None else expected.run, -1)
         self._last_rejection = ""
@@ -112,7 +111,6 @@ class RedisReader:
         self.last_published_at: Optional[float] = None
         #: payloads rejected so far
         self.rejected = 0
-        self._published_at: Optional[float] = None
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._listen,
                                         name="async_plotter-redis-reader",
@@ -125,7 +123,7 @@ class RedisReader:
         """Cheap check (no system call) for a verified update newer than the last one read."""
         if self._parent_gone:
             raise ParentGone("the viewer that started this worker is gone")
-        return self._newest_seq != self._taken_seq
+        return self._newest.fresh
 
     def final_requested(self) -> bool:
         """Never: a viewer's trainer is elsewhere and makes its own final video, if any."""
@@ -137,31 +135,26 @@ class RedisReader:
         Returns None on timeout. Raises ``ParentGone`` once the viewer process has died.
         """
         deadline = None if timeout is None else time.monotonic() + timeout
-        with self._condition:
-            while True:
-                self._check_parent()
-                if self._parent_gone:
-                    raise ParentGone("the viewer that started this worker is gone")
-                if self._newest_seq != self._taken_seq:
-                    break
-                remaining = None if deadline is None else deadline - time.monotonic()
-                if remaining is not None and remaining <= 0:
-                    return None
-                # Woken at once by the thread; the cap only bounds how late a dead parent is seen.
-                pause = _PARENT_CHECK_INTERVAL
-                if remaining is not None:
-                    pause = min(remaining, pause)
-                self._condition.wait(pause)
-        return self.read_newest()
+        while True:
+            self._check_parent()
+            if self._parent_gone:
+                raise ParentGone("the viewer that started this worker is gone")
+            remaining = None if deadline is None else deadline - time.monotonic()
+            # Woken at once by the thread; the cap only bounds how late a dead parent is seen.
+            pause = _PARENT_CHECK_INTERVAL if remaining is None else min(
+                max(remaining, 0.0), _PARENT_CHECK_INTERVAL)
+            update = self._taken(self._newest.take(pause))
+            if update is not None or (remaining is not None and remaining <= pause):
+                return update
 
     def read_newest(self) -> Optional[ParamUpdate]:
         """The newest verified update if it is newer than the last one read, else None."""
-        with self._condition:
-            if self._newest_seq == self._taken_seq:
-                return None
-            self._taken_seq = self._newest_seq
-            update = self._newest
-            self.last_published_at = self._published_at
+        return self._taken(self._newest.take(0))
+
+    def _taken(self, taken: Optional[Tuple[ParamUpdate, float]]) -> Optional[ParamUpdate]:
+        if taken is None:
+            return None
+        update, self.last_published_at = taken
         self.last_number = update.number
         return update
 
@@ -176,8 +169,7 @@ class RedisReader:
         if not self._parent_gone and os.getppid() != self._parent:
             self._parent_gone = True
             self._stop.set()
-            with self._condition:
-                self._condition.notify_all()
+            self._newest.close()  # wakes ``wait``, which raises ``ParentGone``
 
     def _listen(self) -> None:
         run_subscription(self._url,
@@ -201,12 +193,8 @@ class RedisReader:
         if fetched is None:
             return
         head, update = fetched
-        with self._condition:
-            self._identity = (head.run, head.number)
-            self._newest = update
-            self._published_at = head.published_at
-            self._newest_seq += 1
-            self._condition.notify_all()
+        self._identity = (head.run, head.number)  # read by this thread only (``_check_fresh``)
+        self._newest.put((update, head.published_at))
         self._last_rejection = ""
 
     def _vet(self, head: UpdateHead) -> None:

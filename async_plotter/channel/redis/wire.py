@@ -48,8 +48,6 @@ MAX_META_BYTES = 64 * 1024
 MAX_METRICS_BYTES = 8 * 1024
 #: deepest nesting of JSON a viewer parses (the description and metrics are flat objects)
 MAX_JSON_DEPTH = 16
-#: metrics entries kept per experiment (older ones are trimmed)
-METRICS_CAP = 10000
 
 _DTYPES = {1: np.dtype("<f4"), 2: np.dtype("<f8")}
 _DTYPE_CODES = {dtype.newbyteorder("="): code for code, dtype in _DTYPES.items()}

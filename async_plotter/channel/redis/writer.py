@@ -36,14 +36,15 @@ from async_plotter.channel.redis.link import (REFUSED_RETRY, Backoff, OutageLog,
                                               connect, connection_errors, redact, url_problem)
 from async_plotter.channel.base import metrics_fit
 from async_plotter.channel.redis.reader import RedisAddress, RedisReader
-from async_plotter.channel.redis.wire import (MAX_METRICS_BYTES, MAX_VALUE_BYTES, METRICS_CAP,
-                                              STRUCTURE_HEADER, UPDATE_HEADER, Expected,
-                                              ExperimentKeys, PayloadRejected, RunKey, dtype_code,
-                                              metrics_payload, parse_structure_head, run_hex,
-                                              seal_metrics, seal_structure, seal_update,
-                                              update_bytes, valid_experiment)
+from async_plotter.channel.redis.wire import (MAX_METRICS_BYTES, MAX_VALUE_BYTES, STRUCTURE_HEADER,
+                                              UPDATE_HEADER, Expected, ExperimentKeys,
+                                              PayloadRejected, RunKey, dtype_code, metrics_payload,
+                                              parse_structure_head, run_hex, seal_metrics,
+                                              seal_structure, seal_update, update_bytes,
+                                              valid_experiment)
 from async_plotter.channel.redis.signing import SECRET_ENV, resolve_secret, warn_if_weak
 from async_plotter.errors import InvalidArgumentError
+from async_plotter.learning_curve import MAX_POINTS
 
 __all__ = ["check_channel_arguments", "RedisWriter", "RedisReader", "TTL_ENV"]
 
@@ -233,7 +234,7 @@ class RedisWriter:
         self._metrics_seq = 0
         self._metrics_pending: Deque[bytes] = collections.deque()
         # This run's whole curve (capped), to restore it on a server that lost it.
-        self._metrics_history: Deque[bytes] = collections.deque(maxlen=METRICS_CAP)
+        self._metrics_history: Deque[bytes] = collections.deque(maxlen=MAX_POINTS)
         self._stats = stats
         stats.update(published=0,
                      publish_errors=0,
@@ -543,7 +544,7 @@ class RedisWriter:
         for payload in batch:
             pipe.xadd(keys.metrics,
                       seal_metrics(self._key, self._experiment, payload),
-                      maxlen=METRICS_CAP,
+                      maxlen=MAX_POINTS,
                       approximate=True)
         pipe.pexpire(keys.metrics, self._ttl_ms)
         pipe.publish(keys.events, f"metrics {run_hex(self._run_id)} {self._metrics_seq}")
