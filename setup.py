@@ -57,8 +57,10 @@ setup(
         "tensorboard": ["tensorboard>=2.15"],
         # The 3D live view (Plotter(view="3d"), async-plotter replay): viser's server and its
         # built three.js client, mjviser's MuJoCo scene for it. The 2D page needs neither.
-        # async_plotter.view3d.poses writes viser's wire format: its minor version is pinned.
-        "view3d": ["viser>=1.1.1,<1.2", "mjviser>=0.0.14,<0.1"],
+        # mjviser is pinned exactly (any 0.0.x may rename what view3d/poses.py reads; that fast
+        # path is detected at start, mjviser's public path taken otherwise); viser's minor
+        # version too: guard.py wraps the function its server starts with.
+        "view3d": ["viser>=1.1.1,<1.2", "mjviser==0.0.14"],
         "test": [
             "pytest>=7", "pytest-timeout>=2.2", "pytest-xdist>=3.5", "psutil>=5.9", "yapf>=0.40",
             "redis>=5.0",

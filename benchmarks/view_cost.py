@@ -1,5 +1,8 @@
 """What a watched second of motion costs: the 3D view (the browser draws, poses are sent) against
-the MJPEG page (drawn with llvmpipe and JPEG-encoded here), per env, side by side in one run.
+the MJPEG page (drawn with llvmpipe and JPEG-encoded here), per env, side by side in one run; and
+the 3D view's two ways to pose its scene against each other: the fast path (``3d``: one message
+of our own a frame, ``view3d/poses.py``) and mjviser's public ``update_from_mjdata`` (``3d-public``,
+forced with ``$ASYNC_PLOTTER_VIEW3D_POSES=public``).
 
 For each env and view, a real ``Plotter(http=0, view=...)`` plays a fixed random linear policy
 (``priority="normal"``: no budget throttles either view) and one client in a separate process
@@ -14,10 +17,12 @@ motion shown (frames shown / the videos' frame rate), the render process's share
 second to the client, time from connecting to the first frame (3D: to the first message, which
 carries the scene, and its size), and the render process's CPU while nobody watches.
 
-    python benchmarks/view_cost.py                 # HalfCheetah, Hopper, Humanoid; ~3 min
-    python benchmarks/view_cost.py --envs HalfCheetah-v5 --seconds 10
+    python benchmarks/view_cost.py                 # HalfCheetah, Hopper, Humanoid; ~5 min
+    python benchmarks/view_cost.py --envs HalfCheetah-v5 --views 3d,3d-public --seconds 10
 
-Writes ``benchmarks/results/view_cost.json``. Needs the view3d extra.
+Writes ``benchmarks/results/view_cost.json``: ``rows`` and ``ratios`` (2D against 3D) when both
+were measured, ``poses`` (public against fast) when both 3D ways were; other keys are kept.
+Needs the view3d extra.
 """
 import argparse
 import json
@@ -33,6 +38,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from async_plotter import Plotter  # noqa: E402 - after the path
 from async_plotter.cpu import tree_cpu_seconds  # noqa: E402
+from async_plotter.view3d.scene import POSES_ENV  # noqa: E402
 from benchmarks.machine import machine_facts  # noqa: E402
 from tests.policies import LinearPolicy  # noqa: E402
 
@@ -81,11 +87,26 @@ def cpu_of(pids: List[int]) -> float:
 
 def measure(env_id: str, view: str, seconds: float, idle_seconds: float,
             workdir: str) -> Dict[str, Any]:
+    if view == "3d-public":  # the worker's processes inherit it, also when restarted
+        os.environ[POSES_ENV] = "public"
+    try:
+        return _measure(env_id, view, seconds, idle_seconds, workdir)
+    finally:
+        os.environ.pop(POSES_ENV, None)
+
+
+def _measure(env_id: str, view: str, seconds: float, idle_seconds: float,
+             workdir: str) -> Dict[str, Any]:
     obs_dim, act_dim = ENVS[env_id]
     policy = LinearPolicy(obs_dim, act_dim)
     policy.set_param_values(
         np.random.default_rng(0).normal(0, 0.3, obs_dim * act_dim).astype(np.float32))
-    with Plotter(env_id, policy, max_path_length=1000, http=0, view=view, seed=0,
+    with Plotter(env_id,
+                 policy,
+                 max_path_length=1000,
+                 http=0,
+                 view=view[:2],
+                 seed=0,
                  priority="normal") as plotter:
         url = plotter.wait_for_http_url(120)
         deadline = time.monotonic() + 60
@@ -109,9 +130,10 @@ def measure(env_id: str, view: str, seconds: float, idle_seconds: float,
         }
 
         out = os.path.join(workdir, f"{env_id}-{view}.json")
-        client = subprocess.Popen([sys.executable, "-c", CLIENT, view, url,
-                                   str(seconds + 3), out],
-                                  env=dict(os.environ, PYTHONPATH=os.getcwd()))
+        client = subprocess.Popen(
+            [sys.executable, "-c", CLIENT, view[:2], url,
+             str(seconds + 3), out],
+            env=dict(os.environ, PYTHONPATH=os.getcwd()))
         time.sleep(3.0)  # connected and past the first frame
         start = (cpu_of([render]), cpu_of([rollout]), plotter.stats["frames"], time.monotonic())
         time.sleep(seconds)
@@ -142,6 +164,7 @@ def measure(env_id: str, view: str, seconds: float, idle_seconds: float,
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--envs", default=",".join(ENVS))
+    parser.add_argument("--views", default="2d,3d,3d-public")
     parser.add_argument("--seconds", type=float, default=15.0)
     parser.add_argument("--idle-seconds", type=float, default=6.0)
     parser.add_argument("--out", default=os.path.join(RESULTS, "view_cost.json"))
@@ -152,7 +175,7 @@ def main() -> None:
     rows = []
     with tempfile.TemporaryDirectory() as workdir:
         for env_id in args.envs.split(","):
-            for view in ("2d", "3d"):
+            for view in args.views.split(","):
                 row = measure(env_id, view, args.seconds, args.idle_seconds, workdir)
                 rows.append(row)
                 print(
@@ -162,30 +185,47 @@ def main() -> None:
                     f"{row['first_frame_seconds']:.3f} s, idle render "
                     f"{row['idle']['render_cpu_per_second'] * 1000:.1f} ms/s",
                     flush=True)
-    ratios = {}
-    for env_id in args.envs.split(","):
-        by_view = {row["view"]: row for row in rows if row["env"] == env_id}
-        ratios[env_id] = {
-            "cpu_2d_over_3d":
-            by_view["2d"]["cpu_per_motion_second"] / by_view["3d"]["cpu_per_motion_second"],
-            "render_cpu_2d_over_3d":
-            by_view["2d"]["render_cpu_per_motion_second"] /
-            by_view["3d"]["render_cpu_per_motion_second"],
+    machine = machine_facts(load_before, os.getloadavg())
+    results: Dict[str, Any] = {}
+    if os.path.exists(args.out):
+        with open(args.out) as file:
+            results = json.load(file)
+    envs = args.envs.split(",")
+    for first, second, key in (("2d", "3d", None), ("3d-public", "3d", "poses")):
+        if {first, second} - set(args.views.split(",")):
+            continue
+        ratios = {env_id: _ratios(rows, env_id, first, second) for env_id in envs}
+        measured = {
+            "rows": [row for row in rows if row["view"] in (first, second)],
+            "ratios": ratios,
+            "settings": vars(args),
+            "machine": machine
         }
-        print(f"{env_id:16s} 2d/3d: {ratios[env_id]['cpu_2d_over_3d']:.2f}x both processes, "
-              f"{ratios[env_id]['render_cpu_2d_over_3d']:.2f}x the render process")
+        if key is None:
+            results.update(measured)
+        else:
+            results[key] = measured
     os.makedirs(os.path.dirname(args.out), exist_ok=True)
     with open(args.out + ".tmp", "w") as file:
-        json.dump(
-            {
-                "rows": rows,
-                "ratios": ratios,
-                "settings": vars(args),
-                "machine": machine_facts(load_before, os.getloadavg())
-            },
-            file,
-            indent=1)
+        json.dump(results, file, indent=1)
     os.replace(args.out + ".tmp", args.out)
+
+
+def _ratios(rows: List[Dict[str, Any]], env_id: str, first: str, second: str) -> Dict[str, float]:
+    """``first``'s CPU over ``second``'s per second of motion (both processes; render alone)."""
+    by_view = {row["view"]: row for row in rows if row["env"] == env_id}
+    names = {"2d": "2d", "3d": "3d", "3d-public": "public"}
+    prefix = f"{names[first]}_over_{'fast' if first == '3d-public' else names[second]}"
+    ratios = {
+        f"cpu_{prefix}":
+        by_view[first]["cpu_per_motion_second"] / by_view[second]["cpu_per_motion_second"],
+        f"render_cpu_{prefix}":
+        by_view[first]["render_cpu_per_motion_second"] /
+        by_view[second]["render_cpu_per_motion_second"],
+    }
+    print(f"{env_id:16s} {first}/{second}: {ratios[f'cpu_{prefix}']:.2f}x both processes, "
+          f"{ratios[f'render_cpu_{prefix}']:.2f}x the render process")
+    return ratios
 
 
 if __name__ == "__main__":

@@ -21,6 +21,18 @@ def default_sigint():
     signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
+@pytest.fixture(params=["fast", "public"])
+def view3d_poses(request, monkeypatch):
+    """Each way the 3D view poses its scene, for what this process and the processes it starts
+    build (``view3d/scene.py``'s ``POSES_ENV``): the fast path where detected, or mjviser's
+    public path, forced."""
+    if request.param == "public":
+        monkeypatch.setenv("ASYNC_PLOTTER_VIEW3D_POSES", "public")
+    else:
+        monkeypatch.delenv("ASYNC_PLOTTER_VIEW3D_POSES", raising=False)
+    return request.param
+
+
 def wait_for(predicate, timeout, interval=0.1, message="condition"):
     """Poll ``predicate`` until it is truthy; fail the test with ``message`` after ``timeout`` s."""
     deadline = time.monotonic() + timeout

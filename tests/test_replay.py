@@ -50,10 +50,12 @@ def press(session, key, code, key_code):
                      windowsVirtualKeyCode=key_code)
 
 
-def test_the_slider_moves_the_body_to_the_recorded_pose(sled_recording, webgl_chromium):
+def test_the_slider_moves_the_body_to_the_recorded_pose(sled_recording, webgl_chromium,
+                                                        view3d_poses):
     session = webgl_chromium
     recording = read_recording(sled_recording)
     replay = open_replay(sled_recording, parse_http_address(0, None))
+    assert (replay.scene.fast is None) == (view3d_poses == "public")
     try:
         session.call("Page.navigate", url=replay.url)
         wait_for(lambda: shown_x(session) is not None, 120, message="the scene in the page")

@@ -1,5 +1,6 @@
 """The 3D view end to end: a real Plotter serves it, headless Chromium draws it with SwiftShader's
-WebGL, and the page shows the policy's motion and a policy change.
+WebGL, and the page shows the policy's motion and a policy change, with the poses sent by the
+fast path (where detected, as here) and by mjviser's public path (forced).
 
 The env is a sled on a slide joint whose policy (``LinearPolicy(1, 1)`` on a constant
 observation) pushes it one way, then, after ``update_plot``, the other. The body's position the
@@ -59,7 +60,7 @@ def shown_x(session):
     return session.evaluate(SHOWN_X)
 
 
-def test_the_browser_draws_the_policy_moving_one_way_then_the_other(webgl_chromium):
+def test_the_browser_draws_the_policy_moving_one_way_then_the_other(webgl_chromium, view3d_poses):
     session = webgl_chromium
     policy = LinearPolicy(1, 1)
     policy.fill(2.0)  # pushes the sled towards +x at every step
@@ -98,7 +99,7 @@ def test_the_browser_draws_the_policy_moving_one_way_then_the_other(webgl_chromi
     keep = os.environ.get("ASYNC_PLOTTER_SCREENSHOT_DIR")
     if keep:
         os.makedirs(keep, exist_ok=True)
-        image.save(os.path.join(keep, "view3d.png"))
+        image.save(os.path.join(keep, f"view3d-{view3d_poses}.png"))
     assert stats["restarts"] == 0 and not stats["last_error"]
     # Nothing in the page was blocked (CSP) or failed to load.
     problems = [

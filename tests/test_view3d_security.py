@@ -1,10 +1,11 @@
 """The 3D view behind the live page's rules: token, Host and Origin on the page and on the
-WebSocket upgrade, viser's own port closed to everyone but our front, bounded slots, and nothing
-posed or sent while nobody watches.
+WebSocket upgrade, viser's own port closed to everyone but our front (and the 3D view refused if
+it is not), bounded slots, and nothing posed or sent while nobody watches (either way of posing).
 
 Real sockets against a real ``HttpSink(view="3d")`` in this process, posed from a real MuJoCo
 scene; only 127.0.0.1 is ever connected to.
 """
+import logging
 import pickle
 import threading
 import time
@@ -27,7 +28,8 @@ from async_plotter.render.stream import EpisodeInfo  # noqa: E402
 from async_plotter.view3d.guard import SECRET_HEADER  # noqa: E402
 from async_plotter.web.address import parse_http_address  # noqa: E402
 from async_plotter.sinks.http import HttpSink  # noqa: E402
-from async_plotter.view3d.front import MAX_SETUPS, MAX_VIEWERS  # noqa: E402
+from async_plotter.view3d.front import MAX_SETUPS, MAX_VIEWERS, View3DFront  # noqa: E402
+from async_plotter.view3d.replay import ReplayServer  # noqa: E402
 from tests.clients import view3d_socket  # noqa: E402
 from tests.conftest import wait_for  # noqa: E402
 from tests.policies import make_sled  # noqa: E402
@@ -178,6 +180,30 @@ def test_viser_itself_answers_only_our_front(view3d):
         assert answer.value.code == 403
 
 
+def test_a_viser_that_answers_without_the_secret_is_refused_not_served(caplog):
+    """Should viser's server ever start unguarded (a viser that starts it after our wrapper is
+    gone), the front notices before it proxies anything, says why, and refuses the 3D view."""
+    unguarded = viser.ViserServer(host="127.0.0.1", port=0, verbose=False)  # no guard
+    server = None
+    try:
+        front = View3DFront()
+        with caplog.at_level(logging.ERROR, logger="async_plotter.view3d.front"):
+            front.connect(unguarded.get_port(), "the secret")
+        assert "viser server answers 200 without the secret" in caplog.text
+        server = ReplayServer(parse_http_address(0, None), front)
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        with pytest.raises(urllib.error.HTTPError) as answer:
+            urllib.request.urlopen(f"http://127.0.0.1:{server.port}/", timeout=10)
+        assert answer.value.code == 503
+        assert b"the 3D view is off" in answer.value.read()
+        assert refused(server.port) == 503
+        assert front.opened == 0
+    finally:
+        if server is not None:
+            server.close()
+        unguarded.stop()
+
+
 def test_viewers_hold_bounded_slots_and_the_newest_gets_in(view3d):
     sink = view3d()
     port = sink.port
@@ -234,22 +260,26 @@ def test_a_slot_goes_only_to_a_socket_that_opens(view3d):
     assert evicted <= opened + MAX_SETUPS, (evicted, opened)
 
 
-def test_nothing_is_posed_or_sent_while_nobody_watches(view3d):
+def test_nothing_is_posed_or_sent_while_nobody_watches(view3d, view3d_poses):
+    poses = view3d_poses
     sink = view3d()
     wait_for(lambda: sink._scene3d is not None, 10, message="the 3D scene")
-    broadcast = sink._scene3d.server._websock_server._broadcast_buffer
+    assert (sink._scene3d.fast is not None) == (poses == "fast")
+    server = sink._scene3d.server
     time.sleep(0.5)
-    queued = broadcast.message_counter if hasattr(broadcast, "message_counter") else None
-    messages = len(broadcast.message_from_id)
+    # viser's recording of the scene: as it is now, and with what it is sent meanwhile
+    scene = len(server.get_scene_serializer().serialize())
+    meanwhile = server.get_scene_serializer()
     time.sleep(1.0)  # 50 steps handed to the sink meanwhile
-    assert len(broadcast.message_from_id) == messages
-    if queued is not None:
-        assert broadcast.message_counter == queued
+    assert len(meanwhile.serialize()) == scene
     assert sink.view3d.bytes_sent == 0
     with open_socket(sink.port) as socket:
+        watched = server.get_scene_serializer()
         assert receives(socket)
         wait_for(lambda: sink.view3d.bytes_sent > 0, 10, message="poses once watched")
         sent = sink.view3d.bytes_sent
         time.sleep(1.0)
         # ~0.1-1 KB a frame at 50 frames/s
         assert 1_000 < sink.view3d.bytes_sent - sent < 200_000
+    if poses == "public":  # viser sends them itself: what the check above would have seen
+        assert len(watched.serialize()) != scene

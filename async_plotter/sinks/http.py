@@ -80,7 +80,7 @@ class HttpSink(FrameSink):
         if self._front is None:
             return
         if scene is None:  # an env that draws its own frames: only pixels can show it
-            self._server.view3d = self._front = None
+            self._server.front = self._front = None
             return
         from async_plotter.view3d.scene import Scene3D
 
@@ -103,14 +103,18 @@ class HttpSink(FrameSink):
             self._scene3d.begin_episode(episode)
 
     def wants_real_time(self) -> bool:
-        # The MJPEG page shows frames as they come; the 3D view sends each pose when it is due.
-        return self._feed.has_viewers()
+        # The MJPEG page shows frames as they come, and so does viser for the 3D view's public
+        # path; the fast path's front sends each pose when it is due.
+        return self._feed.has_viewers() or (self._scene3d is not None and self._scene3d.fast is None
+                                            and self._front.viewers > 0)
 
     def add_frame(self, frame: Optional[np.ndarray], episode: EpisodeInfo) -> None:
         self._feed.add_frame(frame, episode)
         # Poses are computed and sent only while a 3D viewer is connected.
         if self._scene3d is not None and self._front.viewers:
-            self._front.broadcast(self._scene3d.encode_poses(self._scene.data), self._scene.due)
+            message = self._scene3d.pose(self._scene.data)
+            if message is not None:
+                self._front.broadcast(message, self._scene.due)
 
     def end_episode(self, episode: EpisodeInfo, end: EpisodeEnd) -> None:
         if end.completed:  # a return cut short by a newer policy says nothing about either

@@ -3,8 +3,10 @@
 
 An optional extra (``pip install -e .[view3d]``); nothing here is imported unless
 ``view="3d"`` is asked for. ``scene.py`` owns viser's server, which only ever listens on
-loopback behind a secret header (``guarded.py``); the browser reaches it through the live page's
-own server (``view3d/front.py``), which checks the token, Host and Origin first.
+loopback behind a secret header (``guard.py``), and poses it through mjviser's public path or
+the fast path ``poses.py`` detects (the one module that reads viser's and mjviser's private
+names); the browser reaches it through a page's server and ``front.py``, behind the same access
+rules as every page (``web/access.py``); ``replay.py`` plays a state recording in it.
 """
 import importlib.util
 import sys

@@ -1,21 +1,21 @@
 """The live page's front for the 3D view: viser's page, and its WebSocket proxied to the viser
 server of ``async_plotter.view3d`` (on loopback, behind a secret header).
 
-Every request reaches these handlers only through ``HttpServer``'s guard: the token (off
-loopback), the Host name and, on loopback, the origin are checked on the WebSocket upgrade as on
-any request, so a page on another origin cannot open the scene's socket in the user's browser.
-viser's client connects its socket to the page's own address without the query string, so a
-token given as ``?token=`` is also set as a cookie (``HttpOnly``, ``SameSite=Strict``, one per
-port) when the page is served; a request that presents only the cookie must also pass the origin
-checks (``server._refusal``).
+Every request reaches these handlers only through ``HttpServer``'s guard (``web/access.py``),
+on the WebSocket upgrade as on any request, so a page on another origin cannot open the scene's
+socket in the user's browser. viser's client connects its socket to the page's own address
+without the query string, so a token given as ``?token=`` is also set as a cookie when the page
+is served. Before it proxies to viser's server, the front asks it without the secret: if it
+answers, the 3D view is refused (503), not served (``guard.open_to_strangers``).
 
 A socket holds one of ``MAX_VIEWERS`` slots (a new one takes the oldest one's), taken only once
 its own socket to viser is open (at most ``MAX_SETUPS`` are being opened at once): a burst of
 sockets that never finish opening evicts nobody. ``viewers`` is how many are open now, which is
 what decides whether the render process poses anything. The render process hands each frame's
-poses, already encoded (``view3d/poses.py``), to ``broadcast``; every viewer gets the newest
-one once the previous has reached its socket (a slow browser skips frames, as with MJPEG), and
-only after viser has replayed the scene to it.
+poses, already encoded (``view3d/poses.py``, the fast path), to ``broadcast``; every viewer gets
+the newest one once the previous has reached its socket (a slow browser skips frames, as with
+MJPEG), and only after viser has replayed the scene to it. Poses by the public path come from
+viser itself, relayed as its other messages.
 """
 import asyncio
 import collections
@@ -34,7 +34,9 @@ try:
 except ImportError:  # before 3.11 aiohttp itself depends on async-timeout
     from async_timeout import timeout as _within
 
-from async_plotter.view3d.guard import SECRET_HEADER
+from async_plotter.view3d.guard import SECRET_HEADER, open_to_strangers
+from async_plotter.view3d.poses import replay_done
+from async_plotter.web import access
 
 logger = logging.getLogger(__name__)
 
@@ -46,8 +48,6 @@ MAX_SETUPS = 4
 SCENE_WAIT = 30.0
 #: a socket whose browser takes none of a message for this long is dropped
 SEND_TIMEOUT = 20.0
-#: the cookie that carries the token for viser's socket, per port (cookies ignore ports)
-TOKEN_COOKIE = "async_plotter_token_{port}"
 
 # viser's client is one HTML file whose script unpacks itself (zstd in WebAssembly) into an
 # inline module and runs three.js; it fetches nothing from elsewhere (the environment map comes
@@ -76,6 +76,8 @@ class View3DFront:
 
     def __init__(self) -> None:
         self._target: Optional[Tuple[int, str]] = None
+        #: why the 3D view is refused ("": it is not)
+        self._refused = ""
         self._page: Optional[bytes] = None
         self._lock = threading.Lock()
         self._viewers = 0
@@ -93,7 +95,13 @@ class View3DFront:
         self.bytes_sent = 0
 
     def connect(self, port: int, secret: str) -> None:
-        """The viser server to proxy to (from the render process's thread)."""
+        """The viser server to proxy to (from the render process's thread), once it is seen to
+        refuse a request without ``secret``; if it does not, the 3D view is refused."""
+        problem = open_to_strangers(port)
+        if problem:
+            self._refused = f"the 3D view is off: its viser server {problem}"
+            logger.error("%s (is viser's guard in place?); refusing to serve it", self._refused)
+            return
         self._target = (port, secret)
 
     @property
@@ -152,7 +160,7 @@ class View3DFront:
         as soon as the server listens, a moment before; viser's client does not retry a
         refused socket soon), waiting up to ``SCENE_WAIT`` seconds."""
         deadline = time.monotonic() + SCENE_WAIT
-        while self._target is None and time.monotonic() < deadline:
+        while self._target is None and not self._refused and time.monotonic() < deadline:
             await asyncio.sleep(0.05)
         return self._target
 
@@ -160,6 +168,8 @@ class View3DFront:
         """What a request for the 3D page's address gets from ``server`` (an ``HttpServer``,
         whose guard has checked it): the page, or, for a WebSocket upgrade (viser's client opens
         its socket at the page's own address), the socket."""
+        if self._refused:
+            return web.Response(status=503, text=self._refused + "\n")
         if request.headers.get("upgrade", "").lower() != "websocket":
             return self._page_answer(request)
         with server.streaming():
@@ -167,26 +177,19 @@ class View3DFront:
 
     def _page_answer(self, request: web.Request) -> web.Response:
         """viser's page; a token given in the query is also set as a cookie for the socket."""
-        from async_plotter.web.server import token_cookie_name
-
         if self._page is None:
             self._page = viser_page()
         response = web.Response(body=self._page, content_type="text/html", charset="utf-8")
         response.headers["Content-Security-Policy"] = PAGE_POLICY
-        token = request.query.get("token", "")
-        if token:
-            response.set_cookie(token_cookie_name(request),
-                                token,
-                                httponly=True,
-                                samesite="Strict",
-                                path="/")
+        access.remember_token(request, response)
         return response
 
     async def _socket(self, request: web.Request, server: Any) -> web.StreamResponse:
         """Proxy one browser's socket to viser's, in one of ``MAX_VIEWERS`` slots."""
         target = await self._scene_ready()
         if target is None:
-            return web.Response(status=503, text="the 3D view is starting; reload\n")
+            return web.Response(status=503,
+                                text=(self._refused or "the 3D view is starting; reload") + "\n")
         port, secret = target
         protocols = [
             name.strip() for name in request.headers.get("Sec-WebSocket-Protocol", "").split(",")
@@ -250,25 +253,6 @@ class _Viewer:
         self.ready = False
 
 
-def _replay_done(message: bytes) -> bool:
-    """Whether a message from viser ends its replay of the scene to a new client (it carries
-    ``ReplayDoneMessage``); only read until it has come."""
-    import msgspec
-    import zstandard
-
-    try:
-        inner_size = int.from_bytes(message[:8], "little")
-        compressed_size = int.from_bytes(message[8:16], "little")
-        inner = zstandard.ZstdDecompressor().decompress(message[16:16 + compressed_size],
-                                                        max_output_size=inner_size)
-        batch = msgspec.msgpack.decode(inner)
-        return any(
-            isinstance(item, dict) and item.get("type") == "ReplayDoneMessage"
-            for item in batch.get("messages", ()))
-    except (ValueError, zstandard.ZstdError, msgspec.DecodeError, AttributeError):
-        return False
-
-
 async def _pump(browser: web.WebSocketResponse, upstream: Any, front: View3DFront,
                 viewer: _Viewer) -> None:
     """Relay messages both ways, and send the pose frames, until either side closes."""
@@ -280,7 +264,7 @@ async def _pump(browser: web.WebSocketResponse, upstream: Any, front: View3DFron
                 async with _within(SEND_TIMEOUT):
                     await browser.send_bytes(message.data)
                 if not viewer.ready:
-                    viewer.ready = _replay_done(message.data)
+                    viewer.ready = replay_done(message.data)
             elif message.type == aiohttp.WSMsgType.TEXT:
                 async with _within(SEND_TIMEOUT):
                     await browser.send_str(message.data)

@@ -9,11 +9,15 @@ handshake, so only the live page's server, which proxies for authenticated brows
 
 viser has no hook for this; its ``WebsockServer`` calls ``websockets.asyncio.server.serve`` with
 its own ``process_request``. We wrap that function for the moment the server starts (its
-thread has called ``serve`` once ``ViserServer()`` returns) and put it back right after.
+thread has called ``serve`` once ``ViserServer()`` returns) and put it back right after. Should
+a viser start its server later, the wrapper would miss it: so the front asks viser's port
+without the secret before it proxies to it (``open_to_strangers``), and refuses to serve the 3D
+view if it answers.
 """
 import contextlib
 import hmac
 import http
+import http.client
 import io
 import threading
 from typing import Any, Iterator
@@ -34,6 +38,20 @@ def start_guarded_viser(secret: str) -> Any:
     # A client may ask viser for a public share URL (a tunnel through viser's servers): never.
     server.request_share_url = lambda *args, **kwargs: None
     return server
+
+
+def open_to_strangers(port: int) -> str:
+    """How viser's server on 127.0.0.1:``port`` answers a request without ``SECRET_HEADER``,
+    if not with the refusal it should (``""``)."""
+    connection = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+    try:
+        connection.request("GET", "/")
+        status = connection.getresponse().status
+    except (OSError, http.client.HTTPException) as error:
+        return f"cannot be asked ({error!r})"
+    finally:
+        connection.close()
+    return "" if status == http.HTTPStatus.FORBIDDEN else f"answers {status} without the secret"
 
 
 @contextlib.contextmanager

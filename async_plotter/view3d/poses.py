@@ -1,29 +1,64 @@
-"""``PoseSender``: one frame's body poses as one ready-to-send WebSocket message in viser's wire
-format, with as little Python per frame as that format allows.
+"""The fast path for the 3D view's poses: one frame's body poses as one ready-to-send WebSocket
+message in viser's wire format, with as little Python per frame as that format allows. The only
+module that reads viser's or mjviser's private names or viser's framing.
 
-mjviser builds the scene (geometry, materials, one batched mesh handle per group of bodies that
-share a geometry) and can pose it (``update_from_mjdata``); but that assigns each handle's
-positions and orientations separately through viser's validated property setters, and viser's
-event loop then serializes and sends each batch: for HalfCheetah 15 messages and ~2.9 ms of CPU
-a frame (measured with a browser connected, on a loaded 2-core machine), nearly all of it
-viser's per-property Python and its asyncio machinery, twice what drawing costs on a GPU.
-
-Here each handle gets one update carrying both arrays, built with numpy from ``MjData`` (body
-orientations straight from ``xquat``), plus the world's offset that keeps the tracked body at
-the origin as mjviser's tracking does (8 messages for HalfCheetah), encoded once per frame as
-viser's producer would (msgpack with the arrays as aligned binary buffers, zstd level 1) and
-handed to the live page's front, which sends the same bytes to every 3D viewer. viser's own
-server is not involved per frame: it serves the scene, the panel and the replay of both to a
-browser that connects. The handles' server-side state is kept in step, so that replay holds
+The public path (``Scene3D``) is mjviser's ``update_from_mjdata`` inside ``server.atomic()``: it
+assigns each handle's positions and orientations separately through viser's validated property
+setters, and viser's event loop then serializes and sends each batch (HalfCheetah: 15 messages
+a frame, ~2.5 ms of CPU). Here each handle gets one update carrying both arrays, built with
+numpy from ``MjData``, plus the world's offset that keeps the tracked body at the origin (8
+messages), encoded once per frame as viser's producer would (msgpack with the arrays as aligned
+binary buffers, zstd level 1); the live page's front sends the same bytes to every 3D viewer.
+The handles' server-side state is kept in step, so that viser's replay to a new browser holds
 the newest poses.
 
-This uses viser's message types and wire format, which is why the extra pins viser's minor
-version; ``tests/test_view3d_browser.py`` checks a real browser follows the poses.
+``fast_poses`` turns it on only where it still speaks viser's language: the private names it
+reads exist, and a self-check finds its message for a posed frame equal, field by field, to the
+updates viser itself records for the public path on the same frame (``get_scene_serializer``).
+Otherwise the caller keeps the public path, and the reason is logged.
 """
+import logging
 import time
-from typing import Any, List, Optional, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
 import numpy as np
+
+logger = logging.getLogger(__name__)
+
+#: (message type, node name, owner, field) -> value, what a batch of messages sets
+Updates = Dict[Tuple[str, str, str, str], Any]
+# A gap inserted into viser's recording between its snapshot of the scene and the public path's
+# updates, so that the latter can be told apart.
+_MARK_SECONDS = 1.0
+
+
+def fast_poses(server: Any, mj_scene: Any, data: Any) -> Optional["PoseSender"]:
+    """A ``PoseSender`` for ``mj_scene`` (a ``mjviser.ViserMujocoScene`` on ``server``), or None
+    if this viser or mjviser is not what it was written for. ``data``: an ``MjData`` after
+    ``mj_forward``, posed by the public path in the self-check (the scene shows it after)."""
+    try:
+        sender = PoseSender(server, mj_scene)
+        problem = sender.self_check(mj_scene, data)
+    except Exception as error:  # pylint: disable=broad-except - any failure means: not this one
+        problem = f"{type(error).__name__}: {error}"
+    if problem:
+        logger.warning(
+            "3D view: poses go through mjviser's update_from_mjdata (the fast path is "
+            "off: %s)", problem)
+        return None
+    return sender
+
+
+def replay_done(message: bytes) -> bool:
+    """Whether a message from viser ends its replay of the scene to a new client (it carries
+    ``ReplayDoneMessage``); poses sent before would name nodes the browser does not have yet."""
+    try:
+        meta, _ = _decode_live(message)
+        return any(
+            isinstance(item, dict) and item.get("type") == "ReplayDoneMessage"
+            for item in meta.get("messages", ()))
+    except Exception:  # pylint: disable=broad-except - not a batch of viser's: not the end
+        return False
 
 
 class PoseSender:
@@ -36,6 +71,7 @@ class PoseSender:
         import zstandard
         from viser.infra._infra import _append_aligned_buffers
 
+        self._server = server
         self._msgpack = msgspec.msgpack.encode
         self._align = _append_aligned_buffers
         self._messages = _messages
@@ -89,6 +125,42 @@ class PoseSender:
         self._align(parts, buffers, 16 + len(compressed))
         return b"".join(parts)
 
+    def self_check(self, mj_scene: Any, data: Any) -> str:
+        """Why this encoder does not say what the public path says for ``data`` (``""``: it
+        does): each field its message sets as viser records the public path's update of it,
+        or, where that sends nothing (unchanged), as the handle holds it; and none missing."""
+        # viser sends only what changes: first every body elsewhere (public too), so that the
+        # frame's update sets (nearly) every field.
+        rng = np.random.default_rng(0)
+        turn = np.array([[1.0, 0.0, 0.0], [0.0, 0.0, -1.0], [0.0, 1.0, 0.0]])
+        mocap_quat = rng.normal(size=(1, ) + data.mocap_quat.shape)
+        mj_scene.update_from_arrays(data.xpos[None] + rng.normal(size=data.xpos.shape),
+                                    turn @ data.xmat.reshape(-1, 3, 3)[None],
+                                    data.mocap_pos[None] + 1.0,
+                                    mocap_quat / np.linalg.norm(mocap_quat, axis=-1, keepdims=True))
+        recorder = self._server.get_scene_serializer()
+        recorder.insert_sleep(_MARK_SECONDS)
+        with self._server.atomic():
+            mj_scene.update_from_mjdata(data)
+        public = _updates(*_decode_recording(recorder.serialize()), after=_MARK_SECONDS)
+        nodes = {handle.name: handle for handle, _, _ in self._groups}
+        nodes[self._frame.name] = self._frame
+        held = {
+            (name, field): np.array(getattr(node, field, np.nan), float)
+            for name, node in nodes.items()
+            for field in ("position", "batched_positions", "batched_wxyzs") if hasattr(node, field)
+        }
+        meta, buffers = _decode_live(self.encode(data))
+        fast = _updates([(0.0, item) for item in meta["messages"]], buffers)
+        missing = sorted(set(public) - set(fast))
+        if missing or not public:
+            return f"its messages do not set {missing[:3] or 'what the public path does'}"
+        for key, value in fast.items():
+            expected = public.get(key, held.get(key[1::2]))
+            if expected is None or not _same(key[3], value, expected):
+                return f"{key} differs from the public path's"
+        return ""
+
     def _message_template(self) -> List[dict]:
         """The frame's messages as viser serializes them, the arrays as placeholders numbered
         in the order ``encode`` appends them; only the offset changes per frame."""
@@ -108,3 +180,68 @@ class PoseSender:
             message.owner = self._owner
             serialized.append(message.as_serializable_dict(placeholders))
         return serialized
+
+
+def _same(field: str, value: Any, expected: Any) -> bool:
+    """Whether two values of ``field`` show the same (a quaternion and its negative do)."""
+    value, expected = np.asarray(value, float).ravel(), np.asarray(expected, float).ravel()
+    if value.shape != expected.shape:
+        return False
+    if field.endswith("wxyzs"):
+        value, expected = value.reshape(-1, 4), expected.reshape(-1, 4)
+        value = value * np.where(np.sum(value * expected, axis=1) < 0, -1.0, 1.0)[:, None]
+    return bool(np.allclose(value, expected, atol=1e-5))
+
+
+def _decode_live(message: bytes) -> Tuple[dict, List[bytes]]:
+    """A batch as viser's producer frames it: ``(its msgpack part, its binary buffers)``."""
+    import msgspec
+    import zstandard
+
+    inner_size = int.from_bytes(message[:8], "little")
+    compressed_size = int.from_bytes(message[8:16], "little")
+    meta = msgspec.msgpack.decode(zstandard.ZstdDecompressor().decompress(
+        message[16:16 + compressed_size], max_output_size=inner_size))
+    return meta, _buffers(message, 16 + compressed_size, meta["binaryBufferLengths"])
+
+
+def _decode_recording(recording: bytes) -> Tuple[List[Tuple[float, dict]], List[bytes]]:
+    """A recording as ``get_scene_serializer().serialize()`` frames it: ``(its messages as
+    (time, message), its binary buffers)``."""
+    import msgspec
+    import zstandard
+
+    inner = zstandard.ZstdDecompressor().decompress(recording[8:],
+                                                    max_output_size=int.from_bytes(
+                                                        recording[:8], "little"))
+    size = int.from_bytes(inner[:8], "little")
+    meta = msgspec.msgpack.decode(inner[8:8 + size])
+    return meta["messages"], _buffers(inner, 8 + size, meta["binaryBufferLengths"])
+
+
+def _buffers(blob: bytes, offset: int, lengths: List[int]) -> List[bytes]:
+    """The binary buffers after ``offset``, each 8-byte aligned."""
+    found = []
+    for length in lengths:
+        offset += (8 - offset % 8) % 8
+        found.append(blob[offset:offset + length])
+        offset += length
+    return found
+
+
+def _updates(messages: List[Tuple[float, dict]],
+             buffers: List[bytes],
+             after: float = 0.0) -> Updates:
+    """What the messages from time ``after`` on set, the newest value of each field."""
+    found: Updates = {}
+    for at, message in messages:
+        if at < after:
+            continue
+        fields = dict(message)
+        kind, name, owner = fields.pop("type", ""), fields.pop("name", ""), fields.pop("owner", "")
+        fields.update(fields.pop("updates", None) or {})
+        for field, value in fields.items():
+            if isinstance(value, dict) and "__binary_index" in value:
+                value = np.frombuffer(buffers[value["__binary_index"]], value["dtype"])
+            found[(kind, name, owner, field)] = value
+    return found

@@ -168,7 +168,9 @@ class Replay:
         self._set(self.index)
         self._time.content = f"t = {self.recording.times[self.index]:.2f} s"
         if self.front.viewers:
-            self.front.broadcast(self.scene.encode_poses(self.data))
+            message = self.scene.pose(self.data)
+            if message is not None:
+                self.front.broadcast(message)
 
     def _set(self, index: int) -> None:
         mujoco = self._mujoco

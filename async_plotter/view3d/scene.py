@@ -1,10 +1,14 @@
 """``Scene3D``: the model in viser's scene, posed from the render process's ``MjData``, with the
 iteration, the episode's return and the learning curve in viser's panel.
 
-Poses are encoded by ``PoseSender`` (one WebSocket message a frame, ~1.3 KB for HalfCheetah)
-and sent by the live page's front; the caller poses only while somebody watches.
+Poses go through mjviser's public ``update_from_mjdata`` (viser sends them to its clients, the
+front's relays) or, where ``view3d/poses.py`` finds it works with this viser and mjviser, its
+fast path (one message a frame, ~1.3 KB for HalfCheetah, sent by the live page's front);
+``$ASYNC_PLOTTER_VIEW3D_POSES=public`` keeps the public path. The caller poses only while
+somebody watches.
 """
 import logging
+import os
 import pickle
 import secrets
 import time
@@ -14,7 +18,7 @@ import numpy as np
 
 from async_plotter.learning_curve import shown_metric
 from async_plotter.view3d.guard import start_guarded_viser
-from async_plotter.view3d.poses import PoseSender
+from async_plotter.view3d.poses import fast_poses
 
 logger = logging.getLogger(__name__)
 
@@ -22,6 +26,8 @@ logger = logging.getLogger(__name__)
 MAX_CURVE_POINTS = 2000
 #: seconds between changes of the panel's text (a new policy shows at once)
 STATUS_INTERVAL = 0.5
+#: ``public``: pose through mjviser's public path even where the fast path works
+POSES_ENV = "ASYNC_PLOTTER_VIEW3D_POSES"
 
 
 class Scene3D:
@@ -36,6 +42,7 @@ class Scene3D:
 
     def __init__(self, model: Any, data: Any, camera: Any, title: str) -> None:
         import mjviser
+        import mujoco
 
         self.secret = secrets.token_urlsafe(32)
         self.server = start_guarded_viser(self.secret)
@@ -51,21 +58,34 @@ class Scene3D:
         self._curve_x: List[float] = []
         self._curve_y: List[float] = []
         self._curve: Any = None
-        position, look_at, up, fov = start_camera(model, data, camera, self.scene._tracked_body_id)
+        # Posed as the video's first frame: where mjviser puts the tracked body is where the
+        # world's frame is moved from (the origin of the orbit camera).
+        mujoco.mj_forward(model, data)
+        with self.server.atomic():
+            self.scene.update_from_mjdata(data)
+        origin = -np.asarray(self.scene.fixed_bodies_frame.position, dtype=float)
+        position, look_at, up, fov = start_camera(model, data, camera, origin)
         initial = self.server.initial_camera
         initial.position, initial.look_at, initial.up = position, look_at, up
         initial.fov = fov
         self._episode: Any = None
         self._last_return: Optional[float] = None
-        self._poses = PoseSender(self.server, self.scene)
+        #: the fast path's encoder, or None: the public path
+        self.fast = (None if os.environ.get(POSES_ENV) == "public" else fast_poses(
+            self.server, self.scene, data))
         self._status_due, self._status_sent = False, 0.0
 
-    def encode_poses(self, data: Any) -> bytes:
-        """The bodies' poses in ``data`` (``mj_forward`` done) as one message for viser's
-        client (``PoseSender``), to be sent to every 3D viewer."""
+    def pose(self, data: Any) -> Optional[bytes]:
+        """Show the bodies' poses in ``data`` (``mj_forward`` done). The fast path returns them
+        as one message for the front to send to every 3D viewer; the public path has viser send
+        them at once, and returns None."""
         if self._status_due and time.monotonic() - self._status_sent >= STATUS_INTERVAL:
             self._set_status()
-        return self._poses.encode(data)
+        if self.fast is not None:
+            return self.fast.encode(data)
+        with self.server.atomic():
+            self.scene.update_from_mjdata(data)
+        return None
 
     def begin_episode(self, episode: Any) -> None:
         """Show which policy acts now."""
@@ -135,13 +155,13 @@ class Scene3D:
 
 
 def start_camera(model: Any, data: Any, camera: Any,
-                 tracked_body: Optional[int]) -> Tuple[tuple, tuple, tuple, float]:
-    """``(position, look_at, up, vertical fov in radians)`` of the video camera, in mjviser's
-    frame (the tracked body at the origin: mjviser moves the world, not the camera, so an orbit
-    camera placed relative to the body follows it as the video's tracking camera does)."""
+                 origin: np.ndarray) -> Tuple[tuple, tuple, tuple, float]:
+    """``(position, look_at, up, vertical fov in radians)`` of the video camera in mjviser's
+    frame, whose ``origin`` (the tracked body: mjviser moves the world, not the camera, so an
+    orbit camera placed relative to the body follows it as the video's tracking camera does)
+    is given in the world's. ``data``: ``mj_forward`` done."""
     import mujoco
 
-    mujoco.mj_forward(model, data)  # cameras and bodies where the first frame sees them
     scene = mujoco.MjvScene(model, maxgeom=max(1000, model.ngeom * 2))
     mujoco.mjv_updateScene(model, data, mujoco.MjvOption(), None, camera,
                            mujoco.mjtCatBit.mjCAT_ALL, scene)
@@ -149,8 +169,6 @@ def start_camera(model: Any, data: Any, camera: Any,
     position = (np.asarray(eyes[0].pos) + np.asarray(eyes[1].pos)) / 2
     forward = np.asarray(eyes[0].forward, dtype=float)
     up = np.asarray(eyes[0].up, dtype=float)
-    origin = (np.asarray(data.xpos[tracked_body], dtype=float)
-              if tracked_body is not None else np.zeros(3))
     if camera.type == mujoco.mjtCamera.mjCAMERA_FIXED:
         fovy = float(model.cam_fovy[camera.fixedcamid])
         reach = float(np.dot(origin - position, forward))

@@ -32,11 +32,8 @@ so a connection costs nothing until it has proven itself:
   arrive within ``HEADER_DEADLINE`` seconds however slowly it trickles, and be at most
   ``MAX_HEADER_BYTES`` (431 beyond). Then aiohttp takes the connection (its parser, requests,
   responses; ``connect_accepted_socket``).
-* Access is checked on the complete headers, in a middleware, before any route: the token (off
-  loopback), the Host name (DNS rebinding) and, without a token, the origin: a request a browser
-  marks ``Sec-Fetch-Site: cross-site`` or ``same-site``, or whose ``Origin`` is not this server,
-  is refused, so a page on another origin cannot read or hold the stream (an ``<img>`` tag sends
-  those headers).
+* Access is checked on the complete headers, in a middleware, before any route
+  (``web/access.py``: the token, the Host name, the origin).
 * Then slots: a stream, an events stream or a video holds one within ``LiveFeed.max_viewers``,
   ``MAX_EVENT_STREAMS`` and ``MAX_VIDEO_SENDS``. Beyond them, streams that do not keep up lose
   theirs first (``web.feed``: newcomers are judged first), and a new events stream or video
@@ -48,7 +45,6 @@ so a connection costs nothing until it has proven itself:
 import asyncio
 import collections
 import contextlib
-import hmac
 import json
 import logging
 import os
@@ -60,12 +56,12 @@ from concurrent.futures import ThreadPoolExecutor
 from http import HTTPStatus
 from importlib import resources
 from typing import (Any, Awaitable, Callable, Dict, Iterator, List, Optional, Set, Tuple, TypeVar)
-from urllib.parse import urlsplit
 
 from aiohttp import web
 from aiohttp.web_protocol import RequestHandler
 
-from async_plotter.web.address import HttpConfig, is_loopback
+from async_plotter.web import access
+from async_plotter.web.address import HttpConfig
 from async_plotter.web.listener import bind_listener
 from async_plotter.web.feed import (BOUNDARY, FeedClosed, FrameMeta, LiveFeed, NewestSlots, Viewer,
                                     ViewerEvicted, unsent_bytes)
@@ -103,8 +99,6 @@ _CONNECTION = dict(keepalive_timeout=HEADER_DEADLINE,
                    max_field_size=MAX_HEADER_BYTES,
                    max_headers=128,
                    access_log=None)
-# Headers that access depends on: two of one are ambiguous, and refused.
-_SINGLE = ("host", "origin", "authorization", "sec-fetch-site", "x-async-plotter-token")
 
 _SECURITY_HEADERS = {
     "Cache-Control":
@@ -226,11 +220,9 @@ class HttpServer:
         self._pending: "collections.OrderedDict[int, _Waiting]" = collections.OrderedDict()
         self._handler: Optional[Callable[[bytes], _Connection]] = None
         self._handing_over: Set["asyncio.Task[None]"] = set()
-        self._slots: Dict[str, "collections.OrderedDict[Any, asyncio.BaseTransport]"] = {
-            "events": collections.OrderedDict(),
-            "video": collections.OrderedDict(),
-            "view3d": collections.OrderedDict(),
-        }
+        #: the connections holding a slot, by kind (a kind is made by its first ``slot``)
+        self._slots: Dict[str, "collections.OrderedDict[Any, asyncio.BaseTransport]"] = (
+            collections.defaultdict(collections.OrderedDict))
         self._short = 0  # short answers being made or sent
         self._workers = ThreadPoolExecutor(PAGE_WORKERS, thread_name_prefix="async_plotter-http")
         #: connections refused or dropped, by reason (for tests, benchmarks and the curious)
@@ -388,10 +380,10 @@ class HttpServer:
         """The checks before any route, and the sending of short answers."""
         if request.method != "GET":
             return plain(HTTPStatus.METHOD_NOT_ALLOWED, "only GET is served", {"Allow": "GET"})
-        if any(len(request.headers.getall(name, ())) > 1 for name in _SINGLE):
+        if access.ambiguous(request):
             self.dropped["malformed 400"] += 1
             return plain(HTTPStatus.BAD_REQUEST, "malformed request")
-        refusal = _refusal(self.config, request)
+        refusal = access.refusal(self.config, request)
         if refusal is not None:
             code, text, extra = refusal
             self.dropped[f"refused {int(code)}"] += 1
@@ -589,8 +581,8 @@ class LiveServer(HttpServer):
         feed: the frames, status and curve to serve.
         video_dir: the folder of the run's recorded videos, served as ``videos.json`` and
             ``videos/<name>``; None: no videos (both routes are 404).
-        view3d: the 3D view's front (``view3d/front.py``): its page is served at ``/`` and the
-            MJPEG page at ``/2d/``; None: the MJPEG page at ``/``.
+        front: what answers for ``/`` (the 3D view's, ``View3DFront``: ``answer(request,
+            server)``), the MJPEG page then at ``/2d/``; None: the MJPEG page at ``/``.
         listener: as ``HttpServer``'s.
     """
 
@@ -598,13 +590,13 @@ class LiveServer(HttpServer):
                  config: HttpConfig,
                  feed: LiveFeed,
                  video_dir: Optional[str] = None,
-                 view3d: Any = None,
+                 front: Any = None,
                  listener: Optional[socket.socket] = None) -> None:
         super().__init__(config, listener=listener)
         self.feed = feed
         self.video_dir = None if video_dir is None else os.path.abspath(video_dir)
         self.page = load_page()
-        self.view3d = view3d
+        self.front = front
 
     def close(self) -> None:
         self.feed.close()  # streams and events streams end
@@ -621,8 +613,8 @@ class LiveServer(HttpServer):
         client = request.query.get("client", "")[:64]
         # Only the last segments count, so the page also works behind a proxy's path prefix.
         parent, _, route = request.rel_url.raw_path.rstrip("/").rpartition("/")
-        if self.view3d is not None and parent == "" and route in ("", "index.html"):
-            return await self.view3d.answer(request, self)
+        if self.front is not None and parent == "" and route in ("", "index.html"):
+            return await self.front.answer(request, self)
         if route in ("", "index.html", "2d"):
             return web.Response(body=self.page, content_type="text/html", charset="utf-8")
         if route == "stream.mjpg":
@@ -682,78 +674,6 @@ class LiveServer(HttpServer):
 # ------------------------------------------------------------------------------ helpers
 
 
-def _refusal(config: HttpConfig,
-             request: web.Request) -> Optional[Tuple[int, str, Optional[Dict[str, str]]]]:
-    """Why the request is refused (status, text, extra headers), or None if it may proceed."""
-    headers = request.headers
-    token = config.token
-    if token is None:
-        # Loopback only. Refuse other Host names, so that a web page elsewhere cannot read the
-        # stream through DNS rebinding (its name resolving to 127.0.0.1).
-        host_header = headers.get("host") or "127.0.0.1"
-        host = _host_name(host_header)
-        if not is_loopback(host):
-            return HTTPStatus.FORBIDDEN, f"Host {host!r} refused: serving on loopback", None
-        # And no other origin: with no token, the user's browser is the only credential, and
-        # any page it opens could otherwise hold the stream (<img> tags) or read it, or open
-        # the 3D view's socket.
-        reason = _foreign(headers, host_header)
-        if reason:
-            return HTTPStatus.FORBIDDEN, f"cross-origin request refused ({reason})", None
-        return None
-    given = request.query.get("token", "") or _bearer(headers.get("authorization", ""))
-    given = given or headers.get("x-async-plotter-token", "")
-    if not given:
-        # The 3D view's socket carries the token as a cookie (its client drops the query).
-        # A browser sends a cookie whatever page asks, so a cookie counts only for requests
-        # from this server's own pages.
-        given = request.cookies.get(token_cookie_name(request), "")
-        if given and _foreign(headers, headers.get("host") or ""):
-            return HTTPStatus.FORBIDDEN, "cross-origin request refused", None
-    if not given:
-        return (HTTPStatus.UNAUTHORIZED, "a token is required: open /?token=<token>", {
-            "WWW-Authenticate": 'Bearer realm="async_plotter"'
-        })
-    if not hmac.compare_digest(given.encode("utf-8"), token.encode("utf-8")):
-        return HTTPStatus.FORBIDDEN, "wrong token", None
-    return None
-
-
-def _foreign(headers: Any, host_header: str) -> str:
-    """Why a browser's request comes from another site's page (``Sec-Fetch-Site``, or an
-    ``Origin`` that is not this server), or ``""``."""
-    site = headers.get("sec-fetch-site", "").lower()
-    if site in ("cross-site", "same-site"):
-        return site
-    origin = headers.get("origin")
-    if origin is not None and not _same_origin(origin, host_header):
-        return "Origin"
-    return ""
-
-
-def token_cookie_name(request: web.Request) -> str:
-    """The cookie that carries the token to this server (one per port)."""
-    from async_plotter.view3d.front import TOKEN_COOKIE
-
-    sockname = request.transport.get_extra_info("sockname") if request.transport else None
-    return TOKEN_COOKIE.format(port=sockname[1] if sockname else 0)
-
-
-def _same_origin(origin: str, host_header: str) -> bool:
-    """Whether an ``Origin`` header names this server as the request's Host does."""
-    try:
-        parts = urlsplit(origin)
-        origin_port = parts.port or 80
-    except ValueError:
-        return False
-    if parts.scheme != "http" or not parts.hostname:
-        return False  # includes "null" (sandboxed frames, file: pages)
-    host = _host_name(host_header)
-    port_text = host_header[len(host) + (2 if host_header.startswith("[") else 0):].lstrip(":")
-    host_port = int(port_text) if port_text.isdigit() else 80
-    return parts.hostname.lower() == host.lower() and origin_port == host_port
-
-
 async def _secure(request: web.Request, response: web.StreamResponse) -> None:
     """Every response: the security headers, and the connection closes after it (an open one
     would be a slot to hold)."""
@@ -804,19 +724,6 @@ def _abort(transport: Optional[asyncio.BaseTransport]) -> None:
     except OSError:
         pass
     transport.abort()
-
-
-def _host_name(header: str) -> str:
-    """The name in a Host header: ``"[::1]:8080"`` -> ``"::1"``, ``"localhost:80"`` ->
-    ``"localhost"``."""
-    if header.startswith("["):
-        return header[1:].partition("]")[0]
-    return header.rpartition(":")[0] if ":" in header else header
-
-
-def _bearer(header: str) -> str:
-    scheme, _, value = header.partition(" ")
-    return value.strip() if scheme.lower() == "bearer" else ""
 
 
 def _join(host: str, port: int) -> str:

@@ -14,7 +14,6 @@ import os
 import pickle
 import signal
 import sys
-import time
 from multiprocessing.connection import Connection
 from typing import Any, Tuple
 
