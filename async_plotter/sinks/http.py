@@ -5,7 +5,7 @@ from typing import Any, Callable, Dict, Optional
 
 import numpy as np
 
-from async_plotter.sinks.base import FrameSink
+from async_plotter.sinks.base import FrameSink, ShownStep
 from async_plotter.web.address import HttpConfig
 from async_plotter.web.feed import LiveFeed
 from async_plotter.web.server import LiveServer
@@ -49,7 +49,6 @@ class HttpSink(FrameSink):
         self._title = title or "async_plotter"
         self._front: Any = None
         self._scene3d: Any = None
-        self._scene: Any = None
         if view == "3d":
             from async_plotter.view3d.front import View3DFront
 
@@ -84,7 +83,6 @@ class HttpSink(FrameSink):
             return
         from async_plotter.view3d.scene import Scene3D
 
-        self._scene = scene
         self._scene3d = Scene3D(scene.source_model, scene.data, scene.camera, self._title)
         self._front.connect(self._scene3d.port, self._scene3d.secret)
 
@@ -108,13 +106,16 @@ class HttpSink(FrameSink):
         return self._feed.has_viewers() or (self._scene3d is not None and self._scene3d.fast is None
                                             and self._front.viewers > 0)
 
-    def add_frame(self, frame: Optional[np.ndarray], episode: EpisodeInfo) -> None:
-        self._feed.add_frame(frame, episode)
+    def add_step(self, frame: Optional[np.ndarray], step: ShownStep) -> None:
+        super().add_step(frame, step)  # the MJPEG page's frame
         # Poses are computed and sent only while a 3D viewer is connected.
         if self._scene3d is not None and self._front.viewers:
-            message = self._scene3d.pose(self._scene.data)
+            message = self._scene3d.pose(step.data)
             if message is not None:
-                self._front.broadcast(message, self._scene.due)
+                self._front.broadcast(message, step.due)
+
+    def add_frame(self, frame: Optional[np.ndarray], episode: EpisodeInfo) -> None:
+        self._feed.add_frame(frame, episode)
 
     def end_episode(self, episode: EpisodeInfo, end: EpisodeEnd) -> None:
         if end.completed:  # a return cut short by a newer policy says nothing about either

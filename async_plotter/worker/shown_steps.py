@@ -13,13 +13,13 @@ render process that falls behind skips the chunks a newer one has overtaken
 them); their chunks only save messages. Envs that draw their own frames send one frame per
 message, paced as before.
 """
-import time
 from multiprocessing.connection import Connection
 from typing import Any, Optional
 
 import numpy as np
 
 from async_plotter.render.stream import SceneInfo, StateChunk, StreamKind
+from async_plotter.render.timeline import Timeline
 
 #: how much motion one message carries to a live view: a few wakeups a second, and a newer
 #: policy on screen within a quarter of a second
@@ -37,8 +37,9 @@ class ShownSteps:
         self._scene = scene
         self._out = frames_out
         self._live = live
-        self._interval = 1.0 / fps
-        self._next_due = time.monotonic()
+        # Real time for live viewers: steps sent faster than the render process shows them
+        # would queue in the pipe and delay the newest policy by seconds.
+        self._timeline = Timeline(1.0 / fps)
         self._count = 0
         self._starts_episode = False
         #: the steps finish a short video for the recordings only: sent at once, unpaced
@@ -85,7 +86,7 @@ class ShownSteps:
             return
         self._count = 0
         if self._live and not self._catching_up:
-            self._pace(count)
+            self._timeline.pace(count)
         actions = (self._actions[:count].copy() if self._actions is not None else np.zeros(
             (count, 0), np.float32))
         self._out.send((StreamKind.STATES,
@@ -102,16 +103,7 @@ class ShownSteps:
         its steps are sent from now on, not after those of the old one still being shown (the
         render process skips what it has left of those)."""
         self._count = 0
-        self._next_due = time.monotonic()
-
-    def _pace(self, frames: int) -> None:
-        # Real time for live viewers: steps sent faster than the render process shows them
-        # would queue in the pipe and delay the newest policy by seconds.
-        now = time.monotonic()
-        due = max(self._next_due, now)
-        if due > now:
-            time.sleep(due - now)
-        self._next_due = due + frames * self._interval
+        self._timeline.anchor()
 
     def _send_frame(self) -> None:
         frame = self._env.render()
@@ -119,5 +111,5 @@ class ShownSteps:
             raise RuntimeError(f"env {self._scene.label} returned no frame from render(); build "
                                "it with render_mode='rgb_array' (a factory may accept render_mode)")
         if self._live and not self._catching_up:
-            self._pace(1)
+            self._timeline.pace(1)
         self._out.send((StreamKind.FRAME, np.ascontiguousarray(frame, dtype=np.uint8)))
