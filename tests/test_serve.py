@@ -27,7 +27,7 @@ from async_plotter.cli import main
 from async_plotter.serve.history import History
 from async_plotter.web.client import StreamError, open_stream
 from tests.clients import view3d_socket
-from tests.conftest import wait_for
+from tests.conftest import hold, wait_for
 from tests.redis_helpers import (ROOT, child_env, default_sigint, read_log, start_trainer,
                                  viewer_command)
 from tests.recordings import sled_run
@@ -65,6 +65,7 @@ def server_and_trainers(tmp_path_factory):
                           "0.5",
                           ASYNC_PLOTTER_SECRET=SECRET))
 
+    hold("server_and_trainers", lambda: [trainer.pid for trainer in trainers])
     for name, env in TRAINERS.items():
         add(name, env)
     try:
