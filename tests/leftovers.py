@@ -35,7 +35,7 @@ from async_plotter.channel.shm import SEGMENT_PREFIX
 
 #: seconds what a test started has to go after its teardown (a worker's own stop included)
 GRACE = 10.0
-#: in a busy process's command line (``conftest.burning``), which is never a leftover
+#: in a busy process's command line (``conftest.start_burners``), which is never a leftover
 BURNER_MARK = "async_plotter_test_cpu_burner"
 _SHM_DIR = "/dev/shm"
 _OPEN = (psutil.CONN_ESTABLISHED, psutil.CONN_SYN_SENT, psutil.CONN_SYN_RECV)
