@@ -23,12 +23,18 @@ A recording is the same viewer ``async-plotter view --video-dir`` runs (verified
 the newest update), stopped as soon as its first video is written; a recording that fails or
 takes longer than ``RECORD_TIMEOUT`` is charged too, and that experiment waits longer before
 its next try.
+
+The viewer writes into a hidden folder inside the experiment's (``STAGING``), never listed:
+stopped in the middle of the next update's episode, its worker finishes that video too, with
+the frames it has. Only the video asked for (and its state recording) is then moved into the
+experiment's folder, so every video the history lists is one it keeps: a page that picked
+the newest one never finds it deleted.
 """
 import logging
 import os
 import threading
 import time
-from typing import Any, Callable, Dict, List, Optional, Set, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from async_plotter.cpu import tree_cpu_seconds, usable_cores
 from async_plotter.serve.history import History
@@ -42,6 +48,8 @@ logger = logging.getLogger("async_plotter")
 CAPACITY = 5.0
 #: seconds a recording may take before it is abandoned
 RECORD_TIMEOUT = 60.0
+#: the hidden folder, inside an experiment's, that a recording is written into
+STAGING = ".recording"
 # Seconds before an experiment whose recording failed is tried again (doubling, capped).
 _RETRY_FIRST, _RETRY_CAP = 30.0, 600.0
 _IDLE_POLL = 1.0
@@ -142,10 +150,11 @@ class Recorder:
                 done.set()
 
         folder = self._history.folder(name)
-        os.makedirs(folder, exist_ok=True)
+        staging = os.path.join(folder, STAGING)
+        _empty(staging)  # what a recording that was killed left
+        os.makedirs(staging, exist_ok=True)
         newest = self._catalog.newest_update(name)
-        before = {video.name for video in self._history.videos(name)}
-        viewer = ExperimentViewer(self._view(name, (VideoSpec(folder), StatesSpec(folder))),
+        viewer = ExperimentViewer(self._view(name, (VideoSpec(staging), StatesSpec(staging))),
                                   listener=listener)
         meter = _CpuMeter(
             lambda: [p for p in (viewer.stats.get("worker_pids") or {}).values() if p])
@@ -162,14 +171,16 @@ class Recorder:
                     break
         finally:
             # The render process finishes the video it is writing (a newer update's, sometimes:
-            # _drop_tail removes it); the meter keeps counting until the processes are gone.
+            # it stays in staging); the meter keeps counting until the processes are gone.
             viewer.stop(5.0)
             cost = meter.stop()
         self._bucket.charge(cost)
         self.stats["cpu_seconds"] = round(self.stats["cpu_seconds"] + cost, 3)
         self.stats["recording"] = None
-        self._drop_tail(name, before, written.get("path"))
         if written:
+            written["path"] = _keep(written.get("path"), folder)
+        _empty(staging)
+        if written.get("path"):
             update = written.get("update")
             run = newest[0] if newest is not None else 0
             self._recorded[name] = (run, update if isinstance(update, int) else 0)
@@ -189,16 +200,37 @@ class Recorder:
                 "%.0f s", name,
                 time.monotonic() - started, cost, delay)
 
-    def _drop_tail(self, name: str, before: Set[str], kept: Optional[str]) -> None:
-        """Delete what the worker wrote after the video asked for: stopped in the middle of the
-        next update's episode, it finishes that video with the frames it has (often one)."""
-        kept_name = os.path.basename(kept) if kept else None
-        for video in self._history.videos(name):
-            if video.name not in before and video.name != kept_name:
-                try:
-                    os.remove(os.path.join(self._history.folder(name), video.name))
-                except OSError as error:
-                    logger.debug("cannot remove %s: %s", video.name, error)
+
+def _keep(path: Optional[str], folder: str) -> Optional[str]:
+    """Move the video at ``path`` into ``folder``, its state recording first (the history
+    lists a video with the recording beside it); where it is now, None if it cannot be moved."""
+    if not path:
+        return None
+    stem = os.path.splitext(os.path.basename(path))[0]
+    recording = os.path.splitext(path)[0] + ".npz"
+    try:
+        if os.path.exists(recording):
+            os.replace(recording, os.path.join(folder, stem + ".npz"))
+        kept = os.path.join(folder, os.path.basename(path))
+        os.replace(path, kept)
+        return kept
+    except OSError as error:
+        logger.warning("serve: cannot keep the video %s: %s", path, error)
+        return None
+
+
+def _empty(staging: str) -> None:
+    """Delete what is in the staging folder (what the worker wrote after the video asked
+    for, or a recording's partial files)."""
+    try:
+        names = os.listdir(staging)
+    except OSError:
+        return
+    for name in names:
+        try:
+            os.remove(os.path.join(staging, name))
+        except OSError as error:
+            logger.debug("cannot remove %s: %s", name, error)
 
 
 class _CpuMeter:
