@@ -58,7 +58,6 @@ class ServeApp:
         self.server = ServeServer(options.http, self.catalog, self.live, self.history, self._info,
                                   self.replays)
         self._thread = threading.Thread(target=self.server.serve_forever,
-                                        kwargs={"poll_interval": 0.5},
                                         name="async_plotter-serve-http",
                                         daemon=True)
         self._closed = False

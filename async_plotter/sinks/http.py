@@ -59,7 +59,6 @@ class HttpSink(FrameSink):
             self._feed.close()
             raise
         self._thread = threading.Thread(target=self._server.serve_forever,
-                                        kwargs={"poll_interval": 0.2},
                                         name="async_plotter-http",
                                         daemon=True)
         self._thread.start()
