@@ -15,7 +15,7 @@ import logging
 import threading
 from typing import Any, Dict, Optional, Tuple
 
-from async_plotter.channel.redis.link import redact
+from async_plotter.channel.redis.urls import redact
 from async_plotter.channel.redis.signing import Verifier
 from async_plotter.processes import until_interrupted
 from async_plotter.serve.catalog import Catalog

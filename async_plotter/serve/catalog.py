@@ -24,7 +24,8 @@ import threading
 import time
 from typing import Any, Callable, Deque, Dict, List, Optional, Tuple
 
-from async_plotter.channel.redis.link import connect, probe, read_exact, redact
+from async_plotter.channel.redis.link import connect, probe, read_exact
+from async_plotter.channel.redis.urls import redact
 from async_plotter.channel.redis.refusals import explain_failure, refusal
 from async_plotter.channel.redis.signing import PayloadRejected, Verifier
 from async_plotter.channel.redis.watcher import (ExperimentSummary, ExperimentWatcher,

@@ -18,8 +18,7 @@ from typing import Any, Callable, Dict, List, Optional, Set, Tuple
 
 from async_plotter.channel.redis.refusals import (AccessDenied, denial, explain_failure,
                                                   role_refusal)
-# Imported from here by the rest of the channel.
-from async_plotter.channel.redis.urls import SCHEMES, redact, url_problem  # noqa: F401
+from async_plotter.channel.redis.urls import redact
 
 logger = logging.getLogger("async_plotter")
 

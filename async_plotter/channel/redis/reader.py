@@ -31,7 +31,8 @@ import time
 from typing import Any, Optional, Set, Tuple, Union
 
 from async_plotter.channel.base import ParamUpdate, ParentGone
-from async_plotter.channel.redis.link import redact, run_subscription
+from async_plotter.channel.redis.link import run_subscription
+from async_plotter.channel.redis.urls import redact
 from async_plotter.channel.redis.probed import ProbedKey, Skip
 from async_plotter.channel.redis.wire import (MAX_VALUE_BYTES, NO_RUN, UPDATE_HEADER, Expected,
                                               ExperimentKeys, RunKey, StructureMismatch, UpdateHead,

@@ -33,7 +33,8 @@ import numpy as np
 
 from async_plotter.channel.redis.refusals import AccessDenied
 from async_plotter.channel.redis.link import (REFUSED_RETRY, Backoff, OutageLog, close_quietly,
-                                              connect, connection_errors, redact, url_problem)
+                                              connect, connection_errors)
+from async_plotter.channel.redis.urls import redact, url_problem
 from async_plotter.channel.base import metrics_fit
 from async_plotter.channel.redis.reader import RedisAddress, RedisReader
 from async_plotter.channel.redis.wire import (MAX_METRICS_BYTES, MAX_VALUE_BYTES, STRUCTURE_HEADER,
