@@ -19,6 +19,7 @@ from typing import Any, Callable, Generic, Optional, Tuple, TypeVar
 
 from async_plotter.channel.redis.link import probe, read_exact
 from async_plotter.channel.redis.signing import PayloadRejected, Verifier
+from async_plotter.channel.redis.wire import check_length
 
 Head = TypeVar("Head")
 Value = TypeVar("Value")
@@ -102,10 +103,7 @@ class ProbedKey(Generic[Head, Value]):
             raise PayloadRejected(f"the {what} is oversized: {length} bytes, more than the "
                                   f"{self._max_bytes} {self._bound}")
         head: Any = self._parse_head(prefix)
-        if length != head.total:
-            problem = "truncated" if length < head.total else "longer than its header says"
-            raise PayloadRejected(f"the {what} is {problem}: {length} bytes, its header says "
-                                  f"{head.total}")
+        check_length(what, length, head.total, str(head.total))
         self._verifier.check_flag(head.signed, what)
         vet(head)
         value = read_exact(client, self.key, length, what)

@@ -245,7 +245,7 @@ def open_update(value: bytes, verifier: Verifier, experiment: str,
     Raises ``PayloadRejected`` (with the reason) or ``StructureMismatch``.
     """
     head = parse_update_head(value)
-    _check_length("update", value, head.total, f"{head.count} parameters ({head.total} bytes)")
+    check_length("update", len(value), head.total, f"{head.count} parameters ({head.total} bytes)")
     view = memoryview(value)
     verifier.check(head.signed, view[-TAG_BYTES:], b"update", experiment, view[:-TAG_BYTES])
     if expected is not None:
@@ -339,11 +339,11 @@ def _check_format(what: str, magic_ok: bool, version: int, header_ok: bool) -> N
                               f"reads version {WIRE_VERSION} (upgrade async_plotter on both ends)")
 
 
-def _check_length(what: str, value: bytes, total: int, stated: str) -> None:
-    if len(value) != total:
-        problem = "truncated" if len(value) < total else "longer than its header says"
-        raise PayloadRejected(f"the {what} is {problem}: {len(value)} bytes, its header says "
-                              f"{stated}")
+def check_length(what: str, length: int, total: int, stated: str) -> None:
+    """``PayloadRejected`` unless a value is as long as its header states."""
+    if length != total:
+        problem = "truncated" if length < total else "longer than its header says"
+        raise PayloadRejected(f"the {what} is {problem}: {length} bytes, its header says {stated}")
 
 
 _JSON_STRING = re.compile(rb'"(?:[^"\\]|\\.)*"', re.DOTALL)
@@ -387,7 +387,7 @@ def parse_meta(raw: bytes) -> Dict[str, Any]:
 def open_structure(value: bytes, verifier: Verifier, experiment: str) -> Structure:
     """Verify a structure value. Its body is still a pickle: load it only after this passes."""
     head = parse_structure_head(value)
-    _check_length("structure", value, head.total, str(head.total))
+    check_length("structure", len(value), head.total, str(head.total))
     view = memoryview(value)
     meta_end = STRUCTURE_HEADER.size + head.meta_len
     body_end = meta_end + head.body_len
