@@ -93,9 +93,9 @@ _SECURITY_HEADERS = {
 Result = TypeVar("Result")
 
 
-def load_page() -> bytes:
-    """The page's HTML (package data next to this module)."""
-    return resources.files("async_plotter.web").joinpath("page.html").read_bytes()
+def load_page(package: str = "async_plotter.web") -> bytes:
+    """A page's HTML (``page.html``, package data of ``package``)."""
+    return resources.files(package).joinpath("page.html").read_bytes()
 
 
 class _Waiting:
