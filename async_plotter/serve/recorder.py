@@ -1,34 +1,13 @@
-"""The history: one shared recorder that makes a video of each experiment every few updates,
-within a hard CPU budget.
-
-Why one shared recorder rather than a recording worker per experiment: a worker is two
-processes that rebuild the env and the policy (a TensorFlow policy's rollout process alone is
-hundreds of MiB), and a persistent recorder per experiment, as ``async-plotter view
---video-dir`` runs, records every update it can on whatever CPU is idle. Ten experiments would
-mean twenty processes and as many videos as the machine can encode. Here there is at most one
-recording at a time, for the experiment whose newest video is the most updates behind (at
-least ``every`` updates, or none yet), and the recorder pays for everything it uses:
-
-* a token bucket fills at ``budget x cores`` CPU-seconds per second, up to ``CAPACITY``;
-* a recording starts only when the bucket is not in debt; it is charged what it really cost,
-  measured with psutil over its processes and their children (start-up, rollout, rendering
-  and the video encoder), so the long-run average never exceeds the budget, start-ups
-  included;
-* its worker runs at low priority (nice 10 after start-up): beside busy trainers or live views
-  it gets a small share while it runs (about a tenth of a core against one busy process at
-  nice 0), and the bucket bounds its average. (At idle priority, ``SCHED_IDLE``, it starved:
-  a recording beside CPU-bound processes took 47 s of wall time for 1 CPU-second.)
-
-A recording is the same viewer ``async-plotter view --video-dir`` runs (verified structure,
-the newest update), stopped as soon as its first video is written; a recording that fails or
-takes longer than ``RECORD_TIMEOUT`` is charged too, and that experiment waits longer before
-its next try.
-
-The viewer writes into a hidden folder inside the experiment's (``STAGING``), never listed:
-stopped in the middle of the next update's episode, its worker finishes that video too, with
-the frames it has. Only the video asked for (and its state recording) is then moved into the
-experiment's folder, so every video the history lists is one it keeps: a page that picked
-the newest one never finds it deleted.
+"""The history: one shared recorder that makes a video of each experiment every few updates, within
+a hard CPU budget (docs/design.md, "async-plotter serve"). A recording worker per experiment would
+be two processes each, recording every update it can; here at most one recording runs, for the
+experiment whose newest video is the most updates behind (at least ``every``), and it pays for
+everything: a token bucket fills at ``budget x cores`` CPU-seconds per second up to ``CAPACITY``,
+a recording starts only out of debt, and is charged what its processes and their children
+really used (psutil), start-up included. Its worker runs at nice 10 (at ``SCHED_IDLE`` it
+starved). A recording is ``async-plotter view --video-dir``'s viewer, stopped once its first
+video exists, writing into a hidden ``STAGING`` folder; only the video asked for (with its state
+recording) is moved out, so a video the history listed is never deleted.
 """
 import logging
 import os

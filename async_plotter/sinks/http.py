@@ -15,37 +15,32 @@ logger = logging.getLogger(__name__)
 
 
 class HttpSink(FrameSink):
-    """Serves the newest rollout as MJPEG plus a status/curve event stream (see ``server``).
-
-    The server runs in daemon threads of the render process, on the socket the supervisor bound
-    once for the plotter's life (``web/listener.py``), so a restarted render process serves the
-    same address; without one it binds in the constructor, so a taken port is reported as the
-    render process's error. The real URL (``http=0`` picks a free port) goes to ``on_url``; the
-    worker reports it to the trainer, whose ``Plotter.stats`` keeps it as ``"http_url"``.
+    """Serves the newest rollout as MJPEG plus a status/curve event stream (``web/server.py``),
+    in daemon threads of the render process.
 
     Args:
         config: where to serve (``parse_http_address``'s result).
-        on_url: called with the page's real address once it is serving.
+        on_url: called with the page's real address once it is serving (the trainer keeps it
+            as ``stats["http_url"]``).
         title: shown on the page, e.g. the env's name.
-        quality: JPEG quality, 1-95.
         video_dir: the folder the run's videos are written to (``Plotter(video_dir=...)``): the
             page lists them and plays each; None: the page has no history strip.
         view: ``"3d"``: the browser draws the scene from body poses (``async_plotter.view3d``,
             at ``/``; the MJPEG page moves to ``/2d/``); ``"2d"``: the MJPEG page only. A scene
             that is not MuJoCo's always gets the MJPEG page.
-        listener: the socket to serve on, already listening on ``config``'s address; None:
-            bind one.
+        listener: the socket the supervisor bound once for the plotter's life
+            (``web/listener.py``), so a restarted render process keeps the address; None: bind
+            one here (a taken port is then this process's error).
     """
 
     def __init__(self,
                  config: HttpConfig,
                  on_url: Optional[Callable[[str], None]] = None,
                  title: Optional[str] = None,
-                 quality: int = 80,
                  video_dir: Optional[str] = None,
                  view: str = "2d",
                  listener: Any = None) -> None:
-        self._feed = LiveFeed(title or "async_plotter", quality)
+        self._feed = LiveFeed(title or "async_plotter")
         self._title = title or "async_plotter"
         self._front: Any = None
         self._scene3d: Any = None
@@ -59,7 +54,6 @@ class HttpSink(FrameSink):
             self._feed.close()
             raise
         self._thread = threading.Thread(target=self._server.serve_forever,
-                                        kwargs={"poll_interval": 0.2},
                                         name="async_plotter-http",
                                         daemon=True)
         self._thread.start()

@@ -97,16 +97,10 @@ _x_handlers: List[Any] = []
 
 
 def _die_at_once_when_the_display_goes() -> None:
-    """Make an X error end this process at once (SIGABRT, no exit handlers), before any window
-    is opened.
-
-    Xlib's default handlers print the error and call ``exit()`` from whatever thread met it
-    (MuJoCo's viewer draws in a thread of its own): the X server went away (killed, a session
-    that ended) or took the window with it (``GLXBadDrawable`` in ``X_GLXSwapBuffers``). Library
-    destructors run by ``exit()`` in that thread could deadlock with the others, and the render
-    process then neither lived nor died while the trainer's exit waited for it. ``abort`` runs
-    none of them, and needs neither the GIL nor Python; the supervisor names the cause (the
-    display is gone) from the outside. Core dumps are turned off for this process."""
+    """Make an X error end this process at once (SIGABRT, no core dump), before any window
+    is opened: Xlib's default handlers call ``exit()`` from the viewer's thread, whose library
+    destructors could deadlock with the other threads, and the process then neither lived nor
+    died. The supervisor names the cause (the display is gone) from the outside."""
     if not sys.platform.startswith("linux"):
         return
     import ctypes
@@ -345,14 +339,10 @@ class _Stream:
         self._report_frames()
 
     def _finish_final_rollout(self) -> None:
-        """The trainer stopped waiting for the final video (``final_video_timeout``) while its
-        rollout was still being drawn. Drawing stops here: the sinks that draw are closed with
-        what they have (the video, cut short). Finishing the rollout is cheap, though (a step
-        simulated costs 5-20x less than one drawn), so the sinks that only copy states get the
-        rest of it as fast as the rollout process simulates it, and the state recording holds
-        the whole rollout (``async-plotter render`` draws the whole video from it). This ends
-        at the supervisor's SIGTERM (its stop's grace) or after ``_FINISH_ROLLOUT_SECONDS``,
-        whichever comes first; what was copied by then is kept."""
+        """The trainer stopped waiting for the final video (``final_video_timeout``) while it
+        was drawn: the sinks that draw are closed with what they have, and those that only copy
+        states get the rest of the rollout undrawn, until the supervisor's SIGTERM or
+        ``_FINISH_ROLLOUT_SECONDS`` (docs/design.md, "The final policy is always shown")."""
         global _finishing
         if not self._final or _open_episode is None or self._scene is None \
                 or not self._state_copies:
@@ -447,17 +437,10 @@ class _Stream:
         self._report_frames()  # an idle worker would otherwise never report the tail
 
     def _on_states(self, chunk: StateChunk) -> None:
-        # The rollout process sends a chunk when its first step is due. So when a newer chunk
-        # has come already, this one is wholly in the past for a live viewer (the renderer is a
-        # chunk or more behind: a starved core, a stall): the live outputs skip it, and the
-        # next chunk starts at once. Otherwise the chunk is shown at the scene's rate from its
-        # due time, or from now if it came late (not squeezed into its last frame); within it,
-        # a renderer slower than real time skips a step whose successor is already due (the
-        # last step's successor is the next chunk's first, due once that chunk has come), and
-        # what is left of it is skipped once a newer policy's steps have come. A new policy's
-        # first chunk starts at once, and is never skipped whole: its first step, the
-        # episode's start, is shown (one frame per update). A catch-up is for the recordings
-        # alone: every step, at once (``_show``).
+        # docs/design.md, "A late renderer skips to the present": a chunk with a newer one
+        # behind it is stale for the live outputs; within a chunk a step whose successor is due
+        # already is skipped, and the rest once a newer policy's steps have come. A catch-up is
+        # for the recordings alone: every step, at once (``_show``).
         if self._catching_up:
             for step in chunk.steps():
                 self._on_state(step)
@@ -563,12 +546,9 @@ class _Stream:
             wait([self._frames_in], delay)
 
     def _show(self, frame: Any, step: Optional[StepState]) -> None:
-        # The frame-rate cap: the worker's CPU use is bounded by fps x cost of one frame. The
-        # final video has no cap: training is over, and close() is waiting for it. Sinks that
-        # show frames as they come (a window, the MJPEG page while watched) get each at its
-        # time; the others get a chunk's frames at once, with the time each is due (the 3D
-        # view sends each pose then), and the render process sleeps once a chunk.
-        # Catching up a short video, the live view waits for it: no cap either.
+        # The frame-rate cap bounds the worker's CPU; the final video and a catch-up have none
+        # (close() or the live view waits for them). Sinks that show frames as they come get
+        # each at its time; the others a chunk's at once, each with its due time.
         due = now() if self._final or self._catching_up else self._timeline.due()
         if due > now() and any(sink.wants_real_time() for sink in self._sinks):
             wait_until(due)

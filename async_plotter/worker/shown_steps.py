@@ -1,17 +1,9 @@
-"""The rollout process's shown steps on their way to the render process, a chunk at a time.
-
-A MuJoCo step leaves as its physics state (``render/stream.py`` ``StateChunk``); several steps
-share one message. On a machine whose cores the trainer keeps busy, a process that wakes finds
-its caches cold: one HalfCheetah step with its send cost 0.87 ms of CPU when the process slept
-50 ms before it and 0.13 ms in a loop (``benchmarks/view_cost.py`` shows what it does to a whole
-watched second). So a live view's next ``CHUNK_SECONDS`` of motion are computed at once and sent
-when the first of them is due, and the render process shows each on time; the rollout process
-wakes a few times a second instead of at every frame. A newer policy is seen once the chunk
-waiting to be due has gone (within a chunk's time), and its steps are sent at once (``drop``); a
-render process that falls behind skips the chunks a newer one has overtaken
-(``worker/render_process.py``). Recorded videos are not paced (the pipe's back-pressure holds
-them); their chunks only save messages. Envs that draw their own frames send one frame per
-message, paced as before.
+"""The rollout process's shown steps on their way to the render process, a chunk at a time
+(docs/design.md, "A chunk of steps per wakeup"): a live view's next ``CHUNK_SECONDS`` of motion
+are computed at once and sent when the first step is due, so the process wakes a few times a
+second instead of at every frame; a newer policy's steps are sent at once (``drop``). Recorded
+videos are not paced (the pipe's back-pressure holds them). Envs that draw their own frames send
+one frame per message.
 """
 from multiprocessing.connection import Connection
 from typing import Any, Optional
