@@ -11,9 +11,11 @@ its connection, the same slots), routing to:
   this request starts if need be (503 with the reason when every live slot is watched);
 * ``/x/NAME/status``: what ``live`` says of NAME, and why a stream would be refused;
 * ``/x/NAME/video/FILE``: a recorded video (byte ranges served, for seeking);
-* ``/x/NAME/replay/FILE``: a video's state recording (``iter_NNNN.npz``) in the 3D viewer
-  (``view3d/replay.py``): viser's page, and at the same address its WebSocket, both behind the same
-  checks as every route; at most ``replay.MAX_REPLAYS`` open at once (503 beyond);
+* ``/x/NAME/replay/FILE``: the experiment's history in the 3D viewer (``view3d/replay.py``: every
+  state recording in its folder, on a scrubber and a curve, ghosts), showing FILE's
+  (``iter_NNNN.npz``): viser's page, and at the same address its WebSocket, both behind the same
+  checks as every route; ``POST /x/NAME/replay/pick?x=N`` (a click on the curve) shows another;
+  at most ``replay.MAX_REPLAYS`` experiments' open at once (503 beyond);
 * ``/experiments.json``: every row, for scripts.
 
 Streams are bounded by the relays' ``MAX_VIEWERS`` per experiment and ``MAX_STREAMS`` in all,
@@ -95,6 +97,7 @@ class ServeServer(HttpServer):
         router.add_get("/x/{name}/status", self._status, allow_head=False)
         router.add_get("/x/{name}/video/{file}", self._video, allow_head=False)
         router.add_get("/x/{name}/replay/{file}", self._replay, allow_head=False)
+        router.add_post("/x/{name}/replay/pick", self._pick)
 
     async def _page(self, request: web.Request) -> web.StreamResponse:
         # The base Content-Security-Policy already lets it play recorded videos (media-src).
@@ -141,7 +144,19 @@ class ServeServer(HttpServer):
         except (RecordingError, OSError, ValueError) as error:
             logger.warning("serve: cannot replay %s: %s", path, error)
             return plain(HTTPStatus.NOT_FOUND, "not a readable recording")
-        return await replay.front.answer(request, self)
+        return await replay.answer(request, self, select=request.match_info["file"])
+
+    async def _pick(self, request: web.Request) -> web.StreamResponse:
+        """A click on the curve of an experiment's history open here."""
+        name = _experiment(request)
+        history, replays = self.history, self.replays
+        replay = None
+        if history is not None and replays is not None:
+            folder = await self.in_worker(history.folder, name)
+            replay = replays.get(folder)
+        if replay is None:
+            return plain(HTTPStatus.NOT_FOUND, "no such history open")
+        return await replay.answer(request, self)
 
     # ------------------------------------------------------------------- events
 
