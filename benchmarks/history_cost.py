@@ -85,7 +85,8 @@ def watched(pid: int, url: str, seconds: float) -> Dict[str, float]:
     the bytes a second it gets."""
     process = psutil.Process(pid)
     with tempfile.NamedTemporaryFile("r", suffix=".json") as out:
-        client = subprocess.Popen([sys.executable, "-c", CLIENT, url, str(seconds), out.name],
+        client = subprocess.Popen([sys.executable, "-c", CLIENT, url,
+                                   str(seconds), out.name],
                                   stdout=subprocess.PIPE,
                                   text=True)
         assert client.stdout.readline().strip() == "watching", "the client saw no scene"
@@ -159,7 +160,12 @@ def render_server(video_dir: str, seconds: float, rounds: int) -> Dict[str, Any]
 
     policy = LinearPolicy(17, 6)
     policy.set_param_values(np.random.default_rng(0).normal(0, 0.3, 102).astype(np.float32))
-    with Plotter(cheetah, policy, max_path_length=1000, http=0, view="3d", video_dir=video_dir,
+    with Plotter(cheetah,
+                 policy,
+                 max_path_length=1000,
+                 http=0,
+                 view="3d",
+                 video_dir=video_dir,
                  priority="normal") as plotter:
         url = plotter.wait_for_http_url(60)
         while not plotter.stats.get("worker_pids"):
@@ -193,12 +199,13 @@ def main() -> None:
                 else:
                     row = render_server(root, args.seconds, args.rounds)
                 rows.append(dict(server=server, poses=poses, **row))
-                print(f"{server:7s} {poses:7s} idle {1000 * row['idle']['cpu_per_second']:6.1f} "
-                      f"ms/s; over idle: 1 shown {row['1']['over_idle_ms_per_second']:6.1f} ms/s "
-                      f"({row['1']['bytes_per_second'] / 1000:.1f} KB/s), 4 shown "
-                      f"{row['4']['over_idle_ms_per_second']:6.1f} ms/s "
-                      f"({row['4']['bytes_per_second'] / 1000:.1f} KB/s)",
-                      flush=True)
+                print(
+                    f"{server:7s} {poses:7s} idle {1000 * row['idle']['cpu_per_second']:6.1f} "
+                    f"ms/s; over idle: 1 shown {row['1']['over_idle_ms_per_second']:6.1f} ms/s "
+                    f"({row['1']['bytes_per_second'] / 1000:.1f} KB/s), 4 shown "
+                    f"{row['4']['over_idle_ms_per_second']:6.1f} ms/s "
+                    f"({row['4']['bytes_per_second'] / 1000:.1f} KB/s)",
+                    flush=True)
     result = {
         "env": "HalfCheetah-v5",
         "shown_steps_per_second": 20,

@@ -71,8 +71,7 @@ def write_history(folder: str,
         builder.add(state, None, 0.0, 0)
         total = 0.0
         for step in range(steps - 1):
-            action = (np.array([push(iteration)])
-                      if sled else gait(iteration, step * dt, model.nu))
+            action = (np.array([push(iteration)]) if sled else gait(iteration, step * dt, model.nu))
             _, reward, _, _, _ = env.step(action)
             total += float(reward)
             mujoco.mj_getState(model, data, state, spec)

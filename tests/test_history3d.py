@@ -127,8 +127,8 @@ def test_the_history_scrubs_through_the_run_and_follows_it_as_it_grows(
         shows(session, sled_x(os.path.join(folder, "iter_0003.npz"), LAST),
               "the clicked iteration's pose")
         problems = [
-            e["params"]["entry"] for e in session.events if e.get("method") == "Log.entryAdded"
-            and e["params"]["entry"]["level"] == "error"
+            e["params"]["entry"] for e in session.events
+            if e.get("method") == "Log.entryAdded" and e["params"]["entry"]["level"] == "error"
         ]
         assert not problems, problems  # nothing blocked (CSP) or failed to load
     finally:
@@ -137,7 +137,7 @@ def test_the_history_scrubs_through_the_run_and_follows_it_as_it_grows(
 
 
 def test_ghosts_play_three_other_iterations_beside_the_one_shown(tmp_path, webgl_chromium,
-                                                                view3d_poses):
+                                                                 view3d_poses):
     from async_plotter.view3d.replay import open_replay
 
     session = webgl_chromium
@@ -176,9 +176,8 @@ def test_ghosts_play_three_other_iterations_beside_the_one_shown(tmp_path, webgl
         shows(session, sled_x(os.path.join(folder, "iter_0005.npz"), LAST), "iteration 5")
         assert len({round(x, 2) for x in expected + [shown_x(session)]}) == 4
         labels = [label.text for label in replay.scene.ghosts.labels if label.visible]
-        assert [label.split(":")[0] for label in labels] == [
-            "iteration 5", "iteration 0", "iteration 2", "iteration 4"
-        ], labels
+        assert [label.split(":")[0] for label in labels
+                ] == ["iteration 5", "iteration 0", "iteration 2", "iteration 4"], labels
         assert all(": return " in label for label in labels), labels
         # Cleared, they are gone from the page.
         button(session, "clear")
@@ -263,15 +262,16 @@ def test_every_history_refuses_another_origin_on_every_route(tmp_path, redis_url
     # async-plotter serve --record-dir: an experiment's 3D link
     record = tmp_path / "record"
     write_history(str(record / "pend"), range(3), in_history=False)
-    serve = subprocess.Popen(
-        [
-            sys.executable, "-m", "async_plotter.cli", "serve", redis_url, "--http", "0",
-            "--record-dir",
-            str(record)
-        ],
-        stderr=subprocess.PIPE,
-        text=True,
-        env=dict(os.environ, PYTHONUNBUFFERED="1", ASYNC_PLOTTER_SECRET="history test"))
+    serve = subprocess.Popen([
+        sys.executable, "-m", "async_plotter.cli", "serve", redis_url, "--http", "0",
+        "--record-dir",
+        str(record)
+    ],
+                             stderr=subprocess.PIPE,
+                             text=True,
+                             env=dict(os.environ,
+                                      PYTHONUNBUFFERED="1",
+                                      ASYNC_PLOTTER_SECRET="history test"))
     try:
         base = None
         deadline = time.monotonic() + 60
@@ -352,9 +352,9 @@ def test_without_the_extra_the_command_and_the_page_name_what_to_install(tmp_pat
     folder = write_history(str(videos), range(2))
     blocked = "import sys; sys.modules['viser'] = None  # as if the extra were not installed\n"
     command = subprocess.run([
-        sys.executable, "-c", blocked +
-        "from async_plotter.cli import main; sys.exit(main(sys.argv[1:]))", "replay", folder,
-        "--http", "0"
+        sys.executable, "-c",
+        blocked + "from async_plotter.cli import main; sys.exit(main(sys.argv[1:]))", "replay",
+        folder, "--http", "0"
     ],
                              capture_output=True,
                              text=True,

@@ -131,6 +131,6 @@ def list_recordings(folder: str) -> List[RecordingFile]:
                 mtime = os.stat(path).st_mtime
             except OSError:
                 continue  # removed meanwhile (pruned)
-            found[(match[1] != "iter", int(match[2]))] = RecordingFile(
-                path, match[1], int(match[2]), mtime)
+            found[(match[1]
+                   != "iter", int(match[2]))] = RecordingFile(path, match[1], int(match[2]), mtime)
     return [found[key] for key in sorted(found)]

@@ -139,8 +139,8 @@ def _summary(file: RecordingFile) -> Optional[Entry]:
 def _placed(entries: List[Entry]) -> List[Entry]:
     """The entries by update, each given its ``x``: its iteration; in a run with iterations an
     entry without one (the initial policy) just before the first; else its update."""
-    entries = sorted(entries, key=lambda entry: (entry.update, entry.file.kind != "iter",
-                                                 entry.file.number))
+    entries = sorted(entries,
+                     key=lambda entry: (entry.update, entry.file.kind != "iter", entry.file.number))
     numbered = [entry.iteration for entry in entries if entry.iteration is not None]
     placed, seen = [], set()
     for position, entry in enumerate(entries):

@@ -106,7 +106,9 @@ class Replay:
         #: the other iterations shown beside this one, and their recordings and states
         self.ghosts: List[Entry] = []
         self._ghost_recordings: List[StateRecording] = []
-        self._ghost_data = [mujoco.MjData(self.model) for _ in range(MAX_GHOSTS if self.many else 0)]
+        self._ghost_data = [
+            mujoco.MjData(self.model) for _ in range(MAX_GHOSTS if self.many else 0)
+        ]
         #: when a viewer was last connected (or the replay opened)
         self.watched_at = time.monotonic()
         self._lock = threading.RLock()
@@ -233,8 +235,9 @@ class Replay:
         if not name:
             return None
         stem = os.path.basename(name)
-        return next((entry for entry in self.history.entries
-                     if os.path.basename(entry.file.path) == stem), None)
+        return next(
+            (entry for entry in self.history.entries if os.path.basename(entry.file.path) == stem),
+            None)
 
     def _loaded(self, entry: Entry) -> Optional[StateRecording]:
         """``entry``'s recording, if it can be read and holds the model shown (else said in
@@ -261,9 +264,8 @@ class Replay:
             self._summary = gui.add_markdown("")
             self._curve = gui.add_html("")
             entries = self.history.entries
-            self._iteration = gui.add_slider("iteration", entries[0].x, max(entries[-1].x,
-                                                                              entries[0].x + 1), 1,
-                                             self.entry.x)
+            self._iteration = gui.add_slider("iteration", entries[0].x,
+                                             max(entries[-1].x, entries[0].x + 1), 1, self.entry.x)
             self._shown = gui.add_markdown("")
             self._follow = gui.add_checkbox("follow the newest", self.entry == entries[-1])
             self._onward = gui.add_checkbox("then the next iteration", False)
@@ -332,8 +334,9 @@ class Replay:
             with self._lock:
                 others = [entry for entry in self.history.entries if entry != self.entry]
                 count = min(len(self._ghost_data), len(others))
-                picks = sorted({round(k * (len(others) - 1) / max(count - 1, 1))
-                                for k in range(count)})
+                picks = sorted(
+                    {round(k * (len(others) - 1) / max(count - 1, 1))
+                     for k in range(count)})
                 self.set_ghosts([others[k] for k in picks])
 
         @clear.on_click
@@ -371,9 +374,8 @@ class Replay:
             if self._ghost_text.value != ghosts:
                 self._ghost_text.value = ghosts
             tints = {ghost.x: TINTS[slot] for slot, ghost in enumerate(self.ghosts)}
-            self._curve.content = curve_svg(
-                [(entry.x, entry.episode_return, entry.describe()) for entry in entries],
-                self.entry.x, tints)
+            self._curve.content = curve_svg([(entry.x, entry.episode_return, entry.describe())
+                                             for entry in entries], self.entry.x, tints)
             if self.scene.ghosts is not None:
                 self.scene.ghosts.show([entry.describe() for entry in [self.entry, *self.ghosts]])
         self._slider.max = max(self.steps - 1, 1)
@@ -409,9 +411,11 @@ class Replay:
                 self._stop.wait(delay)
             else:
                 next_due = time.monotonic()
-            if not self.playing or not self.front.viewers:
-                continue
             with self._lock:
+                # Checked under the lock: paused and then moved by the slider while this thread
+                # was waiting for the lock, it must not step past where the slider put it.
+                if not self.playing or not self.front.viewers:
+                    continue
                 if self.many and self._onward.value and self.index + 1 >= self.steps:
                     self._onward_step()
                 self.index = (self.index + 1) % self.steps
