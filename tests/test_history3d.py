@@ -85,8 +85,18 @@ def button(session, label):
         .find(b => b.textContent.trim() === {json.dumps(label)}).click()""")
 
 
+def pause(session):
+    """Click Pause, and wait until the page says Play: the server has taken the click (its
+    callbacks may run out of order with a slider moved right after)."""
+    button(session, "Pause")
+    wait_for(lambda: session.evaluate("""[...document.querySelectorAll('button')]
+        .some(b => b.textContent.trim() === 'Play')"""),
+             30,
+             message="the pause taken")
+
+
 def shows(session, x, message):
-    wait_for(lambda: abs(shown_x(session) - x) < 1e-3, 20, message=f"{message} (x = {x:.3f})")
+    wait_for(lambda: abs(shown_x(session) - x) < 1e-3, 30, message=f"{message} (x = {x:.3f})")
 
 
 def test_the_history_scrubs_through_the_run_and_follows_it_as_it_grows(
@@ -104,26 +114,26 @@ def test_the_history_scrubs_through_the_run_and_follows_it_as_it_grows(
         # A recording written now appears, and is shown: the newest is followed.
         write_history(str(tmp_path / "run"), [6])
         wait_for(lambda: markers(session) == 7, 30, message="the new recording on the curve")
-        wait_for(lambda: "shown: iteration 6" in text(session), 10, message="the newest shown")
+        wait_for(lambda: "shown: iteration 6" in text(session), 30, message="the newest shown")
 
         # Paused at the last step, the scrubber takes the iteration back: the body is where
         # that older iteration had it at the same step.
-        button(session, "Pause")
+        pause(session)
         slider(session, LAST)
         press(session, "End", "End", 35)
-        wait_for(lambda: f"t = {LAST * 0.02:.2f} s" in text(session), 10, message="the last step")
+        wait_for(lambda: f"t = {LAST * 0.02:.2f} s" in text(session), 30, message="the last step")
         newest = sled_x(os.path.join(folder, "iter_0006.npz"), LAST)
         shows(session, newest, "the newest iteration's pose")
         slider(session, 6)
         press(session, "Home", "Home", 36)
-        wait_for(lambda: "shown: iteration 0" in text(session), 10, message="iteration 0 shown")
+        wait_for(lambda: "shown: iteration 0" in text(session), 30, message="iteration 0 shown")
         oldest = sled_x(os.path.join(folder, "iter_0000.npz"), LAST)
         assert newest - oldest > 0.5  # the sled went less far then
         shows(session, oldest, "the oldest iteration's pose")
 
         # A click on a marker of the curve shows its recording.
         click(session, '.history-curve .marker[data-x="3"] circle')
-        wait_for(lambda: "shown: iteration 3" in text(session), 10, message="the clicked one")
+        wait_for(lambda: "shown: iteration 3" in text(session), 30, message="the clicked one")
         shows(session, sled_x(os.path.join(folder, "iter_0003.npz"), LAST),
               "the clicked iteration's pose")
         problems = [
@@ -148,7 +158,7 @@ def test_ghosts_play_three_other_iterations_beside_the_one_shown(tmp_path, webgl
         session.call("Page.navigate", url=replay.url)
         wait_for(lambda: shown_x(session) is not None, 120, message="the scene in the page")
         button(session, "Pause")
-        wait_for(lambda: not replay.playing, 10, message="the pause")
+        wait_for(lambda: not replay.playing, 30, message="the pause")
         # Typed into the ghosts' field, as a user does.
         session.evaluate("""(() => {
             let row = [...document.querySelectorAll('*')]
@@ -158,11 +168,11 @@ def test_ghosts_play_three_other_iterations_beside_the_one_shown(tmp_path, webgl
         })()""")
         session.call("Input.insertText", text="0, 2, 4")
         wait_for(lambda: [ghost.x for ghost in replay.ghosts] == [0, 2, 4],
-                 10,
+                 30,
                  message="the ghosts chosen")
         slider(session, LAST)
         press(session, "End", "End", 35)
-        wait_for(lambda: replay.index == LAST, 10, message="the last step")
+        wait_for(lambda: replay.index == LAST, 30, message="the last step")
         expected = [sled_x(os.path.join(folder, f"iter_{k:04d}.npz"), LAST) for k in (0, 2, 4)]
 
         def ghosts_shown():
@@ -170,7 +180,7 @@ def test_ghosts_play_three_other_iterations_beside_the_one_shown(tmp_path, webgl
             return found and len(found["x"]) == 3 and all(
                 abs(x - want) < 1e-3 for x, want in zip(found["x"], expected)) and found
 
-        shown = wait_for(ghosts_shown, 20, message=f"three ghosts at x = {expected}")
+        shown = wait_for(ghosts_shown, 30, message=f"three ghosts at x = {expected}")
         assert shown["transparent"] and shown["opacity"] < 0.5  # translucent
         # The one shown, iteration 5, opaque in its own place: four iterations at once.
         shows(session, sled_x(os.path.join(folder, "iter_0005.npz"), LAST), "iteration 5")
@@ -181,7 +191,7 @@ def test_ghosts_play_three_other_iterations_beside_the_one_shown(tmp_path, webgl
         assert all(": return " in label for label in labels), labels
         # Cleared, they are gone from the page.
         button(session, "clear")
-        wait_for(lambda: session.evaluate(GHOSTS_X) is None, 10, message="the ghosts gone")
+        wait_for(lambda: session.evaluate(GHOSTS_X) is None, 30, message="the ghosts gone")
     finally:
         replay.close()
 

@@ -17,8 +17,6 @@ _POLICY = r"(iter|update)_(\d{1,9})"  # the policy a file shows: its iteration, 
 VIDEO_NAME = re.compile(_POLICY + r"\.mp4")
 #: a video's state recording, beside it
 RECORDING_NAME = re.compile(_POLICY + re.escape(SUFFIX))
-#: the sub-folder of a video folder with a recording of every update (one whole episode each)
-HISTORY_FOLDER = "history"
 #: a live episode's state recording (its number, then its policy's)
 LIVE_RECORDING_NAME = re.compile(r"ep_(\d{6,12})_" + _POLICY + re.escape(SUFFIX))
 
@@ -117,7 +115,7 @@ def list_recordings(folder: str) -> List[RecordingFile]:
             return []
         return [RecordingFile(folder, match[1], int(match[2]), os.stat(folder).st_mtime)]
     found: Dict[tuple, RecordingFile] = {}
-    for where in (folder, os.path.join(folder, HISTORY_FOLDER)):  # the history's win
+    for where in (folder, os.path.join(folder, "history")):  # the history's win
         try:
             names = os.listdir(where)
         except OSError:
@@ -130,7 +128,7 @@ def list_recordings(folder: str) -> List[RecordingFile]:
             try:
                 mtime = os.stat(path).st_mtime
             except OSError:
-                continue  # removed meanwhile (pruned)
-            found[(match[1]
-                   != "iter", int(match[2]))] = RecordingFile(path, match[1], int(match[2]), mtime)
+                continue  # removed meanwhile (the history is thinned)
+            key = (match[1] != "iter", int(match[2]))
+            found[key] = RecordingFile(path, match[1], int(match[2]), mtime)
     return [found[key] for key in sorted(found)]
