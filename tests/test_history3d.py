@@ -99,8 +99,9 @@ def shows(session, x, message):
     wait_for(lambda: abs(shown_x(session) - x) < 1e-3, 30, message=f"{message} (x = {x:.3f})")
 
 
-def test_the_history_scrubs_through_the_run_and_follows_it_as_it_grows(
-        tmp_path, webgl_chromium, view3d_poses):
+def test_the_history_scrubs_through_the_run_and_follows_it_as_it_grows(tmp_path, webgl_chromium):
+    """By the fast path for the poses (the public one is covered by the ghosts' test below and
+    tests/test_replay.py): one browser run fewer."""
     session = webgl_chromium
     folder = write_history(str(tmp_path / "run"), range(6))
     process, url = start_replay(folder)
@@ -210,12 +211,13 @@ def redis_url():
         server.stop()
 
 
-def _refused(url, origin, **headers):
+def _refused(url, origin, method=None, **headers):
     """The status a request gets (GET, or POST for ``.../pick``) with ``origin``."""
+    method = method or ("POST" if "/pick" in url else "GET")
     request = urllib.request.Request(url,
-                                     method="POST" if "/pick" in url else "GET",
+                                     method=method,
                                      headers=dict(headers, Origin=origin),
-                                     data=b"" if "/pick" in url else None)
+                                     data=b"" if method == "POST" else None)
     try:
         with urllib.request.urlopen(request, timeout=30) as answer:
             return answer.status
@@ -243,6 +245,7 @@ def _checked(page, pick):
     with view3d_socket(page, origin=own_origin, timeout=30) as socket:
         assert socket.recv(timeout=30)
     assert _refused(pick, own_origin) == 204
+    assert _refused(page, own_origin, "POST") == 405  # POST reaches the clicks alone
 
 
 def test_every_history_refuses_another_origin_on_every_route(tmp_path, redis_url):
