@@ -11,6 +11,8 @@ import threading
 import time
 from typing import Any, Callable, Optional, Tuple
 
+from tests.conftest import default_sigint
+
 
 def read_mjpeg_stream(port: int, stop: threading.Event, seen: Callable[[int], None]) -> None:
     """Read ``/stream.mjpg`` on one connection as a browser does (everything, at once) until it
@@ -85,7 +87,8 @@ def start_replay(path: str, *args: str, timeout: float = 60.0) -> Tuple[Any, Opt
         [sys.executable, "-m", "async_plotter.cli", "replay", path, "--http", "0", *args],
         stderr=subprocess.PIPE,
         text=True,
-        env=dict(os.environ, PYTHONUNBUFFERED="1"))
+        env=dict(os.environ, PYTHONUNBUFFERED="1"),
+        preexec_fn=default_sigint)  # stopped with SIGINT
     url = None
     deadline = time.monotonic() + timeout
     while url is None and time.monotonic() < deadline:

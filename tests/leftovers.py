@@ -25,9 +25,10 @@ import dataclasses
 import gc
 import os
 import socket
+import signal
 import sys
 import time
-from typing import Callable, Dict, Iterable, List, Optional, Set, Tuple
+from typing import Any, Callable, Dict, Iterable, List, Optional, Set, Tuple
 
 import psutil
 
@@ -131,12 +132,14 @@ class Tracker:
         self._baseline = Snapshot({}, {}, set())
         self._ours: Set[int] = {os.getpid()}  # pids seen in our tree during the test
         self._scope_leftovers: List[str] = []
+        self._sigint: Any = signal.default_int_handler
 
     # ------------------------------------------------------------------ test boundaries
 
     def start_test(self) -> None:
         """Before a test's setup."""
         self._baseline = snapshot()
+        self._sigint = signal.getsignal(signal.SIGINT)
         self._ours = {os.getpid()} | {pid for pid, _ in self._baseline.processes}
 
     def observe(self) -> None:
@@ -158,6 +161,12 @@ class Tracker:
             _remove(left)
         report += self._scope_leftovers
         self._scope_leftovers = []
+        # Children inherit an ignored SIGINT: a test leaving it so kept later tests' Ctrl-C from
+        # reaching the commands they start (test_replay's replay, in the same xdist worker).
+        sigint = signal.getsignal(signal.SIGINT)
+        if sigint is not self._sigint:
+            report.append(f"left SIGINT's handler {sigint!r} (was {self._sigint!r})")
+            signal.signal(signal.SIGINT, self._sigint)
         return "\n".join(report)
 
     # ---------------------------------------------------------------- wider fixtures

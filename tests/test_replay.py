@@ -19,7 +19,7 @@ pytest.importorskip("mjviser")
 from async_plotter.render.recording import read_recording  # noqa: E402 - after the skip
 from async_plotter.web.address import parse_http_address  # noqa: E402
 from async_plotter.view3d.replay import ReplayBusy, ReplayPool, open_replay  # noqa: E402
-from tests.conftest import wait_for  # noqa: E402
+from tests.conftest import default_sigint, wait_for  # noqa: E402
 from tests.recordings import sled_run  # noqa: E402
 from tests.clients import start_replay  # noqa: E402
 from tests.test_view3d_browser import shown_x, webgl_chromium  # noqa: E402,F401 - a fixture
@@ -115,7 +115,8 @@ def test_the_command_names_one_address_the_pages(sled_recording):
         [sys.executable, "-m", "async_plotter.cli", "replay", sled_recording, "--http", "0"],
         stderr=subprocess.PIPE,
         text=True,
-        env=dict(os.environ, PYTHONUNBUFFERED="1"))
+        env=dict(os.environ, PYTHONUNBUFFERED="1"),
+        preexec_fn=default_sigint)  # stopped with SIGINT
     lines = []
     try:
         deadline = time.monotonic() + 60

@@ -8,6 +8,8 @@ import subprocess
 import sys
 import textwrap
 
+from tests.conftest import default_sigint
+
 #: a TRPO run whose first optimisation drops an object that sends this process SIGINT from its
 #: ``__del__``, as a terminal's Ctrl-C landing in TensorFlow's weakref callbacks does
 TRAINER = textwrap.dedent("""
@@ -36,11 +38,13 @@ TRAINER = textwrap.dedent("""
 
 
 def test_a_ctrl_c_that_python_swallowed_still_ends_training(tmp_path):
-    run = subprocess.run([sys.executable, "-c", TRAINER],
-                         cwd=tmp_path,
-                         capture_output=True,
-                         text=True,
-                         timeout=300)
+    run = subprocess.run(
+        [sys.executable, "-c", TRAINER],
+        preexec_fn=default_sigint,  # as a terminal starts it
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300)
     assert "Exception ignored in" in run.stderr, "the SIGINT did not land in __del__"
     assert "TRAINED" not in run.stdout, "training went on after Ctrl-C"
     assert run.returncode != 0 and "KeyboardInterrupt" in run.stderr, run.stderr[-2000:]
