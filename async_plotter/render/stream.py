@@ -8,7 +8,8 @@ themselves, and ``(END, EpisodeEnd)``. In a live view, ``(CATCH_UP, Optional[Epi
 says that what follows, up to the first ``END`` that is not ``continued``, finishes a short video
 for the sinks that keep rollouts only (the live sinks leave the open episode there, with that
 end; ``worker/video_chain.py``). From the trainer, on the
-lifeline: ``(METRICS, (iteration, metrics))`` and ``(FINAL, None)`` (training is over: record the
+lifeline: ``(METRICS, (iteration, metrics))``, ``(HISTORY, HistoryPoint)`` (a policy's history
+recording, for the curve of what was shown) and ``(FINAL, None)`` (training is over: record the
 final video at full speed). The kind on the wire is the ``StreamKind`` member itself, as it is
 the ``StatusKind`` member in the worker's reports (``worker/status.py``); the render process
 hands each kind to its handler through one table. The types live here, with their reader, so
@@ -35,6 +36,8 @@ class StreamKind(str, enum.Enum):
     FAILED = "failed"
     #: from the rollout process in a live view: the rest of a short video, for recordings only
     CATCH_UP = "catch_up"
+    #: from the trainer: a history recording's ``HistoryPoint`` (``render/history.py``)
+    HISTORY = "history"
 
 
 class UnknownMessage(Exception):

@@ -4,7 +4,8 @@ A sink of your own is a ``FrameSink`` subclass passed as ``Plotter(..., sinks=[M
 is pickled in the trainer and runs in the render process, which never imports TensorFlow: open
 files, sockets or windows in ``attach``, not in ``__init__``. Calls come in this order:
 ``attach(scene)`` once; per episode ``begin_episode``, ``add_frame`` for each step and
-``end_episode``; ``on_metrics`` whenever the trainer sends metrics; ``close()`` once at the end.
+``end_episode``; ``on_metrics`` whenever the trainer sends metrics, ``on_history`` for each
+history recording; ``close()`` once at the end.
 A sink that raises stops the render process (the supervisor restarts it, as after a crash)::
 
     class Brightness(FrameSink):
@@ -59,6 +60,12 @@ class FrameSink:
 
     def on_metrics(self, iteration: Optional[int], metrics: Dict[str, float]) -> None:
         """Training metrics the trainer passed to ``update_plot(..., metrics=...)``."""
+
+    def on_history(self, point: Any) -> None:
+        """A policy's history recording is complete (``Plotter(history=...)``): ``point`` has
+        its ``update``, ``iteration``, ``episode_return`` and ``length`` (one deterministic
+        episode from the run's start state), and ``x``, where it goes on a curve by iteration.
+        """
 
     def close(self) -> None:
         """Flush and release everything; called once."""

@@ -142,6 +142,15 @@ class Plotter:
             ``<video_dir>/live/`` (``ep_000123_iter_0059.npz``), written whole under a temporary
             name; the newest ``LIVE_RECORDINGS_KEPT`` (100) are kept, older ones deleted. Needs
             ``video_dir`` and a live view. The recorded videos have theirs beside them anyway.
+        history: with ``video_dir``, keep the whole run: the worker rolls out every policy it
+            takes once more, without drawing (one whole episode of up to ``max_path_length``
+            steps, deterministic, from the run's one start state: the reset seed is ``seed``,
+            else 0), into ``<video_dir>/history/iter_NNNN.npz`` (a state recording), and
+            reports its return and length in ``stats["history"]``, the live page's curve and
+            TensorBoard (``history/return``). ``True`` keeps at most 200 files (the newest
+            quarter, older ones thinned evenly); an int keeps at most that many; ``False``
+            turns it off. The final policy is recorded at ``close()``. An env that draws its
+            own frames (not MuJoCo) keeps the returns only.
         channel: ``None`` renders here; ``"redis://host:6379/0"`` (or ``rediss://``) publishes
             the parameters to Redis for ``async-plotter view`` on another machine instead.
         experiment: the experiment's name on the Redis server (required with ``channel``).
@@ -197,6 +206,7 @@ class Plotter:
                  http_token: Optional[str] = None,
                  view: str = "2d",
                  record_states: bool = False,
+                 history: Union[bool, int] = True,
                  channel: Optional[str] = None,
                  experiment: Optional[str] = None,
                  secret: Optional[Union[str, bytes]] = None,
@@ -224,6 +234,8 @@ class Plotter:
         self._route: Optional[PlotRoute] = None
         self._state = PlotterState.CREATED
         self.video_dir = config.video_dir
+        #: where the run's history recordings go (``<video_dir>/history``); None: no history
+        self.history_dir = config.worker.history_dir if config.has_output else None
         self.tensorboard_dir = config.tensorboard_dir
         self.window = config.window
 
@@ -296,6 +308,7 @@ class Plotter:
         ``last_video``, ``final_video`` (the video of the newest parameters made at
         ``close()``), ``video_log``, ``tensorboard_images``, ``state_recordings``,
         ``last_state_recording``, ``final_state_recording``, ``live_state_recordings``,
+        ``history`` (a policy's return and length per history recording),
         ``nonfinite_actions`` (the first update whose actions were NaN or inf),
         ``last_error``, ``unknown_reports``, ``gl_renderer``, ``visual_preset``, ``policy_call``,
         ``env_rate``, ``frame_stride``, ``video_fps``, ``worker_pids``, ``boot_seconds``,
