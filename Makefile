@@ -9,7 +9,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
 PYTEST_ARGS ?=
 
-.PHONY: demo test test-quick style venv format bench clean
+.PHONY: demo test test-busy test-quick style venv format bench clean
 
 $(STAMP): setup.py
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -35,6 +35,15 @@ test: $(STAMP) style
 		$(PY) -m pytest tests -m alone $(PYTEST_ARGS); \
 		alone=$$?; \
 		test $$shared -eq 0 && test $$alone -eq 0
+
+# The parallel part on a machine made busy on purpose: TEST_BURNERS busy processes (one a core by
+# default) for the whole run, so that races that need load show up here before they do in CI.
+TEST_BURNERS ?= $(shell nproc 2>/dev/null || echo 2)
+
+test-busy: $(STAMP)
+	@scripts/system_deps.sh test
+	TEST_BURNERS=$(TEST_BURNERS) $(PY) -m pytest tests -m "not alone" -n $(TEST_WORKERS) \
+		--dist loadfile $(PYTEST_ARGS)
 
 # YAPF (.style.yapf) must have nothing to change; `make format` applies it.
 style: $(STAMP)

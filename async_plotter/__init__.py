@@ -6,8 +6,9 @@
             train_one_iteration(policy)
             plotter.update_plot(policy, iteration=itr)   # returns at once
 """
-from async_plotter.trainer.plotter_handle import (DEFAULT_BUDGET, DEFAULT_VIDEO_LENGTH,
-                                                  DEFAULT_VIDEO_SECONDS, Plotter, PlotterState)
+from async_plotter.trainer.plotter_handle import Plotter, PlotterState
+from async_plotter.supervision.budget import DEFAULT_BUDGET
+from async_plotter.trainer.config import DEFAULT_VIDEO_LENGTH, DEFAULT_VIDEO_SECONDS
 from async_plotter.errors import (CameraError, EnvBuildError, EnvMismatchError, EnvRenderError,
                                   EnvSpecError, EnvStepError, InvalidArgumentError, NoDisplayError,
                                   ParameterMismatchError, PlotterClosedError, PlotterError,

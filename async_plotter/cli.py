@@ -42,17 +42,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         parser.print_help(sys.stderr)
         return EXIT_USAGE
     _configure_logging(args.verbose, args.quiet)
-    if args.command == "list":
-        return _list(args.subparser, args)
-    if args.command == "serve":
-        return _serve(args.subparser, args)
-    if args.command == "render":
-        return _render(args.subparser, args)
-    if args.command == "replay":
-        return _replay(args.subparser, args)
-    if args.command == "acl":
-        return _acl(args.subparser, args)
-    return _view(args.subparser, args)
+    commands = {"list": _list, "serve": _serve, "render": _render, "replay": _replay, "acl": _acl}
+    return commands.get(args.command, _view)(args.subparser, args)
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -401,11 +392,8 @@ def _checked_http(parser: argparse.ArgumentParser, http: Optional[str],
         if token is not None:
             parser.error("--http-token needs --http")
         return None
-    try:
-        from async_plotter.web.address import parse_http_address
-    except ImportError as error:
-        parser.error(f"--http: this installation has no live page ({error})")
     from async_plotter.errors import InvalidArgumentError
+    from async_plotter.web.address import parse_http_address
 
     try:
         return parse_http_address(int(http) if http.strip().isdigit() else http, token)

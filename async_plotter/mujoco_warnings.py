@@ -1,19 +1,9 @@
-"""Where MuJoCo's warnings go when the plotter's own copies of an env make MuJoCo warn.
-
-Without a handler MuJoCo prints each warning on stdout and appends it to ``MUJOCO_LOG.TXT`` in the
-working directory, the user's folder. The plotter's copies of the env (the one the trainer-side
-check builds once, and the rollout and render processes') warn about what the user's own env
-warns about in the user's process: HalfCheetah's XML uses the deprecated ``settotalmass``, and a
-policy's NaN controls make every copy say "Nan, Inf or huge value in CTRL". So their warnings
-are DEBUG records of the ``async_plotter.mujoco`` logger; what the plotter must tell a user it
-says itself, by name (actions that are not finite: ``supervision/supervisor.py``).
-
-* A child process calls ``route_to_log()`` once, first thing: the handler is its own.
-* The trainer-side check runs inside ``kept_to_log()``, which puts back whatever handler was in
-  force (the user's own, or MuJoCo's default) when it ends. Where ``mujoco`` is not imported yet
-  (``Plotter("HalfCheetah-v5", ...)`` first thing in a script), it is given the handler the
-  moment the check's env imports it, so the trainer that never uses MuJoCo does not pay for its
-  import (~0.1 s).
+"""Where MuJoCo's warnings go when the plotter's own copies of an env make MuJoCo warn: DEBUG records
+of the ``async_plotter.mujoco`` logger, not stdout and ``MUJOCO_LOG.TXT`` in the user's folder
+(what the user's own env says, it says in the user's process; docs/design.md). A child process
+calls ``route_to_log()`` first thing; the trainer-side check runs inside ``kept_to_log()``,
+which puts the handler in force back after (and, where ``mujoco`` is not imported yet, hands it
+the handler the moment it is, so a trainer that never uses MuJoCo does not import it).
 """
 import contextlib
 import importlib.abc

@@ -1,19 +1,9 @@
-"""Starting child processes safely beside TensorFlow and the user's script.
-
-Two facts shape this module (both measured; see docs/design.md):
-
-* ``fork`` after TensorFlow ran hangs the child inside ``session.run``, so children are always
-  started with ``spawn``, a fresh interpreter.
-* ``spawn`` normally re-imports the parent's ``__main__`` module in the child. Training scripts often
-  have no ``if __name__ == "__main__":`` guard, so the child would re-run the whole training script.
-  ``start_process`` leaves the main module out of what the child is told, so the child imports
-  only what it is handed. Everything the child needs must therefore arrive by value: pass user
-  objects as ``cloudpickle`` bytes, never as references to ``__main__``.
-
-A third: TensorFlow reserves most of a GPU's memory in every process that initialises CUDA, so
-the processes that run a policy for the plotter or the sampler start with GPUs hidden
-(``worker_environment``), set in the child's environment from its first instruction and never in
-the parent's.
+"""Starting child processes safely beside TensorFlow and the user's script (docs/design.md):
+always ``spawn`` (``fork`` after TensorFlow ran hangs the child in ``session.run``), without the
+parent's ``__main__`` (a training script without an ``if __name__ == "__main__":`` guard would
+run again), so everything a child needs arrives by value (user objects as ``cloudpickle`` bytes);
+and the processes that run a policy start with GPUs hidden (``worker_environment``), set in the
+child's environment only.
 """
 import contextlib
 import ctypes

@@ -46,11 +46,10 @@ def non_negative_number(name: str, value: Any) -> float:
     return float(value)
 
 
-def unit_interval(name: str, value: Any, allow_zero: bool = True) -> float:
-    """A number in [0, 1] (or (0, 1] without ``allow_zero``): discounts, GAE's lambda."""
-    if not _is_real(value) or not (value >= 0 if allow_zero else value > 0) or value > 1:
-        bounds = "[0, 1]" if allow_zero else "(0, 1]"
-        raise InvalidArgumentError(f"{name} must be a number in {bounds}, got {value!r}")
+def unit_interval(name: str, value: Any) -> float:
+    """A number in [0, 1]: discounts, GAE's lambda."""
+    if not _is_real(value) or not 0 <= value <= 1:
+        raise InvalidArgumentError(f"{name} must be a number in [0, 1], got {value!r}")
     return float(value)
 
 

@@ -1,4 +1,6 @@
-"""Shared fixtures: leak checks for processes and shared memory, an Xvfb display, waiting."""
+"""Shared fixtures: leak checks for processes and shared memory, an Xvfb display, waiting; the
+check for what each test leaves behind (``tests/leftovers.py``); busy processes for the whole run
+with ``TEST_BURNERS=N`` (or ``--burners N``), to bring out races before a loaded CI does."""
 import os
 import shutil
 import signal
@@ -12,6 +14,7 @@ import pytest
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 from async_plotter.channel.shm import SEGMENT_PREFIX  # noqa: E402 - after the TF setting
+from tests.leftovers import BURNER_MARK, Tracker, snapshot  # noqa: E402
 
 
 def default_sigint():
@@ -103,22 +106,28 @@ def sigint_raises():
     signal.signal(signal.SIGINT, previous)
 
 
-BURNER_MARK = "async_plotter_test_cpu_burner"
+def start_burners(count):
+    """``count`` busy processes at normal priority; each exits by itself once its parent has
+    gone (a killed test run leaves none spinning)."""
+    loop = (f"# {BURNER_MARK}\nimport os\nparent = os.getppid()\n"
+            "while os.getppid() == parent:\n    for _ in range(1000000): pass")
+    return [subprocess.Popen([sys.executable, "-c", loop]) for _ in range(count)]
+
+
+def stop_burners(burners):
+    for burner in burners:
+        burner.kill()
+    for burner in burners:
+        burner.wait(10)
 
 
 @pytest.fixture
 def saturated_machine():
     """Keeps every core busy for the test's length, the way a trainer with n_parallel equal to
     the core count does: one more busy process than there are cores, at normal priority."""
-    loop = f"# {BURNER_MARK}\nwhile True: pass"
-    burners = [
-        subprocess.Popen([sys.executable, "-c", loop]) for _ in range((os.cpu_count() or 1) + 1)
-    ]
+    burners = start_burners((os.cpu_count() or 1) + 1)
     yield burners
-    for burner in burners:
-        burner.kill()
-    for burner in burners:
-        burner.wait(10)
+    stop_burners(burners)
 
 
 @pytest.fixture
@@ -141,3 +150,92 @@ def xvfb(monkeypatch):
     yield f":{number}"
     server.terminate()
     server.wait(10)
+
+
+# ------------------------------------------------------------------ a machine busy on purpose
+
+
+def pytest_addoption(parser):
+    parser.addoption("--burners",
+                     type=int,
+                     default=int(os.environ.get("TEST_BURNERS") or 0),
+                     help="keep N processes busy for the whole run (default: $TEST_BURNERS, "
+                     "else 0); `make test-busy` runs the suite's parallel part with one a core")
+
+
+def pytest_configure(config):
+    # Started once, by the process that runs the session (xdist's controller with -n): N busy
+    # processes in all, however many workers run the tests.
+    count = config.getoption("burners")
+    if count > 0 and not hasattr(config, "workerinput"):
+        config.stash[_BURNERS] = start_burners(count)
+
+
+def pytest_unconfigure(config):
+    stop_burners(config.stash.get(_BURNERS, []))
+
+
+def pytest_report_header(config):
+    count = config.getoption("burners")
+    return [f"busy processes for the whole run: {count}"] if count > 0 else []
+
+
+_BURNERS = pytest.StashKey()
+
+# ------------------------------------------------------------- what each test leaves behind
+
+_LEFTOVERS = Tracker()
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_setup(item):
+    _LEFTOVERS.start_test()
+    return (yield)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_fixture_setup(fixturedef, request):
+    if fixturedef.scope == "function":
+        return (yield)
+    before = snapshot()
+    try:
+        return (yield)
+    finally:
+        _LEFTOVERS.fixture_set_up(fixturedef.argname, before)
+
+
+def pytest_fixture_post_finalizer(fixturedef, request):
+    if fixturedef.scope != "function":
+        _LEFTOVERS.fixture_torn_down(fixturedef.argname)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item):
+    try:
+        return (yield)
+    finally:
+        _LEFTOVERS.observe()
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_teardown(item, nextitem):
+    torn_down = False
+    try:
+        result = yield
+        torn_down = True
+        return result
+    finally:
+        # After every fixture's teardown (this test's, and a module's that ends here). What was
+        # left is removed in any case; a teardown that failed already is reported as it failed.
+        left = _LEFTOVERS.end_test()
+        if left and torn_down:
+            pytest.fail(f"{item.nodeid}: {left}", pytrace=False)
+        elif left:
+            item.add_report_section("teardown", "leftovers", left)
+
+
+def hold(fixture_name, pids):
+    """A module- or session-scoped ``fixture_name`` owns the processes ``pids()`` returns (and
+    their descendants) from now until its teardown, whenever they start: they are checked at the
+    end of its scope, not of the test that was running when they started."""
+    _LEFTOVERS.hold(fixture_name, pids)

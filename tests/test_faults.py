@@ -124,6 +124,7 @@ def _busy_frame(frame, info):
     time.sleep(0.5)
 
 
+@pytest.mark.alone  # times close(): 4.3 s, bound 4 s, beside other tests and 2 busy processes
 def test_close_with_a_busy_worker_is_bounded(tmp_path, no_leftovers):
     policy = LinearPolicy(8, 2)
     plotter = Plotter("Swimmer-v5",

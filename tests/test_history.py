@@ -116,8 +116,10 @@ def test_the_returns_are_in_tensorboard_at_each_policys_iteration(run):
     _, board, stats = run
     scalars = accumulate(board).Scalars("history/return")
     written = {event.step: event.value for event in scalars}
-    expected = {(-1 if e["iteration"] is None else e["iteration"]): e["return"]
-                for e in stats["history"]}
+    expected = {
+        (-1 if e["iteration"] is None else e["iteration"]): e["return"]
+        for e in stats["history"]
+    }
     assert written.keys() == expected.keys()
     for step, value in expected.items():
         assert written[step] == pytest.approx(value, rel=1e-5, abs=1e-4)
@@ -263,8 +265,10 @@ def test_a_trpo_run_puts_the_shown_returns_into_progress_csv_and_tensorboard(tmp
                 n_itr=8)
     result = run_experiment_lite(algo, plot=True, seed=1, log_dir=str(tmp_path / "run"))
     stats = result.algo.plotter.stats
-    returns = {(-1 if e["iteration"] is None else e["iteration"]): e["return"]
-               for e in stats["history"]}
+    returns = {
+        (-1 if e["iteration"] is None else e["iteration"]): e["return"]
+        for e in stats["history"]
+    }
     with open(result.progress_csv) as file:
         rows = list(csv.DictReader(file))
     assert [int(row["Iteration"]) for row in rows] == list(range(8))
@@ -278,8 +282,13 @@ def test_a_trpo_run_puts_the_shown_returns_into_progress_csv_and_tensorboard(tmp
     for _, policy, value in shown:
         assert value == pytest.approx(returns[policy], rel=1e-6)
     scalars = accumulate(result.log_dir).Scalars("progress/ShownReturn")
-    assert {event.step: event.value for event in scalars} == pytest.approx(
-        {iteration: value for iteration, _, value in shown}, rel=1e-5)
+    assert {
+        event.step: event.value
+        for event in scalars
+    } == pytest.approx({
+        iteration: value
+        for iteration, _, value in shown
+    }, rel=1e-5)
     assert (tmp_path / "run" / "videos" / "history" / "iter_0007.npz").exists()
 
 

@@ -88,6 +88,12 @@ class BlackHole:
         self._stop = True
         self.listener.close()
         for conn in self.accepted:
+            # Shut down first: closing a socket another thread is reading (``_swallow``) would
+            # leave the connection open, and the trainer's abandoned sender blocked on it.
+            try:
+                conn.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
             conn.close()
 
 

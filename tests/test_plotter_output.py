@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from async_plotter import Plotter
-from async_plotter.trainer.plotter_handle import DEFAULT_BUDGET
+from async_plotter.supervision.budget import DEFAULT_BUDGET
 from tests.conftest import wait_for
 from tests.policies import LinearPolicy, OldGymPendulum
 

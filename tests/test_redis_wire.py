@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from async_plotter.channel.redis.writer import check_channel_arguments
-from async_plotter.channel.redis.link import redact
+from async_plotter.channel.redis.urls import redact
 from async_plotter.channel.redis.wire import (UPDATE_HEADER, Expected, StructureMismatch,
                                               metrics_payload, open_metrics, open_structure,
                                               open_update, RunKey, seal_metrics, seal_structure,

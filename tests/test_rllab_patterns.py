@@ -70,7 +70,7 @@ def test_deterministic_shows_a_categorical_policy_greedily():
     shows the index the policy samples. Through the worker's own runtime and action mapping."""
     import gymnasium
 
-    from async_plotter.env.spaces import to_env_action
+    from async_plotter.env.spaces import ActionConverter
     from async_plotter.policy.adapters import adapter_for
     from async_plotter.policy.recipe import PolicyRuntime, describe_policy
 
@@ -79,14 +79,12 @@ def test_deterministic_shows_a_categorical_policy_greedily():
     observation, _ = env.reset(seed=0)
     recipe = describe_policy(policy, adapter_for(policy), None)
     greedy = int(np.argmax(policy.get_action(observation)[1]["prob"]))
+    to_env_action = ActionConverter(env.action_space)
     shown = {}
     for deterministic in (True, False):
         runtime = PolicyRuntime(recipe, deterministic)
         runtime.set_params(policy.get_param_values())
-        shown[deterministic] = {
-            to_env_action(runtime.act(observation), env.action_space)
-            for _ in range(40)
-        }
+        shown[deterministic] = {to_env_action(runtime.act(observation))[0] for _ in range(40)}
         runtime.close()
     assert shown[True] == {greedy}
     assert shown[False] == {0, 1}, "sampled: both actions of a near-uniform policy"

@@ -27,7 +27,7 @@ from async_plotter.cli import main
 from async_plotter.serve.history import History
 from async_plotter.web.client import StreamError, open_stream
 from tests.clients import view3d_socket
-from tests.conftest import wait_for
+from tests.conftest import hold, wait_for
 from tests.redis_helpers import (ROOT, child_env, default_sigint, read_log, start_trainer,
                                  viewer_command)
 from tests.recordings import sled_run
@@ -65,6 +65,7 @@ def server_and_trainers(tmp_path_factory):
                           "0.5",
                           ASYNC_PLOTTER_SECRET=SECRET))
 
+    hold("server_and_trainers", lambda: [trainer.pid for trainer in trainers])
     for name, env in TRAINERS.items():
         add(name, env)
     try:
@@ -372,6 +373,49 @@ def test_the_history_strip_plays_recorded_videos(server_and_trainers, serving, c
     def videos(name):
         return serve.json("x/" + name + "/status")["videos"]
 
+    listed = _Listed(serve, "pend")
+    try:
+        _watch_the_history_strip(serve, chromium, record_dir, tmp_path_factory, videos)
+    finally:
+        names = listed.stop()
+    # A video, once listed, stays (until pruned, beyond 200): none the page was offered 404s.
+    # (The recorder's worker finishes a last, unwanted video as it stops; it was listed, then
+    # deleted, and a page that picked it as the newest got a 404.)
+    assert len(names) >= 2
+    gone = [name for name in sorted(names) if _status_of(serve, "x/pend/video/" + name) != 200]
+    assert not gone, f"listed, then not served: {gone} of {sorted(names)}"
+
+
+class _Listed:
+    """Every video name serve's listing of an experiment shows, polled ten times a second."""
+
+    def __init__(self, serve, name):
+        self.names = set()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._poll, args=(serve, name), daemon=True)
+        self._thread.start()
+
+    def _poll(self, serve, name):
+        while not self._stop.wait(0.1):
+            try:
+                self.names |= {v["file"] for v in serve.json(f"x/{name}/status")["videos"]}
+            except OSError:
+                pass  # serve is busy: the next poll
+
+    def stop(self):
+        self._stop.set()
+        self._thread.join(10)
+        return self.names
+
+
+def _status_of(serve, path):
+    try:
+        return serve.get(path)[0]
+    except urllib.error.HTTPError as error:
+        return error.code
+
+
+def _watch_the_history_strip(serve, chromium, record_dir, tmp_path_factory, videos):
     wait_for(lambda: len(videos("pend")) >= 2,
              120,
              message=f"two recorded videos of pend; log:\n{serve.log()[-3000:]}")

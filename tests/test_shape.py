@@ -41,17 +41,19 @@ class EpisodeLog(FrameSink):
     def begin_episode(self, episode):
         self.frames = []
 
-    def add_frame(self, frame, episode):
-        self.frames.append(frame)
+    def add_frame(self, frame, episode):  # as the README's sink: the episode's fields
+        self.frames.append((frame, episode.iteration, episode.update))
 
     def end_episode(self, episode, end):
-        first = self.frames[0]
+        first = self.frames[0][0]
         self.log.write(
             json.dumps({
                 "kind": "episode",
                 "iteration": episode.iteration,
                 "update": episode.update,
                 "frames": len(self.frames),
+                "frames_of": sorted({(i, u)
+                                     for _, i, u in self.frames}),
                 "shape": list(first.shape),
                 "std": float(first.std()),
                 "steps": end.steps,
@@ -68,6 +70,33 @@ class EpisodeLog(FrameSink):
         self.log.close()
 
 
+class StepLog(FrameSink):
+    """A user's sink that wants each shown step's record: its state, the posed ``MjData``, and
+    when it is due."""
+
+    def __init__(self, path):
+        self.path = path
+
+    def attach(self, scene):
+        self.log = open(self.path, "a", encoding="utf-8")
+        self.qpos = slice(1, 1 + scene.model.nq)  # mjSTATE_FULLPHYSICS: time, then qpos
+
+    def add_step(self, frame, step):
+        self.log.write(
+            json.dumps({
+                "iteration": step.episode.iteration,
+                "posed": bool(np.array_equal(step.data.qpos, step.state.state[self.qpos])),
+                "first": step.state.action is None,
+                "reward": step.state.reward,
+                "due": step.due,
+                "pixels": frame is not None,
+            }) + "\n")
+
+    def end_episode(self, episode, end):
+        self.log.write(json.dumps({"end": episode.iteration, "reward": end.total_reward}) + "\n")
+        self.log.flush()
+
+
 def _lines(path):
     if not path.exists():
         return []
@@ -76,14 +105,18 @@ def _lines(path):
 
 @pytest.mark.slow
 def test_a_user_sink_gets_every_episode_frame_and_metric(tmp_path, no_leftovers):
-    log = tmp_path / "episodes.jsonl"
+    """A sink written as the README's gets frames and the episode's fields in ``add_frame``; one
+    that overrides ``add_step`` gets each shown step's record: the state the rollout process
+    sent, the scene's ``MjData`` posed at it, and its due time (1/fps apart at least: the
+    cap)."""
+    log, steps_log = tmp_path / "episodes.jsonl", tmp_path / "steps.jsonl"
     policy = LinearPolicy(8, 2)
     with Plotter("Swimmer-v5",
                  policy,
                  max_path_length=30,
                  window=False,
                  fps=300,
-                 sinks=[EpisodeLog(str(log))]) as plotter:
+                 sinks=[EpisodeLog(str(log)), StepLog(str(steps_log))]) as plotter:
         policy.fill(0.3)
         plotter.update_plot(policy, iteration=3, metrics={"AverageReturn": 4.5})
         wait_for(lambda: any(e == {
@@ -95,12 +128,22 @@ def test_a_user_sink_gets_every_episode_frame_and_metric(tmp_path, no_leftovers)
     entries = _lines(log)
     episode = next(e for e in entries if e["kind"] == "episode" and e["iteration"] == 3)
     assert episode["frames"] == 31 and episode["steps"] == 30  # the reset pose and 30 steps
+    assert episode["frames_of"] == [[3, episode["update"]]]
     assert episode["shape"][2] == 3 and episode["std"] > 10  # real pixels of the scene
     assert not episode["tensorflow"], "the render process must never import TensorFlow"
     assert {"kind": "metrics", "iteration": 3, "AverageReturn": 4.5} in entries
     assert entries[-1] == {"kind": "closed"}
     # No video_dir, no window: the user's sink alone is a reason to run the worker.
     assert plotter.stats["updates_applied"] >= 1
+    lines = _lines(steps_log)
+    end = next(index for index, line in enumerate(lines) if line.get("end") == 3)
+    start = max((index for index, line in enumerate(lines[:end]) if "end" in line), default=-1) + 1
+    steps = lines[start:end]
+    assert len(steps) == 31 and all(s["iteration"] == 3 and s["posed"] for s in steps)
+    assert [s["first"] for s in steps] == [True] + [False] * 30 and all(s["pixels"] for s in steps)
+    assert sum(s["reward"] for s in steps) == pytest.approx(lines[end]["reward"])
+    dues = [s["due"] for s in steps]
+    assert all(b - a >= 1 / 25 - 1e-9 for a, b in zip(dues, dues[1:]))  # Swimmer: 25 steps/s
 
 
 def test_a_sink_that_is_not_a_frame_sink_or_does_not_pickle_is_named(tmp_path):

@@ -222,6 +222,7 @@ def test_live_recordings_are_written_whole_bounded_and_numbered_on(tmp_path):
     from async_plotter.render.mujoco_scene import MujocoScene
     from async_plotter.sinks.states import LiveStateRecordingSink
     from async_plotter.render.stream import EpisodeEnd, EpisodeInfo, StepState
+    from async_plotter.sinks.base import ShownStep
     from tests.policies import make_sled
 
     env = make_sled()
@@ -235,8 +236,8 @@ def test_live_recordings_are_written_whole_bounded_and_numbered_on(tmp_path):
         sink.begin_episode(info)
         for step in range(steps):
             state[1] = 0.01 * step
-            scene.set_state(StepState(state.copy(), None if step == 0 else np.ones(1), 1.0))
-            sink.add_frame(None, info)
+            shown = StepState(state.copy(), None if step == 0 else np.ones(1), 1.0)
+            sink.add_step(None, ShownStep(info, shown, scene.data, 0.0))
         if end:
             sink.end_episode(info, EpisodeEnd(steps, float(steps), True, failed=failed))
 

@@ -24,7 +24,9 @@ from websockets.exceptions import InvalidStatus  # noqa: E402
 from websockets.sync.client import connect  # noqa: E402
 
 from async_plotter.render.mujoco_scene import MujocoScene  # noqa: E402
-from async_plotter.render.stream import EpisodeInfo  # noqa: E402
+from async_plotter.render.stream import EpisodeInfo, StepState  # noqa: E402
+from async_plotter.render.timeline import now  # noqa: E402
+from async_plotter.sinks.base import ShownStep  # noqa: E402
 from async_plotter.view3d.guard import SECRET_HEADER  # noqa: E402
 from async_plotter.web.address import parse_http_address  # noqa: E402
 from async_plotter.sinks.http import HttpSink  # noqa: E402
@@ -64,7 +66,7 @@ class Driver:
         while not self.stop.is_set():
             state[1] = 0.01 * step  # the sled's x
             self.scene.set_state(state)
-            self.sink.add_frame(None, episode)
+            self.sink.add_step(None, ShownStep(episode, StepState(state), self.scene.data, now()))
             step += 1
             time.sleep(0.02)
 

@@ -154,11 +154,12 @@ def test_the_page_plays_the_newest_policy_and_draws_the_curve(chromium, tmp_path
         chromium.call("Page.navigate", url=url)
 
         def page_state():
-            # Empty until the page has loaded (navigation returns before that).
+            # Empty until the page has loaded (navigation returns before that, and the page is
+            # parsed in pieces: 'view' may be there before the elements after it).
             return chromium.evaluate("""(() => {
                 const text = (id) => document.getElementById(id).textContent;
                 const view = document.getElementById('view');
-                return view === null ? {} : {
+                return view === null || document.readyState === 'loading' ? {} : {
                     width: view.naturalWidth, update: text('update'),
                     iteration: text('iteration'), fps: parseFloat(text('fps')) || 0,
                     latest: text('latest'), connection: text('conn'),

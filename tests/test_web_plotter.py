@@ -71,6 +71,15 @@ def frames_for(url, seconds, token=None):
     return frames
 
 
+def first_status(url, query=""):
+    """The page's first status event."""
+    events = read_events(url + "events" + query)
+    try:
+        return next(data for name, data in events if name == "status")
+    finally:
+        events.close()
+
+
 def decode(frame):
     return np.asarray(Image.open(io.BytesIO(frame.jpeg)).convert("RGB"), np.float32)
 
@@ -156,8 +165,9 @@ def test_nothing_is_rendered_while_no_page_watches(watched):
         during()
         return sum(render.cpu_times()[:2]) - before
 
-    # Earlier tests' streams are closed; give the server a moment to notice.
-    time.sleep(0.5)
+    # Earlier tests' streams are closed (conftest's leftover check sees to it): wait until the
+    # server has heard of it.
+    wait_for(lambda: first_status(url)["viewers"] == 0, 10, message="no stream open")
     idle = cpu_seconds(lambda: time.sleep(1.5))
     watching = cpu_seconds(lambda: frames_for(url + "stream.mjpg", 1.5))
     assert idle < 0.1, f"the render process used {idle:.2f} s of CPU with nobody watching"
@@ -374,7 +384,8 @@ def test_the_curve_gets_the_history_returns_as_a_second_line(recorded):
     each recording's return reaches the page's curve as ``ShownReturn`` beside the training
     metrics, at its policy's iteration, and the column drawn stays the trainer's."""
     plotter, _, url = recorded
-    wait_for(lambda: any(entry["iteration"] == 3 for entry in plotter.stats["history"]), 60,
+    wait_for(lambda: any(entry["iteration"] == 3 for entry in plotter.stats["history"]),
+             60,
              message="iteration 3's history")
     expected = next(e["return"] for e in plotter.stats["history"] if e["iteration"] == 3)
     shown, column = {}, None
@@ -383,8 +394,10 @@ def test_the_curve_gets_the_history_returns_as_a_second_line(recorded):
         for name, data in events:
             if name == "metrics":
                 column = data.get("shown")
-                shown.update({p["iteration"]: p["values"]["ShownReturn"]
-                              for p in data["points"] if "ShownReturn" in p["values"]})
+                shown.update({
+                    p["iteration"]: p["values"]["ShownReturn"]
+                    for p in data["points"] if "ShownReturn" in p["values"]
+                })
                 if 3 in shown:
                     break
     finally:

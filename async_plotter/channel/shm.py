@@ -1,22 +1,12 @@
 """The local channel: a shared-memory segment with two slots and a one-byte wake-up pipe.
 
-Why this shape:
-
-* Shared memory, not a pipe of pickles: publishing 2 M parameters costs one ``memcpy`` (~0.6 ms)
-  instead of ~23 ms through a ``multiprocessing.Queue``, and the trainer can never block on a full
-  pipe. Only the parameters travel here; the policy's structure was shipped once, at start.
-* No lock shared with the worker: a worker killed while holding a lock would freeze the trainer
-  forever. Each slot carries a sequence counter instead (a *seqlock*): the writer makes it odd
-  before writing and even after; a reader that saw the same even number before and after its copy
-  knows the copy is whole, and retries otherwise. It never applies a torn vector.
-* Two slots, written alternately: a reader copying slot A is only disturbed if the trainer publishes
-  twice during that copy, so even a trainer publishing flat-out lets the reader through.
-* A pipe to wake the reader: the worker sleeps in ``select`` until a byte arrives (no busy-spinning
-  and no polling sleep), and the pipe's end-of-file tells it that the trainer died.
-* Named after its creator: ``async_plotter_<pid>_<start time>_<random>``. Killing a run's whole
-  process group (``kill -9 -PGID``, a scheduler's way) kills the resource tracker too, and the
-  segment would stay in ``/dev/shm`` until reboot; the next ``SharedMemoryWriter`` on the machine
-  removes every segment of this prefix whose creator is gone (``remove_orphaned_segments``).
+Why this shape (docs/design.md, "Shared memory, newest wins"): publishing is one ``memcpy`` and
+never blocks the trainer; no lock is shared, so a killed worker cannot freeze it. Each slot
+carries a sequence counter (a *seqlock*: odd while written), so a reader never applies a torn
+vector, and two slots written alternately let it through a trainer publishing flat-out. The
+worker sleeps in ``select`` on the pipe, whose end-of-file tells it the trainer died. Segments are
+named after their creator (``async_plotter_<pid>_<start time>_<random>``) so that the next writer
+removes those a killed process group left in ``/dev/shm`` (``remove_orphaned_segments``).
 """
 import errno
 import logging
@@ -28,7 +18,7 @@ import sys
 import time
 from multiprocessing import resource_tracker, shared_memory
 import dataclasses
-from typing import Optional
+from typing import List, Optional
 
 import numpy as np
 import psutil
@@ -86,15 +76,11 @@ class SharedMemoryWriter:
                 f"parameters of dtype {dtype} are not supported; use float32 or float64")
         self.size = int(size)
         self.dtype = dtype
-        slot_bytes = _round_up(max(self.size, 1) * dtype.itemsize, 64)
         remove_orphaned_segments()
-        self._shm = _create_segment(_HEADER_BYTES + 2 * slot_bytes)
+        self._shm = _create_segment(_HEADER_BYTES + 2 * _slot_bytes(self.size, dtype))
         self._header = np.ndarray((_HEADER_BYTES // 8, ), np.int64, self._shm.buf, 0)
         self._header[:] = 0
-        self._slots = [
-            np.ndarray((self.size, ), dtype, self._shm.buf, _HEADER_BYTES + i * slot_bytes)
-            for i in range(2)
-        ]
+        self._slots = _slots(self._shm, self.size, dtype)
         self._header[_H_SIZE] = self.size
         self._header[_H_DTYPE] = _DTYPE_CODES[dtype]
         self._header[_H_LATEST] = -1  # nothing published yet
@@ -196,13 +182,7 @@ class SharedMemoryReader:
         if header[_H_MAGIC] != _MAGIC:
             raise RuntimeError(f"shared memory segment {name} is not a parameter channel")
         self._header = header
-        size = int(header[_H_SIZE])
-        dtype = _DTYPES[int(header[_H_DTYPE])]
-        slot_bytes = _round_up(max(size, 1) * dtype.itemsize, 64)
-        self._slots = [
-            np.ndarray((size, ), dtype, self._shm.buf, _HEADER_BYTES + i * slot_bytes)
-            for i in range(2)
-        ]
+        self._slots = _slots(self._shm, int(header[_H_SIZE]), _DTYPES[int(header[_H_DTYPE])])
         self._wake_conn = wake_reader  # keeps the descriptor open
         self._wake_fd = wake_reader.fileno()
         self.last_number = -1
@@ -371,5 +351,11 @@ def _attach_untracked(name: str) -> shared_memory.SharedMemory:
         resource_tracker.register = original
 
 
-def _round_up(value: int, multiple: int) -> int:
-    return (value + multiple - 1) // multiple * multiple
+def _slot_bytes(size: int, dtype: np.dtype) -> int:
+    return (max(size, 1) * dtype.itemsize + 63) // 64 * 64  # 64-byte aligned
+
+
+def _slots(shm: shared_memory.SharedMemory, size: int, dtype: np.dtype) -> List[np.ndarray]:
+    """The two data slots' views (after the header, each 64-byte aligned)."""
+    step = _slot_bytes(size, dtype)
+    return [np.ndarray((size, ), dtype, shm.buf, _HEADER_BYTES + i * step) for i in range(2)]

@@ -1,24 +1,13 @@
 """The state an env's wrappers hold (running observation statistics), read from the trainer's env
-object and applied to the worker's copy with every update.
+and applied to the worker's copy with every update: a rebuilt env re-applies its wrappers but not
+what they learned (docs/design.md, "the worker's copy of the env acts like yours").
 
-An env object is rebuilt in the worker from its recipe, which re-applies its wrappers but not
-what they learned: Gymnasium's ``NormalizeObservation`` would start again from mean 0 and
-variance 1 and drift with the worker's own observations, and a policy trained on the trainer's
-statistics would be shown acting on others. So the plotter finds the *stateful layers* of the
-trainer's env (outermost first) when the ``Plotter`` is built, reads their state at ``start()``
-and at every ``update_plot`` as one small float vector that travels behind the policy's
-parameters, and the worker writes it into the same layers of its copy, which never update it
-themselves. Three kinds of layer are known:
-
-* ``running_stats``: a layer holding Gymnasium's ``RunningMeanStd`` as ``obs_rms`` or
-  ``return_rms`` (``NormalizeObservation``, ``NormalizeReward``, and their vector forms);
-  frozen in the worker through their ``update_running_mean`` switch.
-* ``hook``: any wrapper with the documented method pair ``get_wrapper_state() -> dict`` of
-  numeric arrays and ``set_wrapper_state(state)``; frozen through ``update_running_mean = False``
-  where it has that switch, else its state is written back before every step.
-* ``rllab``: rllab's normalized env (``_obs_mean``/``_obs_var``, or ``obs_mean``/``obs_var``,
-  and the reward's twins), written back before every step (its ``step`` updates them).
-
+The *stateful layers* of the trainer's env are found (outermost first) when the ``Plotter`` is
+built, read at ``start()`` and every ``update_plot`` as one small float vector behind the
+parameters, and written into the same layers of the worker's copy, which never update them. The
+kinds: ``running_stats`` (a ``RunningMeanStd`` as ``obs_rms``/``return_rms``), ``hook``
+(``get_wrapper_state()``/``set_wrapper_state()``) and ``rllab`` (its normalized env's means and
+variances); those without an ``update_running_mean`` switch are written back before every step.
 Runs in the trainer (``TrainerEnvState``) and in the rollout process (``WorkerEnvState``).
 """
 import dataclasses

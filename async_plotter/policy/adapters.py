@@ -1,24 +1,16 @@
-"""One adapter per kind of policy: how to read its flat parameters, apply them, and act.
+"""One adapter per kind of policy: how to read its flat parameters, apply them, ship it and act.
 
 * ``ProtocolAdapter``: rllab's protocol (``get_param_values``, ``set_param_values``,
-  ``get_action``); the structure travels by ``cloudpickle`` (a ``Serializable`` policy pickles as
-  its constructor arguments, so TensorFlow objects inside it are rebuilt, not copied).
-* ``KerasAdapter``: a built ``keras.Model`` (Sequential, functional, subclassed); the structure
-  travels as its Keras config with its custom classes (``keras_support``; the trainer's Keras
-  settings travel in the recipe), the parameters are all its weights (trainable or not) flattened in
-  ``get_weights()`` order; state computed from weights (an adapted ``Normalization``) is rebuilt
-  after each update.
-* ``ModuleAdapter``: a callable ``tf.Module`` mapping a batch of observations to a batch of
-  actions; it travels by ``cloudpickle``, the parameters are its variables, those of objects it
-  holds from ``tf.saved_model.load`` included.
+  ``get_action``), shipped by ``cloudpickle`` (a ``Serializable`` as its constructor arguments);
+* ``KerasAdapter``: a built ``keras.Model``, shipped as its Keras config with its custom classes
+  (``keras_support``); its parameters are all its weights in ``get_weights()`` order;
+* ``ModuleAdapter``: a callable ``tf.Module``, shipped by ``cloudpickle``; its parameters are its
+  variables, those of objects it holds from ``tf.saved_model.load`` included.
 
 Keras models and modules act through one traced function per observation shape
-(``compiled_call``): the worker's path, and the one the trainer-side check runs, while
-``reference_act`` calls the trainer's own object the plain way. rllab-protocol policies act
-through their own ``get_action``.
-
-``adapter_for(policy)`` classifies a trainer's policy once; the worker finds the same adapter from
-the recipe's ``kind`` with ``adapter_named``. Nothing else branches on the kind of policy.
+(``compiled_call``); ``reference_act`` calls the trainer's object the plain way. ``adapter_for``
+classifies a trainer's policy once, ``adapter_named`` finds it from a recipe's ``kind``; nothing
+else branches on the kind of policy.
 """
 import copy
 import sys

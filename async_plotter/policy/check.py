@@ -1,28 +1,14 @@
 """The one rule, checked in the trainer: the worker's copy of the policy acts like the trainer's.
 
-Showing a different policy than the one being trained, without a word, is the worst thing a
-plotter can do, and the ways it happens are many: a config that rebuilds another model, state
-that is neither a weight nor in the config (an adapted ``Normalization``'s mean), settings of the
-trainer's Keras, constants a traced function captured. Rather than a special case for each,
-``check_worker_copy`` does what the worker will do, from what actually travels:
-
-1. rebuild the policy from the pickled recipe (``PolicyRuntime``, the worker's own code), apply
-   the trainer's flat parameters, and compare its output on the env's first observation with the
-   trainer's own policy's (deterministic: the action of a Keras model or module, the reported
-   distribution of an rllab-protocol policy);
-2. apply a changed vector to both (the trainer's policy gets its own parameters back at once)
-   and compare again, so state that does not follow the parameters is caught too.
-
-A policy whose output for one observation changes from call to call (a counter inside
-``get_action``, sampling without reporting a distribution) cannot be compared: its copy is still
-rebuilt, given the parameters and made to act, and the comparison is skipped with one log line.
-Policies with ``reset()`` are reset before each output, as at the start of the worker's episodes.
-
-Both run on the CPU where the worker's TensorFlow sees no GPU (``policy_device="cpu"``).
-
-A difference is a ``PolicyMismatchError`` naming what differs and what to do. The tolerance
-(1% and 0.5% of the output's scale) is passed by mixed precision and float64 alike; the bugs it
-exists for differ by far more.
+A different policy shown without a word is the worst thing a plotter can do, and the ways it
+happens are many (a config that rebuilds another model, an adapted ``Normalization``'s mean,
+the trainer's Keras settings, constants a trace captured). So ``check_worker_copy`` does what the
+worker will do, from what travels: rebuild the policy from the pickled recipe (``PolicyRuntime``),
+apply the trainer's parameters and compare its deterministic output on the env's first observation
+with the trainer's policy's; then apply a changed vector to both and compare again. A policy whose
+output changes from call to call is rebuilt and run but not compared (one log line). A difference
+is a ``PolicyMismatchError``; the tolerance and costs are in docs/design.md ("the worker's copy
+acts like yours").
 """
 import contextlib
 import logging

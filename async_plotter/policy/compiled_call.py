@@ -1,13 +1,9 @@
-"""One traced TensorFlow function per observation shape, for Keras models and ``tf.Module``s.
-
-Calling a Keras model eagerly for one observation costs ~3-7 ms of CPU: more than drawing and
-encoding the frame it produces. The same call through one concrete ``tf.function`` costs ~0.3 ms,
-and ~0.2 ms compiled by XLA (measured on this project's 2-core machine, 17-64-64-6 MLP). So the
-worker traces the policy once per observation shape, with XLA where the policy compiles, else as a
+"""One traced TensorFlow function per observation shape, for Keras models and ``tf.Module``s: an
+eager call for one observation costs more CPU than drawing and encoding its frame
+(docs/design.md, "Compiled steps"). The worker traces with XLA where the policy compiles, else as a
 plain graph, else calls it eagerly, and says which in one log line. Variables are captured by
-reference, so new parameters assigned to them are seen without tracing again; ``forget()`` drops
-the traces where a policy keeps constants computed from its weights (Keras's adapted
-``Normalization`` layer does, in ``finalize_state``).
+reference, so new parameters need no new trace; ``forget()`` drops the traces where a policy keeps
+constants computed from its weights (Keras's adapted ``Normalization``).
 """
 import contextlib
 import logging

@@ -1,18 +1,9 @@
-"""What a Keras model needs besides its config and weights to act the same in another process.
-
-* **Settings of the trainer's Keras** live in the process that set them: a model with a
-  ``TFSMLayer`` or a ``Lambda`` rebuilds only after
-  ``keras.config.enable_unsafe_deserialization()``, and ``floatx``/``epsilon``/the global dtype policy change what layers compute.
-  ``trainer_settings()`` records them; ``apply_settings()`` sets them in the worker first.
-* **Custom classes** are found by their registered names; a class registered in the trainer's
-  ``__main__`` (a script, a notebook) is unknown in the worker. ``custom_objects(model)`` lists the
-  model's non-Keras classes, which travel with the config by cloudpickle.
-* **State computed from weights**: ``Normalization`` keeps its adapted mean and variance as
-  tensors made by ``finalize_state()`` from its weights; ``set_weights`` alone leaves them stale.
-  ``finalize(layers_with_derived_state(model))`` calls it, as Keras's own loading does.
-
-``first_layer_that_differs`` names the layer where two copies of a model part ways, for the
-error the trainer-side check raises.
+"""What a Keras model needs besides its config and weights to act the same in another process: the
+trainer's Keras settings (``trainer_settings``, ``apply_settings``), its custom classes
+(``custom_objects``, which travel by cloudpickle), and state computed from weights
+(``finalize(layers_with_derived_state(model))``, as Keras's own loading does); and
+``first_layer_that_differs``, for the check's error. The traps behind each: docs/design.md
+("Keras specifics").
 """
 import warnings
 from typing import Any, Dict, List, Optional

@@ -1,11 +1,7 @@
-"""Turning a trainer's policy into something a worker can rebuild, and rebuilding it there.
-
-What differs between kinds of policy (rllab's protocol, Keras, ``tf.Module``) is in
-``policy/adapters.py``; this module packs the structure (``describe_policy``) and, in the worker,
-unpacks it into a ``PolicyRuntime``.
-
-Graph-mode policies (TF1-style, variables living in a ``tf.compat.v1.Session``) are detected in the
-trainer and rebuilt by the worker inside its own ``tf.Graph`` and ``tf.compat.v1.Session``.
+"""Turning a trainer's policy into something a worker can rebuild (``describe_policy``), and
+rebuilding it there (``PolicyRuntime``); what differs between kinds of policy is in
+``adapters``. Graph-mode policies (TF1-style, in a ``tf.compat.v1.Session``) are rebuilt inside
+the worker's own ``tf.Graph`` and session.
 """
 import dataclasses
 import io

@@ -1,27 +1,13 @@
-"""Where the render process's camera looks: chosen so every env is framed at least as well as by
-its own ``render()``.
+"""Where the render process's camera looks: every env framed at least as well as by its own
+``render()`` (Gymnasium's free camera, forced even where the XML names one, lets walkers leave the
+frame; MuJoCo's default shrinks scenes with a large floor). For ``camera=None``: the camera the
+env was built with, else ``"track"`` for a locomotion env (the XML's ``track`` camera, or a
+tracking camera on the root body), else a free camera fitting the visible bodies from the env's
+own angles (docs/design.md, "camera").
 
-Gymnasium's offscreen render uses a free camera that looks at the median of the geom positions
-from ``model.stat.extent`` away, then applies the env's ``default_camera_config``; since 1.x it
-forces that free camera even when the XML names one, so a ``trackbodyid`` in the config does
-nothing and walkers leave the frame. ``mjv_defaultFreeCamera`` (what this module replaces) looks
-at ``model.stat.center`` from 1.5 extents, which shrinks and shifts scenes with a large floor
-(InvertedDoublePendulum's sits in the top quarter).
-
-The rule here, for ``camera=None``:
-
-* the env was built with a named camera (``gymnasium.make(..., camera_name=...)``): that camera;
-* a locomotion env (its main body moves freely: a free joint or an unlimited slide joint at the
-  root): ``"track"``, i.e. the XML's camera named ``track`` (``mode="trackcom"`` follows the
-  body), or else a tracking camera on the root body;
-* anything else: a free camera that looks at the centre of the scene's visible bodies (ground
-  planes excluded) from the env's azimuth and elevation, at the distance that fits them, never
-  farther than the env's own distance.
-
-The choice is made in two steps, both without GL: :func:`plan_camera` in the rollout process
-(it has the env's camera settings) returns plain data for ``SceneInfo``; :func:`make_camera` in
-the render process turns it into an ``MjvCamera`` against the initial pose. The trainer checks the
-user's ``camera=`` argument with :func:`check_camera_argument` and :func:`check_camera_for_model`.
+:func:`plan_camera` chooses in the rollout process (plain data for ``SceneInfo``), without GL;
+:func:`make_camera` builds the ``MjvCamera`` in the render process; the trainer checks ``camera=``
+with :func:`check_camera_argument` and :func:`check_camera_for_model`.
 """
 import math
 import numbers

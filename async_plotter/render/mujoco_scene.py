@@ -9,7 +9,6 @@ GPU the full visuals cost ~3 ms. So ``quality="auto"`` turns them off only on so
 """
 import logging
 import pickle
-import time
 from typing import Any, Dict, Optional
 
 import numpy as np
@@ -43,8 +42,6 @@ class MujocoScene:
         self.model = pickle.loads(model_bytes)
         #: the camera plan this scene was framed with (``render/camera.py``)
         self.camera_plan = dict(camera or {})
-        #: the newest ``StepState`` posed (None before the first, and for bare states)
-        self.step: Optional[Any] = None
         self.data = mujoco.MjData(self.model)
         self._state_spec = mujoco.mjtState.mjSTATE_FULLPHYSICS
         #: the arguments that decide the frames (a state recording keeps them to re-render)
@@ -54,9 +51,6 @@ class MujocoScene:
         self.gl_renderer = "none (nothing drawn here yet)"
         self.preset = "n/a"
         self.width, self.height = width, height
-        #: when the pose set last is to be on screen (``time.monotonic()``; the render process
-        #: may pose a fraction of a second's states ahead of time)
-        self.due = time.monotonic()
         self.camera = self._make_camera(self.camera_plan, camera_id)
         if gl:
             self._open_renderer()
@@ -97,13 +91,9 @@ class MujocoScene:
 
         return make_camera(self.model, self.data, plan, camera_id)
 
-    def set_state(self, state: Any) -> None:
-        """Pose the model from a full physics state sent by the rollout process (a
-        ``StepState``, or the bare ``mjSTATE_FULLPHYSICS`` array)."""
-        if isinstance(state, np.ndarray):
-            self.step = None
-        else:
-            self.step, state = state, state.state
+    def set_state(self, state: np.ndarray) -> None:
+        """Pose the model from a full physics state (``mjSTATE_FULLPHYSICS``, as the rollout
+        process sends it)."""
         self._mujoco.mj_setState(self.model, self.data, state, self._state_spec)
         self._mujoco.mj_forward(self.model, self.data)
 

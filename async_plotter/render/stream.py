@@ -1,19 +1,15 @@
 """What reaches the render process, one ``(StreamKind, body)`` message per ``Connection.send``.
 
 From the rollout process: ``(SCENE, SceneInfo)`` once, then per episode ``(BEGIN, EpisodeInfo)``,
-the shown steps (every ``SceneInfo.stride``-th, and the episode's first and last) as
-``(STATES, StateChunk)`` messages of several consecutive MuJoCo steps each (physics state, action
-and reward: a few hundred bytes a step), or one ``(FRAME, array)`` per step for envs that draw
-themselves, and ``(END, EpisodeEnd)``. In a live view, ``(CATCH_UP, Optional[EpisodeEnd])``
-says that what follows, up to the first ``END`` that is not ``continued``, finishes a short video
-for the sinks that keep rollouts only (the live sinks leave the open episode there, with that
-end; ``worker/video_chain.py``). From the trainer, on the
-lifeline: ``(METRICS, (iteration, metrics))``, ``(HISTORY, HistoryPoint)`` (a policy's history
-recording, for the curve of what was shown) and ``(FINAL, None)`` (training is over: record the
-final video at full speed). The kind on the wire is the ``StreamKind`` member itself, as it is
-the ``StatusKind`` member in the worker's reports (``worker/status.py``); the render process
-hands each kind to its handler through one table. The types live here, with their reader, so
-that sinks and the live page depend on this module and not on the worker that builds them.
+the shown steps as ``(STATES, StateChunk)`` (several MuJoCo steps each) or one ``(FRAME, array)``
+per step for envs that draw themselves, and ``(END, EpisodeEnd)``; in a live view
+``(CATCH_UP, Optional[EpisodeEnd])`` says that what follows, up to the first ``END`` not
+``continued``, finishes a short video for the sinks that keep rollouts only
+(``worker/video_chain.py``). From the trainer, on the lifeline: ``(METRICS, (iteration,
+metrics))``, ``(HISTORY, HistoryPoint)`` (a history recording's point on the curve of what was
+shown), ``(FINAL, None)`` and ``(FAILED, None)``. The render process hands each kind to its
+handler through one table. The types live here so that sinks and the live page depend on this
+module, not on the worker that builds them.
 """
 import dataclasses
 import enum

@@ -16,7 +16,7 @@ import os
 import sys
 from typing import TYPE_CHECKING, Any, Callable, Dict
 
-from async_plotter.trainer.plotter_handle import DEFAULT_VIDEO_SECONDS
+from async_plotter.trainer.config import DEFAULT_VIDEO_SECONDS
 from async_plotter.supervision.budget import DEFAULT_BUDGET
 from async_plotter.supervision.priorities import PRIORITIES
 

@@ -1,21 +1,13 @@
 """``async-plotter serve``'s assembly: the catalog, the live views, the recorder and the server.
-
-    options = ServeOptions(url, parse_http_address(8080, None), secret, False)
-    app = ServeApp(options).start()     # returns once the page is served
-    print(app.url)
-    ...
-    app.close()
-
-With no page open and no ``record_dir``, nothing runs but the server's accepting thread: the
-catalog starts with the first events stream (and stops ``catalog.LINGER`` s after the last),
-and a render worker starts with the first stream of an experiment (and stops ``grace`` s after
-its last).
+With no page open and no ``record_dir`` nothing runs but the server's accepting thread: the
+catalog starts with the first events stream, a render worker with the first stream of an
+experiment, and each stops a while after its last user.
 """
 import logging
 import threading
 from typing import Any, Dict, Optional, Tuple
 
-from async_plotter.channel.redis.link import redact
+from async_plotter.channel.redis.urls import redact
 from async_plotter.channel.redis.signing import Verifier
 from async_plotter.processes import until_interrupted
 from async_plotter.serve.catalog import Catalog
@@ -58,7 +50,6 @@ class ServeApp:
         self.server = ServeServer(options.http, self.catalog, self.live, self.history, self._info,
                                   self.replays)
         self._thread = threading.Thread(target=self.server.serve_forever,
-                                        kwargs={"poll_interval": 0.5},
                                         name="async_plotter-serve-http",
                                         daemon=True)
         self._closed = False
@@ -116,9 +107,7 @@ class ServeApp:
         return self._view(name, sinks, priority=self.options.priority, budget=self.options.budget)
 
     def _record_view(self, name: str, sinks: Tuple[Any, ...]) -> ViewOptions:
-        # Nice 10, not SCHED_IDLE: at idle priority a recording beside busy trainers took
-        # 47 s of wall time for 1 CPU-s (and timed out under more load). Its share of a busy
-        # machine is small at nice 10, and the recorder's bucket bounds its average anyway.
+        # Nice 10, not SCHED_IDLE, where it starved (serve/recorder.py); the bucket bounds it.
         return self._view(name, sinks, priority="low")
 
     def _videos(self, name: str) -> Dict[str, Any]:

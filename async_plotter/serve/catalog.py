@@ -1,21 +1,12 @@
 """The experiments a Redis server holds, as the overview page shows them, kept current.
 
-One thread scans the server every ``SCAN_INTERVAL`` seconds (``list_experiments``: key names,
-structure headers and descriptions, never a body) and probes each experiment's newest update.
-Each experiment that may be trusted gets an ``ExperimentWatcher``, which verifies its structure
-and its metrics (the learning curve) and delivers new metrics as they are published.
-
-What the page shows is verified where the secret allows it: the env and policy come from the
-verified structure, the curve from verified metrics entries, and the update, iteration and age
-from a verified update whenever the update is small enough to download
-(``VERIFY_UPDATE_BYTES``); a larger one is described by its header alone and flagged so.
-Before a watcher is started, what can be refused without downloading is refused: an unsigned
-structure when this server has a secret, and a structure larger than
-``MAX_STRUCTURE_BYTES``. One hostile experiment therefore costs one row, not the page.
-
-The catalog only works while somebody needs it (a page is open, or the recorder runs):
-``acquire``/``release``; ``LINGER`` seconds after the last release it stops its thread and its
-watchers, so a server nobody looks at reads nothing from Redis.
+One thread scans the server every ``SCAN_INTERVAL`` seconds (``list_experiments``: headers and
+descriptions, never a body) and probes each experiment's newest update; each experiment that may
+be trusted gets an ``ExperimentWatcher`` for its verified structure and curve. Updates up to
+``VERIFY_UPDATE_BYTES`` are verified, larger ones described by their header and flagged so; an
+unsigned structure (with a secret here) or one over ``MAX_STRUCTURE_BYTES`` is refused before any
+download, so one hostile experiment costs one row. The catalog runs only while somebody needs it
+(``acquire``/``release``), and stops ``LINGER`` seconds after the last release.
 """
 import collections
 import dataclasses
@@ -24,7 +15,8 @@ import threading
 import time
 from typing import Any, Callable, Deque, Dict, List, Optional, Tuple
 
-from async_plotter.channel.redis.link import connect, probe, read_exact, redact
+from async_plotter.channel.redis.link import close_quietly, connect, probe, read_exact
+from async_plotter.channel.redis.urls import redact
 from async_plotter.channel.redis.refusals import explain_failure, refusal
 from async_plotter.channel.redis.signing import PayloadRejected, Verifier
 from async_plotter.channel.redis.watcher import (ExperimentSummary, ExperimentWatcher,
@@ -222,19 +214,12 @@ class Catalog:
                     self._recovered()
                 except Exception as error:  # noqa: BLE001 - a bad server must not end the page
                     self._failed(error)
-                    try:
-                        client.close()
-                    except Exception:  # noqa: BLE001 - a broken connection raises all sorts
-                        pass
+                    close_quietly(client)
                     client = None
                 self._scan_now.wait(max(self._scan_interval - (time.monotonic() - started), 0.05))
                 self._scan_now.clear()
         finally:
-            if client is not None:
-                try:
-                    client.close()
-                except Exception:  # noqa: BLE001
-                    pass
+            close_quietly(client)
             if entries is None:
                 with self._lock:
                     entries = self._take_all() if self._closed else []

@@ -1,34 +1,19 @@
-"""The history: one shared recorder that makes a video of each experiment every few updates,
-within a hard CPU budget.
-
-Why one shared recorder rather than a recording worker per experiment: a worker is two
-processes that rebuild the env and the policy (a TensorFlow policy's rollout process alone is
-hundreds of MiB), and a persistent recorder per experiment, as ``async-plotter view
---video-dir`` runs, records every update it can on whatever CPU is idle. Ten experiments would
-mean twenty processes and as many videos as the machine can encode. Here there is at most one
-recording at a time, for the experiment whose newest video is the most updates behind (at
-least ``every`` updates, or none yet), and the recorder pays for everything it uses:
-
-* a token bucket fills at ``budget x cores`` CPU-seconds per second, up to ``CAPACITY``;
-* a recording starts only when the bucket is not in debt; it is charged what it really cost,
-  measured with psutil over its processes and their children (start-up, rollout, rendering
-  and the video encoder), so the long-run average never exceeds the budget, start-ups
-  included;
-* its worker runs at low priority (nice 10 after start-up): beside busy trainers or live views
-  it gets a small share while it runs (about a tenth of a core against one busy process at
-  nice 0), and the bucket bounds its average. (At idle priority, ``SCHED_IDLE``, it starved:
-  a recording beside CPU-bound processes took 47 s of wall time for 1 CPU-second.)
-
-A recording is the same viewer ``async-plotter view --video-dir`` runs (verified structure,
-the newest update), stopped as soon as its first video is written; a recording that fails or
-takes longer than ``RECORD_TIMEOUT`` is charged too, and that experiment waits longer before
-its next try.
+"""The history: one shared recorder that makes a video of each experiment every few updates, within
+a hard CPU budget (docs/design.md, "async-plotter serve"). A recording worker per experiment would
+be two processes each, recording every update it can; here at most one recording runs, for the
+experiment whose newest video is the most updates behind (at least ``every``), and it pays for
+everything: a token bucket fills at ``budget x cores`` CPU-seconds per second up to ``CAPACITY``,
+a recording starts only out of debt, and is charged what its processes and their children
+really used (psutil), start-up included. Its worker runs at nice 10 (at ``SCHED_IDLE`` it
+starved). A recording is ``async-plotter view --video-dir``'s viewer, stopped once its first
+video exists, writing into a hidden ``STAGING`` folder; only the video asked for (with its state
+recording) is moved out, so a video the history listed is never deleted.
 """
 import logging
 import os
 import threading
 import time
-from typing import Any, Callable, Dict, List, Optional, Set, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from async_plotter.cpu import tree_cpu_seconds, usable_cores
 from async_plotter.serve.history import History
@@ -42,6 +27,8 @@ logger = logging.getLogger("async_plotter")
 CAPACITY = 5.0
 #: seconds a recording may take before it is abandoned
 RECORD_TIMEOUT = 60.0
+#: the hidden folder, inside an experiment's, that a recording is written into
+STAGING = ".recording"
 # Seconds before an experiment whose recording failed is tried again (doubling, capped).
 _RETRY_FIRST, _RETRY_CAP = 30.0, 600.0
 _IDLE_POLL = 1.0
@@ -142,10 +129,11 @@ class Recorder:
                 done.set()
 
         folder = self._history.folder(name)
-        os.makedirs(folder, exist_ok=True)
+        staging = os.path.join(folder, STAGING)
+        _empty(staging)  # what a recording that was killed left
+        os.makedirs(staging, exist_ok=True)
         newest = self._catalog.newest_update(name)
-        before = {video.name for video in self._history.videos(name)}
-        viewer = ExperimentViewer(self._view(name, (VideoSpec(folder), StatesSpec(folder))),
+        viewer = ExperimentViewer(self._view(name, (VideoSpec(staging), StatesSpec(staging))),
                                   listener=listener)
         meter = _CpuMeter(
             lambda: [p for p in (viewer.stats.get("worker_pids") or {}).values() if p])
@@ -162,14 +150,16 @@ class Recorder:
                     break
         finally:
             # The render process finishes the video it is writing (a newer update's, sometimes:
-            # _drop_tail removes it); the meter keeps counting until the processes are gone.
+            # it stays in staging); the meter keeps counting until the processes are gone.
             viewer.stop(5.0)
             cost = meter.stop()
         self._bucket.charge(cost)
         self.stats["cpu_seconds"] = round(self.stats["cpu_seconds"] + cost, 3)
         self.stats["recording"] = None
-        self._drop_tail(name, before, written.get("path"))
         if written:
+            written["path"] = _keep(written.get("path"), folder)
+        _empty(staging)
+        if written.get("path"):
             update = written.get("update")
             run = newest[0] if newest is not None else 0
             self._recorded[name] = (run, update if isinstance(update, int) else 0)
@@ -189,16 +179,37 @@ class Recorder:
                 "%.0f s", name,
                 time.monotonic() - started, cost, delay)
 
-    def _drop_tail(self, name: str, before: Set[str], kept: Optional[str]) -> None:
-        """Delete what the worker wrote after the video asked for: stopped in the middle of the
-        next update's episode, it finishes that video with the frames it has (often one)."""
-        kept_name = os.path.basename(kept) if kept else None
-        for video in self._history.videos(name):
-            if video.name not in before and video.name != kept_name:
-                try:
-                    os.remove(os.path.join(self._history.folder(name), video.name))
-                except OSError as error:
-                    logger.debug("cannot remove %s: %s", video.name, error)
+
+def _keep(path: Optional[str], folder: str) -> Optional[str]:
+    """Move the video at ``path`` into ``folder``, its state recording first (the history
+    lists a video with the recording beside it); where it is now, None if it cannot be moved."""
+    if not path:
+        return None
+    stem = os.path.splitext(os.path.basename(path))[0]
+    recording = os.path.splitext(path)[0] + ".npz"
+    try:
+        if os.path.exists(recording):
+            os.replace(recording, os.path.join(folder, stem + ".npz"))
+        kept = os.path.join(folder, os.path.basename(path))
+        os.replace(path, kept)
+        return kept
+    except OSError as error:
+        logger.warning("serve: cannot keep the video %s: %s", path, error)
+        return None
+
+
+def _empty(staging: str) -> None:
+    """Delete what is in the staging folder (what the worker wrote after the video asked
+    for, or a recording's partial files)."""
+    try:
+        names = os.listdir(staging)
+    except OSError:
+        return
+    for name in names:
+        try:
+            os.remove(os.path.join(staging, name))
+        except OSError as error:
+            logger.debug("cannot remove %s: %s", name, error)
 
 
 class _CpuMeter:

@@ -1,17 +1,11 @@
 """One experiment's frames, from its render process to every browser watching it, newest wins.
 
-The render process serves MJPEG on a loopback port, behind a random token only this process
-knows. A ``FrameRelay`` holds one connection to it while anybody watches (whatever the number of
-browsers, so the render process encodes each frame once), keeps the newest part as it came, and
-hands it to each browser (``NewestSlots``, as on the live page): a browser busy sending skips
-the frames it had no time for, so a slow one only slows itself. Nobody watching: the connection
-is closed, and the render process stops drawing pixels for it.
-
-Slots are few; browsers that do not keep up lose theirs first, judged by the frames they have
-taken off their sockets where the kernel's unsent queue can be read (``web.feed.NewestSlots``).
-
-The connection upstream is aiohttp's client, a task on the serve server's event loop
-(``pull_on``); the relay itself is thread-safe (the live views start and stop in other threads).
+A ``FrameRelay`` holds one connection to the render process's loopback MJPEG stream (behind a
+token only this process knows) while anybody watches, so each frame is encoded once, and hands
+the newest part to each browser through ``web.feed.NewestSlots``, as on the live page: a slow
+browser only slows itself. Nobody watching: the connection closes and the render process stops
+drawing for it. The connection is aiohttp's client, a task on the serve server's loop
+(``pull_on``); the relay itself is thread-safe.
 """
 import asyncio
 import logging
@@ -58,11 +52,6 @@ class FrameRelay:
         self.frames = 0
         #: when the newest frame arrived (``time.time()``), or None
         self.last_frame_at: Optional[float] = None
-
-    @property
-    def max_viewers(self) -> int:
-        """Browsers at once."""
-        return self.parts.max_viewers
 
     # ----------------------------------------------------------------------------- viewers
 

@@ -1,30 +1,14 @@
-"""The HTTP side of ``async-plotter serve``: the live page's server with other routes.
-
-It is ``web.server.HttpServer`` (aiohttp on one event loop thread; headers within a deadline,
-the token or the loopback Host and origin checks before anything else, every response closes
-its connection, the same slots), routing to:
-
-* ``/``: the overview page (``page.html``);
-* ``/events``: server-sent events: ``hello`` (the limits), ``rows`` (experiments that changed,
-  those removed; all of them on connect) and ``live`` (the live views' states and figures);
-* ``/x/NAME/stream.mjpg``: NAME's newest policy acting, relayed from its render worker, which
-  this request starts if need be (503 with the reason when every live slot is watched);
-* ``/x/NAME/status``: what ``live`` says of NAME, and why a stream would be refused;
-* ``/x/NAME/video/FILE``: a recorded video (byte ranges served, for seeking);
-* ``/x/NAME/replay/FILE``: a video's state recording (``iter_NNNN.npz``) in the 3D viewer
-  (``view3d/replay.py``): viser's page, and at the same address its WebSocket, both behind the same
-  checks as every route; at most ``replay.MAX_REPLAYS`` open at once (503 beyond);
-* ``/experiments.json``: every row, for scripts.
-
-Streams are bounded by the relays' ``MAX_VIEWERS`` per experiment and ``MAX_STREAMS`` in all,
-events streams by ``MAX_EVENT_STREAMS`` (a new one takes the oldest one's slot, as on the live
-page).
+"""The HTTP side of ``async-plotter serve``: ``web.server.HttpServer`` (the live page's connection
+handling, access checks and slots) with the overview's routes (``add_routes``): the page, its
+events (``hello``, ``rows``, ``live``), each watched experiment's relayed stream (its render
+worker started on demand; 503 with the reason over the live limit), its status, recorded videos
+and their 3D replays, and ``/experiments.json`` for scripts. Streams are bounded by the relays'
+``MAX_VIEWERS`` per experiment and ``MAX_STREAMS`` in all.
 """
 import asyncio
 import logging
 import time
 from http import HTTPStatus
-from importlib import resources
 from typing import Any, Callable, Dict, List, Optional
 
 from aiohttp import web
@@ -36,7 +20,7 @@ from async_plotter.serve.live import LiveLimit, LiveManager
 from async_plotter.web.address import HttpConfig
 from async_plotter.web.feed import unsent_bytes
 from async_plotter.view3d.replay import ReplayBusy, ReplayPool
-from async_plotter.web.server import HttpServer, event, json_answer, plain
+from async_plotter.web.server import HttpServer, event, json_answer, load_page, plain
 
 logger = logging.getLogger("async_plotter")
 
@@ -48,11 +32,6 @@ EVENTS_INTERVAL = 0.5
 LIVE_REFRESH = 1.0
 # Seconds between looks at the catalog's version while an events stream waits for news.
 _CATALOG_POLL = 0.1
-
-
-def load_page() -> bytes:
-    """The overview page's HTML (package data next to this module)."""
-    return resources.files("async_plotter.serve").joinpath("page.html").read_bytes()
 
 
 class ServeServer(HttpServer):
@@ -76,7 +55,7 @@ class ServeServer(HttpServer):
                  info: Optional[Callable[[], Dict[str, Any]]] = None,
                  replays: Optional[ReplayPool] = None) -> None:
         super().__init__(config, "the experiments' page")
-        self.page = load_page()
+        self.page = load_page("async_plotter.serve")
         self.catalog = catalog
         self.live = live
         self.history = history

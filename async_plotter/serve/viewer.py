@@ -15,7 +15,7 @@ import threading
 import time
 from typing import Any, Callable, Deque, Dict, Optional, Tuple
 
-from async_plotter.channel.redis.link import redact
+from async_plotter.channel.redis.urls import redact
 from async_plotter.channel.redis.reader import RedisAddress
 from async_plotter.channel.redis.signing import PayloadRejected, Verifier
 from async_plotter.channel.redis.wire import MetricsEntry, Structure

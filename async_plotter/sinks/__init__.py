@@ -1,11 +1,7 @@
-"""Frame sinks: where rendered episodes go, all in this room. Each sink is one output (an mp4 per
-update, a state recording, a window, a user callback, the live page, TensorBoard images) behind
-the same small interface, ``FrameSink`` (``base``); ``specs`` holds the small picklable specs the
-trainer builds and the registry that turns them into sinks in the render process.
-
-The rule for what lives here: every sink class does. What a sink feeds stays in its own room
-(the web server in ``web/``, the 3D front in ``view3d/``, the event-file writer in
-``tensorboard/``, the MuJoCo scene in ``render/``).
+"""Frame sinks: every output of the render process (videos, state recordings, a window, a callback,
+the live page, TensorBoard) behind ``FrameSink`` (``base``), and the picklable specs the trainer
+builds (``specs``). What a sink feeds stays in its own room (``web/``, ``view3d/``,
+``tensorboard/``, ``render/``).
 """
 from async_plotter.sinks.base import FrameSink
 

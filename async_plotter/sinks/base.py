@@ -3,10 +3,10 @@
 A sink of your own is a ``FrameSink`` subclass passed as ``Plotter(..., sinks=[MySink()])``. It
 is pickled in the trainer and runs in the render process, which never imports TensorFlow: open
 files, sockets or windows in ``attach``, not in ``__init__``. Calls come in this order:
-``attach(scene)`` once; per episode ``begin_episode``, ``add_frame`` for each step and
-``end_episode``; ``on_metrics`` whenever the trainer sends metrics, ``on_history`` for each
-history recording; ``close()`` once at the end.
-A sink that raises stops the render process (the supervisor restarts it, as after a crash)::
+``attach(scene)`` once; per episode ``begin_episode``, ``add_step`` for each shown step (by
+default ``add_frame`` with the step's episode) and ``end_episode``; ``on_metrics`` whenever the
+trainer sends metrics, ``on_history`` for each history recording; ``close()`` once at the end. A sink that raises stops the render process
+(the supervisor restarts it, as after a crash)::
 
     class Brightness(FrameSink):
         def attach(self, scene):
@@ -18,16 +18,32 @@ A sink that raises stops the render process (the supervisor restarts it, as afte
         def close(self):
             self.log.close()
 """
+import dataclasses
 from typing import Any, Dict, Optional
 
 import numpy as np
 
-from async_plotter.render.stream import EpisodeEnd, EpisodeInfo
+from async_plotter.render.stream import EpisodeEnd, EpisodeInfo, StepState
+
+
+@dataclasses.dataclass(frozen=True)
+class ShownStep:
+    """One shown step, as the render process hands it to every sink (``FrameSink.add_step``)."""
+
+    episode: EpisodeInfo
+    #: as the rollout process sent it: MuJoCo's physics state, the action that led there, the
+    #: reward since the step shown before (None for envs that draw their own frames)
+    state: Optional[StepState]
+    #: the scene's ``MjData``, posed at ``state`` (None without a MuJoCo scene)
+    data: Any
+    #: when it is to be on screen (``render/timeline.now()``); unless a sink
+    #: ``wants_real_time``, a chunk's steps come at once, ahead of their time
+    due: float
 
 
 class FrameSink:
     """Receives episodes frame by frame in the render process. Override what you need; every
-    method's default does nothing."""
+    method's default does nothing (``add_step``'s calls ``add_frame``)."""
 
     def attach(self, scene: Any) -> None:
         """Called once the scene exists (a ``MujocoScene``, or None for envs that draw frames)."""
@@ -51,6 +67,12 @@ class FrameSink:
 
     def begin_episode(self, episode: EpisodeInfo) -> None:
         """A new episode starts."""
+
+    def add_step(self, frame: Optional[np.ndarray], step: ShownStep) -> None:
+        """One shown step: ``frame`` (as in ``add_frame``) and what the step is. Override it
+        where the physics state, the posed ``MjData`` or the due time matter; by default it
+        calls ``add_frame(frame, step.episode)``."""
+        self.add_frame(frame, step.episode)
 
     def add_frame(self, frame: Optional[np.ndarray], episode: EpisodeInfo) -> None:
         """One step: ``frame`` is RGB uint8 pixels, or None when no sink wanted pixels."""

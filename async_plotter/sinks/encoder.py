@@ -11,15 +11,10 @@ import os
 import subprocess
 import tempfile
 from fractions import Fraction
-from typing import Optional
-
 import numpy as np
 
-# x264's "superfast" preset on one thread: measured per 320x320 MuJoCo frame 1.3 ms of CPU
-# (Swimmer) and 1.4 ms (HalfCheetah) against 1.9 and 2.6 ms with "veryfast", for files about
-# twice as large (~1.1 KB and ~2.6 KB a frame); "ultrafast" saves little more and makes them
-# 3-5 times larger. Its threads add CPU, not speed, at this size. The encoder's CPU counts
-# against the budget like the rendering's.
+# x264's "superfast" preset on one thread: the least CPU per frame for files about twice as large
+# as "veryfast"'s (docs/design.md, "Cheap frames"); more threads add CPU, not speed, at this size.
 _ENCODER_PARAMS = ["-preset", "superfast", "-threads", "1"]
 #: how much of ffmpeg's messages is kept to explain a failure
 _MESSAGE_TAIL_BYTES = 4096
@@ -61,19 +56,23 @@ class Encoder:
         except (BrokenPipeError, OSError, ValueError) as error:
             raise EncoderError(f"the video encoder stopped ({error}): {self.messages()}") from None
 
-    def close(self) -> Optional[int]:
-        """Let ffmpeg finish the file (it writes the index last); its exit code (None if it
-        could not be waited for). Killed if this is interrupted (SIGTERM, Ctrl-C)."""
+    def finish(self) -> str:
+        """Let ffmpeg finish the file (it writes the index last; killed if this is interrupted:
+        SIGTERM, Ctrl-C) and forget its messages; returns their tail."""
         try:
             try:
                 self._process.stdin.close()
             except OSError:
-                pass  # it is gone already: its exit code says how it ended
-            return self._process.wait()
-        except BaseException:
-            self._process.kill()
-            self._process.wait()
-            raise
+                pass  # it is gone already
+            try:
+                self._process.wait()
+            except BaseException:
+                self._process.kill()
+                self._process.wait()
+                raise
+            return self.messages()
+        finally:
+            self._messages.close()
 
     def messages(self) -> str:
         """The tail of what ffmpeg printed, as one string."""
@@ -83,10 +82,6 @@ class Encoder:
             return self._messages.read().decode("utf-8", "replace").strip()
         except (OSError, ValueError):
             return ""
-
-    def release(self) -> None:
-        """Forget the messages (the temporary file)."""
-        self._messages.close()
 
 
 def _rate(fps: float) -> str:

@@ -7,7 +7,7 @@ import numpy as np
 
 from async_plotter.learning_curve import SHOWN_RETURN
 from async_plotter.render.history import HistoryPoint
-from async_plotter.sinks.base import FrameSink
+from async_plotter.sinks.base import FrameSink, ShownStep
 from async_plotter.web.address import HttpConfig
 from async_plotter.web.feed import LiveFeed
 from async_plotter.web.server import LiveServer
@@ -17,41 +17,35 @@ logger = logging.getLogger(__name__)
 
 
 class HttpSink(FrameSink):
-    """Serves the newest rollout as MJPEG plus a status/curve event stream (see ``server``).
-
-    The server runs in daemon threads of the render process, on the socket the supervisor bound
-    once for the plotter's life (``web/listener.py``), so a restarted render process serves the
-    same address; without one it binds in the constructor, so a taken port is reported as the
-    render process's error. The real URL (``http=0`` picks a free port) goes to ``on_url``; the
-    worker reports it to the trainer, whose ``Plotter.stats`` keeps it as ``"http_url"``.
+    """Serves the newest rollout as MJPEG plus a status/curve event stream (``web/server.py``),
+    in daemon threads of the render process.
 
     Args:
         config: where to serve (``parse_http_address``'s result).
-        on_url: called with the page's real address once it is serving.
+        on_url: called with the page's real address once it is serving (the trainer keeps it
+            as ``stats["http_url"]``).
         title: shown on the page, e.g. the env's name.
-        quality: JPEG quality, 1-95.
         video_dir: the folder the run's videos are written to (``Plotter(video_dir=...)``): the
             page lists them and plays each; None: the page has no history strip.
         view: ``"3d"``: the browser draws the scene from body poses (``async_plotter.view3d``,
             at ``/``; the MJPEG page moves to ``/2d/``); ``"2d"``: the MJPEG page only. A scene
             that is not MuJoCo's always gets the MJPEG page.
-        listener: the socket to serve on, already listening on ``config``'s address; None:
-            bind one.
+        listener: the socket the supervisor bound once for the plotter's life
+            (``web/listener.py``), so a restarted render process keeps the address; None: bind
+            one here (a taken port is then this process's error).
     """
 
     def __init__(self,
                  config: HttpConfig,
                  on_url: Optional[Callable[[str], None]] = None,
                  title: Optional[str] = None,
-                 quality: int = 80,
                  video_dir: Optional[str] = None,
                  view: str = "2d",
                  listener: Any = None) -> None:
-        self._feed = LiveFeed(title or "async_plotter", quality)
+        self._feed = LiveFeed(title or "async_plotter")
         self._title = title or "async_plotter"
         self._front: Any = None
         self._scene3d: Any = None
-        self._scene: Any = None
         if view == "3d":
             from async_plotter.view3d.front import View3DFront
 
@@ -62,7 +56,6 @@ class HttpSink(FrameSink):
             self._feed.close()
             raise
         self._thread = threading.Thread(target=self._server.serve_forever,
-                                        kwargs={"poll_interval": 0.2},
                                         name="async_plotter-http",
                                         daemon=True)
         self._thread.start()
@@ -86,7 +79,6 @@ class HttpSink(FrameSink):
             return
         from async_plotter.view3d.scene import Scene3D
 
-        self._scene = scene
         self._scene3d = Scene3D(scene.source_model, scene.data, scene.camera, self._title)
         self._front.connect(self._scene3d.port, self._scene3d.secret)
 
@@ -110,13 +102,16 @@ class HttpSink(FrameSink):
         return self._feed.has_viewers() or (self._scene3d is not None and self._scene3d.fast is None
                                             and self._front.viewers > 0)
 
-    def add_frame(self, frame: Optional[np.ndarray], episode: EpisodeInfo) -> None:
-        self._feed.add_frame(frame, episode)
+    def add_step(self, frame: Optional[np.ndarray], step: ShownStep) -> None:
+        super().add_step(frame, step)  # the MJPEG page's frame
         # Poses are computed and sent only while a 3D viewer is connected.
         if self._scene3d is not None and self._front.viewers:
-            message = self._scene3d.pose(self._scene.data)
+            message = self._scene3d.pose(step.data)
             if message is not None:
-                self._front.broadcast(message, self._scene.due)
+                self._front.broadcast(message, step.due)
+
+    def add_frame(self, frame: Optional[np.ndarray], episode: EpisodeInfo) -> None:
+        self._feed.add_frame(frame, episode)
 
     def end_episode(self, episode: EpisodeInfo, end: EpisodeEnd) -> None:
         if end.completed:  # a return cut short by a newer policy says nothing about either

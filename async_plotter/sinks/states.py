@@ -19,7 +19,7 @@ import numpy as np
 
 from async_plotter.render.partial_files import remove_abandoned
 from async_plotter.render.recording import RecordingBuilder, model_to_mjb, write_recording
-from async_plotter.sinks.base import FrameSink
+from async_plotter.sinks.base import FrameSink, ShownStep
 from async_plotter.sinks.recorded import BOUNDARY_PAUSE_SECONDS, RecordedSink
 from async_plotter.render.stream import EpisodeEnd, EpisodeInfo
 from async_plotter.render.videos import (LIVE_RECORDING_NAME, live_recording_name, recording_name)
@@ -64,6 +64,14 @@ class _StepCopies:
             self._model_mjb,
             dict(recording_meta(self._scene, episode, self.fps, self._playback), **meta))
 
+    def _keep(self, step: ShownStep, part: int) -> bool:
+        """Copy ``step`` into the recording being made, as of episode ``part`` of it; whether
+        there was one to copy it into (and a state to copy)."""
+        if self._builder is None or step.state is None:
+            return False
+        self._builder.add(step.state.state, step.state.action, step.state.reward, part)
+        return True
+
 
 class StateRecordingSink(_StepCopies, RecordedSink):
     """Writes a state recording of each rollout a video is made of (MuJoCo scenes only).
@@ -89,14 +97,9 @@ class StateRecordingSink(_StepCopies, RecordedSink):
     def _accepting(self) -> bool:
         return self._scene is not None  # envs that draw their own frames have no state
 
-    def add_frame(self, frame: Optional[np.ndarray], episode: EpisodeInfo) -> None:
-        if self._recording is None or self._builder is None:
-            return
-        step = self._scene.step
-        if step is None:
-            return
-        self._builder.add(step.state, step.action, step.reward, self._episodes - 1)
-        self._frames += 1
+    def add_step(self, frame: Optional[np.ndarray], step: ShownStep) -> None:
+        if self._keep(step, self._episodes - 1):  # a recording is being made
+            self._frames += 1
 
     def _start(self, episode: EpisodeInfo) -> None:
         self._begin(episode)
@@ -205,10 +208,8 @@ class LiveStateRecordingSink(_StepCopies, FrameSink):
     def keeps_every_step(self) -> bool:
         return self._builder is not None  # the episode as sent, also what a live view skipped
 
-    def add_frame(self, frame: Optional[np.ndarray], episode: EpisodeInfo) -> None:
-        step = None if self._builder is None else self._scene.step
-        if step is not None:
-            self._builder.add(step.state, step.action, step.reward, 0)
+    def add_step(self, frame: Optional[np.ndarray], step: ShownStep) -> None:
+        self._keep(step, 0)
 
     def end_episode(self, episode: EpisodeInfo, end: EpisodeEnd) -> None:
         if end.failed:

@@ -12,7 +12,7 @@ import numpy as np
 from async_plotter.render.history import HistoryPoint
 from async_plotter.sinks.recorded import RecordedSink
 from async_plotter.render.stream import EpisodeInfo
-from async_plotter.tensorboard.gif import MAX_FRAMES, MAX_SIDE, FrameReel
+from async_plotter.tensorboard.gif import FrameReel
 from async_plotter.tensorboard.writer import SummaryWriter
 
 logger = logging.getLogger(__name__)
@@ -38,25 +38,19 @@ def rollout_step(episode: EpisodeInfo) -> int:
 
 class TensorBoardSink(RecordedSink):
     """Writes the first rollout of each update (with the short episodes chained to it) as one
-    animated GIF image summary at step :func:`rollout_step`, tag ``tag``.
-
-    It keeps and drops what :class:`~async_plotter.sinks.video.VideoSink` keeps and drops
-    (both are :class:`~async_plotter.sinks.recorded.RecordedSink`): replays of an update
-    already written are skipped, a failed rollout is dropped, and so is one cut short by newer
-    parameters below ``min_frames`` frames.
+    animated GIF image summary at step :func:`rollout_step`, tag ``tag``; it keeps and drops what
+    the video sink does (both are ``RecordedSink``s).
 
     Args:
         logdir: the folder of the event file (created when the first summary is written).
         tag: the images' tag, e.g. ``"rollout/Swimmer-v5"``.
-        fps: the rate of the rollout's frames (the plotter's ``fps``), for playback speed.
-        scalars: also write the metrics of ``update_plot(..., metrics=...)`` as scalars (leave
-            it off where the trainer writes its own scalars, as ``run_experiment_lite`` does).
+        fps: the rate of the rollout's frames, for playback speed.
+        scalars: also write the metrics of ``update_plot(..., metrics=...)`` as scalars (off
+            where the trainer writes its own, as ``run_experiment_lite`` does).
         min_frames: shorter recordings cut short by newer parameters are dropped.
-        max_frames, max_side: bounds of each GIF (see :mod:`async_plotter.tensorboard.gif`).
         on_written: called after each image is written.
 
-    A failure to write (a full disk, a folder taken away) is logged once and turns the sink off;
-    the other sinks and the worker carry on.
+    A failure to write is logged once and turns the sink off; the other sinks carry on.
     """
 
     def __init__(self,
@@ -66,15 +60,11 @@ class TensorBoardSink(RecordedSink):
                  *,
                  scalars: bool = False,
                  min_frames: int = 0,
-                 max_frames: int = MAX_FRAMES,
-                 max_side: int = MAX_SIDE,
                  on_written: Optional[WrittenCallback] = None) -> None:
         super().__init__(fps, min_frames)
         self.logdir = logdir
         self.tag = tag
         self.scalars = scalars
-        self._max_frames = max_frames
-        self._max_side = max_side
         self._on_written = on_written
         self._writer: Optional[SummaryWriter] = None
         self._broken = False
@@ -87,7 +77,7 @@ class TensorBoardSink(RecordedSink):
         return not self._broken
 
     def _start(self, episode: EpisodeInfo) -> None:
-        self._reel = FrameReel(self.fps, max_frames=self._max_frames, max_side=self._max_side)
+        self._reel = FrameReel(self.fps)
 
     def _add(self, frame: np.ndarray) -> None:
         self._reel.add(frame)

@@ -142,9 +142,7 @@ class VideoSink(RecordedSink):
             # ffmpeg exits on a write error: a full device is the user's to fix, not a failure
             # of the worker; anything else is, and the worker is restarted.
             encoder, self._encoder = self._encoder, None
-            encoder.close()
-            messages = encoder.messages()
-            encoder.release()
+            messages = encoder.finish()
             if not self._short_of_space(messages):
                 raise EncoderError(f"{error} {messages}") from None
             self._out_of_space(messages)
@@ -176,13 +174,8 @@ class VideoSink(RecordedSink):
         if self._encoder is None:
             return False
         encoder, self._encoder = self._encoder, None
-        try:
-            encoder.close()
-            whole = _whole_mp4(self._partial_path)
-            messages = "" if whole else encoder.messages()
-        finally:
-            encoder.release()
-        if not whole:
+        messages = encoder.finish()
+        if not _whole_mp4(self._partial_path):
             # The device is full (ffmpeg could not write the index it writes last), or its
             # encoder was stopped before it finished (killed, or this process interrupted in the
             # middle of a frame, e.g. SIGTERM while stopping): there is no video to keep.
@@ -209,10 +202,7 @@ class VideoSink(RecordedSink):
         try:
             if self._encoder is not None:
                 encoder, self._encoder = self._encoder, None
-                try:
-                    encoder.close()
-                finally:
-                    encoder.release()
+                encoder.finish()
                 logger.info("dropped the video being recorded: %s", why)
         finally:
             if self._partial is not None:  # also where the encoder failed for want of space

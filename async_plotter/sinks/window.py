@@ -18,12 +18,10 @@ class MujocoViewerSink(FrameSink):
     def __init__(self, title: str = "async_plotter") -> None:
         self._title = title
         self._viewer = None
-        self._scene = None
 
     def attach(self, scene: Any) -> None:
         import mujoco.viewer
 
-        self._scene = scene
         self._viewer = mujoco.viewer.launch_passive(scene.model,
                                                     scene.data,
                                                     show_left_ui=False,

@@ -1,28 +1,13 @@
-"""The CPU budget: how much of the machine plotting may take from a busy trainer.
+"""The CPU budget: a governor thread in the trainer holds the worker (both processes and the
+video encoder) to ``budget`` of the machine's CPU beyond its idle CPU (docs/design.md, "A CPU
+budget, not a priority"); it lives in the trainer because it must run when the worker starves.
 
-``Plotter(..., budget=b)`` means: the worker (both processes and the video encoder) may use any
-CPU that would otherwise be idle, and on top of that at most the fraction ``b`` of the machine's
-CPU, measured over windows of a few seconds (``DEFAULT_BUDGET`` below unless you choose).
-Neither fixed priority says that: measured, ``SCHED_IDLE`` alone starved the worker of a trainer
-that keeps both cores busy (no video in 30 s), and nice 10 takes ~11% whether or not anybody
-needs the pictures.
-
-The governor is a thread in the trainer (it must run when the worker is starved, so it cannot
-live in the worker) that wakes every ``tick`` seconds and keeps a token bucket:
-
-* tokens flow in at ``budget x cores`` CPU-seconds per second, up to one second's worth;
-* while the bucket has tokens the worker runs at the trainer's own priority, so it gets its
-  share even on a saturated machine, and every CPU-second it uses is charged;
-* when the bucket is empty the worker is held until it refills. Where this user may raise
-  priorities again (root, or a high enough ``RLIMIT_NICE``), held means ``SCHED_IDLE``: it still
-  runs on CPU nobody else wants, free of charge. Elsewhere the kernel forbids coming back from
-  ``SCHED_IDLE``, so the worker runs at nice 10, is charged the CPU it used beyond the machine's
-  idle time in each tick, and held means stopped (``SIGSTOP``, resumed with ``SIGCONT``); the
-  children die with the trainer (``PR_SET_PDEATHSIG``), stopped or not.
-
-Start-up (imports, policy rebuild, GL context, the first video: a few CPU-seconds once) is not
-governed, so a starved machine still shows its first video soon; nor is the final video at
-``close()``, since training is over by then. Both are measured and reported in ``stats``.
+Every ``tick`` it charges a token bucket (``budget x cores`` CPU-seconds per second, a second's
+worth at most) with the CPU the worker used. While tokens are left the worker runs at the nice
+level that just covers its share (``nice_for_share``); when none are, it is held: at
+``SCHED_IDLE`` where this user may raise priorities again (mechanism ``"sched"``), else stopped
+with ``SIGSTOP`` (``"stop"``: charged only beyond the tick's idle time). Start-up and the final
+video are not governed (``Phase``), only measured for ``stats``.
 """
 import contextlib
 import enum
@@ -189,16 +174,10 @@ class CpuGovernor:
                     self._apply(pid, should_run)
 
     def _charge(self, used: float, idle: float) -> float:
-        """What the worker's CPU in the last tick counts against the budget.
-
-        Under SCHED_IDLE it only ran on CPU nobody wanted: free. At the trainer's priority all of
-        it counts: CPU that looks idle at this resolution is a busy trainer's gaps (a sampler
-        waiting for a step), and filling them slowed training as much as taking its CPU did
-        (measured: 11% slower with 12.7% of the machine, of which 5% was charged when idle
-        time was subtracted). Stopped workers use nothing, and at nice 10 (the stop mechanism)
-        the worker cannot be told apart from the trainer's own work: there the idle time of
-        the tick is subtracted, or it could never use an idle machine.
-        """
+        """What the worker's CPU in the last tick counts against the budget: under SCHED_IDLE
+        nothing, running all of it (idle-looking time is a busy trainer's gaps: docs/design.md);
+        with the stop mechanism what it used beyond the tick's idle time, or it could never use
+        an idle machine."""
         if self.mechanism == "sched":
             return used if self._running else 0.0
         return max(used - max(idle, 0.0), 0.0)
@@ -224,14 +203,8 @@ class CpuGovernor:
 
 def nice_for_share(cores_wanted: float) -> int:
     """The highest nice level at which a thread competing with one busy thread of the trainer's
-    priority on its core still gets ``cores_wanted`` of that core.
-
-    Running at the trainer's own priority, the worker took its budget in bursts that stalled one
-    of the trainer's parallel sampler processes, and the whole iteration waited for that one:
-    measured, training slowed by ~2.3 times the worker's share of the machine. A weight that
-    just covers the budget spreads the same CPU thinly and lets the trainer's threads preempt it
-    at once when they wake up.
-    """
+    priority on its core still gets ``cores_wanted`` of that core: the same CPU spread thinly,
+    which the trainer's threads preempt at once (bursts at its own priority stalled a sampler)."""
     wanted = min(max(cores_wanted, 0.0), 0.5)
     weight = 1024 * wanted / (1 - wanted) if wanted < 0.5 else 1024
     for nice in range(len(_NICE_WEIGHTS) - 1, -1, -1):

@@ -36,10 +36,8 @@ class MetricsRelay:
             message = self._pending[0]
             try:
                 lifeline.send(message)
-            except BlockingIOError:
-                return
             except (OSError, ValueError):
-                return  # the render process is gone; the history is resent after a restart
+                return  # full: next turn; the render process gone: all is resent to the next
             self._pending.popleft()
             self._history.append(message)
 

@@ -151,11 +151,8 @@ class WorkerSupervisor:
                 end.close()
             os.set_blocking(lifeline_out.fileno(), False)
             self._metrics.resend_all()
-            self._stats.update(worker_pids={
-                "rollout": rollout.pid,
-                "render": render.pid
-            },
-                               alive=True)
+            pids = {"rollout": rollout.pid, "render": render.pid}
+            self._stats.update(worker_pids=pids, alive=True)
             self._pair = _Pair(rollout, render, rollout_status_in, render_status_in, lifeline_out)
             if self._governor is not None:
                 # Booting at the trainer's priority: a worker starved while importing TensorFlow
@@ -271,16 +268,10 @@ class WorkerSupervisor:
                         f"{self._hang_timeout:.0f} s and the worker used no CPU (hung)")
 
     def _hung(self, pair: _Pair, overdue: List[str], now: float) -> bool:
-        """Processes that have not reported for ``hang_timeout``: hung only if the worker's CPU
-        time (both processes and the encoder) stands still too, and the budget is not what holds
-        it.
-
-        One rule, while it starts and after: a process importing TensorFlow, starved by a busy
-        machine, or waiting for the other one that is, reports nothing for a while, but the
-        worker's CPU time advances: it is slow, and a restart would only make it start again. A
-        deadlocked or stopped one uses no CPU. CPU time is looked at only once a process is
-        overdue, so a hung one is caught between one and two ``hang_timeout`` after its last
-        report; a stopped one as soon as it is overdue."""
+        """Processes that have not reported for ``hang_timeout``: hung only if stopped, or if
+        the worker's CPU time (both processes and the encoder) stood still too and the budget is
+        not what holds it: a starved worker is slow, and a restart would only start it again.
+        A hung one is caught one to two ``hang_timeout`` after its last report."""
         processes = pair.processes()
         if self._stopped_by_someone([processes[role] for role in overdue if role in processes]):
             return True
@@ -295,9 +286,7 @@ class WorkerSupervisor:
 
     def _stopped_by_someone(self, overdue: List[Any]) -> bool:
         """Whether an overdue process is stopped (SIGSTOP, a debugger, a frozen container) by
-        anyone but the budget. The other process's CPU time says nothing of it: the render
-        process wakes every second to report, and a stopped rollout process behind it was
-        found only when a tick of CPU time happened not to show (~40 s)."""
+        anyone but the budget (the other process's CPU time would hide it for ~40 s)."""
         if self._governor is not None and self._governor.mechanism == "stop":
             return False  # the budget stops the worker itself
         return any(_stopped(process.pid) for process in overdue)
@@ -493,8 +482,7 @@ class WorkerSupervisor:
 
     def _first_video_done(self, timed_out: bool = False) -> None:
         """Start-up is over: the first video exists (or it took too long). The budget holds from
-        now on. Recording it at the trainer's priority costs training ~1 s once, and a user on
-        a machine kept busy by training sees a video within seconds rather than a minute."""
+        now on (docs/design.md, "A CPU budget, not a priority")."""
         governor = self._governor
         if governor is None or governor.phase is not Phase.BOOT or self._stopping.is_set():
             return  # stopping: the governor has let go of the processes
@@ -576,7 +564,7 @@ class WorkerSupervisor:
         except (BlockingIOError, OSError, ValueError):
             pass  # a full pipe or a dead process: the rollout process sees the flag anyway
 
-    def _kill(self, pair: _Pair, timeout: float = 1.0) -> None:
+    def _kill(self, pair: _Pair) -> None:
         """Stop a pair that failed; its render process drops the episode it has open."""
         with self._lock:
             try:
@@ -585,12 +573,20 @@ class WorkerSupervisor:
                 pass  # the render process is gone already, or the pipe is full
             pair.lifeline.close()
             for process in (pair.render, pair.rollout):
-                stop_process(process, timeout)
+                stop_process(process, 1.0)
 
     # ------------------------------------------------------------------------------- stopping
 
     def abort(self) -> None:
         """Stop without waiting (after a Ctrl-C): SIGTERM now, a thread reaps and kills."""
+        pair = self._let_go()
+        if pair is not None:
+            _terminate_in_background([pair.render, pair.rollout])
+        self._stats.alive = False
+
+    def _let_go(self) -> Optional[_Pair]:
+        """Stopping: let go of the pair (if any, returned); its render process finishes its
+        video and exits."""
         self._stopping.set()
         if self._governor is not None:
             self._governor.stop()
@@ -600,24 +596,15 @@ class WorkerSupervisor:
         if pair is not None:
             _lift([pair.render, pair.rollout])
             pair.lifeline.close()
-            _terminate_in_background([pair.render, pair.rollout])
-        self._stats.alive = False
+        return pair
 
     def stop(self, timeout: float) -> None:
         """Stop both processes within ``timeout`` seconds: the render process first gets the
         chance to finish the video it is writing, then each is terminated, then killed."""
         deadline = time.monotonic() + max(timeout, 0.1)
-        self._stopping.set()
-        if self._governor is not None:
-            self._governor.stop()  # resumes anything it held, so that it can exit
-        with self._lock:
-            pair = self._pair
-            self._pair = None
-        self._close_listener()
+        pair = self._let_go()
         try:
             if pair is not None:
-                _lift([pair.render, pair.rollout])
-                pair.lifeline.close()  # the render process finishes its video and exits
                 # Before it reported ready it has no video to finish, only imports and GL set-up
                 # to get through (seconds, at idle priority): not worth waiting for. Nor has a
                 # live view (window, live page): it only has to let go of them.
@@ -693,9 +680,7 @@ def _megabytes(count: Optional[int]) -> str:
 
 def _lift(processes: List[Any]) -> None:
     """``processes`` and their children (the encoder) back to the trainer's priority, where this
-    user may raise it: for the final video, and to stop (at ``priority="idle"`` on a busy
-    machine the worker and its encoder got no CPU to finish and exit, and were still there 10 s
-    after close() had returned)."""
+    user may raise it: for the final video, and to stop (idle, they may get no CPU to exit)."""
     for process in processes:
         pid = getattr(process, "pid", None)
         if pid is None:

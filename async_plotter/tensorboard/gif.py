@@ -34,9 +34,7 @@ def downscale(frame: np.ndarray, max_side: int = MAX_SIDE) -> Image.Image:
     return image.reduce(factor) if factor > 1 else image
 
 
-def encode_gif(frames: Sequence[Image.Image],
-               durations: Sequence[float],
-               colors: int = COLORS) -> bytes:
+def encode_gif(frames: Sequence[Image.Image], durations: Sequence[float]) -> bytes:
     """An endlessly looping animated GIF of ``frames``, each shown ``durations[i]`` seconds.
 
     One palette for all frames, taken from a few of them, without dithering: unchanged pixels
@@ -49,7 +47,7 @@ def encode_gif(frames: Sequence[Image.Image],
     montage = Image.new("RGB", (width, height * len(samples)))
     for row, sample in enumerate(samples):
         montage.paste(sample, (0, row * height))
-    palette = montage.quantize(colors=colors, method=Image.Quantize.MEDIANCUT)
+    palette = montage.quantize(colors=COLORS, method=Image.Quantize.MEDIANCUT)
     indexed = [
         frame.convert("RGB").quantize(palette=palette, dither=Image.Dither.NONE) for frame in frames
     ]

@@ -1,9 +1,5 @@
-"""What only the training process runs: the ``Plotter`` (``plotter_handle``), its checked
-configuration (``config``), the checks before anything starts (``preflight``), the route that
-owns the channel and the worker (``routes``: shared memory and a local worker, or publish-only
-to Redis) and the closing summary (``summary``).
-
-Starting, watching and budgeting the worker's processes is ``async_plotter.supervision``'s, which
-``async-plotter view`` and ``serve`` use too; the child processes' own code is
+"""What only the training process runs: the ``Plotter``, its checked configuration, the checks
+before anything starts, the route that owns the channel and the worker, and the closing summary.
+Supervising the worker's processes is ``async_plotter.supervision``'s; their code
 ``async_plotter.worker``'s.
 """

@@ -1,14 +1,8 @@
-"""The trainer's handle on the plot worker: ``Plotter``.
-
-The trainer keeps only a shared-memory channel, a supervisor thread and the CPU budget's governor;
-everything slow (TensorFlow policy rebuild, rollouts, rendering, video encoding) happens in two
-child processes held to a CPU budget. ``update_plot`` copies the flat parameters into shared memory
-and returns; the worker picks up the newest vector whenever it is ready for one. ``close()`` makes
-sure the newest policy has a video before it stops the worker.
-
-The arguments become one checked, frozen configuration (``trainer/config.py``); once
-started, a route (``trainer/routes.py``: local, or publish-only to Redis) owns the channel and
-the worker.
+"""The trainer's handle on the plot worker: ``Plotter``. ``update_plot`` copies the flat parameters
+into the channel and returns; everything slow happens in the worker's two child processes, held to
+a CPU budget; ``close()`` makes sure the newest policy has a video before it stops them. The
+arguments become one checked, frozen configuration (``trainer/config.py``); once started, a route
+(``trainer/routes.py``: local, or publish-only to Redis) owns the channel and the worker.
 """
 import atexit
 import enum
@@ -28,12 +22,10 @@ from async_plotter.errors import InvalidArgumentError, PlotterClosedError
 from async_plotter.policy.adapters import PolicyAdapter, adapter_for
 from async_plotter.trainer.preflight import check_before_start
 from async_plotter.sinks.base import FrameSink
-from async_plotter.validation import (is_int, metrics as checked_metrics, non_negative_number,
-                                      positive_int)
-# DEFAULT_BUDGET and the video defaults: the package exports them from here.
-from async_plotter.supervision.budget import DEFAULT_BUDGET  # noqa: F401
-from async_plotter.trainer.config import (DEFAULT_VIDEO_LENGTH, DEFAULT_VIDEO_SECONDS,
-                                          checked_parameters, create_output_dirs, plotter_config)
+from async_plotter.validation import (metrics as checked_metrics, non_negative_number,
+                                      optional_non_negative_int, positive_int)
+from async_plotter.trainer.config import (DEFAULT_VIDEO_LENGTH, checked_parameters,
+                                          create_output_dirs, plotter_config)
 from async_plotter.trainer.routes import PlotRoute, open_route
 from async_plotter.sinks.specs import HttpSpec
 from async_plotter.supervision.stats import WorkerStats
@@ -66,54 +58,36 @@ class Plotter:
         video_dir: write one mp4 per rendered update here (``iter_0007.mp4`` / ``update_0003.mp4``).
         tensorboard_dir: write each rendered update's rollout into a TensorBoard event file here,
             as an animated image ``rollout/<env>`` at step = its iteration (else its update
-            number; the initial policy's at step -1); at most 100 frames of at most 160 px.
-            Written in the render process without TensorFlow; ``tensorboard --logdir`` on this
-            folder (or a parent) shows it.
+            number; the initial policy's at step -1), written without TensorFlow.
         tensorboard_scalars: with ``tensorboard_dir``, also write the ``metrics`` passed to
             ``update_plot`` as scalars (turn off where the trainer writes its own).
         window: ``True`` opens a window (error without a display), ``"auto"`` only if a display
             exists, ``False`` never.
-        fps: the frame cap: frames drawn per second at most. Videos (and live views, GIFs in
-            TensorBoard, ``on_frame``) play at the env's own rate, real time:
-            ``metadata["render_fps"]``, else ``1 / env.unwrapped.dt``, else ``fps``. Where that
-            rate is above the cap only every k-th step is drawn, the smallest k that brings it
-            within 5% of the cap: Hopper and Walker2d (125 steps/s) every 4th step at 31.25
-            frames/s, CartPole and Reacher (50) every 2nd at 25, Swimmer (25) every step.
-            ``stats["video_fps"]`` and ``stats["frame_stride"]`` say what the worker chose.
+        fps: the frame cap: frames drawn per second at most. Every output plays at the env's own
+            rate, real time; above the cap only every k-th step is drawn (Hopper: every 4th at
+            31.25 frames/s); ``stats["video_fps"]`` and ``stats["frame_stride"]`` say which.
         deterministic: show the policy's mean action when it reports one.
         quality: ``"auto"`` (cheap visuals on software GL, full on a GPU), ``"cheap"`` or ``"full"``.
         budget: the fraction of the machine's CPU plotting may take from a busy trainer
-            (``0.05``: 5%), beyond CPU that would otherwise be idle, which it uses freely; both
-            worker processes and the video encoder count, over windows of a few seconds. Start-up
-            and the final video are not held to it. Default ``DEFAULT_BUDGET``. See the
-            README's "Cost and knobs".
+            (``0.05``: 5%) beyond idle CPU, which it uses freely; start-up and the final video
+            are not held to it. Default ``DEFAULT_BUDGET``; see the README's "Cost and knobs".
         priority: a fixed CPU priority instead of a budget: ``"idle"`` (Linux ``SCHED_IDLE``:
             only otherwise idle CPU; a trainer that keeps every core busy leaves it few frames),
             ``"low"`` (nice 10) or ``"normal"``. Applied once the worker has started.
         final_video_timeout: seconds ``close()`` may wait for a video of the newest parameters
-            when none exists yet (recorded at full speed: training is over). Default: enough
-            for one rollout of ``max_path_length`` steps with the cheap visual preset on a
-            2-core machine, counted from when the worker is ready: a worker still starting
-            (TensorFlow's import, the policy's rebuild) gets up to ``hang_timeout`` more to
-            finish first. A number you pass bounds the whole wait. ``0`` skips the final video.
-        min_video_seconds: a recorded video lasts at least this long (seconds of simulated
-            time, which is playback time): an episode that ends sooner is followed by more
-            episodes of the same parameters in the same file (up to ``max_path_length`` steps
-            in all), also while newer parameters wait. Only once ``close()`` asks for the newest
-            parameters' video may an older one end with its episode.
-        video_length: how much a video recorded while training shows at most (its rollout
-            stops there). ``"auto"`` (default): ``DEFAULT_VIDEO_SECONDS`` (8) seconds of
-            simulated time, the same span on every env, in steps of its own rate (1000 Hopper
-            steps, 200 Swimmer steps); an int: that many steps; None: whole rollouts. Nearly
-            all of a video's CPU is its frames, so shorter videos let the budget buy more,
-            fresher ones. The final policy's video at ``close()`` and live views (window,
-            ``http``) show whole rollouts of up to ``max_path_length`` steps.
-        policy_device: where the worker's TensorFlow runs the policy: ``"cpu"`` (default; the
-            rollout process starts with ``CUDA_VISIBLE_DEVICES=""``: TensorFlow reserves most
-            of a GPU's memory in every process that initialises CUDA, and a one-observation
-            step is faster on the CPU anyway) or ``"gpu"`` (the trainer's GPUs, with
-            TensorFlow's memory growth on). The trainer's own environment is never changed,
-            and the render process draws with the GPU (EGL) either way.
+            when none exists yet. Default: enough for one ``max_path_length`` rollout, counted
+            once the worker is ready (a worker still starting gets up to ``hang_timeout`` more);
+            a number you pass bounds the whole wait. ``0`` skips the final video.
+        min_video_seconds: a recorded video lasts at least this long (simulated time, which is
+            playback time): an episode that ends sooner is followed by more of the same
+            parameters in the same file (up to ``max_path_length`` steps in all).
+        video_length: how much a video recorded while training shows at most. ``"auto"``
+            (default): ``DEFAULT_VIDEO_SECONDS`` (8) seconds of simulated time on every env; an
+            int: that many steps; None: whole rollouts. The final video and live views show
+            whole rollouts of up to ``max_path_length`` steps.
+        policy_device: where the worker's TensorFlow runs the policy: ``"cpu"`` (default: it
+            sees no GPU, whose memory TensorFlow would reserve) or ``"gpu"`` (with memory
+            growth). The render process draws with the GPU (EGL) either way.
         max_restarts: worker failures tolerated before plotting is disabled (training goes on).
         hang_timeout: seconds without progress after which a worker process counts as hung.
         frame_size: ``(width, height)`` of rendered frames; default the env's own.
@@ -122,10 +96,8 @@ class Plotter:
         on_frame: ``f(frame, info)`` called in the render process for every frame drawn (every
             ``stats["frame_stride"]``-th step); ``info`` has ``update``, ``iteration``,
             ``episode`` and ``fps`` (the frames' rate in simulated time, as videos play).
-        sinks: your own outputs: ``FrameSink`` subclass instances (see
-            ``async_plotter.FrameSink``), pickled here and run in the render process, which
-            calls ``attach``, ``begin_episode``, ``add_frame``, ``end_episode``,
-            ``on_metrics`` and ``close`` on them.
+        sinks: your own outputs: ``async_plotter.FrameSink`` instances, pickled here and run in
+            the render process.
         on_event: ``f(kind, payload)`` called in a trainer thread for every worker report.
         seed: seeds the worker's episodes (``seed + episode``); None for random starts.
         http: serve a live page from the worker: a port (``8080``; ``0`` picks a free one) or
@@ -138,42 +110,32 @@ class Plotter:
             browser from body poses (needs ``pip install -e .[view3d]``; the MJPEG page is then
             at ``/2d/``).
         record_states: also write every episode a live view (``http``, window) shows as a
-            state recording (replay it with ``async-plotter replay``), one file per episode in
-            ``<video_dir>/live/`` (``ep_000123_iter_0059.npz``), written whole under a temporary
-            name; the newest ``LIVE_RECORDINGS_KEPT`` (100) are kept, older ones deleted. Needs
-            ``video_dir`` and a live view. The recorded videos have theirs beside them anyway.
+            state recording (``async-plotter replay``) into ``<video_dir>/live/``, the newest
+            ``LIVE_RECORDINGS_KEPT`` (100) kept. Needs ``video_dir`` and a live view.
         history: with ``video_dir``, keep the whole run: the worker rolls out every policy it
-            takes once more, without drawing (one whole episode of up to ``max_path_length``
-            steps, deterministic, from the run's one start state: the reset seed is ``seed``,
-            else 0), into ``<video_dir>/history/iter_NNNN.npz`` (a state recording), and
-            reports its return and length in ``stats["history"]``, the live page's curve and
-            TensorBoard (``history/return``). ``True`` keeps at most 200 files (the newest
-            quarter, older ones thinned evenly); an int keeps at most that many; ``False``
-            turns it off. The final policy is recorded at ``close()``. An env that draws its
-            own frames (not MuJoCo) keeps the returns only.
+            takes once more, without drawing (one whole deterministic episode of up to
+            ``max_path_length`` steps from the run's one start state: reset seed ``seed``, else
+            0), into ``<video_dir>/history/iter_NNNN.npz``, and reports its return and length
+            in ``stats["history"]``, the live page's curve and TensorBoard
+            (``history/return``). ``True`` keeps at most 200 files (the newest quarter, older
+            ones thinned evenly); an int that many; ``False`` turns it off. The final policy is
+            recorded at ``close()``. An env that draws itself (not MuJoCo) keeps returns only.
         channel: ``None`` renders here; ``"redis://host:6379/0"`` (or ``rediss://``) publishes
             the parameters to Redis for ``async-plotter view`` on another machine instead.
         experiment: the experiment's name on the Redis server (required with ``channel``).
         secret: HMAC key signing what is published to Redis; default ``$ASYNC_PLOTTER_SECRET``.
         camera: how MuJoCo scenes are framed. ``None`` (default): locomotion envs follow their
-            body (as ``"track"``), others are framed at least as well as their own
-            ``render()``; ``"track"``: keep the root body in frame (the XML's ``track`` camera,
-            else a camera tracking the body); a camera name or id of the model; or a dict of
-            free-camera settings (``lookat``, ``distance``, ``azimuth``, ``elevation``,
-            ``trackbodyid``: a body to follow), like Gymnasium's ``default_camera_config``.
-            An unknown name is a ``CameraError`` here, listing the model's cameras.
+            body, others are framed at least as well as their own ``render()``; ``"track"``; a
+            camera name or id of the model; or a dict of free-camera settings like Gymnasium's
+            ``default_camera_config`` (``trackbodyid`` follows a body). Unknown: ``CameraError``.
         sess, graph: accepted for garage's ``Plotter(env, policy, sess=..., graph=...)`` and
             ignored: the worker builds its own ``tf.Graph`` and session (parameters travel as a
             flat vector, never through the trainer's session).
         verbose: ``1`` (default) shows the lines a user must see (the live page's address,
-            ``close()``'s summary) on stderr when the program configured no logging (with
-            logging configured, they are INFO records of the ``async_plotter`` logger, shown as
-            configured); ``0`` does not.
+            ``close()``'s summary) on stderr when the program configured no logging; ``0`` not.
 
-    Before anything starts or is written, the constructor builds the env once without rendering,
-    lets the policy act once on its first observation and checks the action against the action
-    space (``PolicyShapeError``), and checks that a self-drawing env returns RGB frames
-    (``EnvRenderError``); see ``async_plotter.trainer.preflight``.
+    Before anything starts or is written, the constructor checks that env, policy and camera fit
+    together, raising a named error at this call (``async_plotter.trainer.preflight``).
     """
 
     def __init__(self,
@@ -251,7 +213,7 @@ class Plotter:
         self._started_at = time.monotonic()
         if self._config.has_output:
             self._route = open_route(self._config, self._stats)
-            _close_at_exit(self)
+            _open_plotters.add(self)  # closed at interpreter exit, if not before
         return self
 
     def update_plot(self,
@@ -279,9 +241,7 @@ class Plotter:
         adapter = config.adapter if type(policy) is config.policy_type else adapter_for(policy)
         flat = self._flat(policy, adapter, "update_plot()")
         max_path_length = self._rollout_cap(max_path_length, max_length)
-        if iteration is not None and (not is_int(iteration) or iteration < 0):
-            raise InvalidArgumentError(
-                f"iteration must be a non-negative int or None, got {iteration!r}")
+        iteration = optional_non_negative_int("iteration", iteration)
         if metrics is not None:
             metrics = checked_metrics(metrics)
         self._stats.updates_sent += 1
@@ -299,25 +259,9 @@ class Plotter:
 
     @property
     def stats(self) -> Dict[str, Any]:
-        """A snapshot of the worker's counters, as a new dict; never blocks.
-
-        Every key is there from the start; each is described in one place,
-        ``async_plotter.supervision.stats.WorkerStats``: ``updates_sent``, ``updates_applied``,
-        ``episodes``, ``frames``, ``videos``, ``restarts``, ``alive``, ``disabled``,
-        ``last_applied_update``, ``last_applied_iteration``, ``first_applied_update``,
-        ``last_video``, ``final_video`` (the video of the newest parameters made at
-        ``close()``), ``video_log``, ``tensorboard_images``, ``state_recordings``,
-        ``last_state_recording``, ``final_state_recording``, ``live_state_recordings``,
-        ``history`` (a policy's return and length per history recording),
-        ``nonfinite_actions`` (the first update whose actions were NaN or inf),
-        ``last_error``, ``unknown_reports``, ``gl_renderer``, ``visual_preset``, ``policy_call``,
-        ``env_rate``, ``frame_stride``, ``video_fps``, ``worker_pids``, ``boot_seconds``,
-        ``worker_cpu_seconds``, ``boot_cpu_seconds``, ``budget_charged_seconds``, ``budget``,
-        ``budget_mechanism``, ``video_dir_full``, ``http_url`` (None until the live page
-        serves) and, for a publish-only trainer (``channel=...``), ``published``,
-        ``publish_errors``, ``publish_replaced``, ``redis_connected``, ``publish_cpu_seconds``
-        (None otherwise).
-        """
+        """A snapshot of the worker's counters, as a new dict; never blocks. Every key is there
+        from the start, each described in one place:
+        ``async_plotter.supervision.stats.WorkerStats``."""
         return self._stats.snapshot()
 
     def wait_for_http_url(self, timeout: float = 30.0) -> Optional[str]:
@@ -414,10 +358,6 @@ class Plotter:
 # ----------------------------------------------------------------------- shutdown at exit
 
 _open_plotters: "weakref.WeakSet[Plotter]" = weakref.WeakSet()
-
-
-def _close_at_exit(plotter: Plotter) -> None:
-    _open_plotters.add(plotter)
 
 
 @atexit.register

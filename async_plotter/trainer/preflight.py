@@ -1,34 +1,14 @@
 """Checks, in the trainer, that the env, the policy and the camera fit together, before any process
-starts or any file is written.
+starts or any file is written: what would fail in the worker, as a log line the user may never
+read, fails here as a named error (docs/design.md, "checked before anything starts").
 
-Without them a policy built for the wrong env (a Keras ``Input((5,))`` for Hopper's 11
-observations, a ``Dense(2)`` for its 3 actions) or a factory that builds an env without
-``render_mode`` fails only inside the worker, as a log line the user may never read.
-
-What runs here, all of it cheap and without GL (TensorFlow and software GL segfault together in one
-process, and a window without a display aborts it):
-
-* the env is built without rendering, as the worker builds it, given the state of the trainer's
-  env's wrappers as it travels, compared with the trainer's env (``env/check.py``), and reset
-  once;
-* the policy acts once on a copy of that observation; the action must fit the action space as
-  the worker adapts it (a ``Box`` needs as many values as its shape; a ``Discrete(n)`` an index
-  or ``n`` logits; gym's and Gymnasium's spaces alike, ``spaces``), and the env takes one step
-  with it through the worker's own step function (``env/stepper.py``: conversion, clipping,
-  wrapper state, the bare env's step), so that what would fail the worker at every step fails
-  here, once, as an ``EnvStepError``;
-* the worker's copy of the policy, rebuilt from what is sent to it, acts like the trainer's
-  (``policy_check``); random generators are put back afterwards, so training draws the same
-  numbers with plotting on or off;
-* an env that draws its own frames (not MuJoCo) is built with ``render_mode="rgb_array"`` where
-  it can be and must return an RGB array from ``render()``;
-* a ``camera=`` argument must name a camera of the MuJoCo model.
-
-MuJoCo's warnings meanwhile (HalfCheetah's deprecated ``settotalmass``) are DEBUG records, not
-lines on the user's terminal or a ``MUJOCO_LOG.TXT`` in their folder (``mujoco_warnings``).
-
-A check that cannot be made here (a TF1 graph-mode trainer, an env whose drawing looks like GL)
-is skipped with one log line; the worker then reports the problem as before.
+All of it is cheap and without GL: the env is built as the worker builds it (with the wrappers'
+state as it travels), compared with the trainer's (``env/check.py``) and reset; the policy acts
+once and the env steps once through the worker's own step function (``env/stepper.py``); the
+worker's copy of the policy is checked (``policy/check.py``), random generators put back after;
+a self-drawing env must return an RGB array; ``camera=`` must name a camera of the model.
+MuJoCo's warnings meanwhile are DEBUG records (``mujoco_warnings``). A check that cannot be made
+here (a TF1 graph-mode trainer, an env whose drawing looks like GL) is skipped with one log line.
 """
 import inspect
 import logging

@@ -34,6 +34,7 @@ try:
 except ImportError:  # before 3.11 aiohttp itself depends on async-timeout
     from async_timeout import timeout as _within
 
+from async_plotter.render.timeline import now
 from async_plotter.view3d.guard import SECRET_HEADER, open_to_strangers
 from async_plotter.view3d.poses import replay_done
 from async_plotter.web import access
@@ -110,7 +111,7 @@ class View3DFront:
         return self._viewers
 
     def broadcast(self, frame: bytes, due: Optional[float] = None) -> None:
-        """One frame's poses to every viewer at ``due`` (``time.monotonic()``; None: now), from
+        """One frame's poses to every viewer at ``due`` (``render/timeline.now()``; None: now), from
         any thread; newest wins per viewer. A chunk's poses come at once, a little ahead of
         time: the server's loop is woken once for them and then at each one's time. The render
         process's rule holds here too: a pose handed later is newer, so poses still queued for
@@ -120,7 +121,7 @@ class View3DFront:
         loop = self._loop
         if loop is None:
             return
-        due = time.monotonic() if due is None else due
+        due = now() if due is None else due
         with self._lock:
             while self._due and self._due[-1][0] >= due:
                 self._due.pop()
@@ -141,8 +142,8 @@ class View3DFront:
             self._timer.cancel()  # this wake replaces it
             self._timer = None
         with self._lock:
-            # asyncio's clock is time.monotonic(); a millisecond early is on time
-            while self._due and self._due[0][0] <= loop.time() + 0.001:
+            # the loop's timers run on now()'s clock; a millisecond early is on time
+            while self._due and self._due[0][0] <= now() + 0.001:
                 newest = self._due.popleft()[1]
             self._wake_at = self._due[0][0] if self._due else None
             if self._wake_at is not None:

@@ -157,9 +157,11 @@ class Replay:
                 self._stop.wait(delay)
             else:
                 next_due = time.monotonic()
-            if not self.playing or not self.front.viewers:
-                continue
             with self._lock:
+                # Checked under the lock: paused and then moved by the slider while this thread
+                # was waiting for the lock, it must not step past where the slider put it.
+                if not self.playing or not self.front.viewers:
+                    continue
                 self.index = (self.index + 1) % self.steps
                 self._show()
                 self._slider.value = self.index

@@ -1,46 +1,17 @@
 """The HTTP server of the live page: aiohttp on one event loop thread of the render process.
 
-Routes (all ``GET``; every one checks the token when one is configured):
+Routes (all ``GET``, behind ``web/access.py``'s checks): ``/`` (``page.html``, self-contained),
+``/stream.mjpg`` (the newest frames as MJPEG; each part's ``X-Update``, ``X-Iteration``,
+``X-Episode``, ``X-Step`` and ``X-Frame-Time`` say which policy it shows and how old it is),
+``/events`` (server-sent ``status`` and ``metrics``, the curve kept so far on connect) and, with a
+video folder, ``/videos.json`` and ``/videos/<name>`` (byte ranges, so a browser can seek).
+MJPEG in an ``<img>`` plays in every browser without a script and passes proxies and SSH tunnels;
+each stream sends the newest frame once the previous one reached the kernel, so a slow browser
+only skips its own frames.
 
-* ``/``: the page (``page.html``: inline HTML, CSS and JS; nothing is fetched from elsewhere).
-* ``/stream.mjpg``: the newest frames as MJPEG (``multipart/x-mixed-replace``). Each part carries
-  ``X-Update``, ``X-Iteration``, ``X-Episode``, ``X-Step`` and ``X-Frame-Time`` headers, so that a
-  client can tell which policy a frame shows and how old it is.
-* ``/events``: server-sent events: ``status`` (update, iteration, frames/s, viewers, whether
-  recorded videos are served; a few times a second and at once when a new policy's episode
-  starts) and ``metrics`` (training-curve points; on connect the whole curve kept so far, then
-  each new point; ``shown``, the column the page draws until the user picks another).
-* ``/videos.json`` and ``/videos/<name>``, with a video folder (``Plotter(video_dir=...)``): the
-  run's recorded videos (``videos``: ``iter_NNNN.mp4`` and ``update_NNNN.mp4`` only) and one of
-  them, with byte ranges so that a browser can seek. Without a folder both are 404.
-
-Why MJPEG in an ``<img>`` rather than frames over a WebSocket: every browser plays it natively with
-no script, it passes through SSH tunnels and proxies as plain HTTP, and ``curl`` or VLC can read it
-too. Its one weakness, no per-frame acknowledgement, does not matter here: each stream always
-sends the newest frame once the previous one has reached the kernel, so a slow browser is limited
-by its own TCP window and skips frames, while the others are not affected. The page learns what it
-shows from the events stream instead of from the frames.
-
-``HttpServer`` is what the live page and ``async-plotter serve`` share: the connection handling,
-the access checks, the slots and the two kinds of stream. Hostile neighbours (anyone who can
-reach the port; on loopback, any page the user's browser opens) must not lock the real user out,
-so a connection costs nothing until it has proven itself:
-
-* Until its request headers are complete, a connection is a socket and a buffer that the loop
-  reads (``_Waiting``): no thread, no aiohttp handler. At most ``MAX_PENDING`` connections may be
-  waiting for their headers (a new one evicts the oldest waiting), their whole header block must
-  arrive within ``HEADER_DEADLINE`` seconds however slowly it trickles, and be at most
-  ``MAX_HEADER_BYTES`` (431 beyond). Then aiohttp takes the connection (its parser, requests,
-  responses; ``connect_accepted_socket``).
-* Access is checked on the complete headers, in a middleware, before any route
-  (``web/access.py``: the token, the Host name, the origin).
-* Then slots: a stream, an events stream or a video holds one within ``LiveFeed.max_viewers``,
-  ``MAX_EVENT_STREAMS`` and ``MAX_VIDEO_SENDS``. Beyond them, streams that do not keep up lose
-  theirs first (``web.feed``: newcomers are judged first), and a new events stream or video
-  takes the slot of the oldest; the loser's connection is reset. Short answers are at most ``PAGE_QUEUE`` at once, work that
-  touches the disk runs on ``PAGE_WORKERS`` threads, and a client that takes no bytes of an
-  answer or a stream for ``SOCKET_TIMEOUT`` seconds is dropped. Every response closes its
-  connection: there is no keep-alive to hold open.
+``HttpServer`` is what the live page and ``async-plotter serve`` share: a connection costs a
+socket and a buffer until its headers are complete (``_Waiting``), then access is checked before
+any route, then streams hold slots; the limits below and why are in docs/security.md.
 """
 import asyncio
 import collections
@@ -62,7 +33,7 @@ from aiohttp.web_protocol import RequestHandler
 
 from async_plotter.web import access
 from async_plotter.web.address import HttpConfig
-from async_plotter.web.listener import bind_listener
+from async_plotter.web.listener import bind_listener, join_host_port
 from async_plotter.web.feed import (BOUNDARY, FeedClosed, FrameMeta, LiveFeed, NewestSlots, Viewer,
                                     ViewerEvicted, unsent_bytes)
 from async_plotter.render.videos import list_videos, video_path
@@ -122,17 +93,14 @@ _SECURITY_HEADERS = {
 Result = TypeVar("Result")
 
 
-def load_page() -> bytes:
-    """The page's HTML (package data next to this module)."""
-    return resources.files("async_plotter.web").joinpath("page.html").read_bytes()
+def load_page(package: str = "async_plotter.web") -> bytes:
+    """A page's HTML (``page.html``, package data of ``package``)."""
+    return resources.files(package).joinpath("page.html").read_bytes()
 
 
 class _Waiting:
     """An accepted connection whose request headers are still arriving: a socket and a buffer
-    on the loop, no aiohttp handler yet. With hundreds of idle sockets connecting again as fast
-    as they are dropped, what each costs is what the real user waits behind them (given to
-    aiohttp from the start, each cost ~20 times what this does: 100-270 ms to first byte for
-    the user against 1-5 ms)."""
+    on the loop, no aiohttp handler yet, which would cost ~20 times as much (docs/security.md)."""
 
     __slots__ = ("sock", "head", "timer")
 
@@ -234,7 +202,7 @@ class HttpServer:
         host = self.server_address[0]  # the address bound ("localhost" resolved)
         if host in ("0.0.0.0", "::"):
             host = socket.gethostname()  # every interface: name the machine
-        return f"http://{_join(host, self.port)}/"
+        return f"http://{join_host_port(host, self.port)}/"
 
     def connection_count(self) -> int:
         """Connections open now: waiting for their headers, or being served."""
@@ -246,8 +214,8 @@ class HttpServer:
 
     # ------------------------------------------------------------------------ the loop
 
-    def serve_forever(self, poll_interval: float = 0.5) -> None:  # pylint: disable=unused-argument
-        """Serve until ``close`` (``poll_interval`` is not needed any more, and ignored)."""
+    def serve_forever(self) -> None:
+        """Serve until ``close``."""
         loop = asyncio.new_event_loop()
         asyncio.set_event_loop(loop)  # this thread's
         self.loop = loop
@@ -724,7 +692,3 @@ def _abort(transport: Optional[asyncio.BaseTransport]) -> None:
     except OSError:
         pass
     transport.abort()
-
-
-def _join(host: str, port: int) -> str:
-    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"

@@ -1,17 +1,9 @@
-"""How fast a video plays and which of its steps are drawn: the env's own rate, under the cap.
-
-A video plays at the rate its env runs in simulated time, as Stable-Baselines3's
-``VecVideoRecorder`` and Gymnasium's ``RecordVideo`` write them: ``metadata["render_fps"]``, else
-``1 / env.unwrapped.dt`` (MuJoCo envs), else the Plotter's ``fps``. Where that rate is above the
-frame cap (``Plotter(fps=30)``), only every k-th step is drawn and encoded, k the smallest stride
-that brings the rate within ``CAP_TOLERANCE`` of the cap: Hopper and Walker2d (125 steps/s) show
-every 4th step at 31.25 frames/s (not every 5th at 25: 4% over the cap is within it), CartPole
-and Reacher (50) every 2nd at 25, Humanoid (67) every 3rd at 22.3; Swimmer (25) and HalfCheetah
-(20) every step. So every video shows its motion at real speed, and since drawing and encoding
-are nearly all of a video's CPU, a stride of k costs about 1/k of drawing every step.
-
-The rollout process decides (it knows the env) and sends the result in the scene
-(``render/stream.py`` ``SceneInfo``), so that every sink plays at the same rate.
+"""How fast a video plays and which of its steps are drawn: the env's own rate, under the cap
+(docs/design.md, "Real-time videos"). A video plays at ``metadata["render_fps"]``, else
+``1 / env.unwrapped.dt``, else the Plotter's ``fps``; above the cap only every k-th step is drawn,
+k the smallest stride that brings the rate within ``CAP_TOLERANCE`` of the cap (Hopper: every
+4th at 31.25 frames/s). The rollout process decides and sends it in ``SceneInfo``, so every sink
+plays at the same rate.
 """
 import dataclasses
 import math

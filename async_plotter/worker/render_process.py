@@ -19,9 +19,11 @@ from async_plotter.worker.config import WorkerConfig
 from async_plotter.sinks.specs import WindowSpec
 from async_plotter.worker.sink_builders import SinkContext, build_sinks
 from async_plotter.worker.status import StatusKind, StatusSender
+from async_plotter.sinks.base import ShownStep
 from async_plotter.sinks.recorded import RecordedSink
 from async_plotter.render.stream import (EpisodeEnd, EpisodeInfo, SceneInfo, StateChunk, StepState,
                                          StreamKind, UnknownMessage)
+from async_plotter.render.timeline import Timeline, now, wait_until
 
 logger = logging.getLogger(__name__)
 
@@ -95,16 +97,10 @@ _x_handlers: List[Any] = []
 
 
 def _die_at_once_when_the_display_goes() -> None:
-    """Make an X error end this process at once (SIGABRT, no exit handlers), before any window
-    is opened.
-
-    Xlib's default handlers print the error and call ``exit()`` from whatever thread met it
-    (MuJoCo's viewer draws in a thread of its own): the X server went away (killed, a session
-    that ended) or took the window with it (``GLXBadDrawable`` in ``X_GLXSwapBuffers``). Library
-    destructors run by ``exit()`` in that thread could deadlock with the others, and the render
-    process then neither lived nor died while the trainer's exit waited for it. ``abort`` runs
-    none of them, and needs neither the GIL nor Python; the supervisor names the cause (the
-    display is gone) from the outside. Core dumps are turned off for this process."""
+    """Make an X error end this process at once (SIGABRT, no core dump), before any window
+    is opened: Xlib's default handlers call ``exit()`` from the viewer's thread, whose library
+    destructors could deadlock with the other threads, and the process then neither lived nor
+    died. The supervisor names the cause (the display is gone) from the outside."""
     if not sys.platform.startswith("linux"):
         return
     import ctypes
@@ -296,8 +292,7 @@ class _Stream:
         # The scene's rate, which the rollout process chose under the cap (or a little above
         # it: Hopper's 31.25 frames/s under a cap of 30): a live view's frames come a chunk at
         # a time, and are shown at the rate they were simulated at.
-        self._interval = 1.0 / (scene_info.fps or config.fps)
-        self._next_due = time.monotonic()
+        self._timeline = Timeline(1.0 / (scene_info.fps or config.fps))
         # Live viewers want the present, not every step: a renderer that falls behind (software
         # GL on a starved core) skips what is already stale for them (``_on_states``). Sinks
         # that keep what they get (videos, state recordings) still get every step.
@@ -344,14 +339,10 @@ class _Stream:
         self._report_frames()
 
     def _finish_final_rollout(self) -> None:
-        """The trainer stopped waiting for the final video (``final_video_timeout``) while its
-        rollout was still being drawn. Drawing stops here: the sinks that draw are closed with
-        what they have (the video, cut short). Finishing the rollout is cheap, though (a step
-        simulated costs 5-20x less than one drawn), so the sinks that only copy states get the
-        rest of it as fast as the rollout process simulates it, and the state recording holds
-        the whole rollout (``async-plotter render`` draws the whole video from it). This ends
-        at the supervisor's SIGTERM (its stop's grace) or after ``_FINISH_ROLLOUT_SECONDS``,
-        whichever comes first; what was copied by then is kept."""
+        """The trainer stopped waiting for the final video (``final_video_timeout``) while it
+        was drawn: the sinks that draw are closed with what they have, and those that only copy
+        states get the rest of the rollout undrawn, until the supervisor's SIGTERM or
+        ``_FINISH_ROLLOUT_SECONDS`` (docs/design.md, "The final policy is always shown")."""
         global _finishing
         if not self._final or _open_episode is None or self._scene is None \
                 or not self._state_copies:
@@ -379,9 +370,8 @@ class _Stream:
                 break  # the rollout process is gone: what was copied is kept, cut short
             if kind is StreamKind.STATES:
                 for step in body.steps():
-                    self._scene.set_state(step)
-                    for sink in self._sinks:
-                        sink.add_frame(None, self._episode)
+                    self._scene.set_state(step.state)
+                    self._hand(self._sinks, None, step, now())
                     copied += 1
             elif kind is StreamKind.BEGIN:
                 if body.update != update:
@@ -451,17 +441,10 @@ class _Stream:
         self._report_frames()  # an idle worker would otherwise never report the tail
 
     def _on_states(self, chunk: StateChunk) -> None:
-        # The rollout process sends a chunk when its first step is due. So when a newer chunk
-        # has come already, this one is wholly in the past for a live viewer (the renderer is a
-        # chunk or more behind: a starved core, a stall): the live outputs skip it, and the
-        # next chunk starts at once. Otherwise the chunk is shown at the scene's rate from its
-        # due time, or from now if it came late (not squeezed into its last frame); within it,
-        # a renderer slower than real time skips a step whose successor is already due (the
-        # last step's successor is the next chunk's first, due once that chunk has come), and
-        # what is left of it is skipped once a newer policy's steps have come. A new policy's
-        # first chunk starts at once, and is never skipped whole: its first step, the
-        # episode's start, is shown (one frame per update). A catch-up is for the recordings
-        # alone: every step, at once (``_show``).
+        # docs/design.md, "A late renderer skips to the present": a chunk with a newer one
+        # behind it is stale for the live outputs; within a chunk a step whose successor is due
+        # already is skipped, and the rest once a newer policy's steps have come. A catch-up is
+        # for the recordings alone: every step, at once (``_show``).
         if self._catching_up:
             for step in chunk.steps():
                 self._on_state(step)
@@ -474,8 +457,8 @@ class _Stream:
                 stale = True
             if stale:
                 self._skip(step)
-            elif self._live and self._behind() and (index < last or self._newer_waiting()):
-                self._next_due += self._interval  # the step after it is shown at its time
+            elif self._live and self._timeline.behind() and (index < last or self._newer_waiting()):
+                self._timeline.advance()  # the step after it is shown at its time
                 self._skip(step)
             else:
                 self._on_state(step)
@@ -486,15 +469,13 @@ class _Stream:
         """Where the schedule of the message in hand starts: when it is due, now if it came
         late, and now for a new policy's first message in a live view; whether the live
         outputs skip it (newer shown steps have come: what comes next starts now)."""
-        now = time.monotonic()
-        if not self._live:
-            self._next_due = max(self._next_due, now)
+        timeline = self._timeline
+        if self._live and self._episode is not None \
+                and self._episode.update != self._shown_update:
+            timeline.anchor()
             return False
-        if self._episode is not None and self._episode.update != self._shown_update:
-            self._next_due = now
-            return False
-        stale = self._newer_waiting()
-        self._next_due = min(self._next_due, now) if stale else max(self._next_due, now)
+        stale = self._live and self._newer_waiting()
+        timeline.anchor(min(timeline.next_due, now()) if stale else timeline.due())
         return stale
 
     def _newer_policy_waiting(self) -> bool:
@@ -520,10 +501,6 @@ class _Stream:
                 return True
         return False
 
-    def _behind(self) -> bool:
-        # the step after the one due next is due already
-        return time.monotonic() > self._next_due + self._interval
-
     def _skip(self, step: Optional[StepState], frame: Any = None) -> None:
         """A step the live outputs skip: only sinks that keep every step (a video, a state
         recording, while recording) get it."""
@@ -531,60 +508,55 @@ class _Stream:
         if not keepers:
             return
         if step is not None:
-            self._scene.set_state(step)
+            self._scene.set_state(step.state)
             wanted = any(sink.wants_pixels() for sink in keepers)
             frame = self._scene.render() if wanted else None
-        if self._scene is not None:
-            self._scene.due = time.monotonic()
-        for sink in keepers:
-            sink.add_frame(frame, self._episode)
+        self._hand(keepers, frame, step, now())
+
+    def _hand(self, sinks: List[Any], frame: Any, step: Optional[StepState], due: float) -> None:
+        """One shown step to ``sinks``: its frame (None where none was drawn) and its record."""
+        shown = ShownStep(self._episode, step, None if self._scene is None else self._scene.data,
+                          due)
+        for sink in sinks:
+            sink.add_step(frame, shown)
 
     def _on_state(self, step: StepState) -> None:
-        self._scene.set_state(step)
+        self._scene.set_state(step.state)
         wanted = any(sink.wants_pixels() for sink in self._targets())
-        self._show(self._scene.render() if wanted else None)
+        self._show(self._scene.render() if wanted else None, step)
 
     def _on_frame(self, frame: Any) -> None:
         # Envs that draw their own frames send one per message, each when it is due.
         if self._anchor():
             self._skip(None, frame)
             return
-        self._show(frame)
+        self._show(frame, None)
         self._keep_cap()
 
     def _keep_cap(self) -> None:
         # Where nothing was paced frame by frame, the cap is kept once a message: what comes
         # next is not shown before the last frame shown is due. A live view stops waiting
         # when newer steps come (a new policy's start at once; others at their time).
-        deadline = self._next_due - self._interval
+        deadline = self._timeline.next_due - self._timeline.interval
         if self._final or self._catching_up:
             return
         if not self._live:
-            delay = deadline - time.monotonic()
-            if delay > 0:
-                time.sleep(delay)
+            wait_until(deadline)
             return
         while not self._newer_waiting():
-            delay = deadline - time.monotonic()
+            delay = deadline - now()
             if delay <= 0 or (self._ahead and self._ahead[-1][0] is _GONE):
                 return
             wait([self._frames_in], delay)
 
-    def _show(self, frame: Any) -> None:
-        # The frame-rate cap: the worker's CPU use is bounded by fps x cost of one frame. The
-        # final video has no cap: training is over, and close() is waiting for it. Sinks that
-        # show frames as they come (a window, the MJPEG page while watched) get each at its
-        # time; the others get a chunk's frames at once, with the time each is due (the 3D
-        # view sends each pose then), and the render process sleeps once a chunk.
-        # Catching up a short video, the live view waits for it: no cap either.
-        now = time.monotonic()
-        due = now if self._final or self._catching_up else max(self._next_due, now)
-        if due > now and any(sink.wants_real_time() for sink in self._sinks):
-            time.sleep(due - now)
-        if self._scene is not None:
-            self._scene.due = due
-        for sink in self._targets():
-            sink.add_frame(frame, self._episode)
+    def _show(self, frame: Any, step: Optional[StepState]) -> None:
+        # The frame-rate cap bounds the worker's CPU; the final video and a catch-up have none
+        # (close() or the live view waits for them). Sinks that show frames as they come get
+        # each at its time; the others a chunk's at once, each with its due time.
+        due = now() if self._final or self._catching_up else self._timeline.due()
+        if due > now() and any(sink.wants_real_time() for sink in self._sinks):
+            wait_until(due)
+        self._hand(self._targets(), frame, step, due)
         if self._episode is not None:
             self._shown_update = self._episode.update
         self._frames_unreported += 1
@@ -593,7 +565,7 @@ class _Stream:
         # A live view's steps are each due one interval after the step before, however late
         # that one was drawn (a step whose successor is due already is skipped: _on_states);
         # otherwise the next frame is due one interval after this one (the cap).
-        self._next_due = (self._next_due if self._live else due) + self._interval
+        self._timeline.advance(since=None if self._live else due)
 
     def _report_frames(self) -> None:
         if self._frames_unreported:

@@ -1,25 +1,17 @@
-"""The rollout process's shown steps on their way to the render process, a chunk at a time.
-
-A MuJoCo step leaves as its physics state (``render/stream.py`` ``StateChunk``); several steps
-share one message. On a machine whose cores the trainer keeps busy, a process that wakes finds
-its caches cold: one HalfCheetah step with its send cost 0.87 ms of CPU when the process slept
-50 ms before it and 0.13 ms in a loop (``benchmarks/view_cost.py`` shows what it does to a whole
-watched second). So a live view's next ``CHUNK_SECONDS`` of motion are computed at once and sent
-when the first of them is due, and the render process shows each on time; the rollout process
-wakes a few times a second instead of at every frame. A newer policy is seen once the chunk
-waiting to be due has gone (within a chunk's time), and its steps are sent at once (``drop``); a
-render process that falls behind skips the chunks a newer one has overtaken
-(``worker/render_process.py``). Recorded videos are not paced (the pipe's back-pressure holds
-them); their chunks only save messages. Envs that draw their own frames send one frame per
-message, paced as before.
+"""The rollout process's shown steps on their way to the render process, a chunk at a time
+(docs/design.md, "A chunk of steps per wakeup"): a live view's next ``CHUNK_SECONDS`` of motion
+are computed at once and sent when the first step is due, so the process wakes a few times a
+second instead of at every frame; a newer policy's steps are sent at once (``drop``). Recorded
+videos are not paced (the pipe's back-pressure holds them). Envs that draw their own frames send
+one frame per message.
 """
-import time
 from multiprocessing.connection import Connection
 from typing import Any, Optional
 
 import numpy as np
 
 from async_plotter.render.stream import SceneInfo, StateChunk, StreamKind
+from async_plotter.render.timeline import Timeline
 
 #: how much motion one message carries to a live view: a few wakeups a second, and a newer
 #: policy on screen within a quarter of a second
@@ -37,8 +29,9 @@ class ShownSteps:
         self._scene = scene
         self._out = frames_out
         self._live = live
-        self._interval = 1.0 / fps
-        self._next_due = time.monotonic()
+        # Real time for live viewers: steps sent faster than the render process shows them
+        # would queue in the pipe and delay the newest policy by seconds.
+        self._timeline = Timeline(1.0 / fps)
         self._count = 0
         self._starts_episode = False
         #: the steps finish a short video for the recordings only: sent at once, unpaced
@@ -85,7 +78,7 @@ class ShownSteps:
             return
         self._count = 0
         if self._live and not self._catching_up:
-            self._pace(count)
+            self._timeline.pace(count)
         actions = (self._actions[:count].copy() if self._actions is not None else np.zeros(
             (count, 0), np.float32))
         self._out.send((StreamKind.STATES,
@@ -102,16 +95,7 @@ class ShownSteps:
         its steps are sent from now on, not after those of the old one still being shown (the
         render process skips what it has left of those)."""
         self._count = 0
-        self._next_due = time.monotonic()
-
-    def _pace(self, frames: int) -> None:
-        # Real time for live viewers: steps sent faster than the render process shows them
-        # would queue in the pipe and delay the newest policy by seconds.
-        now = time.monotonic()
-        due = max(self._next_due, now)
-        if due > now:
-            time.sleep(due - now)
-        self._next_due = due + frames * self._interval
+        self._timeline.anchor()
 
     def _send_frame(self) -> None:
         frame = self._env.render()
@@ -119,5 +103,5 @@ class ShownSteps:
             raise RuntimeError(f"env {self._scene.label} returned no frame from render(); build "
                                "it with render_mode='rgb_array' (a factory may accept render_mode)")
         if self._live and not self._catching_up:
-            self._pace(1)
+            self._timeline.pace(1)
         self._out.send((StreamKind.FRAME, np.ascontiguousarray(frame, dtype=np.uint8)))

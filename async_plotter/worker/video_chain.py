@@ -1,17 +1,9 @@
-"""Which episodes make an update's video, and how a live view waits for a short one.
-
-A recorded video lasts at least ``min_video_seconds``: an episode that ends early (a young
-Hopper falls in 0.1 s) is followed by more episodes of the same parameters in the same file
-(``EpisodeEnd.continued``; the render process's ``RecordedSink`` chains them), also while newer
-parameters wait. Recording one rollout per update, the rollout process just plays them.
-
-In a live view (a window, the page) a newer policy must also reach the screen promptly. So when
-one arrives while the current update's video is still short, the steps the video still needs
-are *caught up*: simulated at once, unpaced, and sent for the sinks that keep rollouts only
-(``StreamKind.CATCH_UP``); the live sinks leave the episode there and see the newer policy
-next. Simulating is cheap; what holds the live view back is the render process drawing and
-encoding those frames without its frame-rate cap (``docs/design.md`` has the figures). Without
-a sink that keeps rollouts, nothing is chained and nothing waits.
+"""Which episodes make an update's video, and how a live view waits for a short one (docs/design.md,
+"A video lasts min_video_seconds whatever else is open"). An episode that ends before
+``min_video_seconds`` is followed by more of the same parameters in the same file
+(``EpisodeEnd.continued``). When a newer policy arrives while the current video is still short,
+the steps it needs are *caught up*: simulated at once and sent for the sinks that keep rollouts
+only (``StreamKind.CATCH_UP``); the live sinks see the newer policy next.
 """
 import array
 import fcntl

@@ -1,23 +1,7 @@
-"""The Redis ACL roles of the channel: exactly what a trainer and a viewer need.
-
-Each side needs only these commands, keys and channels (a ``MONITOR`` of a trainer, ``view`` and
-``list`` shows nothing else; tests/test_redis_acl_tls.py runs them and ``serve``'s catalog under
-these roles and finds the server's ``ACL LOG`` empty):
-
-* a trainer of experiment ``E`` writes and reads only ``async_plotter:E:*`` keys and publishes on
-  ``async_plotter:E:*`` channels: ``SET``, ``GETRANGE`` (re-assertion reads a header), ``DEL``,
-  ``EXISTS``, ``PEXPIRE``, ``XADD`` (metrics) and ``PUBLISH``;
-* a viewer reads ``async_plotter:*`` keys and subscribes to ``async_plotter:*`` channels:
-  ``SUBSCRIBE``, ``STRLEN`` and ``GETRANGE`` (bounded reads), and ``EVAL_RO`` running ``XRANGE``
-  and ``XREVRANGE`` (metrics, each entry's size checked on the server); ``list`` and ``serve``
-  also ``SCAN`` for ``async_plotter:*:structure`` and ``PTTL``;
-* both ``PING`` (redis-py's health checks). ``AUTH`` and ``HELLO`` are always allowed.
-
-Nothing else: no ``KEYS``, ``CONFIG``, ``CLIENT`` or ``SELECT`` (unless the URL names a database
-other than 0; see docs/security.md). Redis channel patterns do not tell ``PUBLISH`` from
-``SUBSCRIBE``: a viewer cannot publish because it lacks the command. Experiment names hold no
-glob characters and no ``:``, so ``async_plotter:E:*`` matches E's keys and no other
-experiment's. A command refused anyway is said by ``refusals``.
+"""The Redis ACL roles of the channel: exactly the commands, keys and channels a trainer of one
+experiment and a viewer need (each command's reason: docs/security.md; a test runs every side
+under these roles and finds the server's ``ACL LOG`` empty). A command refused anyway is said by
+``refusals``.
 """
 import re
 import secrets

@@ -18,8 +18,7 @@ from typing import Any, Callable, Dict, List, Optional, Set, Tuple
 
 from async_plotter.channel.redis.refusals import (AccessDenied, denial, explain_failure,
                                                   role_refusal)
-# Imported from here by the rest of the channel.
-from async_plotter.channel.redis.urls import SCHEMES, redact, url_problem  # noqa: F401
+from async_plotter.channel.redis.urls import redact
 
 logger = logging.getLogger("async_plotter")
 
@@ -257,7 +256,6 @@ def run_subscription(url: str,
                      on_events: Callable[[Any, Set[str]], None],
                      on_idle: Optional[Callable[[], None]] = None,
                      idle_interval: float = 0.5,
-                     role: str = "the viewer role",
                      on_refused: Optional[Callable[[str], None]] = None) -> None:
     """Listen to ``channel`` until ``stop`` is set, surviving server restarts. Run it in a thread.
 
@@ -268,15 +266,14 @@ def run_subscription(url: str,
     seconds. The wait is on the socket itself: a notification wakes the thread at once.
 
     When the server refuses this connection's settings (``refusal``: a command outside the
-    user's ACL role, ``role`` naming the one it needs; the user or password; the TLS
-    certificate), ``on_refused(message)`` is called and the subscription ends; without
+    viewer's ACL role; the user or password; the TLS certificate), ``on_refused(message)`` is called and the subscription ends; without
     ``on_refused`` it warns once and retries every ``REFUSED_RETRY`` seconds.
     """
     import redis
 
     errors = connection_errors() + (redis.exceptions.RedisError, AccessDenied)
     backoff = Backoff()
-    outage = OutageLog(who, url, role)
+    outage = OutageLog(who, url, "the viewer role")
     while not stop.is_set():
         client = pubsub = None
         try:
@@ -327,8 +324,8 @@ def run_subscription(url: str,
 _MAX_COALESCED = 10000
 
 
-def _await_subscribed(pubsub: Any, timeout: float = _CONNECT_TIMEOUT) -> None:
-    deadline = time.monotonic() + timeout
+def _await_subscribed(pubsub: Any) -> None:
+    deadline = time.monotonic() + _CONNECT_TIMEOUT
     while time.monotonic() < deadline:
         message = pubsub.get_message(timeout=max(deadline - time.monotonic(), 0.0))
         if message is not None and message.get("type") == "subscribe":

@@ -1,24 +1,20 @@
-"""Reading one headed value from Redis without trusting it first: ``ProbedKey``.
+"""Reading one headed value from Redis without trusting it first: ``ProbedKey``, for the worker's
+updates and the viewer's structures.
 
-The worker's ``RedisReader`` (updates) and the viewer's ``ExperimentWatcher`` (structures) read
-their key the same way:
-
-1. probe: ``STRLEN`` and the header, a few bytes (``link.probe``). A key holding something else
-   than a string is refused; an empty key, or a length and header already decided, costs nothing
-   more, however many notifications arrive;
-2. refuse from the unverified header what is not worth downloading: more bytes than the bound, a
-   stated length other than the real one, a signature flag the verifier refuses whatever the value
-   holds, and the caller's own checks (``vet``: freshness, structure);
+1. probe ``STRLEN`` and the header (``link.probe``): an empty key, or a length and header already
+   decided, costs nothing more, however many notifications arrive;
+2. refuse from the unverified header what is not worth downloading (too large, a stated length
+   other than the real one, a signature flag refused whatever the value, the caller's ``vet``);
 3. download exactly the probed length (``link.read_exact``) and verify it (``open_value``);
 4. deliver it, or refuse it with one reason (``reject``).
 
-Everything decided from the unverified header only ever refuses. A connection error decides
-nothing: the subscription reconnects and reads the key again.
+What the unverified header decides only ever refuses; a connection error decides nothing.
 """
 from typing import Any, Callable, Generic, Optional, Tuple, TypeVar
 
 from async_plotter.channel.redis.link import probe, read_exact
 from async_plotter.channel.redis.signing import PayloadRejected, Verifier
+from async_plotter.channel.redis.wire import check_length
 
 Head = TypeVar("Head")
 Value = TypeVar("Value")
@@ -102,10 +98,7 @@ class ProbedKey(Generic[Head, Value]):
             raise PayloadRejected(f"the {what} is oversized: {length} bytes, more than the "
                                   f"{self._max_bytes} {self._bound}")
         head: Any = self._parse_head(prefix)
-        if length != head.total:
-            problem = "truncated" if length < head.total else "longer than its header says"
-            raise PayloadRejected(f"the {what} is {problem}: {length} bytes, its header says "
-                                  f"{head.total}")
+        check_length(what, length, head.total, str(head.total))
         self._verifier.check_flag(head.signed, what)
         vet(head)
         value = read_exact(client, self.key, length, what)

@@ -1,27 +1,12 @@
 """The worker's end of the Redis channel: ``RedisReader``, with ``SharedMemoryReader``'s interface.
 
 A daemon thread holds the pub/sub subscription. On each burst of notifications (and after every
-reconnect) it reads the newest update, verifies it (size, signature, structure) and keeps it if it
-is newer than what it has. So:
-
-* ``wait`` sleeps until the thread hands the update over (``newest.Newest``): no polling sleep,
-  and the update is already fetched and verified when the worker wakes;
-* ``newer_available`` reads one flag (no network round trip): it is called every env step;
-* a garbage or forged value costs one log line and is dropped; the worker never sees it.
-
-"Newer" means a higher update number in the same trainer session, or any update of a later
-session (the trainer restarted and counts from 0 again), by the signed ``RunKey`` in its header.
-An update older than the newest accepted (an earlier run's, or an earlier one of this run, written
-back by someone who can write to Redis) is refused with one log line: the viewer never goes back.
-
-Downloads are bounded before they happen (``probed.ProbedKey``): a notification first costs one
-``STRLEN`` and the header; the value is fetched only if its header is new to this reader, states
-the size the structure implies, matches the structure, and claims to be newer. A storm of
-notifications therefore downloads nothing more, and the reader fetches at most what was written.
-
-There is no lifeline pipe to the trainer here, so the reader watches its own parent process: when
-the viewer that started the worker dies, ``wait`` and ``newer_available`` raise ``ParentGone``
-within about a second.
+reconnect) it reads the newest update through ``probed.ProbedKey`` (bounded before download,
+verified) and hands it over if it is newer (``wire.RunKey``, then the update number): ``wait``
+wakes with it already verified, ``newer_available`` reads one flag (it runs every env step), and a
+garbage, forged or replayed value costs one log line. With no lifeline to the trainer, the reader
+watches its parent: once the viewer that started the worker dies, ``wait`` and
+``newer_available`` raise ``ParentGone`` within about a second.
 """
 import dataclasses
 import logging
@@ -31,7 +16,8 @@ import time
 from typing import Any, Optional, Set, Tuple, Union
 
 from async_plotter.channel.base import ParamUpdate, ParentGone
-from async_plotter.channel.redis.link import redact, run_subscription
+from async_plotter.channel.redis.link import run_subscription
+from async_plotter.channel.redis.urls import redact
 from async_plotter.channel.redis.probed import ProbedKey, Skip
 from async_plotter.channel.redis.wire import (MAX_VALUE_BYTES, NO_RUN, UPDATE_HEADER, Expected,
                                               ExperimentKeys, RunKey, StructureMismatch, UpdateHead,
@@ -99,16 +85,14 @@ class RedisReader:
                                                                 self._verifier, self._reject)
         self._parent = os.getppid()
         self._parent_gone = False
-        #: the newest accepted update and when the trainer published it
-        self._newest: Newest[Tuple[ParamUpdate, float]] = Newest()
+        #: the newest accepted update
+        self._newest: Newest[ParamUpdate] = Newest()
         # (run, number) of the newest accepted: nothing at or below it is accepted again.
         self._identity: Tuple[RunKey, int] = (NO_RUN if expected is None else expected.run, -1)
         self._last_rejection = ""
         self._mismatch_logged: Set[bytes] = set()
         #: number of the last update returned (-1 before the first), as ``SharedMemoryReader``
         self.last_number = -1
-        #: the trainer's clock when it published the last update returned (for lag reports)
-        self.last_published_at: Optional[float] = None
         #: payloads rejected so far
         self.rejected = 0
         self._stop = threading.Event()
@@ -151,11 +135,9 @@ class RedisReader:
         """The newest verified update if it is newer than the last one read, else None."""
         return self._taken(self._newest.take(0))
 
-    def _taken(self, taken: Optional[Tuple[ParamUpdate, float]]) -> Optional[ParamUpdate]:
-        if taken is None:
-            return None
-        update, self.last_published_at = taken
-        self.last_number = update.number
+    def _taken(self, update: Optional[ParamUpdate]) -> Optional[ParamUpdate]:
+        if update is not None:
+            self.last_number = update.number
         return update
 
     def close(self) -> None:
@@ -194,7 +176,7 @@ class RedisReader:
             return
         head, update = fetched
         self._identity = (head.run, head.number)  # read by this thread only (``_check_fresh``)
-        self._newest.put((update, head.published_at))
+        self._newest.put(update)
         self._last_rejection = ""
 
     def _vet(self, head: UpdateHead) -> None:

@@ -1,20 +1,11 @@
 """Signing what travels through Redis: HMAC-SHA256 over a secret shared by trainer and viewers.
 
-Why sign at all: the structure a trainer publishes is a pickle, and unpickling runs code. Anyone who
-can write to the Redis server could otherwise make every viewer run their code. A viewer with the
-secret accepts only payloads tagged with it; without a secret it refuses pickles unless its user
-says ``--trust-unsigned``.
-
-Every tag covers a domain string naming the payload's kind and experiment, so a signed update can
-not be replayed as a structure, nor into another experiment's keys. Replays of an earlier run's
-signed values into the same keys are stopped elsewhere: every header carries the run's signed start
-time and sequence, and viewers never go back (see ``wire.RunKey``). Unsigned payloads carry a
-plain SHA-256 in the same place: it cannot prove who wrote them, but it still catches corrupted or
-truncated values.
-
-The rule at every layer (this class, ``RedisReader``, ``ExperimentWatcher``, the command line): a
-key present means signatures are required, always; without a key nothing is accepted unless the
-caller explicitly says ``trust_unsigned=True``. The two together are a contradiction and raise.
+A structure is a pickle, and unpickling runs code: without signatures anyone who can write to
+the server could run code on every viewer (docs/security.md). Each tag covers the payload's kind
+and experiment, so a value cannot be replayed as another kind or into another experiment (older
+runs: ``wire.RunKey``); unsigned payloads carry a plain SHA-256, which catches corruption. The
+rule at every layer: a key means signatures are required, always; without one nothing is
+accepted unless the caller says ``trust_unsigned=True``; both together raise.
 """
 import hashlib
 import hmac

@@ -11,8 +11,8 @@ import time
 from typing import Any, Callable, Dict, List, Optional, Set, Tuple
 
 from async_plotter.channel.redis.acl import DOCS
-from async_plotter.channel.redis.link import (bounded_xrange, last_stream_id, redact,
-                                              run_subscription)
+from async_plotter.channel.redis.link import bounded_xrange, last_stream_id, run_subscription
+from async_plotter.channel.redis.urls import redact
 from async_plotter.channel.redis.refusals import AccessDenied
 from async_plotter.channel.redis.probed import Later, ProbedKey, Skip
 from async_plotter.channel.redis.wire import (MAX_METRICS_BYTES, STRUCTURE_HEADER, TAG_BYTES,

@@ -12,17 +12,10 @@ else a plain SHA-256 checksum (see ``signing``). It covers everything before it.
 carry no data and are never trusted: they only tell a viewer to read the keys again.
 
 Only the newest update of an experiment exists: each publish overwrites ``params``. ``RUN`` is a
-random 64-bit id per trainer session, so a viewer can tell "trainer restarted at update 0" from "an
-old update".
-
-Freshness: every structure and update header carries, under the signature, the run's start time
-(integer nanoseconds of the trainer's wall clock, bumped past the previous run's if that clock is
-behind) and, for updates, the update number. ``RunKey`` orders them; a viewer never accepts a
-structure or update older than the newest it has accepted, so a replayed value of an earlier run,
-or an earlier update of this run, is refused with a log line.
-
-Sizes: every header states the whole value's length, and readers compare it with ``STRLEN`` before
-downloading anything; a header they already saw is not downloaded again (see ``link``).
+random 64-bit id per trainer session. Every header carries, under the signature, the run's start
+(``RunKey``) and, for updates, the update number: a viewer never accepts one older than the newest
+it accepted. Every header states the whole value's length, checked against ``STRLEN`` before
+anything is downloaded (``probed``).
 """
 import dataclasses
 import json
@@ -138,6 +131,19 @@ class RunKey:
 #: lower than every real run
 NO_RUN = RunKey(0, 0)
 
+
+class _OfRun:
+    """A header or value that names the trainer session that made it."""
+
+    run_id: int
+    run_started_ns: int
+
+    @property
+    def run(self) -> RunKey:
+        """The trainer session that made it (verified only where the value was)."""
+        return RunKey(self.run_started_ns, self.run_id)
+
+
 # ---------------------------------------------------------------------------------- updates
 
 
@@ -174,7 +180,7 @@ def seal_update(buffer: bytearray,
 
 
 @dataclasses.dataclass(frozen=True)
-class UpdateHead:
+class UpdateHead(_OfRun):
     """The header of an update, as read (not yet verified)."""
 
     signed: bool
@@ -187,11 +193,6 @@ class UpdateHead:
     published_at: float
     structure_id: bytes
     run_started_ns: int = 0
-
-    @property
-    def run(self) -> RunKey:
-        """The trainer session that made it."""
-        return RunKey(self.run_started_ns, self.run_id)
 
     @property
     def total(self) -> int:
@@ -207,11 +208,7 @@ def parse_update_head(value: bytes) -> UpdateHead:
                               "header")
     (magic, version, flags, header_len, code, _, run_id, run_started_ns, number, iteration,
      max_path_length, count, published_at, structure_id) = UPDATE_HEADER.unpack_from(value, 0)
-    if magic != UPDATE_MAGIC:
-        raise PayloadRejected("the value is not an async_plotter update (wrong magic bytes)")
-    if version != WIRE_VERSION or header_len != UPDATE_HEADER.size:
-        raise PayloadRejected(f"the update uses wire format version {version}; this viewer "
-                              f"reads version {WIRE_VERSION} (upgrade async_plotter on both ends)")
+    _check_format("update", magic == UPDATE_MAGIC, version, header_len == UPDATE_HEADER.size)
     if code not in _DTYPES:
         raise PayloadRejected(f"the update has an unknown dtype code {code}")
     if iteration < -1 or max_path_length < 1 or not math.isfinite(published_at):
@@ -248,11 +245,7 @@ def open_update(value: bytes, verifier: Verifier, experiment: str,
     Raises ``PayloadRejected`` (with the reason) or ``StructureMismatch``.
     """
     head = parse_update_head(value)
-    size = head.total
-    if len(value) != size:
-        problem = "truncated" if len(value) < size else "longer than its header says"
-        raise PayloadRejected(f"the update is {problem}: {len(value)} bytes, its header says "
-                              f"{head.count} parameters ({size} bytes)")
+    check_length("update", len(value), head.total, f"{head.count} parameters ({head.total} bytes)")
     view = memoryview(value)
     verifier.check(head.signed, view[-TAG_BYTES:], b"update", experiment, view[:-TAG_BYTES])
     if expected is not None:
@@ -272,7 +265,7 @@ def open_update(value: bytes, verifier: Verifier, experiment: str,
 
 
 @dataclasses.dataclass(frozen=True)
-class Structure:
+class Structure(_OfRun):
     """A verified structure: what the trainer said about it and the pickled ``WorkerConfig``."""
 
     meta: Dict[str, Any]
@@ -281,11 +274,6 @@ class Structure:
     structure_id: bytes
     signed: bool
     run_started_ns: int = 0
-
-    @property
-    def run(self) -> RunKey:
-        """The trainer session that published it."""
-        return RunKey(self.run_started_ns, self.run_id)
 
     def expected(self) -> Expected:
         """What every update for this structure must match."""
@@ -312,7 +300,7 @@ def seal_structure(key: Optional[bytes], experiment: str, run_id: int, run_start
 
 
 @dataclasses.dataclass(frozen=True)
-class StructureHead:
+class StructureHead(_OfRun):
     """A structure's header and meta, readable without the body (for ``list``)."""
 
     signed: bool
@@ -327,11 +315,6 @@ class StructureHead:
         """The whole value's length, as the header states it."""
         return STRUCTURE_HEADER.size + self.meta_len + self.body_len + TAG_BYTES
 
-    @property
-    def run(self) -> RunKey:
-        """The trainer session that published it (not yet verified)."""
-        return RunKey(self.run_started_ns, self.run_id)
-
 
 def parse_structure_head(prefix: bytes) -> StructureHead:
     """Parse the fixed header at the start of a structure value."""
@@ -340,15 +323,27 @@ def parse_structure_head(prefix: bytes) -> StructureHead:
                               "header")
     (magic, version, flags, header_len, _, meta_len, body_len, run_id, run_started_ns,
      structure_id) = STRUCTURE_HEADER.unpack_from(prefix, 0)
-    if magic != STRUCTURE_MAGIC:
-        raise PayloadRejected("the value is not an async_plotter structure (wrong magic bytes)")
-    if version != WIRE_VERSION or header_len != STRUCTURE_HEADER.size:
-        raise PayloadRejected(f"the structure uses wire format version {version}; this viewer "
-                              f"reads version {WIRE_VERSION} (upgrade async_plotter on both ends)")
+    _check_format("structure", magic == STRUCTURE_MAGIC, version,
+                  header_len == STRUCTURE_HEADER.size)
     if meta_len > MAX_META_BYTES:
         raise PayloadRejected(f"the structure's description is oversized ({meta_len} bytes)")
     return StructureHead(bool(flags & FLAG_SIGNED), meta_len, body_len, run_id, run_started_ns,
                          structure_id)
+
+
+def _check_format(what: str, magic_ok: bool, version: int, header_ok: bool) -> None:
+    if not magic_ok:
+        raise PayloadRejected(f"the value is not an async_plotter {what} (wrong magic bytes)")
+    if version != WIRE_VERSION or not header_ok:
+        raise PayloadRejected(f"the {what} uses wire format version {version}; this viewer "
+                              f"reads version {WIRE_VERSION} (upgrade async_plotter on both ends)")
+
+
+def check_length(what: str, length: int, total: int, stated: str) -> None:
+    """``PayloadRejected`` unless a value is as long as its header states."""
+    if length != total:
+        problem = "truncated" if length < total else "longer than its header says"
+        raise PayloadRejected(f"the {what} is {problem}: {length} bytes, its header says {stated}")
 
 
 _JSON_STRING = re.compile(rb'"(?:[^"\\]|\\.)*"', re.DOTALL)
@@ -392,10 +387,7 @@ def parse_meta(raw: bytes) -> Dict[str, Any]:
 def open_structure(value: bytes, verifier: Verifier, experiment: str) -> Structure:
     """Verify a structure value. Its body is still a pickle: load it only after this passes."""
     head = parse_structure_head(value)
-    if len(value) != head.total:
-        problem = "truncated" if len(value) < head.total else "longer than its header says"
-        raise PayloadRejected(f"the structure is {problem}: {len(value)} bytes, its header says "
-                              f"{head.total}")
+    check_length("structure", len(value), head.total, str(head.total))
     view = memoryview(value)
     meta_end = STRUCTURE_HEADER.size + head.meta_len
     body_end = meta_end + head.body_len

@@ -1,22 +1,11 @@
-"""The remote channel: the trainer publishes to a Redis server, ``async-plotter view`` renders
-elsewhere.
+"""The trainer's end of the Redis channel: ``RedisWriter``.
 
-Trainer side (this module): ``publish`` copies the parameters into a newest-wins slot and wakes a
-background sender thread; it never touches the network, so a slow, dead or restarted Redis server
-can not slow training. The sender signs the newest update in place, writes it with one ``SET``
-(overwriting the previous one, with an expiry) and a ``PUBLISH`` notification, in one round trip.
-Updates published while it sends are coalesced: only the newest is sent next. After a lost
-connection it logs one warning, reconnects with backoff, and publishes the structure and the
-newest update again (a restarted server may have lost them).
-
-Re-assertion: every ``REASSERT_INTERVAL`` seconds the sender reads the first bytes of the
-structure and parameter keys (two ``GETRANGE`` of under 100 bytes) and writes its own values back
-if someone else's are there, so a structure or update injected by another writer of the server
-lasts at most that long for viewers that start meanwhile (running viewers refuse anything older
-than what they accepted; see ``wire.RunKey``).
-
-Viewer side: ``RedisReader`` (``reader``), the worker's end, and ``watcher`` for the
-command line. The byte layout is in ``wire``.
+``publish`` copies the parameters into a newest-wins slot and wakes a sender thread, so Redis can
+never slow training. The sender signs the newest update in place and writes it with a ``SET`` and a
+``PUBLISH`` in one round trip; after a lost connection it warns once, reconnects with backoff and
+publishes the structure and newest update again. Every ``REASSERT_INTERVAL`` it reads back the
+first bytes of both keys and rewrites them if another writer's are there. The byte layout is
+``wire``'s; the viewer's side ``reader`` and ``watcher``.
 """
 import collections
 import dataclasses
@@ -33,7 +22,8 @@ import numpy as np
 
 from async_plotter.channel.redis.refusals import AccessDenied
 from async_plotter.channel.redis.link import (REFUSED_RETRY, Backoff, OutageLog, close_quietly,
-                                              connect, connection_errors, redact, url_problem)
+                                              connect, connection_errors)
+from async_plotter.channel.redis.urls import redact, url_problem
 from async_plotter.channel.base import metrics_fit
 from async_plotter.channel.redis.reader import RedisAddress, RedisReader
 from async_plotter.channel.redis.wire import (MAX_METRICS_BYTES, MAX_VALUE_BYTES, STRUCTURE_HEADER,
