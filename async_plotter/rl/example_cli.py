@@ -7,9 +7,9 @@
 Plotting flags: ``--plot/--no-plot`` (on by default), ``--plot-budget`` (the CPU budget),
 ``--plot-path-length`` (steps per plotted rollout), ``--plot-video-length`` (steps per video
 while training), ``--http`` (a live page), ``--plot-history/--no-plot-history`` (every policy
-recorded once more, undrawn) and ``--plot-priority`` (a fixed priority instead of a budget). Training flags: ``--n-parallel``, ``--n-itr``, ``--seed``, ``--batch-size``,
-``--exp-name``, ``--tensorboard/--no-tensorboard`` (event files in the run folder, on by
-default).
+recorded once more, undrawn) and ``--plot-priority`` (a fixed priority instead of a budget).
+Training flags: ``--n-parallel``, ``--n-itr``, ``--seed``, ``--batch-size``, ``--exp-name``,
+``--tensorboard/--no-tensorboard`` (event files in the run folder, on by default).
 """
 import argparse
 import os

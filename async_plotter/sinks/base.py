@@ -5,8 +5,8 @@ is pickled in the trainer and runs in the render process, which never imports Te
 files, sockets or windows in ``attach``, not in ``__init__``. Calls come in this order:
 ``attach(scene)`` once; per episode ``begin_episode``, ``add_step`` for each shown step (by
 default ``add_frame`` with the step's episode) and ``end_episode``; ``on_metrics`` whenever the
-trainer sends metrics, ``on_history`` for each history recording; ``close()`` once at the end. A sink that raises stops the render process
-(the supervisor restarts it, as after a crash)::
+trainer sends metrics, ``on_history`` for each history recording; ``close()`` once at the end.
+A sink that raises stops the render process (the supervisor restarts it, as after a crash)::
 
     class Brightness(FrameSink):
         def attach(self, scene):

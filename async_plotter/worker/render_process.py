@@ -241,8 +241,8 @@ def _run(config: WorkerConfig,
 def _await_scene(frames_in: Connection, lifeline: Connection,
                  status: StatusSender) -> Optional[Tuple[SceneInfo, List[tuple]]]:
     """The handshake: the rollout process's ``(SCENE, SceneInfo)``, and the trainer's messages
-    that came before it (``METRICS``, ``HISTORY``, ``FINAL``), to be handled once the sinks exist. None if
-    either end went away first."""
+    that came before it (``METRICS``, ``HISTORY``, ``FINAL``), to be handled once the sinks exist.
+    None if either end went away first."""
     early = []
     while True:
         message = _receive(frames_in, lifeline, status)
