@@ -19,7 +19,8 @@ while a recording runs replaces the one waiting, and the running one finishes. I
 file itself (it has the model and the states; nothing more goes through the pipe), whole under
 a locked temporary name and then renamed (``render/recording.py``), then thins the folder to its
 bound. Its CPU is the rollout process's, held to the budget like the rest of it (the governor
-sets the priority of every thread). Envs that draw their own frames (CartPole) have no state to
+sets the priority of every thread); it starts once the first video's rollout is over, so that the
+worker's start-up, at the trainer's priority and uncharged, does not carry it. Envs that draw their own frames (CartPole) have no state to
 keep: their history is the return and length of each episode, reported without a file.
 
 A failure (the policy or the env raising) ends the thread; the rollout process's main loop
@@ -76,6 +77,11 @@ class HistoryRecorder:
         #: what ended the thread with an error (``check`` raises it in the main loop)
         self.failure: Optional[BaseException] = None
         self._thread = threading.Thread(target=self._run, name="async_plotter-history", daemon=True)
+
+    @property
+    def started(self) -> bool:
+        """Whether ``start`` was called."""
+        return self._thread.ident is not None
 
     def start(self) -> "HistoryRecorder":
         self._thread.start()

@@ -147,7 +147,8 @@ def _play(config: WorkerConfig,
           fan_out: Optional[UpdateFanOut] = None,
           history: Optional[List[HistoryRecorder]] = None) -> None:
     """Announce the scene, then run episodes of the newest parameters until stopped; with
-    ``fan_out``, start the history thread (into ``history``) once the scene is known."""
+    ``fan_out``, start the history thread (into ``history``) once the first video's rollout is
+    over."""
     env = stepper.env
     playback = plan_playback(env, config.fps)
     scene = dataclasses.replace(describe_scene(env, config),
@@ -165,7 +166,10 @@ def _play(config: WorkerConfig,
                 video_fps=playback.fps)
     recorder = None
     if fan_out is not None and history is not None:
-        recorder = HistoryRecorder(config, fan_out.history, scene, status).start()
+        # Started after the first video's rollout: until the first video, the worker's start-up
+        # runs at the trainer's priority, uncharged, and the history (a second policy runtime,
+        # a whole episode per update) must not ride along; it waits under the budget instead.
+        recorder = HistoryRecorder(config, fan_out.history, scene, status)
         history.append(recorder)
     shown_steps = ShownSteps(env, scene, frames_out, config.live, scene.fps or config.fps)
     # A video of an episode that ends at once (a young Hopper falls in 5-10 steps) would last a
@@ -197,6 +201,8 @@ def _play(config: WorkerConfig,
         end = _run_episode(rollout, info, (steps_left, clip_left), wanted)
         shown += end.steps
         part = part + 1 if end.continued else 0
+        if recorder is not None and not part and not recorder.started:
+            recorder.start()
         status.send(StatusKind.EPISODE,
                     update=info.update,
                     steps=end.steps,
