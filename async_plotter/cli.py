@@ -7,6 +7,7 @@ list, serve), and draw or replay the state recordings beside a run's videos (ren
     async-plotter acl --experiment swimmer-7 | redis-cli -u redis://admin@host:6379
     async-plotter render runs/demo/videos/ --quality full --size 720
     async-plotter replay runs/demo/videos/iter_0059.npz --http 8080
+    async-plotter replay runs/demo/videos/history/ --http 8080
 
 This module parses and checks the arguments; the viewer itself is ``serve/viewer.py``.
 """
@@ -183,10 +184,12 @@ def _render(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
 def _replay_parser(commands: Any) -> argparse.ArgumentParser:
     replay = commands.add_parser(
         "replay",
-        help="open a state recording (iter_NNNN.npz) in the 3D viewer",
+        help="open a state recording (iter_NNNN.npz), or a run's folder of them, in the 3D viewer",
         description="Serve a state recording in the 3D viewer (play/pause, a time slider, "
-        "speed) until Ctrl-C. Needs pip install -e .[view3d]; no env code, no GL.")
-    replay.add_argument("path", help="a recording (.npz)")
+        "speed) until Ctrl-C; or a folder's recordings (e.g. runs/demo/videos/history/): an "
+        "iteration scrubber, each recording's return on a curve, and up to 3 other iterations "
+        "shown at once. Needs pip install -e .[view3d]; no env code, no GL.")
+    replay.add_argument("path", help="a recording (.npz), or a folder of them")
     replay.add_argument("--http",
                         default="8080",
                         help="where to serve: a port (default 8080, on 127.0.0.1; 0: a free "
@@ -200,14 +203,22 @@ def _replay_parser(commands: Any) -> argparse.ArgumentParser:
 
 def _replay(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
     from async_plotter.render.recording import RecordingError, read_recording
+    from async_plotter.render.videos import list_recordings
+    from async_plotter.view3d import INSTALL_HINT, missing_modules
 
-    _checked_view(parser, "3d")
-    if not os.path.isfile(args.path):
-        parser.error(f"{args.path} is not a file")
-    try:
-        read_recording(args.path)
-    except RecordingError as error:
-        parser.error(str(error))
+    missing = missing_modules()
+    if missing:
+        parser.error(f"the 3D viewer needs {' and '.join(missing)}: {INSTALL_HINT}")
+    if os.path.isdir(args.path):
+        if not list_recordings(args.path):
+            parser.error(f"{args.path} holds no state recordings (iter_NNNN.npz, update_NNNN.npz)")
+    elif not os.path.isfile(args.path):
+        parser.error(f"{args.path} is neither a file nor a folder")
+    else:
+        try:
+            read_recording(args.path)
+        except RecordingError as error:
+            parser.error(str(error))
     http = _checked_http(parser, args.http, args.http_token)
     from async_plotter.view3d.replay import serve_replay
 

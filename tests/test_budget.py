@@ -6,6 +6,7 @@ benchmarks/plot_overhead.py.
 import os
 import time
 
+import psutil
 import pytest
 
 from async_plotter import Plotter
@@ -25,9 +26,12 @@ def swimmer_policy():
     return policy
 
 
-def worker_share(plotter, policy, seconds):
-    """The worker's CPU over ``seconds`` as a fraction of the machine, and its frames/s, while
-    the trainer hands over new parameters twice a second (so the worker always has work)."""
+def worker_share(plotter, policy, seconds, burners=()):
+    """The worker's CPU over ``seconds`` as a fraction of the machine, its frames/s, and the
+    share of a core each of ``burners`` got meanwhile, while the trainer hands over new
+    parameters twice a second (so the worker always has work)."""
+    burners = [psutil.Process(burner.pid) for burner in burners]
+    burned = [sum(burner.cpu_times()[:2]) for burner in burners]
     before, started = plotter.stats, time.monotonic()
     iteration = 0
     while time.monotonic() - started < seconds:
@@ -37,7 +41,10 @@ def worker_share(plotter, policy, seconds):
         plotter.update_plot(policy, iteration=iteration)
     after, elapsed = plotter.stats, time.monotonic() - started
     cpu = after["worker_cpu_seconds"] - before["worker_cpu_seconds"]
-    return cpu / (elapsed * CORES), (after["frames"] - before["frames"]) / elapsed
+    burner_share = [(sum(burner.cpu_times()[:2]) - was) / elapsed
+                    for burner, was in zip(burners, burned)]
+    return (cpu / (elapsed * CORES), (after["frames"] - before["frames"]) / elapsed,
+            sum(burner_share) / max(len(burner_share), 1))
 
 
 @pytest.mark.parametrize("mechanism", ["sched", "stop"])
@@ -59,9 +66,17 @@ def test_budget_is_held_on_a_saturated_machine(mechanism, tmp_path, monkeypatch,
         assert plotter.stats["budget_mechanism"] == mechanism
         # The first video is part of the start-up too; the budget holds after it.
         wait_for(lambda: plotter.stats["videos"] >= 1, 90, message="the first video")
-        share, frames_per_second = worker_share(plotter, policy, 12.0)
-    # Guaranteed its budget (it rendered), and held to it: nobody leaves this machine idle.
-    assert 0.3 * budget < share < 2.5 * budget, f"worker took {share:.3f} of the machine"
+        share, frames_per_second, burner_share = worker_share(plotter, policy, 12.0,
+                                                              saturated_machine)
+    # Guaranteed its budget (it rendered), and held to it: nobody leaves this machine idle. Its
+    # nice level is chosen to get the budget against the trainer alone; where other work loads
+    # the machine too (CI's neighbours), the trainer's processes get less of it, and so does
+    # the worker: the guarantee is scaled by what the trainer's got against what it would alone.
+    alone = CORES / len(saturated_machine)
+    loaded = min(burner_share / alone, 1.0)
+    assert 0.3 * budget * loaded < share < 2.5 * budget, (
+        f"worker took {share:.3f} of the machine; the trainer's processes {burner_share:.2f} "
+        f"of a core each (alone: {alone:.2f})")
     assert frames_per_second > 1.0
 
 
@@ -76,7 +91,7 @@ def test_an_idle_machine_is_used_beyond_the_budget_up_to_the_frame_cap(tmp_path,
                  fps=fps,
                  final_video_timeout=0) as plotter:
         wait_for(lambda: plotter.stats["frames"] > 0, 60, message="the first frames")
-        share, frames_per_second = worker_share(plotter, policy, 8.0)
+        share, frames_per_second, _ = worker_share(plotter, policy, 8.0)
     assert frames_per_second <= fps * 1.15, "the frame-rate cap holds"
     assert frames_per_second >= fps * 0.6, f"only {frames_per_second:.1f} frames/s on idle CPU"
     assert share > 0.02, "idle CPU is free: the worker is not held to its budget"

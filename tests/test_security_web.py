@@ -222,6 +222,8 @@ def _reader(port, stop, frame_times, evictions, reconnect=True):
             stop.wait(1.5)
 
 
+# Times 16-20 readers' frames per second, in threads of this process: alone.
+@pytest.mark.alone
 def test_stuck_clients_lose_their_slots_before_reading_ones(live):
     """Issue 22: stream clients that never read took the slots of reading ones, which kept
     evicting each other: the kernel's buffers take seconds of frames for a client that reads
@@ -268,6 +270,8 @@ def test_stuck_clients_lose_their_slots_before_reading_ones(live):
     assert rates[len(rates) // 2] >= 10, f"readers' frames/s: {rates}"
 
 
+# Times 16-20 readers' frames per second, in threads of this process: alone.
+@pytest.mark.alone
 @pytest.mark.parametrize("order", ["readers first", "stuck first", "mixed"])
 def test_stuck_clients_are_evicted_before_readers_whatever_their_number(live, order):
     """Issue 28: 20 readers and 30 clients that never read, on the 16 slots: every stuck client

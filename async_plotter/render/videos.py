@@ -1,7 +1,8 @@
 """The names of a run's videos (``iter_NNNN.mp4``, or ``update_NNNN.mp4`` without an iteration)
-and state recordings (``iter_NNNN.npz`` beside the video, ``live/ep_000123_iter_0059.npz``,
-``history/iter_NNNN.npz``): made here for the sinks and the rollout process's history, listed
-here for the live page, ``serve``'s history, the history's bound and ``run_experiment_lite``.
+and state recordings (``iter_NNNN.npz`` beside the video, ``history/iter_NNNN.npz``,
+``live/ep_000123_iter_0059.npz``): made here for the sinks and the rollout process's history,
+listed here for the live page, ``serve``'s history, the 3D history, the history's bound and
+``run_experiment_lite``.
 Only final names directly inside a folder match (not a file still written under its hidden
 temporary name), so a request can never name another file (``..``, a slash)."""
 import dataclasses
@@ -122,3 +123,43 @@ def list_history(folder: str) -> List[HistoryFile]:
     ]
     found.sort(key=lambda entry: (entry.kind != "iter", entry.number))
     return found
+
+
+@dataclasses.dataclass(frozen=True)
+class RecordingFile:
+    """One finished state recording named by its policy (``iter_0007.npz``)."""
+
+    path: str
+    kind: str  # "iter" (numbered by iteration) or "update"
+    number: int
+    mtime: float
+
+
+def list_recordings(folder: str) -> List[RecordingFile]:
+    """The recordings of a run's policies in ``folder`` and in its ``history/`` sub-folder, one
+    per policy (``history/``'s where both have one: a whole episode from the run's fixed
+    start), iteration-numbered first, each kind by number. ``folder`` may also be a
+    ``history/`` folder itself, or one recording (then only it). Absent or unreadable: none."""
+    if os.path.isfile(folder):
+        match = RECORDING_NAME.fullmatch(os.path.basename(folder))
+        if match is None:
+            return []
+        return [RecordingFile(folder, match[1], int(match[2]), os.stat(folder).st_mtime)]
+    found: Dict[tuple, RecordingFile] = {}
+    for where in (folder, os.path.join(folder, "history")):  # the history's win
+        try:
+            names = os.listdir(where)
+        except OSError:
+            continue
+        for name in names:
+            match = RECORDING_NAME.fullmatch(name)
+            if match is None:
+                continue
+            path = os.path.join(where, name)
+            try:
+                mtime = os.stat(path).st_mtime
+            except OSError:
+                continue  # removed meanwhile (the history is thinned)
+            key = (match[1] != "iter", int(match[2]))
+            found[key] = RecordingFile(path, match[1], int(match[2]), mtime)
+    return [found[key] for key in sorted(found)]

@@ -15,6 +15,7 @@ import numpy as np
 import tensorflow as tf
 
 from async_plotter.rl import context as experiment_context
+from async_plotter.rl import interrupts
 from async_plotter.rl.baselines import Baseline, LinearFeatureBaseline
 from async_plotter.rl.envs import EnvMaker
 from async_plotter.rl.logger import console_logging, format_duration, format_table
@@ -224,10 +225,12 @@ class BatchPolopt:
                         type(sampler).__name__, getattr(sampler, "seed", None), plotting)
             logger.debug("sampler ready after %.1f s", loop_start - start)
             try:
-                for itr in range(self.start_itr, self.n_itr):
-                    self.current_itr = itr
-                    self._iteration(itr, sampler, recorder, start, loop_start)
+                with interrupts.ctrl_c_kept():
+                    for itr in range(self.start_itr, self.n_itr):
+                        self.current_itr = itr
+                        self._iteration(itr, sampler, recorder, start, loop_start)
             except KeyboardInterrupt:
+                interrupts.arrived()
                 logger.warning("interrupted at iteration %d; shutting down sampler and plotter",
                                self.current_itr)
                 raise
@@ -241,11 +244,14 @@ class BatchPolopt:
         batch = sampler.obtain_samples(itr, self.policy.get_param_values(), self.batch_size,
                                        self.max_path_length)
         sampled = time.perf_counter()
+        interrupts.raise_if_lost()
         samples = process_samples(batch, self.baseline, self.discount, self.gae_lambda,
                                   self.center_adv, self.bootstrap_truncated)
         processed = time.perf_counter()
+        interrupts.raise_if_lost()
         opt_stats = self.optimize_policy(itr, samples)
         optimized = time.perf_counter()
+        interrupts.raise_if_lost()
 
         entropy = float(np.mean(self.policy.distribution.entropy_np(batch.agent_infos)))
         row: Dict[str, Any] = {"Iteration": itr}

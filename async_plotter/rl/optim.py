@@ -4,6 +4,8 @@ from typing import Callable, List, Sequence
 import numpy as np
 import tensorflow as tf
 
+from async_plotter.rl import interrupts
+
 
 def flatten_tensors(tensors: Sequence[tf.Tensor], variables: Sequence[tf.Variable]) -> tf.Tensor:
     """Concatenate per-variable tensors (e.g. gradients) into one vector; None counts as zeros."""
@@ -61,6 +63,7 @@ def conjugate_gradient(matrix_vector: Callable[[np.ndarray], np.ndarray],
     direction = b.copy()
     residual_sq = residual @ residual
     for _ in range(iterations):
+        interrupts.raise_if_lost()  # a solve takes seconds on a large batch
         if residual_sq < residual_tol:
             break
         a_direction = matrix_vector(direction)

@@ -17,6 +17,7 @@ from typing import Any, Dict, Optional
 import numpy as np
 import tensorflow as tf
 
+from async_plotter.rl import interrupts
 from async_plotter.rl.baselines import Baseline
 from async_plotter.rl.batch_polopt import BatchPolopt
 from async_plotter.validation import positive_int
@@ -107,6 +108,7 @@ class TRPO(BatchPolopt):
         self._functions = (loss_and_grad, loss_and_kl, fisher_vector_product)
 
     def optimize_policy(self, itr: int, samples: ProcessedSamples) -> Dict[str, float]:
+        interrupts.raise_if_lost()
         if self._functions is None:
             self._build()
         loss_and_grad, loss_and_kl, fisher_vector_product = self._functions

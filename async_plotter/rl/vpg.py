@@ -4,6 +4,7 @@ from typing import Any, Dict, Optional
 import numpy as np
 import tensorflow as tf
 
+from async_plotter.rl import interrupts
 from async_plotter.rl.baselines import Baseline
 from async_plotter.rl.batch_polopt import BatchPolopt
 from async_plotter.validation import positive_int
@@ -59,6 +60,7 @@ class VPG(BatchPolopt):
         self._functions = (train_step, loss_and_kl)
 
     def optimize_policy(self, itr: int, samples: ProcessedSamples) -> Dict[str, float]:
+        interrupts.raise_if_lost()
         if self._functions is None:
             self._build()
         train_step, loss_and_kl = self._functions

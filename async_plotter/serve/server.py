@@ -1,9 +1,9 @@
 """The HTTP side of ``async-plotter serve``: ``web.server.HttpServer`` (the live page's connection
 handling, access checks and slots) with the overview's routes (``add_routes``): the page, its
 events (``hello``, ``rows``, ``live``), each watched experiment's relayed stream (its render
-worker started on demand; 503 with the reason over the live limit), its status, recorded videos
-and their 3D replays, and ``/experiments.json`` for scripts. Streams are bounded by the relays'
-``MAX_VIEWERS`` per experiment and ``MAX_STREAMS`` in all.
+worker started on demand; 503 with the reason over the live limit), its status, recorded videos,
+its history in 3D (every state recording, on a scrubber), and ``/experiments.json`` for scripts.
+Streams are bounded by the relays' ``MAX_VIEWERS`` per experiment and ``MAX_STREAMS`` in all.
 """
 import asyncio
 import logging
@@ -74,6 +74,7 @@ class ServeServer(HttpServer):
         router.add_get("/x/{name}/status", self._status, allow_head=False)
         router.add_get("/x/{name}/video/{file}", self._video, allow_head=False)
         router.add_get("/x/{name}/replay/{file}", self._replay, allow_head=False)
+        router.add_post("/x/{name}/replay/pick", self._pick)
 
     async def _page(self, request: web.Request) -> web.StreamResponse:
         # The base Content-Security-Policy already lets it play recorded videos (media-src).
@@ -120,7 +121,19 @@ class ServeServer(HttpServer):
         except (RecordingError, OSError, ValueError) as error:
             logger.warning("serve: cannot replay %s: %s", path, error)
             return plain(HTTPStatus.NOT_FOUND, "not a readable recording")
-        return await replay.front.answer(request, self)
+        return await replay.answer(request, self, select=request.match_info["file"])
+
+    async def _pick(self, request: web.Request) -> web.StreamResponse:
+        """A click on the curve of an experiment's history open here."""
+        name = _experiment(request)
+        history, replays = self.history, self.replays
+        replay = None
+        if history is not None and replays is not None:
+            folder = await self.in_worker(history.folder, name)
+            replay = replays.get(folder)
+        if replay is None:
+            return plain(HTTPStatus.NOT_FOUND, "no such history open")
+        return await replay.answer(request, self)
 
     # ------------------------------------------------------------------- events
 

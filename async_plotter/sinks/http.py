@@ -26,7 +26,9 @@ class HttpSink(FrameSink):
             as ``stats["http_url"]``).
         title: shown on the page, e.g. the env's name.
         video_dir: the folder the run's videos are written to (``Plotter(video_dir=...)``): the
-            page lists them and plays each; None: the page has no history strip.
+            page lists them and plays each, and ``/history/`` shows the run's state recordings
+            in 3D (``view3d/replay.py``, opened on the first request for it); None: the page
+            has no history strip.
         view: ``"3d"``: the browser draws the scene from body poses (``async_plotter.view3d``,
             at ``/``; the MJPEG page moves to ``/2d/``); ``"2d"``: the MJPEG page only. A scene
             that is not MuJoCo's always gets the MJPEG page.
@@ -50,8 +52,14 @@ class HttpSink(FrameSink):
             from async_plotter.view3d.front import View3DFront
 
             self._front = View3DFront()
+        self._history: Any = None
+        if video_dir is not None:
+            from async_plotter.view3d.replay import HistoryRoute  # imports no viser
+
+            self._history = HistoryRoute(video_dir)
         try:
-            self._server = LiveServer(config, self._feed, video_dir, self._front, listener)
+            self._server = LiveServer(config, self._feed, video_dir, self._front, listener,
+                                      self._history)
         except BaseException:
             self._feed.close()
             raise
@@ -80,6 +88,8 @@ class HttpSink(FrameSink):
         from async_plotter.view3d.scene import Scene3D
 
         self._scene3d = Scene3D(scene.source_model, scene.data, scene.camera, self._title)
+        if self._history is not None:
+            self._scene3d.server.gui.add_markdown("[every recording of this run, in 3D](history/)")
         self._front.connect(self._scene3d.port, self._scene3d.secret)
 
     @property
@@ -133,6 +143,8 @@ class HttpSink(FrameSink):
             return
         self._closed = True
         self._server.close()
+        if self._history is not None:
+            self._history.close()
         if self._scene3d is not None:
             self._scene3d.close()
         self._thread.join(timeout=2.0)

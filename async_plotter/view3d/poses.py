@@ -10,7 +10,8 @@ numpy from ``MjData``, plus the world's offset that keeps the tracked body at th
 messages), encoded once per frame as viser's producer would (msgpack with the arrays as aligned
 binary buffers, zstd level 1); the live page's front sends the same bytes to every 3D viewer.
 The handles' server-side state is kept in step, so that viser's replay to a new browser holds
-the newest poses.
+the newest poses. With ``Ghosts`` (other policies beside the shown one, ``view3d/ghosts.py``),
+their meshes' arrays and their labels' positions ride in the same message, as computed there.
 
 ``fast_poses`` turns it on only where it still speaks viser's language: the private names it
 reads exist, and a self-check finds its message for a posed frame equal, field by field, to the
@@ -19,7 +20,7 @@ Otherwise the caller keeps the public path, and the reason is logged.
 """
 import logging
 import time
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -32,12 +33,13 @@ Updates = Dict[Tuple[str, str, str, str], Any]
 _MARK_SECONDS = 1.0
 
 
-def fast_poses(server: Any, mj_scene: Any, data: Any) -> Optional["PoseSender"]:
-    """A ``PoseSender`` for ``mj_scene`` (a ``mjviser.ViserMujocoScene`` on ``server``), or None
-    if this viser or mjviser is not what it was written for. ``data``: an ``MjData`` after
-    ``mj_forward``, posed by the public path in the self-check (the scene shows it after)."""
+def fast_poses(server: Any, mj_scene: Any, data: Any, ghosts: Any = None) -> Optional["PoseSender"]:
+    """A ``PoseSender`` for ``mj_scene`` (a ``mjviser.ViserMujocoScene`` on ``server``) and
+    ``ghosts`` (``view3d/ghosts.py``'s, or None), or None if this viser or mjviser is not what it
+    was written for. ``data``: an ``MjData`` after ``mj_forward``, posed by the public path in
+    the self-check (the scene shows it after)."""
     try:
-        sender = PoseSender(server, mj_scene)
+        sender = PoseSender(server, mj_scene, ghosts)
         problem = sender.self_check(mj_scene, data)
     except Exception as error:  # pylint: disable=broad-except - any failure means: not this one
         problem = f"{type(error).__name__}: {error}"
@@ -62,9 +64,10 @@ def replay_done(message: bytes) -> bool:
 
 
 class PoseSender:
-    """Poses the handles of a ``mjviser.ViserMujocoScene`` built without its GUI."""
+    """Poses the handles of a ``mjviser.ViserMujocoScene`` built without its GUI, and those of
+    its ``Ghosts`` if it has some."""
 
-    def __init__(self, server: Any, mj_scene: Any) -> None:
+    def __init__(self, server: Any, mj_scene: Any, ghosts: Any = None) -> None:
         from viser import _messages
 
         import msgspec
@@ -87,10 +90,12 @@ class PoseSender:
         for (body_id, _), handle in mj_scene.site_handles_by_group.items():
             if handle.visible:
                 self._groups.append((handle, np.asarray([body_id]), None))
+        self._ghosts = ghosts
         self._template = self._message_template()
 
-    def encode(self, data: Any) -> bytes:
-        """The poses in ``data`` (after ``mj_forward``) as one message for viser's client."""
+    def encode(self, data: Any, others: Sequence[Any] = ()) -> bytes:
+        """The poses in ``data`` (after ``mj_forward``), and in ``others`` for the ghosts, as
+        one message for viser's client."""
         if self._tracked is not None:
             offset = -np.asarray(data.xpos[self._tracked], dtype=np.float64)
         else:
@@ -106,12 +111,19 @@ class PoseSender:
             else:
                 positions = np.asarray(xpos[ids] + offset, dtype=np.float32)
                 orientations = np.asarray(xquat[ids], dtype=np.float32)
-            props = handle._impl.props
-            if props.batched_positions.shape == positions.shape:
-                props.batched_positions[:] = positions
-                props.batched_wxyzs[:] = orientations
+            _hold(handle, positions, orientations)
             buffers.append(memoryview(positions).cast("B"))
             buffers.append(memoryview(orientations).cast("B"))
+        if self._ghosts is not None:
+            for handle, positions, orientations in self._ghosts.arrays(others):
+                _hold(handle, positions, orientations)
+                buffers.append(memoryview(positions).cast("B"))
+                buffers.append(memoryview(orientations).cast("B"))
+            first = 1 + len(self._groups) + len(self._ghosts.nodes)
+            labels = self._ghosts.label_positions([data, *others])
+            for index, (label, position) in enumerate(labels, first):
+                label._impl.position[:] = position
+                self._template[index]["position"] = tuple(float(value) for value in position)
         inner = self._msgpack({
             "messages": self._template,
             "timestampSec": time.perf_counter(),
@@ -138,19 +150,30 @@ class PoseSender:
                                     turn @ data.xmat.reshape(-1, 3, 3)[None],
                                     data.mocap_pos[None] + 1.0,
                                     mocap_quat / np.linalg.norm(mocap_quat, axis=-1, keepdims=True))
+        ghosts = self._ghosts
+        others = []
+        if ghosts is not None:  # each ghost elsewhere, and then (checked) elsewhere again
+            others = [_moved(data, rng) for _ in range(ghosts.slots)]
+            with self._server.atomic():
+                ghosts.apply([_moved(data, rng) for _ in range(ghosts.slots + 1)])
         recorder = self._server.get_scene_serializer()
         recorder.insert_sleep(_MARK_SECONDS)
         with self._server.atomic():
             mj_scene.update_from_mjdata(data)
+            if ghosts is not None:
+                ghosts.apply([data, *others])
         public = _updates(*_decode_recording(recorder.serialize()), after=_MARK_SECONDS)
         nodes = {handle.name: handle for handle, _, _ in self._groups}
         nodes[self._frame.name] = self._frame
+        if ghosts is not None:
+            nodes.update((handle.name, handle) for handle, _ in ghosts.nodes)
+            nodes.update((label.name, label) for label in ghosts.labels)
         held = {
             (name, field): np.array(getattr(node, field, np.nan), float)
             for name, node in nodes.items()
             for field in ("position", "batched_positions", "batched_wxyzs") if hasattr(node, field)
         }
-        meta, buffers = _decode_live(self.encode(data))
+        meta, buffers = _decode_live(self.encode(data, others))
         fast = _updates([(0.0, item) for item in meta["messages"]], buffers)
         missing = sorted(set(public) - set(fast))
         if missing or not public:
@@ -168,18 +191,46 @@ class PoseSender:
         placeholders: List[memoryview] = []
         offset = messages.SetPositionMessage(self._frame.name, (0.0, 0.0, 0.0))
         template = [offset]
-        for handle, ids, _ in self._groups:
-            zeros = np.zeros((len(ids), 3), np.float32)
+        batched = [(handle, len(ids)) for handle, ids, _ in self._groups]
+        if self._ghosts is not None:
+            batched += [(handle, self._ghosts.slots) for handle, _ in self._ghosts.nodes]
+        for handle, count in batched:
             template.append(
-                messages.SceneNodeUpdateMessage(handle.name, {
-                    "batched_positions": zeros,
-                    "batched_wxyzs": np.zeros((len(ids), 4), np.float32)
-                }))
+                messages.SceneNodeUpdateMessage(
+                    handle.name, {
+                        "batched_positions": np.zeros((count, 3), np.float32),
+                        "batched_wxyzs": np.zeros((count, 4), np.float32)
+                    }))
+        if self._ghosts is not None:
+            for label in self._ghosts.labels:
+                template.append(
+                    messages.SetPositionMessage(label.name,
+                                                tuple(float(value) for value in label.position)))
         serialized = []
         for message in template:
             message.owner = self._owner
             serialized.append(message.as_serializable_dict(placeholders))
         return serialized
+
+
+def _hold(handle: Any, positions: np.ndarray, orientations: np.ndarray) -> None:
+    """Keep a batched handle's server-side arrays at what was sent (viser replays them to a new
+    browser)."""
+    props = handle._impl.props
+    if props.batched_positions.shape == positions.shape:
+        props.batched_positions[:] = positions
+        props.batched_wxyzs[:] = orientations
+
+
+def _moved(data: Any, rng: Any) -> Any:
+    """A copy of ``data`` with every body elsewhere and turned (for the self-check)."""
+    import copy
+
+    moved = copy.copy(data)
+    moved.xpos[:] += rng.normal(size=moved.xpos.shape)
+    turns = rng.normal(size=moved.xquat.shape)
+    moved.xquat[:] = turns / np.linalg.norm(turns, axis=-1, keepdims=True)
+    return moved
 
 
 def _same(field: str, value: Any, expected: Any) -> bool:

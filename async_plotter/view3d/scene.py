@@ -12,11 +12,12 @@ import os
 import pickle
 import secrets
 import time
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
 from async_plotter.learning_curve import shown_metric
+from async_plotter.view3d.ghosts import Ghosts
 from async_plotter.view3d.guard import start_guarded_viser
 from async_plotter.view3d.poses import fast_poses
 
@@ -38,9 +39,10 @@ class Scene3D:
         data: an ``MjData`` of it posed as the video camera first sees it.
         camera: the video's ``MjvCamera``, where the orbit camera starts.
         title: shown in the panel.
+        ghosts: slots for other policies shown beside this one (``view3d/ghosts.py``; 0: none).
     """
 
-    def __init__(self, model: Any, data: Any, camera: Any, title: str) -> None:
+    def __init__(self, model: Any, data: Any, camera: Any, title: str, ghosts: int = 0) -> None:
         import mjviser
         import mujoco
 
@@ -70,22 +72,30 @@ class Scene3D:
         initial.fov = fov
         self._episode: Any = None
         self._last_return: Optional[float] = None
+        self.ghosts: Optional[Ghosts] = Ghosts(self.server, self._model, ghosts) if ghosts else None
         #: the fast path's encoder, or None: the public path
         self.fast = (None if os.environ.get(POSES_ENV) == "public" else fast_poses(
-            self.server, self.scene, data))
+            self.server, self.scene, data, self.ghosts))
         self._status_due, self._status_sent = False, 0.0
 
-    def pose(self, data: Any) -> Optional[bytes]:
-        """Show the bodies' poses in ``data`` (``mj_forward`` done). The fast path returns them
-        as one message for the front to send to every 3D viewer; the public path has viser send
-        them at once, and returns None."""
+    def pose(self, data: Any, others: Sequence[Any] = ()) -> Optional[bytes]:
+        """Show the bodies' poses in ``data`` (``mj_forward`` done), and the ghosts' in
+        ``others`` (one ``MjData`` per ghost shown). The fast path returns them as one message
+        for the front to send to every 3D viewer; the public path has viser send them at once,
+        and returns None."""
         if self._status_due and time.monotonic() - self._status_sent >= STATUS_INTERVAL:
             self._set_status()
         if self.fast is not None:
-            return self.fast.encode(data)
+            return self.fast.encode(data, others)
         with self.server.atomic():
             self.scene.update_from_mjdata(data)
+            if self.ghosts is not None:
+                self.ghosts.apply([data, *others])
         return None
+
+    def set_text(self, text: str) -> None:
+        """Put ``text`` (markdown) where the live view says which policy acts (a replay)."""
+        self._status.content = text
 
     def begin_episode(self, episode: Any) -> None:
         """Show which policy acts now."""

@@ -346,8 +346,11 @@ class HttpServer:
             self, request: web.Request,
             handler: Callable[[web.Request], Awaitable[web.StreamResponse]]) -> web.StreamResponse:
         """The checks before any route, and the sending of short answers."""
-        if request.method != "GET":
-            return plain(HTTPStatus.METHOD_NOT_ALLOWED, "only GET is served", {"Allow": "GET"})
+        # POST reaches only the routes that take it (the 3D history's clicks), after the same
+        # checks: a page on another origin cannot send one (its Origin, Sec-Fetch-Site).
+        if request.method not in ("GET", "POST"):
+            return plain(HTTPStatus.METHOD_NOT_ALLOWED, "only GET and POST are served",
+                         {"Allow": "GET, POST"})
         if access.ambiguous(request):
             self.dropped["malformed 400"] += 1
             return plain(HTTPStatus.BAD_REQUEST, "malformed request")
@@ -552,6 +555,8 @@ class LiveServer(HttpServer):
         front: what answers for ``/`` (the 3D view's, ``View3DFront``: ``answer(request,
             server)``), the MJPEG page then at ``/2d/``; None: the MJPEG page at ``/``.
         listener: as ``HttpServer``'s.
+        history: what answers for ``/history/`` and ``POST /history/pick`` (the run's history
+            in 3D, ``view3d.replay.HistoryRoute``: ``answer(request, server)``); None: 404.
     """
 
     def __init__(self,
@@ -559,12 +564,14 @@ class LiveServer(HttpServer):
                  feed: LiveFeed,
                  video_dir: Optional[str] = None,
                  front: Any = None,
-                 listener: Optional[socket.socket] = None) -> None:
+                 listener: Optional[socket.socket] = None,
+                 history: Any = None) -> None:
         super().__init__(config, listener=listener)
         self.feed = feed
         self.video_dir = None if video_dir is None else os.path.abspath(video_dir)
         self.page = load_page()
         self.front = front
+        self.history = history
 
     def close(self) -> None:
         self.feed.close()  # streams and events streams end
@@ -576,11 +583,21 @@ class LiveServer(HttpServer):
 
     def add_routes(self, router: web.UrlDispatcher) -> None:
         router.add_get("/{path:.*}", self._route, allow_head=False)
+        router.add_post("/history/pick", self._route)
 
     async def _route(self, request: web.Request) -> web.StreamResponse:
         client = request.query.get("client", "")[:64]
         # Only the last segments count, so the page also works behind a proxy's path prefix.
-        parent, _, route = request.rel_url.raw_path.rstrip("/").rpartition("/")
+        raw_path = request.rel_url.raw_path
+        parent, _, route = raw_path.rstrip("/").rpartition("/")
+        if self.history is not None and (parent, route) in (("", "history"), ("/history", "pick")):
+            if raw_path == "/history":  # the page's own requests are relative to its folder
+                query = f"?{request.query_string}" if request.query_string else ""
+                return web.Response(status=HTTPStatus.FOUND,
+                                    headers={"Location": "history/" + query})
+            return await self.history.answer(request, self)
+        if request.method != "GET":
+            return plain(HTTPStatus.METHOD_NOT_ALLOWED, "not here", {"Allow": "GET"})
         if self.front is not None and parent == "" and route in ("", "index.html"):
             return await self.front.answer(request, self)
         if route in ("", "index.html", "2d"):
