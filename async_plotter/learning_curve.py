@@ -11,14 +11,20 @@ from typing import Any, Callable, Deque, Dict, Iterable, List, Optional, Tuple
 MAX_POINTS = 10000
 #: the column shown where the trainer passes it (``run_experiment_lite`` does); else the first
 PREFERRED_METRIC = "AverageReturn"
+#: the history's points (``render/history.py``): the return of one deterministic episode of each
+#: policy shown; drawn beside the column shown, and shown itself only where nothing else is
+SHOWN_RETURN = "ShownReturn"
 # The newest points whose columns the choice looks at.
 _RECENT = 50
 
 
 def shown_metric(names: Iterable[str]) -> Optional[str]:
-    """``PREFERRED_METRIC`` among ``names``, else the first of them; None for none."""
+    """``PREFERRED_METRIC`` among ``names``, else the first of them but ``SHOWN_RETURN`` (the
+    second line), else that; None for none."""
     names = list(names)
-    return PREFERRED_METRIC if PREFERRED_METRIC in names else next(iter(names), None)
+    if PREFERRED_METRIC in names:
+        return PREFERRED_METRIC
+    return next((name for name in names if name != SHOWN_RETURN), next(iter(names), None))
 
 
 class LearningCurve:

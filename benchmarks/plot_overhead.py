@@ -15,6 +15,8 @@ over rounds (A B C D E A B C D E ...) so that machine drift hits every mode alik
   waits for a video of the current policy (rendered by the same worker at normal priority, as
   TensorFlow and software GL cannot share a process), K chosen per env so that it makes as many
   videos as ``defaults`` did in the same round.
+* ``no-history``: the defaults without the run's history (``history=False``), to see what
+  recording every policy once more costs (not run by default).
 * ``before``: ``defaults`` of another checkout of this library (``--before-tree``, e.g. a
   ``git worktree`` of an earlier commit), to compare what a change bought in the same round.
 
@@ -29,7 +31,9 @@ show: a video in slow motion shows fewer than it lasts); for every
 iteration, how many iterations old the newest finished video then was (p50/p95); time from start
 to the first video; whether a video of the final policy exists; the worker's share of the
 machine's CPU; the training time each video cost (extra seconds over ``off`` per video); and the
-one-off start-up cost (extra seconds over ``off`` in the first 5 iterations).
+one-off start-up cost (extra seconds over ``off`` in the first 5 iterations); the steady-state
+ratio (iterations past the first two against ``off``'s) and the seconds start-up and ``close()``
+add outside them; and the share of iterations the history recorded.
 
     python benchmarks/plot_overhead.py                 # Swimmer-v5 and HalfCheetah-v5, 2 rounds
     python benchmarks/plot_overhead.py --quick         # smoke run: tiny batches, one round
@@ -88,6 +92,10 @@ MODES = {
         "fps": 1000
     },
     "before": {},
+    # The defaults without the run's history (every policy recorded once more, undrawn).
+    "no-history": {
+        "history": False
+    },
 }
 DEFAULT_MODES = ["off", "defaults", "budget-0.02", "budget-0.10", "sync"]
 ENVS = ("Swimmer-v5", "HalfCheetah-v5", "Hopper-v5-keras")
@@ -183,6 +191,7 @@ def _run_record(mode: str, label: str, env_id: str, stats: dict, started: float,
         "sync_waits": [],
         "sync_every": None,
         "final_return": None,
+        "history": stats.get("history", []),
     }
     record.update(extra)
     return record
@@ -326,7 +335,15 @@ def measure(run: dict, off: dict) -> dict:
     if run["mode"] == "sync" and not cpu:
         cpu = None
     final_iteration = n_itr - 1
+    # Past the first two iterations (the worker's boot), and what lies outside them.
+    steady = ends[-1] - ends[1]
+    off_ends = np.array(off["iteration_ends"]) - off["started"]
+    off_steady = off_ends[-1] - off_ends[1]
+    recorded = {e["iteration"] for e in run.get("history", []) if e.get("iteration") is not None}
     return {
+        "steady_ratio": steady / off_steady,
+        "fixed_extra_s": (end_to_end - steady) - (off_end_to_end - off_steady),
+        "history_share": len(recorded) / n_itr,
         "training_ratio": training / off_training,
         "end_to_end_ratio": end_to_end / off_end_to_end,
         "videos": len(videos),
@@ -435,6 +452,9 @@ def _summarize(measured, envs, modes):
             summary.setdefault(env_id, {})[mode] = {
                 "training_ratio": mean("training_ratio"),
                 "training_ratio_median": median("training_ratio"),
+                "steady_ratio": mean("steady_ratio"),
+                "fixed_extra_s": mean("fixed_extra_s"),
+                "history_share": mean("history_share"),
                 "motion_seconds_per_10_itr": mean("motion_seconds_per_10_itr"),
                 "end_to_end_ratio": mean("end_to_end_ratio"),
                 "videos_per_10_itr": mean("videos_per_10_itr"),
@@ -456,9 +476,10 @@ def _print_table(summary, envs, modes):
     print()
     header = ("| env | mode | training / off (median) | end-to-end / off | videos / 10 itr | "
               "seconds shown / 10 itr | staleness p50 / p95 (itr) | first video | final video | "
-              "worker CPU | training s per video | start-up cost |")
+              "worker CPU | training s per video | start-up cost | steady / off | start-up + "
+              "close extra | history recorded |")
     print(header)
-    print("|" + " --- |" * 2 + " ---: |" * 10)
+    print("|" + " --- |" * 2 + " ---: |" * 13)
     for env_id in envs:
         for mode in modes:
             row = summary[env_id][mode]
@@ -476,7 +497,10 @@ def _print_table(summary, envs, modes):
                 f"{f('staleness_p50', '.1f')} / {f('staleness_p95', '.1f')} | "
                 f"{f('first_video_s', '.0f', ' s')} | {row['final_video_runs']} | "
                 f"{'-' if row['worker_cpu_share'] is None else format(row['worker_cpu_share'] * 100, '.1f') + '%'} | "
-                f"{f('cost_per_video_s', '.2f', ' s')} | {f('startup_cost_s', '.1f', ' s')} |")
+                f"{f('cost_per_video_s', '.2f', ' s')} | {f('startup_cost_s', '.1f', ' s')} | "
+                f"{f('steady_ratio', '.3f')} | {f('fixed_extra_s', '.1f', ' s')} | "
+                f"{'-' if row['history_share'] is None else format(row['history_share'] * 100, '.0f') + '%'} |"
+            )
     for env_id in envs:
         idle = summary[env_id]["off"]["machine_idle_share"]
         print(f"\n{env_id}: {idle * 100:.1f}% of the machine's CPU was idle during the `off` "

@@ -33,6 +33,57 @@ class LinearPolicy(Serializable):
         return action, {"mean": action}
 
 
+class NoisyLinearPolicy(LinearPolicy):
+    """Samples its action (the mean plus noise from numpy's global generator), as
+    ``async_plotter.rl``'s policies do, and reports the mean: a deterministic rollout of it
+    repeats step for step, a sampled one does not."""
+
+    def get_action(self, obs):
+        mean, _ = super().get_action(obs)
+        return mean + np.random.normal(0.0, 0.5, mean.shape).astype(mean.dtype), {"mean": mean}
+
+
+class SlowLinearPolicy(LinearPolicy):
+    """Takes ``delay`` seconds for every action: a rollout of a few hundred steps lasts seconds."""
+
+    def __init__(self, obs_dim: int, act_dim: int, delay: float = 0.005):
+        Serializable.quick_init(self, locals())
+        super().__init__(obs_dim, act_dim)
+        self.delay = delay
+
+    def get_action(self, obs):
+        import time
+
+        time.sleep(self.delay)
+        return super().get_action(obs)
+
+
+class FailsInHistoryPolicy(LinearPolicy):
+    """Raises at the ``fail_at``-th action of an episode in the plot worker's history thread
+    once its parameters are all ``MARKER`` (a policy that fails mid-way through a history
+    recording); acts as ``LinearPolicy`` everywhere else."""
+
+    MARKER = 0.125
+
+    def __init__(self, obs_dim: int, act_dim: int, fail_at: int = 20):
+        Serializable.quick_init(self, locals())
+        super().__init__(obs_dim, act_dim)
+        self.fail_at = fail_at
+        self._calls = 0
+
+    def reset(self):
+        self._calls = 0
+
+    def get_action(self, obs):
+        import threading
+
+        self._calls += 1
+        if (threading.current_thread().name == "async_plotter-history" and self.w.size
+                and np.all(self.w == self.MARKER) and self._calls >= self.fail_at):
+            raise RuntimeError("the policy failed in the history (test)")
+        return super().get_action(obs)
+
+
 class UniformCheckPolicy(LinearPolicy):
     """Refuses any parameter vector whose entries differ: catches a torn (half-written) vector.
 

@@ -36,9 +36,9 @@ def test_mujoco_videos_decode_and_show_the_env(tmp_path, no_leftovers):
         plotter.update_plot(policy, iteration=7)
         wait_for(lambda: plotter.stats["videos"] >= 2, 60, message="iteration 7's video")
         stats = plotter.stats
-    # each video with its state recording beside it
+    # each video with its state recording beside it, and the run's history in its folder
     assert sorted(os.listdir(videos)) == [
-        "iter_0007.mp4", "iter_0007.npz", "update_0000.mp4", "update_0000.npz"
+        "history", "iter_0007.mp4", "iter_0007.npz", "update_0000.mp4", "update_0000.npz"
     ]
     frames, meta = read_video(str(videos / "iter_0007.mp4"))
     assert len(frames) == 41  # the reset pose and 40 steps

@@ -379,6 +379,33 @@ def test_recorded_videos_are_listed_and_served_with_byte_ranges(recorded):
     assert plotter.stats["alive"]
 
 
+def test_the_curve_gets_the_history_returns_as_a_second_line(recorded):
+    """With a video folder the worker records every policy it takes once more (its history):
+    each recording's return reaches the page's curve as ``ShownReturn`` beside the training
+    metrics, at its policy's iteration, and the column drawn stays the trainer's."""
+    plotter, _, url = recorded
+    wait_for(lambda: any(entry["iteration"] == 3 for entry in plotter.stats["history"]),
+             60,
+             message="iteration 3's history")
+    expected = next(e["return"] for e in plotter.stats["history"] if e["iteration"] == 3)
+    shown, column = {}, None
+    events = read_events(url + "events", TOKEN)
+    try:
+        for name, data in events:
+            if name == "metrics":
+                column = data.get("shown")
+                shown.update({
+                    p["iteration"]: p["values"]["ShownReturn"]
+                    for p in data["points"] if "ShownReturn" in p["values"]
+                })
+                if 3 in shown:
+                    break
+    finally:
+        events.close()
+    assert shown[3] == pytest.approx(expected)
+    assert column == "AverageReturn"
+
+
 def test_the_page_strip_plays_a_video_and_goes_back_live(recorded, chromium):  # noqa: F811
     plotter, folder, url = recorded
     chromium.call("Page.navigate", url=url + "?token=" + TOKEN)

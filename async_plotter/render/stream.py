@@ -6,7 +6,8 @@ per step for envs that draw themselves, and ``(END, EpisodeEnd)``; in a live vie
 ``(CATCH_UP, Optional[EpisodeEnd])`` says that what follows, up to the first ``END`` not
 ``continued``, finishes a short video for the sinks that keep rollouts only
 (``worker/video_chain.py``). From the trainer, on the lifeline: ``(METRICS, (iteration,
-metrics))``, ``(FINAL, None)`` and ``(FAILED, None)``. The render process hands each kind to its
+metrics))``, ``(HISTORY, HistoryPoint)`` (a history recording's point on the curve of what was
+shown), ``(FINAL, None)`` and ``(FAILED, None)``. The render process hands each kind to its
 handler through one table. The types live here so that sinks and the live page depend on this
 module, not on the worker that builds them.
 """
@@ -31,6 +32,8 @@ class StreamKind(str, enum.Enum):
     FAILED = "failed"
     #: from the rollout process in a live view: the rest of a short video, for recordings only
     CATCH_UP = "catch_up"
+    #: from the trainer: a history recording's ``HistoryPoint`` (``render/history.py``)
+    HISTORY = "history"
 
 
 class UnknownMessage(Exception):

@@ -1,7 +1,8 @@
 """The names of a run's videos (``iter_NNNN.mp4``, or ``update_NNNN.mp4`` without an iteration)
 and state recordings (``iter_NNNN.npz`` beside the video, ``history/iter_NNNN.npz``,
-``live/ep_000123_iter_0059.npz``): made here for the sinks, listed here for the live page,
-``serve``'s history, the 3D history and ``run_experiment_lite``.
+``live/ep_000123_iter_0059.npz``): made here for the sinks and the rollout process's history,
+listed here for the live page, ``serve``'s history, the 3D history, the history's bound and
+``run_experiment_lite``.
 Only final names directly inside a folder match (not a file still written under its hidden
 temporary name), so a request can never name another file (``..``, a slash)."""
 import dataclasses
@@ -31,6 +32,12 @@ def video_name(episode: EpisodeInfo) -> str:
 def recording_name(episode: EpisodeInfo) -> str:
     """``iter_0059.npz``: the video's name with the recording's suffix."""
     return os.path.splitext(video_name(episode))[0] + SUFFIX
+
+
+def history_name(update: int, iteration: Optional[int]) -> str:
+    """``iter_0059.npz`` (``update_0003.npz`` without an iteration): a history recording's name
+    in ``<video_dir>/history/``, as the policy's video would be named."""
+    return recording_name(EpisodeInfo(update, iteration, 0))
 
 
 def live_recording_name(number: int, episode: EpisodeInfo) -> str:
@@ -92,6 +99,30 @@ def video_path(folder: str, name: str, recording: bool = False) -> Optional[str]
         return None
     path = os.path.join(folder, name)
     return path if os.path.isfile(path) else None
+
+
+@dataclasses.dataclass(frozen=True)
+class HistoryFile:
+    """One finished history recording."""
+
+    name: str
+    kind: str  # "iter" or "update"
+    number: int
+
+
+def list_history(folder: str) -> List[HistoryFile]:
+    """The finished history recordings in ``folder`` (``<video_dir>/history``),
+    iteration-numbered first, each kind by number; an absent or unreadable folder has none."""
+    try:
+        names = os.listdir(folder)
+    except OSError:
+        return []
+    found = [
+        HistoryFile(name, match[1], int(match[2])) for name in names
+        for match in [RECORDING_NAME.fullmatch(name)] if match
+    ]
+    found.sort(key=lambda entry: (entry.kind != "iter", entry.number))
+    return found
 
 
 @dataclasses.dataclass(frozen=True)

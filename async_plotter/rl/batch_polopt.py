@@ -20,7 +20,9 @@ from async_plotter.rl.baselines import Baseline, LinearFeatureBaseline
 from async_plotter.rl.envs import EnvMaker
 from async_plotter.rl.logger import console_logging, format_duration, format_table
 from async_plotter.rl.recorder import RunRecorder
+from async_plotter.learning_curve import SHOWN_RETURN
 from async_plotter.rl.sample_processing import ProcessedSamples, process_samples
+from async_plotter.rl.shown_returns import ShownReturns
 from async_plotter.rl.samplers import ParallelSampler, Sampler, SerialSampler
 from async_plotter.validation import (non_negative_int, optional_non_negative_int, positive_int,
                                       unit_interval)
@@ -115,6 +117,8 @@ class BatchPolopt:
         #: the Plotter of the latest ``train()`` with plotting; after it, closed (``stats`` stay)
         self.plotter: Any = None
         self._plotting = False  # self.plotter is open and fed by this train()
+        #: hands the plotter's history recordings to progress.csv's rows (None: no history)
+        self._shown: Optional[ShownReturns] = None
         self._finished_training = False  # the last train() ran all its iterations
         self.current_itr = start_itr
 
@@ -202,13 +206,15 @@ class BatchPolopt:
                 cleanup.enter_context(console_logging(recorder.debug_log))
             # ExitStack runs every callback even when one raises, in reverse order.
             cleanup.callback(sampler.shutdown)
+            # Closed after the plotter: the last row gets the final policy's ShownReturn.
+            cleanup.callback(recorder.close)
             if plot:
                 # The recorder writes the scalars; the plotter adds the rollouts to the same run.
                 tensorboard_dir = recorder.log_dir if recorder.tensorboard else None
                 self.plotter = self._start_plotter(plot_kwargs, recorder.video_dir, tensorboard_dir)
                 self._plotting = True
-                cleanup.callback(self._close_plotter)
-            cleanup.callback(recorder.close)
+                self._shown = ShownReturns() if self.plotter.history_dir else None
+                cleanup.callback(self._close_plotter, recorder)
             start = time.perf_counter()
             sampler.start(self.env, self.policy, seed)
             loop_start = time.perf_counter()
@@ -262,6 +268,9 @@ class BatchPolopt:
         row["OptimizeTime"] = optimized - processed
         row["ItrTime"] = optimized - itr_start
         row["Time"] = optimized - start
+        if self._plotting and self._shown is not None:
+            # The return of the newest policy the plotter's history recorded meanwhile.
+            row.update(self._shown.columns(self.plotter.stats))
         self.history.append(row)
 
         recorder.record(row)
@@ -320,13 +329,20 @@ class BatchPolopt:
                         "open and stdin is a terminal")
             self._pause_ignored_said = True
 
-    def _close_plotter(self) -> None:
+    def _close_plotter(self, recorder: Optional[RunRecorder] = None) -> None:
         # Kept after closing: users of rllab and garage read algo.plotter.stats after train().
         plotter, self._plotting = self.plotter, False
         if plotter is None:
             return
         try:
             plotter.close(final_video=self._finished_training)
+            shown, self._shown = self._shown, None
+            if shown is not None and recorder is not None and self.history:
+                # The final policy's, recorded at close(), goes into the last row.
+                columns = shown.columns(plotter.stats)
+                if columns[SHOWN_RETURN] is not None:
+                    self.history[-1].update(columns)
+                    recorder.amend_last(columns)
         finally:
             stats = getattr(plotter, "stats", None)
             if stats:

@@ -6,10 +6,10 @@
 
 Plotting flags: ``--plot/--no-plot`` (on by default), ``--plot-budget`` (the CPU budget),
 ``--plot-path-length`` (steps per plotted rollout), ``--plot-video-length`` (steps per video
-while training), ``--http`` (a live page) and ``--plot-priority`` (a fixed priority instead of
-a budget). Training flags: ``--n-parallel``, ``--n-itr``, ``--seed``, ``--batch-size``,
-``--exp-name``, ``--tensorboard/--no-tensorboard`` (event files in the run folder, on by
-default).
+while training), ``--http`` (a live page), ``--plot-history/--no-plot-history`` (every policy
+recorded once more, undrawn) and ``--plot-priority`` (a fixed priority instead of a budget).
+Training flags: ``--n-parallel``, ``--n-itr``, ``--seed``, ``--batch-size``, ``--exp-name``,
+``--tensorboard/--no-tensorboard`` (event files in the run folder, on by default).
 """
 import argparse
 import os
@@ -84,6 +84,13 @@ def add_plot_arguments(parser: argparse.ArgumentParser) -> None:
                        action="store_true",
                        help="with --http: also keep every episode the live page shows as a state "
                        "recording in the run's videos/live/ (async-plotter replay plays one)")
+    group.add_argument("--plot-history",
+                       action=argparse.BooleanOptionalAction,
+                       default=True,
+                       help="keep the whole run: every policy the plotter takes, rolled out once "
+                       "more without drawing (one deterministic episode) into videos/history/ "
+                       "(async-plotter render draws one), its return in progress.csv's "
+                       "ShownReturn")
     group.add_argument("--plot-priority",
                        choices=PRIORITIES,
                        default=None,
@@ -102,6 +109,7 @@ def plot_options(args: argparse.Namespace) -> Dict[str, Any]:
         "view": args.view,
         "record_states": args.record_states or None,
         "priority": args.plot_priority,
+        "history": None if args.plot_history else False,
     }
     return dict({name: value for name, value in options.items() if value is not None}, plot=True)
 
@@ -140,6 +148,10 @@ def describe_outputs(result: "ExperimentResult") -> str:
                      if count else "videos:         none (see the plotter's summary above)")
         if result.final_video:
             lines.append(f"final policy:   {result.final_video}")
+        history = os.path.join(result.video_dir, "history")
+        kept = [name for name in _listdir(history) if name.endswith(".npz")]
+        if kept:
+            lines.append(f"history:        {len(kept)} policies in {history}")
     return "\n" + "\n".join(lines)
 
 

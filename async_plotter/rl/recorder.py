@@ -85,6 +85,20 @@ class RunRecorder:
         if time.monotonic() >= self._next_curve_time:
             self._draw_curve()
 
+    def amend_last(self, values: Dict[str, Any]) -> None:
+        """Set ``values`` in the last row (the final policy's ``ShownReturn``, known only once
+        the plotter has closed): ``progress.csv`` written again, the numeric ones written to
+        TensorBoard at that row's step."""
+        if not self.rows:
+            return
+        self.rows[-1].update(values)
+        if self.log_dir is None:
+            return
+        self._columns = None  # the whole file again, with any new column
+        self._write_csv(self.rows[-1])
+        if self.tensorboard:
+            self._write_scalars(dict(values, Iteration=self.rows[-1].get("Iteration")))
+
     def close(self) -> None:
         """Bring the learning curve up to date (the last iterations may have been throttled) and
         close the TensorBoard event file."""

@@ -5,8 +5,8 @@ is pickled in the trainer and runs in the render process, which never imports Te
 files, sockets or windows in ``attach``, not in ``__init__``. Calls come in this order:
 ``attach(scene)`` once; per episode ``begin_episode``, ``add_step`` for each shown step (by
 default ``add_frame`` with the step's episode) and ``end_episode``; ``on_metrics`` whenever the
-trainer sends metrics; ``close()`` once at the end. A sink that raises stops the render process
-(the supervisor restarts it, as after a crash)::
+trainer sends metrics, ``on_history`` for each history recording; ``close()`` once at the end.
+A sink that raises stops the render process (the supervisor restarts it, as after a crash)::
 
     class Brightness(FrameSink):
         def attach(self, scene):
@@ -82,6 +82,12 @@ class FrameSink:
 
     def on_metrics(self, iteration: Optional[int], metrics: Dict[str, float]) -> None:
         """Training metrics the trainer passed to ``update_plot(..., metrics=...)``."""
+
+    def on_history(self, point: Any) -> None:
+        """A policy's history recording is complete (``Plotter(history=...)``): ``point`` has
+        its ``update``, ``iteration``, ``episode_return`` and ``length`` (one deterministic
+        episode from the run's start state), and ``x``, where it goes on a curve by iteration.
+        """
 
     def close(self) -> None:
         """Flush and release everything; called once."""

@@ -5,6 +5,8 @@ from typing import Any, Callable, Dict, Optional
 
 import numpy as np
 
+from async_plotter.learning_curve import SHOWN_RETURN
+from async_plotter.render.history import HistoryPoint
 from async_plotter.sinks.base import FrameSink, ShownStep
 from async_plotter.web.address import HttpConfig
 from async_plotter.web.feed import LiveFeed
@@ -131,6 +133,10 @@ class HttpSink(FrameSink):
         self._feed.add_metrics(iteration, metrics)
         if self._scene3d is not None:
             self._scene3d.add_metrics(iteration, metrics)
+
+    def on_history(self, point: HistoryPoint) -> None:
+        # The curve's second line: what the shown policies did, beside the training average.
+        self._feed.add_metrics(point.x, {SHOWN_RETURN: point.episode_return})
 
     def close(self) -> None:
         if self._closed:

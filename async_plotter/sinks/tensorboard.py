@@ -9,6 +9,7 @@ from typing import Callable, Dict, Optional
 
 import numpy as np
 
+from async_plotter.render.history import HistoryPoint
 from async_plotter.sinks.recorded import RecordedSink
 from async_plotter.render.stream import EpisodeInfo
 from async_plotter.tensorboard.gif import FrameReel
@@ -21,6 +22,9 @@ WrittenCallback = Callable[[str, int, EpisodeInfo, int, int], None]
 
 #: the TensorBoard step of the initial policy's rollout (``Plotter()``'s policy, update 0)
 INITIAL_POLICY_STEP = -1
+#: the scalars of each history recording (``Plotter(history=...)``)
+HISTORY_RETURN_TAG = "history/return"
+HISTORY_LENGTH_TAG = "history/length"
 
 
 def rollout_step(episode: EpisodeInfo) -> int:
@@ -88,6 +92,17 @@ class TensorBoardSink(RecordedSink):
         step = iteration if iteration is not None else self._metrics_seen
         self._metrics_seen += 1
         self._write(lambda writer: writer.add_scalars(step, metrics))
+
+    def on_history(self, point: HistoryPoint) -> None:
+        """The return and length of a history recording, as scalars ``history/return`` and
+        ``history/length`` at the policy's step (``rollout_step``: its iteration), beside the
+        training curve; with ``scalars`` only, as ``run_experiment_lite`` has its trainer
+        write them as ``progress/ShownReturn``."""
+        if not self.scalars:
+            return
+        step = rollout_step(EpisodeInfo(point.update, point.iteration, 0))
+        values = {HISTORY_RETURN_TAG: point.episode_return, HISTORY_LENGTH_TAG: point.length}
+        self._write(lambda writer: writer.add_scalars(step, values))
 
     def close(self) -> None:
         super().close()

@@ -1,4 +1,5 @@
-"""What the worker has delivered: the videos it wrote, and whether one shows the final policy.
+"""What the worker has delivered: the videos it wrote, whether one shows the final policy, and
+the run's history recordings.
 
 Kept by the supervisor's thread (``record``) and read by the trainer's (``wait_for``, from
 ``Plotter.close()``), hence the condition variable.
@@ -16,9 +17,9 @@ _LOGGED_KEYS = ("path", "update", "iteration", "episodes", "frames", "whole", "t
 
 class VideoLedger:
     """Counts kept rollouts into the stats record (``videos``, ``last_video``, ``video_log``,
-    ``final_video``; ``tensorboard_images``; ``state_recordings``, ``final_state_recording``)
-    and lets the trainer wait for a rollout of an update (an mp4 or a TensorBoard image,
-    whichever comes first)."""
+    ``final_video``; ``tensorboard_images``; ``state_recordings``, ``final_state_recording``;
+    ``history``) and lets the trainer wait for a rollout of an update (an mp4 or a TensorBoard
+    image, whichever comes first; and its history recording)."""
 
     def __init__(self, stats: WorkerStats) -> None:
         self._stats = stats
@@ -30,6 +31,8 @@ class VideoLedger:
         #: the newest whole state recording beside a video, and the update it shows
         self._newest_states: Optional[str] = None
         self._newest_states_update = -1
+        #: the newest update the history has recorded (-1: none yet)
+        self.newest_history_update = -1
         #: the update the final video must show (or a newer one); None until training is over
         self.final_update: Optional[int] = None
 
@@ -69,6 +72,25 @@ class VideoLedger:
                 self._newest_states, self._newest_states_update = payload["path"], update
             self._mark_final()
 
+    def record_history(self, payload: Dict[str, Any]) -> Dict[str, Any]:
+        """A history recording's report from the rollout process; the entry kept. A policy
+        recorded again (by a restarted worker) replaces its entry."""
+        stats = self._stats
+        entry = {
+            "iteration": payload.get("iteration"),
+            "update": payload["update"],
+            "return": payload.get("episode_return"),
+            "length": payload.get("length"),
+            "path": payload.get("path"),
+            "time": payload.get("time"),
+        }
+        log = [old for old in stats.history if old["update"] != entry["update"]]
+        stats.update(history=(log + [entry])[-VIDEO_LOG_LENGTH:])
+        with self._written:
+            self.newest_history_update = max(self.newest_history_update, entry["update"])
+            self._written.notify_all()
+        return entry
+
     def record_image(self, payload: Dict[str, Any]) -> None:
         """A TensorBoard image report: a kept rollout too (it may be the final one)."""
         self._stats.tensorboard_images += 1
@@ -93,12 +115,17 @@ class VideoLedger:
         if self._newest_states_update >= self.final_update:
             self._stats.final_state_recording = self._newest_states
 
-    def wait_for(self, update: int, timeout: float, give_up: Callable[[], bool]) -> bool:
-        """Wait up to ``timeout`` s for a video of ``update`` or newer; stop early once
-        ``give_up()`` (the worker is disabled or gone). True once it exists."""
+    def wait_for(self,
+                 update: int,
+                 timeout: float,
+                 give_up: Callable[[], bool],
+                 history: bool = False) -> bool:
+        """Wait up to ``timeout`` s for a video of ``update`` or newer (and with ``history``,
+        its history recording); stop early once ``give_up()`` (the worker is disabled or
+        gone). True once they exist."""
         deadline = time.monotonic() + timeout
         with self._written:
-            while self._newest_update < update:
+            while self._newest_update < update or (history and self.newest_history_update < update):
                 remaining = deadline - time.monotonic()
                 if remaining <= 0 or give_up():
                     return False

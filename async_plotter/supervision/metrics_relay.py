@@ -1,4 +1,5 @@
-"""Training metrics on their way to the render process, and the curve a restarted one needs."""
+"""Training metrics (and the history's points) on their way to the render process, and the
+curve a restarted one needs."""
 import collections
 from typing import Any, Deque, Dict, Optional
 
@@ -23,6 +24,10 @@ class MetricsRelay:
             return False
         self._pending.append((StreamKind.METRICS, (iteration, dict(metrics))))
         return True
+
+    def post_history(self, point: Any) -> None:
+        """Queue a history recording's ``HistoryPoint`` (``render/history.py``); never blocks."""
+        self._pending.append((StreamKind.HISTORY, point))
 
     def forward(self, lifeline: Any) -> None:
         """Send what is pending on the non-blocking ``lifeline``; a full pipe waits for the next

@@ -61,6 +61,11 @@ class WorkerStats:
     final_state_recording: Optional[str] = None
     #: live episodes written as state recordings (``record_states=True``, ``<video_dir>/live/``)
     live_state_recordings: int = 0
+    #: the run's history (``Plotter(history=...)``), one entry per policy recorded, oldest
+    #: first (the newest 1000): ``iteration``, ``update``, ``return`` and ``length`` of one
+    #: whole, deterministic episode from the run's start state (not the training average),
+    #: ``path`` of its state recording (None where the env has no state to keep) and ``time``
+    history: List[Dict[str, Any]] = dataclasses.field(default_factory=list)
     #: the policy's actions were not finite (NaN or inf: NaN parameters, an overflow): the
     #: first update and iteration whose actions were, and how many steps in all so far
     #: (``{"update": 4, "iteration": 3, "steps": 1200}``); the worker gave the env 0 in place

@@ -23,6 +23,7 @@ from async_plotter.processes import (spawn_context, start_process, stop_process,
 from async_plotter.supervision import priorities
 from async_plotter.worker import render_process, rollout_process
 from async_plotter.supervision.budget import CpuGovernor, Phase
+from async_plotter.render.history import HistoryPoint
 from async_plotter.render.stream import StreamKind
 from async_plotter.display import x_display_available
 from async_plotter.worker.config import WorkerConfig
@@ -460,6 +461,12 @@ class WorkerSupervisor:
     def _on_states(self, payload: dict, pair: _Pair) -> None:
         self._videos.record_states(payload)
 
+    def _on_history(self, payload: dict, pair: _Pair) -> None:
+        entry = self._videos.record_history(payload)
+        if entry["return"] is not None:  # the curves of the live page and TensorBoard
+            self._metrics.post_history(
+                HistoryPoint(entry["update"], entry["iteration"], entry["return"], entry["length"]))
+
     def _on_tensorboard(self, payload: dict, pair: _Pair) -> None:
         self._first_video_done()
         self._videos.record_image(payload)
@@ -511,22 +518,36 @@ class WorkerSupervisor:
                 return False
             time.sleep(0.2)
 
+    @property
+    def newest_history_update(self) -> int:
+        """The newest update the history has recorded (-1: none yet, or no history)."""
+        return self._videos.newest_history_update
+
+    @property
+    def keeps_history(self) -> bool:
+        """Whether the rollout process records every policy it takes (``history_dir``)."""
+        return self._config.history_dir is not None
+
     def final_video_exists(self, update: int) -> bool:
         """Training is over at update ``update``: whether a video of it (or a newer one) exists
         already; ``stats["final_video"]`` then names it."""
         return self._videos.ask_for_final(update)
 
-    def wait_for_final_video(self, update: int, timeout: float) -> bool:
+    def wait_for_final_video(self, update: int, timeout: float, video: bool = True) -> bool:
         """Training is over: have the worker record update ``update`` (or a newer one) at full
-        speed, and wait up to ``timeout`` s for the video. True once it exists."""
-        if self._videos.ask_for_final(update):
+        speed, and wait up to ``timeout`` s for the video (``video=False``: it exists) and, with
+        a history, its history recording. True once they exist."""
+        history = self.keeps_history
+        if self._videos.ask_for_final(update) and (not history
+                                                   or self.newest_history_update >= update):
             return True
         if self._governor is not None:
-            self._governor.set_phase(Phase.UNLIMITED)
+            self._governor.set_phase(Phase.UNLIMITED)  # training is over
         with self._lock:
             pair = self._pair
         if pair is not None:
-            self._send_final(pair)
+            if video:
+                self._send_final(pair)
             if self._governor is None:
                 _lift([pair.rollout, pair.render])
 
@@ -535,7 +556,7 @@ class WorkerSupervisor:
             return (self._stats.disabled or self._stats.video_dir_full
                     or not self._thread.is_alive())
 
-        return self._videos.wait_for(update, timeout, give_up)
+        return self._videos.wait_for(update, timeout, give_up, history)
 
     def _send_final(self, pair: _Pair) -> None:
         try:
@@ -612,6 +633,7 @@ WorkerSupervisor._handlers = {
     StatusKind.VIDEO: WorkerSupervisor._on_video,
     StatusKind.TENSORBOARD: WorkerSupervisor._on_tensorboard,
     StatusKind.STATES: WorkerSupervisor._on_states,
+    StatusKind.HISTORY: WorkerSupervisor._on_history,
     StatusKind.ENCODER: WorkerSupervisor._on_encoder,
     StatusKind.READY: WorkerSupervisor._on_ready,
     StatusKind.HTTP: WorkerSupervisor._on_http,

@@ -26,6 +26,7 @@ from async_plotter.policy.adapters import PolicyAdapter, adapter_for
 from async_plotter.policy.recipe import describe_policy
 from async_plotter.processes import POLICY_DEVICES
 from async_plotter.render.camera import check_camera_argument
+from async_plotter.render.history import DEFAULT_KEPT, history_folder
 from async_plotter.sinks.base import FrameSink
 from async_plotter.validation import (boolean, callable_or_none, cpu_fraction, frame_size as
                                       checked_frame_size, is_int, non_negative_int,
@@ -143,6 +144,7 @@ def plotter_config(arguments: Mapping[str, Any]) -> PlotterConfig:
     view = checked_view(given.view, http_config is not None)
     record_states = _checked_record_states(given.record_states, video_dir, window
                                            or http_config is not None)
+    history_kept = _checked_history(given.history)
     publish = _publish_target(given.channel, given.experiment, given.secret)
 
     env_recipe = describe_env(given.env)
@@ -173,6 +175,8 @@ def plotter_config(arguments: Mapping[str, Any]) -> PlotterConfig:
         policy_device=given.policy_device,
         parameters=ParameterLayout(initial.size, initial.dtype,
                                    env_state.layout if env_state else EnvStateLayout()),
+        history_dir=history_folder(video_dir) if video_dir and history_kept else None,
+        history_kept=history_kept or DEFAULT_KEPT,
     ).with_sinks(specs)
     return PlotterConfig(worker=worker,
                          initial=initial,
@@ -305,6 +309,18 @@ def checked_view(view: Any, serving: bool) -> str:
             raise InvalidArgumentError("view='3d' is what the live page shows: pass http= too "
                                        "(e.g. http=8080)")
     return view
+
+
+def _checked_history(history: Any) -> int:
+    """How many history recordings are kept at most (0: no history): ``True`` the default
+    bound, an int at least 2 that bound, ``False`` none."""
+    if isinstance(history, bool):
+        return DEFAULT_KEPT if history else 0
+    if not is_int(history) or history < 2:
+        raise InvalidArgumentError(
+            "history must be True (keep at most 200 recordings), False (off) or the most "
+            f"recordings to keep (an int of at least 2); got {history!r}")
+    return int(history)
 
 
 def _checked_record_states(record_states: Any, video_dir: Optional[str], live: bool) -> bool:

@@ -112,6 +112,14 @@ class Plotter:
         record_states: also write every episode a live view (``http``, window) shows as a
             state recording (``async-plotter replay``) into ``<video_dir>/live/``, the newest
             ``LIVE_RECORDINGS_KEPT`` (100) kept. Needs ``video_dir`` and a live view.
+        history: with ``video_dir``, keep the whole run: the worker rolls out every policy it
+            takes once more, without drawing (one whole deterministic episode of up to
+            ``max_path_length`` steps from the run's one start state: reset seed ``seed``, else
+            0), into ``<video_dir>/history/iter_NNNN.npz``, and reports its return and length
+            in ``stats["history"]``, the live page's curve and TensorBoard
+            (``history/return``). ``True`` keeps at most 200 files (the newest quarter, older
+            ones thinned evenly); an int that many; ``False`` turns it off. The final policy is
+            recorded at ``close()``. An env that draws itself (not MuJoCo) keeps returns only.
         channel: ``None`` renders here; ``"redis://host:6379/0"`` (or ``rediss://``) publishes
             the parameters to Redis for ``async-plotter view`` on another machine instead.
         experiment: the experiment's name on the Redis server (required with ``channel``).
@@ -160,6 +168,7 @@ class Plotter:
                  http_token: Optional[str] = None,
                  view: str = "2d",
                  record_states: bool = False,
+                 history: Union[bool, int] = True,
                  channel: Optional[str] = None,
                  experiment: Optional[str] = None,
                  secret: Optional[Union[str, bytes]] = None,
@@ -187,6 +196,8 @@ class Plotter:
         self._route: Optional[PlotRoute] = None
         self._state = PlotterState.CREATED
         self.video_dir = config.video_dir
+        #: where the run's history recordings go (``<video_dir>/history``); None: no history
+        self.history_dir = config.worker.history_dir if config.has_output else None
         self.tensorboard_dir = config.tensorboard_dir
         self.window = config.window
 

@@ -45,7 +45,8 @@ def check_before_start(config: PlotterConfig, policy: Any) -> None:
     trainer's env object (``config.trainer_env``) and ``policy``: the policy checked on the CPU
     when the worker's TensorFlow sees no GPU, the env given its wrappers' state as it travels.
     State recordings of the live episodes (``record_states``), which only a MuJoCo env has, get
-    one warning otherwise."""
+    one warning otherwise; a history (``history``) of such an env is said, once, to keep
+    returns only."""
     started = time.perf_counter()
     with kept_to_log():
         _check(config, policy)
@@ -77,6 +78,10 @@ def _check(config: PlotterConfig, policy: Any) -> None:
             if worker.camera is not None:
                 logger.warning("camera=%r is ignored: %s draws its own frames (not MuJoCo)",
                                worker.camera, label)
+            if worker.history_dir:
+                logger.info(
+                    "%s draws its own frames (not MuJoCo): its history keeps each policy's "
+                    "return and length (stats['history']), without recordings", label)
             if any(isinstance(spec, LiveStatesSpec) for spec in worker.sinks):
                 logger.warning(
                     "record_states=True records nothing: %s draws its own frames (not MuJoCo), "

@@ -91,8 +91,11 @@ class LocalRoute:
             self.writer.close(max(deadline - time.monotonic(), 0.1))
 
     def _needs_final_video(self, timeout: float) -> bool:
-        return (self._config.records and timeout > 0 and not self._stats.disabled
-                and self._supervisor.newest_video_update < self.writer.published)
+        """Whether the final policy still needs its video, or its history recording."""
+        supervisor, published = self._supervisor, self.writer.published
+        missing = (supervisor.newest_video_update < published
+                   or (supervisor.keeps_history and supervisor.newest_history_update < published))
+        return self._config.records and timeout > 0 and not self._stats.disabled and missing
 
     def _wait_for_start_up(self, timeout: float) -> None:
         """A run shorter than the worker's start-up (TensorFlow's import, the policy's rebuild:
@@ -106,23 +109,30 @@ class LocalRoute:
         self._supervisor.wait_until_ready(timeout)
 
     def _record_final_video(self, timeout: float) -> None:
+        """The final policy's video, and its history recording (cheaper: a whole episode
+        simulated, not drawn, beside the video), within ``timeout``."""
         writer, supervisor = self.writer, self._supervisor
-        if self._config.records and supervisor.final_video_exists(writer.published):
+        video_made = self._config.records and supervisor.final_video_exists(writer.published)
+        if video_made and not (supervisor.keeps_history
+                               and supervisor.newest_history_update < writer.published):
             return  # a calm end: the newest update's video was made while training
         if not self._needs_final_video(timeout):
             return
-        writer.request_final()
+        if not video_made:
+            writer.request_final()
         started = time.monotonic()
-        if supervisor.wait_for_final_video(writer.published, timeout):
+        if supervisor.wait_for_final_video(writer.published, timeout, video=not video_made):
             logger.debug("final video after %.1f s", time.monotonic() - started)
         elif self._stats.video_dir_full:
             logger.info("close(): no video of the final policy: no space left on the device "
                         "for the videos")
         elif not self._stats.disabled:
+            what = ("video"
+                    if supervisor.newest_video_update < writer.published else "history recording")
             logger.warning(
-                "close(): the video of the final policy was not finished within %.3g s; what "
+                "close(): the %s of the final policy was not finished within %.3g s; what "
                 "was recorded of it is kept. Raise final_video_timeout= (or close(timeout=)) "
-                "to wait longer.", timeout)
+                "to wait longer.", what, timeout)
 
 
 class PublishRoute:

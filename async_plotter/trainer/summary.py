@@ -28,8 +28,28 @@ def summarize_videos(stats: Dict[str, Any], iterations: int, elapsed: float,
                  "does not show the final policy")
         text = (f"plotter: {len(log)} video{'s' if len(log) != 1 else ''} in {video_dir} of "
                 f"{_compact(shown)}; the newest, {newest}, {final}{_cut_short(log[-1], stats)}")
-    notes = [_no_initial_video(log, stats), _why_few(stats, len(log), iterations, elapsed, budget)]
+    notes = [
+        _no_initial_video(log, stats),
+        _why_few(stats, len(log), iterations, elapsed, budget),
+        _history(stats)
+    ]
     return ". ".join([text] + [note for note in notes if note])
+
+
+def _history(stats: Dict[str, Any]) -> str:
+    """``The whole run: 21 policies recorded in .../history ...``, with the newest's return."""
+    entries = [entry for entry in stats.get("history") or () if entry.get("return") is not None]
+    if not entries:
+        return ""
+    newest = entries[-1]
+    count = f"{len(entries)} polic{'ies' if len(entries) != 1 else 'y'}"
+    ret = f"the newest's return {newest['return']:.4g} in {newest['length']} steps"
+    files = [entry["path"] for entry in entries if entry.get("path")]
+    if files:
+        return (f"The whole run: {count} recorded in {os.path.dirname(files[-1])}, one "
+                f"deterministic episode each from one start state ({ret})")
+    return (f"The whole run: the returns of {count} in stats['history'], one deterministic "
+            f"episode each from one start state ({ret}; this env keeps no states)")
 
 
 def _cut_short(entry: Dict[str, Any], stats: Dict[str, Any]) -> str:

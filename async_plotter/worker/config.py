@@ -4,6 +4,7 @@ from typing import Any, Iterable, Optional, Tuple
 
 from async_plotter.env.recipe import EnvRecipe
 from async_plotter.policy.recipe import PolicyRecipe
+from async_plotter.render.history import DEFAULT_KEPT
 from async_plotter.worker.parameters import ParameterLayout
 from async_plotter.sinks.specs import SinkSpec, records, wants_live
 
@@ -51,6 +52,11 @@ class WorkerConfig:
     #: process must know without the sinks: it chains short episodes into the video, and in a
     #: live view finishes a short one before showing a newer policy (``worker/video_chain.py``)
     keeps_rollouts: bool = False
+    #: where the rollout process keeps the run's history: a state recording of one whole,
+    #: deterministic episode of every policy it applies (``worker/history.py``); None: off
+    history_dir: Optional[str] = None
+    #: history recordings kept at most (``render/history.py``'s bound)
+    history_kept: int = DEFAULT_KEPT
 
     def with_sinks(self, sinks: Iterable[SinkSpec]) -> "WorkerConfig":
         """This configuration sending frames to ``sinks``, live exactly when one of them is."""

@@ -5,15 +5,19 @@ statistics, ``env/state.py``), in the policy's dtype. The trainer builds it with
 ``ParameterLayout.encode`` and publishes it (shared memory or Redis); the rollout process's
 ``ParameterClient`` takes the newest, cuts it with ``split`` and applies both parts, as acme's
 ``VariableClient`` fetches an actor's newest variables. The trainer-side check gives its copy of
-the env the state through the same two calls.
+the env the state through the same two calls. Where the rollout process also keeps the run's
+history (``worker/history.py``), one ``UpdateFanOut`` reads the channel and hands each update to
+both, newest wins for each.
 """
 import dataclasses
+import threading
 from typing import Any, Optional, Tuple
 
 import numpy as np
 
-from async_plotter.channel.base import ParamReader, ParamUpdate
+from async_plotter.channel.base import ParamReader, ParamUpdate, ParentGone
 from async_plotter.env.state import EnvStateLayout, TrainerEnvState, WorkerEnvState
+from async_plotter.newest import Newest
 from async_plotter.worker.status import StatusKind, StatusSender
 
 
@@ -78,3 +82,62 @@ class ParameterClient:
     def final_requested(self) -> bool:
         """Whether the trainer finished and wants a video of its newest parameters."""
         return self._reader.final_requested()
+
+
+class UpdateFanOut:
+    """One channel reader, two takers: the rollout process's episodes (``main``, a
+    ``ParamReader`` for its ``ParameterClient``) and its history thread (``history``). A thread
+    waits on the channel and puts each update into both slots; what a taker has not taken yet is
+    replaced by the newer one. The history thread records cheap whole episodes while the
+    episodes of a video wait on the render process, so it keeps up with updates that the video
+    never shows; it must not wait for them to be applied there."""
+
+    def __init__(self, reader: ParamReader) -> None:
+        self._reader = reader
+        self._main: Newest[ParamUpdate] = Newest()
+        #: the newest update not yet taken by the history thread
+        self.history: Newest[ParamUpdate] = Newest()
+        #: why the channel thread stopped (``ParentGone``, or a reader's error), re-raised by
+        #: the main taker
+        self.ended: Optional[BaseException] = None
+        self.main = _MainTaker(self)
+        self._thread = threading.Thread(target=self._pump, name="async_plotter-params", daemon=True)
+        self._thread.start()
+
+    def _pump(self) -> None:
+        try:
+            while True:
+                update = self._reader.wait(timeout=1.0)
+                if update is not None:
+                    self._main.put(update)
+                    self.history.put(update)
+        except BaseException as error:  # noqa: BLE001 - handed to the main thread
+            self.ended = error
+        finally:
+            self._main.close()
+            self.history.close()
+
+
+class _MainTaker:
+    """The episodes' end of an ``UpdateFanOut``: a ``ParamReader``."""
+
+    def __init__(self, fan_out: UpdateFanOut) -> None:
+        self._fan_out = fan_out
+
+    def newer_available(self) -> bool:
+        return self._fan_out._main.fresh
+
+    def final_requested(self) -> bool:
+        return self._fan_out._reader.final_requested()
+
+    def wait(self, timeout: Optional[float]) -> Optional[ParamUpdate]:
+        update = self._fan_out._main.take(timeout)
+        ended = self._fan_out.ended
+        if update is None and ended is not None:
+            if isinstance(ended, ParentGone):
+                raise ParentGone(str(ended))
+            raise ended
+        return update
+
+    def close(self) -> None:
+        self._fan_out._reader.close()

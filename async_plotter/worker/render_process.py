@@ -241,8 +241,8 @@ def _run(config: WorkerConfig,
 def _await_scene(frames_in: Connection, lifeline: Connection,
                  status: StatusSender) -> Optional[Tuple[SceneInfo, List[tuple]]]:
     """The handshake: the rollout process's ``(SCENE, SceneInfo)``, and the trainer's messages
-    that came before it (``METRICS``, ``FINAL``), to be handled once the sinks exist. None if
-    either end went away first."""
+    that came before it (``METRICS``, ``HISTORY``, ``FINAL``), to be handled once the sinks exist.
+    None if either end went away first."""
     early = []
     while True:
         message = _receive(frames_in, lifeline, status)
@@ -253,7 +253,7 @@ def _await_scene(frames_in: Connection, lifeline: Connection,
             return body, early
         if kind is StreamKind.FAILED:
             continue  # no episode is open before the scene
-        if kind not in (StreamKind.METRICS, StreamKind.FINAL):
+        if kind not in (StreamKind.METRICS, StreamKind.HISTORY, StreamKind.FINAL):
             raise UnknownMessage(f"the rollout process began with {kind}, not the scene")
         early.append(message)
 
@@ -402,6 +402,10 @@ class _Stream:
     def _on_metrics(self, body: Tuple[Optional[int], Dict[str, float]]) -> None:
         for sink in self._sinks:
             sink.on_metrics(*body)
+
+    def _on_history(self, point: Any) -> None:
+        for sink in self._sinks:
+            sink.on_history(point)
 
     def _on_final(self, body: None) -> None:
         self._final = True
@@ -576,6 +580,7 @@ _SHOWN = (StreamKind.STATES, StreamKind.FRAME)
 #: it: the scene comes once, first)
 _HANDLERS: Dict[StreamKind, Callable[[_Stream, Any], None]] = {
     StreamKind.METRICS: _Stream._on_metrics,
+    StreamKind.HISTORY: _Stream._on_history,
     StreamKind.FINAL: _Stream._on_final,
     StreamKind.FAILED: _Stream._on_failed,
     StreamKind.BEGIN: _Stream._on_begin,

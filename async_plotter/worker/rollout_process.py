@@ -5,8 +5,9 @@ It never touches GL: TensorFlow and Mesa's software renderer crash when they sha
 MuJoCo scenes leave here as physics states and are drawn by the render process. It decides how
 videos play (``worker/playback.py``): only every ``stride``-th step is sent, and the scene says
 the frame rate. Its TensorFlow sees no GPU unless ``Plotter(policy_device="gpu")`` (the
-supervisor starts it with ``CUDA_VISIBLE_DEVICES=""``). However it ends, it closes its env and
-policy runtime.
+supervisor starts it with ``CUDA_VISIBLE_DEVICES=""``). With a history (``history_dir``), a
+thread here also records every policy it takes as one whole, deterministic episode
+(``worker/history.py``). However it ends, it closes its env and policy runtime.
 """
 import dataclasses
 import logging
@@ -15,12 +16,13 @@ import pickle
 import signal
 import sys
 from multiprocessing.connection import Connection
-from typing import Any, Tuple
+from typing import Any, List, Optional, Tuple
 
 from async_plotter.channel.base import ChannelAddress, ParamReader, ParamUpdate, ParentGone
 from async_plotter.processes import (become_background_child, keep_side_effects_out_of_user_folders)
 from async_plotter.worker.config import WorkerConfig
-from async_plotter.worker.parameters import ParameterClient
+from async_plotter.worker.history import HistoryRecorder
+from async_plotter.worker.parameters import ParameterClient, UpdateFanOut
 from async_plotter.worker.playback import Playback, plan_playback
 from async_plotter.worker.shown_steps import ShownSteps
 from async_plotter.worker.status import StatusKind, StatusSender
@@ -98,19 +100,31 @@ def _run(config: WorkerConfig, reader: ParamReader, frames_out: Connection,
 
     global _closing
     runtime = env = None
+    # With a history, one thread reads the channel for both the episodes here and the history.
+    fan_out = UpdateFanOut(reader) if config.history_dir else None
+    history: List[HistoryRecorder] = []
     try:
         runtime = PolicyRuntime(config.policy, config.deterministic)
         env = build_env(config.env, render_mode="rgb_array")
         env_state = WorkerEnvState(env, config.parameters.env_state, config.env.label)
         stepper = EnvStepper(env, env_state)
-        params = ParameterClient(reader, config.parameters, runtime, env_state, status)
-        _play(config, stepper, runtime, params, frames_out, status)
+        params = ParameterClient(fan_out.main if fan_out else reader, config.parameters, runtime,
+                                 env_state, status)
+        _play(config, stepper, runtime, params, frames_out, status, fan_out, history)
     finally:
         # Whatever ended it (a stop, an error, SIGTERM as SystemExit), as Gymnasium's vector
-        # workers do: the env's files, viewers and pygame, the policy's graph and session.
+        # workers do: the env's files, viewers and pygame, the policy's graph and session. A
+        # history recording in progress gets a moment to be written whole.
         _closing = True
+        for recorder in history:
+            recorder.stop(_HISTORY_STOP_SECONDS)
         _close_quietly("env", env)
         _close_quietly("policy runtime", runtime)
+
+
+#: how long a stopping rollout process waits for a history recording in progress (the
+#: supervisor kills it a second after its SIGTERM)
+_HISTORY_STOP_SECONDS = 0.5
 
 
 def _close_quietly(what: str, thing: Any) -> None:
@@ -124,9 +138,17 @@ def _close_quietly(what: str, thing: Any) -> None:
         logger.warning("closing the rollout process's %s failed", what, exc_info=True)
 
 
-def _play(config: WorkerConfig, stepper: EnvStepper, runtime: Any, params: ParameterClient,
-          frames_out: Connection, status: StatusSender) -> None:
-    """Announce the scene, then run episodes of the newest parameters until stopped."""
+def _play(config: WorkerConfig,
+          stepper: EnvStepper,
+          runtime: Any,
+          params: ParameterClient,
+          frames_out: Connection,
+          status: StatusSender,
+          fan_out: Optional[UpdateFanOut] = None,
+          history: Optional[List[HistoryRecorder]] = None) -> None:
+    """Announce the scene, then run episodes of the newest parameters until stopped; with
+    ``fan_out``, start the history thread (into ``history``) once the first video's rollout is
+    over."""
     env = stepper.env
     playback = plan_playback(env, config.fps)
     scene = dataclasses.replace(describe_scene(env, config),
@@ -142,16 +164,25 @@ def _play(config: WorkerConfig, stepper: EnvStepper, runtime: Any, params: Param
                 env_rate=playback.rate,
                 frame_stride=playback.stride,
                 video_fps=playback.fps)
+    recorder = None
+    if fan_out is not None and history is not None:
+        # Started after the first video's rollout: until the first video, the worker's start-up
+        # runs at the trainer's priority, uncharged, and the history (a second policy runtime,
+        # a whole episode per update) must not ride along; it waits under the budget instead.
+        recorder = HistoryRecorder(config, fan_out.history, scene, status)
+        history.append(recorder)
     shown_steps = ShownSteps(env, scene, frames_out, config.live, scene.fps or config.fps)
     # A video of an episode that ends at once (a young Hopper falls in 5-10 steps) would last a
     # fraction of a second; further episodes of the same parameters join it up to this length.
     chain = VideoChain(config.live, config.keeps_rollouts, playback.steps(config.min_video_seconds),
                        shown_steps, frames_out)
     rollout = _Rollout(config, stepper, runtime, params, shown_steps, chain, frames_out, status,
-                       max(int(scene.stride), 1))
+                       max(int(scene.stride), 1), recorder)
     episode_index = 0
     part, shown = 0, 0  # episodes and steps shown of ``params.current`` so far
     while True:
+        if recorder is not None:
+            recorder.check()
         chained = params.current is not None and part > 0
         fresh = not chained and (params.current is None or not config.live
                                  or params.newer_available())
@@ -170,6 +201,8 @@ def _play(config: WorkerConfig, stepper: EnvStepper, runtime: Any, params: Param
         end = _run_episode(rollout, info, (steps_left, clip_left), wanted)
         shown += end.steps
         part = part + 1 if end.continued else 0
+        if recorder is not None and not part and not recorder.started:
+            recorder.start()
         status.send(StatusKind.EPISODE,
                     update=info.update,
                     steps=end.steps,
@@ -196,6 +229,8 @@ class _Rollout:
     status: StatusSender
     #: every ``stride``-th step is shown
     stride: int
+    #: the history thread, whose failure ends the process too (None: no history)
+    history: Optional[HistoryRecorder] = None
 
 
 def _clip_steps(update: ParamUpdate, config: WorkerConfig, playback: Playback) -> int:
@@ -250,6 +285,8 @@ def _run_episode(rollout: _Rollout, info: EpisodeInfo, limits: Tuple[int, int],
             shown.add(step.action, unsent_reward)
             unsent_reward = 0.0
         rollout.status.beat()
+        if rollout.history is not None:
+            rollout.history.check()
         if step.ended:
             ended_early = steps < max_path_length
             break

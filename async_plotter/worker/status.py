@@ -3,6 +3,7 @@ errors. Every report is ``(StatusKind, payload_dict)``, the member itself on the
 render process's ``(StreamKind, body)`` messages are (``render/stream.py``); the payload always
 has ``role`` and ``time``."""
 import enum
+import threading
 import time
 import traceback
 from multiprocessing.connection import Connection
@@ -20,6 +21,8 @@ class StatusKind(str, enum.Enum):
     VIDEO = "video"  # render: a video file is complete (path, update, iteration, ...)
     TENSORBOARD = "tensorboard"  # render: a rollout written to TensorBoard (path, tag, step, ...)
     STATES = "states"  # render: a state recording is complete (path, update, iteration, ...)
+    HISTORY = "history"  # rollout: a policy's history recording is complete (update,
+    # iteration, episode_return, length, path: None where the env has no state to keep, ...)
     ENCODER = "encoder"  # render: the video encoder's pid, to hold it to the budget
     HTTP = "http"  # render: the live page's URL
     STORAGE = "storage"  # render: the video folder's device is full, has space again, or the
@@ -40,12 +43,15 @@ def report_kind(kind: Any) -> StatusKind:
 
 
 class StatusSender:
-    """Child side. Sending never raises for a gone trainer; an unknown kind is a ``TypeError``."""
+    """Child side. Sending never raises for a gone trainer; an unknown kind is a ``TypeError``.
+    Threads may share one (the rollout process's history thread does): a report is one whole
+    message."""
 
     def __init__(self, connection: Connection, role: str) -> None:
         self._connection = connection
         self.role = role
         self._last_beat = 0.0
+        self._lock = threading.Lock()
 
     def send(self, kind: StatusKind, **payload: Any) -> None:
         if not isinstance(kind, StatusKind):
@@ -53,7 +59,8 @@ class StatusSender:
         payload["role"] = self.role
         payload["time"] = time.time()
         try:
-            self._connection.send((kind, payload))
+            with self._lock:
+                self._connection.send((kind, payload))
         except (OSError, ValueError):
             pass  # the trainer is gone; the lifeline will end this process
 

@@ -204,11 +204,14 @@ def test_plot_with_parallel_sampling_records_videos(tmp_path, no_leftover_childr
                                  fps=200)
     videos = tmp_path / "run" / "videos"
     assert result.video_dir == str(videos)
-    files = sorted(p.name for p in videos.iterdir() if p.stat().st_size > 0)
-    # Whole videos, each with its state recording beside it, and nothing else.
+    files = sorted(p.name for p in videos.iterdir() if p.is_file() and p.stat().st_size > 0)
+    # Whole videos, each with its state recording beside it, and nothing else but the history.
     assert files and all(name.endswith((".mp4", ".npz")) for name in files), files
     videos_ = {name[:-4] for name in files if name.endswith(".mp4")}
     assert videos_ and {name[:-4] for name in files if name.endswith(".npz")} == videos_, files
+    assert sorted(p.name for p in videos.iterdir() if p.is_dir()) == ["history"]
+    history = sorted(p.name for p in (videos / "history").iterdir())
+    assert "iter_0002.npz" in history and all(name.endswith(".npz") for name in history), history
 
 
 def test_train_without_run_experiment_lite_writes_to_its_log_dir(tmp_path):

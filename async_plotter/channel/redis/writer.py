@@ -338,7 +338,7 @@ class RedisWriter:
     def _seal_structure(self, config: Any) -> Tuple[bytes, bytes]:
         # The trainer's own outputs mean nothing on a viewer's machine, and the live page's token
         # must not leave this machine.
-        published = config.with_sinks(())
+        published = dataclasses.replace(config.with_sinks(()), history_dir=None)
         body = pickle.dumps(published, protocol=pickle.HIGHEST_PROTOCOL)
         created = self._run_started_ns / 1e9
         meta = {

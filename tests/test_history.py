@@ -1,0 +1,303 @@
+"""The whole run, kept: every policy the worker takes, rolled out once more without drawing (one
+whole, deterministic episode from the run's start state) into ``<video_dir>/history/``, its
+return in ``stats["history"]`` and TensorBoard; ``async-plotter render`` draws any of them."""
+import logging
+import math
+import os
+import subprocess
+import sys
+import time
+
+import imageio.v2 as imageio
+import numpy as np
+import pytest
+
+from async_plotter import Plotter
+from async_plotter.render.recording import read_recording
+from tests.conftest import wait_for
+from tests.policies import FailsInHistoryPolicy, LinearPolicy, NoisyLinearPolicy, SlowLinearPolicy
+from tests.test_tensorboard import accumulate
+
+pytestmark = pytest.mark.slow
+
+ITERATIONS = 20
+STEPS = 300  # Hopper: 125 steps/s, every 4th step shown
+
+
+def history_of(plotter):
+    return {entry["update"]: entry for entry in plotter.stats["history"]}
+
+
+def wait_for_history(plotter, update, timeout=120):
+    wait_for(lambda: update in history_of(plotter), timeout, message=f"update {update}'s history")
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory):
+    """20 iterations of a policy that samples its actions (as rl's do), paced so that the
+    worker takes each update; iterations 10 and 11 have the same parameters. The last update
+    goes in just before close()."""
+    folder = tmp_path_factory.mktemp("videos")
+    board = tmp_path_factory.mktemp("tensorboard")
+    policy = NoisyLinearPolicy(11, 3)
+    plotter = Plotter("Hopper-v5",
+                      policy,
+                      max_path_length=STEPS,
+                      video_dir=str(folder),
+                      tensorboard_dir=str(board),
+                      priority="normal").start()
+    try:
+        wait_for_history(plotter, 0)  # the initial policy
+        for iteration in range(ITERATIONS):
+            value = 0.1 * (iteration if iteration != 11 else 10) - 1.0
+            policy.fill(value)
+            plotter.update_plot(policy, iteration=iteration)
+            if iteration < ITERATIONS - 1:
+                wait_for_history(plotter, iteration + 1)
+    finally:
+        plotter.close()
+    return folder, board, plotter.stats
+
+
+def shown_steps(length, stride):
+    """The steps a recording keeps: the reset, every stride-th, and the last."""
+    return 1 + len({step for step in range(1, length + 1) if step % stride == 0 or step == length})
+
+
+def test_every_update_is_recorded_as_a_whole_deterministic_episode_from_one_start(run):
+    folder, _, stats = run
+    history = folder / "history"
+    names = sorted(os.listdir(history))
+    assert names == ["iter_%04d.npz" % i for i in range(ITERATIONS)] + ["update_0000.npz"], names
+    entries = {entry["update"]: entry for entry in stats["history"]}
+    assert sorted(entries) == list(range(ITERATIONS + 1))
+    starts = []
+    for update, entry in entries.items():
+        name = "update_0000.npz" if update == 0 else "iter_%04d.npz" % (update - 1)
+        assert entry["path"] == str(history / name)
+        assert entry["iteration"] == (None if update == 0 else update - 1)
+        recording = read_recording(entry["path"])
+        meta = recording.meta
+        assert meta["history"] is True and meta["deterministic"] is True
+        assert meta["update"] == update and meta["start_seed"] == 0
+        # Whole: until the episode ended by itself, or max_path_length.
+        assert meta["length"] == entry["length"]
+        assert meta["completed"] or entry["length"] == STEPS
+        assert meta["stride"] == 4 and meta["fps"] == pytest.approx(31.25)
+        assert len(recording.states) == shown_steps(entry["length"], 4)
+        assert recording.rewards.sum() == pytest.approx(entry["return"], rel=1e-4, abs=1e-3)
+        assert meta["return"] == pytest.approx(entry["return"])
+        starts.append(recording.states[0])
+    # One start state for the whole run.
+    assert all(np.array_equal(start, starts[0]) for start in starts)
+    # Different policies act differently from it.
+    assert len({round(entry["return"], 6) for entry in entries.values()}) > ITERATIONS // 2
+
+
+def test_two_recordings_of_the_same_parameters_are_the_same_step_for_step(run):
+    folder, _, _ = run
+    ten = read_recording(str(folder / "history" / "iter_0010.npz"))
+    eleven = read_recording(str(folder / "history" / "iter_0011.npz"))
+    assert np.array_equal(ten.states, eleven.states)
+    assert np.array_equal(ten.actions, eleven.actions, equal_nan=True)
+    assert np.array_equal(ten.rewards, eleven.rewards)
+
+
+def test_the_final_policy_is_recorded_at_close_and_the_videos_go_on(run):
+    folder, _, stats = run
+    assert stats["history"][-1]["iteration"] == ITERATIONS - 1
+    assert (folder / "history" / ("iter_%04d.npz" % (ITERATIONS - 1))).exists()
+    assert stats["final_video"] == str(folder / ("iter_%04d.mp4" % (ITERATIONS - 1)))
+    everything = [name for _, _, names in os.walk(folder) for name in names]
+    assert not [name for name in everything if name.startswith(".partial_")], everything
+
+
+def test_the_returns_are_in_tensorboard_at_each_policys_iteration(run):
+    _, board, stats = run
+    scalars = accumulate(board).Scalars("history/return")
+    written = {event.step: event.value for event in scalars}
+    expected = {
+        (-1 if e["iteration"] is None else e["iteration"]): e["return"]
+        for e in stats["history"]
+    }
+    assert written.keys() == expected.keys()
+    for step, value in expected.items():
+        assert written[step] == pytest.approx(value, rel=1e-5, abs=1e-4)
+
+
+def test_render_draws_a_history_recording_at_any_quality(run, tmp_path):
+    folder, _, stats = run
+    path = folder / "history" / "iter_0007.npz"
+    recording = read_recording(str(path))
+    out = tmp_path / "drawn"
+    result = subprocess.run([
+        sys.executable, "-m", "async_plotter.cli", "render",
+        str(path), "--quality", "full", "--size", "160", "--out",
+        str(out)
+    ],
+                            capture_output=True,
+                            text=True,
+                            timeout=300)
+    assert result.returncode == 0, result.stderr
+    reader = imageio.get_reader(str(out / "iter_0007.mp4"))
+    try:
+        frames = [frame for frame in reader]
+        fps = reader.get_meta_data()["fps"]
+    finally:
+        reader.close()
+    assert len(frames) == len(recording.states)
+    assert max(frames[0].shape[:2]) == 160 and fps == pytest.approx(31.25, rel=0.01)
+    assert frames[0].std() > 5, "a blank picture"
+
+
+def test_newest_wins_while_a_recording_runs_and_the_running_one_finishes(tmp_path):
+    """Each action takes 10 ms: a 200-step recording lasts 2 s. Five updates sent within it:
+    the one waiting is replaced by each newer one; the newest is recorded."""
+    policy = SlowLinearPolicy(8, 2, delay=0.01)
+    with Plotter("Swimmer-v5",
+                 policy,
+                 max_path_length=200,
+                 video_dir=str(tmp_path),
+                 video_length=10,
+                 priority="normal") as plotter:
+        wait_for_history(plotter, 0)
+        for iteration in range(5):
+            policy.fill(0.1 * iteration)
+            plotter.update_plot(policy, iteration=iteration)
+            time.sleep(0.05)
+        wait_for_history(plotter, 5)
+        recorded = sorted(history_of(plotter))
+    assert 5 in recorded and len(recorded) < 6, recorded
+    for entry in plotter.stats["history"]:
+        assert entry["length"] == 200  # whole: Swimmer never ends by itself
+
+
+def test_the_folder_is_bounded_and_keeps_the_first_and_the_newest(tmp_path):
+    policy = LinearPolicy(8, 2)
+    with Plotter("Swimmer-v5",
+                 policy,
+                 max_path_length=20,
+                 video_dir=str(tmp_path),
+                 history=6,
+                 priority="normal") as plotter:
+        wait_for_history(plotter, 0)
+        for iteration in range(ITERATIONS):
+            policy.fill(0.01 * iteration)
+            plotter.update_plot(policy, iteration=iteration)
+            wait_for_history(plotter, iteration + 1)
+    names = sorted(os.listdir(tmp_path / "history"))
+    assert len(plotter.stats["history"]) == ITERATIONS + 1
+    assert len(names) <= 6 and "iter_0000.npz" in names and "iter_0019.npz" in names, names
+    for name in names:
+        assert read_recording(str(tmp_path / "history" / name)).meta["history"] is True
+
+
+def test_the_bound_of_a_500_iteration_run():
+    from async_plotter.render.history import to_remove
+
+    kept = set()
+    for iteration in range(500):
+        kept.add(("iter", iteration))
+        kept -= to_remove(kept, 200)
+    numbers = sorted(number for _, number in kept)
+    assert len(numbers) <= 200
+    assert numbers[0] == 0 and numbers[-50:] == list(range(450, 500))
+    assert max(np.diff(numbers)) <= 4  # the older ones evenly thinned
+
+
+def test_a_policy_that_fails_mid_history_keeps_the_recordings_already_written(tmp_path):
+    policy = FailsInHistoryPolicy(8, 2, fail_at=20)
+    plotter = Plotter("Swimmer-v5",
+                      policy,
+                      max_path_length=50,
+                      video_dir=str(tmp_path),
+                      max_restarts=0,
+                      priority="normal").start()
+    try:
+        wait_for_history(plotter, 0)
+        for iteration in range(3):
+            policy.fill(0.01 * (iteration + 1))
+            plotter.update_plot(policy, iteration=iteration)
+            wait_for_history(plotter, iteration + 1)
+        policy.fill(FailsInHistoryPolicy.MARKER)
+        plotter.update_plot(policy, iteration=3)
+        wait_for(lambda: plotter.stats["disabled"], 120, message="the worker to fail")
+    finally:
+        plotter.close()
+    stats = plotter.stats
+    assert "the history recording failed" in stats["last_error"]
+    assert "the policy failed in the history (test)" in stats["last_error"]
+    names = sorted(os.listdir(tmp_path / "history"))
+    assert names == ["iter_0000.npz", "iter_0001.npz", "iter_0002.npz", "update_0000.npz"], names
+    for name in names:
+        assert len(read_recording(str(tmp_path / "history" / name)).states) == 51
+
+
+def test_an_env_that_draws_itself_keeps_returns_only_and_says_so_once(tmp_path, caplog):
+    policy = LinearPolicy(4, 2)
+    with caplog.at_level(logging.INFO, logger="async_plotter"):
+        plotter = Plotter("CartPole-v1", policy, max_path_length=100, video_dir=str(tmp_path))
+        with plotter:
+            policy.fill(0.5)
+            plotter.update_plot(policy, iteration=0)
+            wait_for_history(plotter, 1)
+    said = [r.getMessage() for r in caplog.records if "history keeps" in r.getMessage()]
+    assert len(said) == 1 and "CartPole-v1" in said[0] and "return" in said[0], said
+    entries = plotter.stats["history"]
+    assert [entry["path"] for entry in entries] == [None] * len(entries)
+    assert all(math.isfinite(entry["return"]) and entry["length"] >= 1 for entry in entries)
+    assert not (tmp_path / "history").exists() or not os.listdir(tmp_path / "history")
+
+
+@pytest.mark.timeout(600)
+def test_a_trpo_run_puts_the_shown_returns_into_progress_csv_and_tensorboard(tmp_path):
+    """Each row's ShownReturn is the newest recording finished while that iteration ran, of
+    the policy of iteration ShownIteration (blank where none finished); the last row gets the
+    final policy's, recorded at close()."""
+    import csv
+
+    from async_plotter.rl import TRPO, GaussianMLPPolicy, run_experiment_lite
+
+    algo = TRPO("Swimmer-v5",
+                GaussianMLPPolicy("Swimmer-v5", hidden_sizes=(8, )),
+                batch_size=1000,
+                max_path_length=100,
+                n_itr=8)
+    result = run_experiment_lite(algo, plot=True, seed=1, log_dir=str(tmp_path / "run"))
+    stats = result.algo.plotter.stats
+    returns = {
+        (-1 if e["iteration"] is None else e["iteration"]): e["return"]
+        for e in stats["history"]
+    }
+    with open(result.progress_csv) as file:
+        rows = list(csv.DictReader(file))
+    assert [int(row["Iteration"]) for row in rows] == list(range(8))
+    shown = [(int(row["Iteration"]), int(row["ShownIteration"]), float(row["ShownReturn"]))
+             for row in rows if row["ShownReturn"] != ""]
+    assert all(row["ShownIteration"] == "" for row in rows if row["ShownReturn"] == "")
+    assert shown[-1][:2] == (7, 7), shown  # the final policy's, in the last row
+    for iteration, policy, value in shown[:-1]:
+        assert -1 <= policy < iteration  # recorded after that policy's own row
+    assert [policy for _, policy, _ in shown] == sorted({policy for _, policy, _ in shown})
+    for _, policy, value in shown:
+        assert value == pytest.approx(returns[policy], rel=1e-6)
+    scalars = accumulate(result.log_dir).Scalars("progress/ShownReturn")
+    assert {
+        event.step: event.value
+        for event in scalars
+    } == pytest.approx({
+        iteration: value
+        for iteration, _, value in shown
+    }, rel=1e-5)
+    assert (tmp_path / "run" / "videos" / "history" / "iter_0007.npz").exists()
+
+
+def test_the_curve_shows_the_trainers_column_and_the_history_beside_it():
+    from async_plotter.learning_curve import SHOWN_RETURN, LearningCurve
+
+    curve = LearningCurve()
+    curve.add(-1, {SHOWN_RETURN: 1.0})  # the initial policy's recording comes first
+    assert curve.shown == SHOWN_RETURN  # alone, it is what there is to draw
+    curve.add(0, {"loss": 0.5})
+    curve.add(0, {SHOWN_RETURN: 2.0})
+    assert curve.shown == "loss"
