@@ -26,7 +26,7 @@ from websockets.exceptions import InvalidStatus  # noqa: E402 - after the skip
 
 from async_plotter.web.address import parse_http_address  # noqa: E402
 from tests.clients import start_replay, view3d_socket  # noqa: E402
-from tests.conftest import wait_for  # noqa: E402
+from tests.conftest import default_sigint, wait_for  # noqa: E402
 from tests.history_recordings import STEPS, sled_x, write_history  # noqa: E402
 from tests.test_replay import press  # noqa: E402
 from tests.test_view3d_browser import shown_x, webgl_chromium  # noqa: E402,F401 - a fixture
@@ -284,7 +284,8 @@ def test_every_history_refuses_another_origin_on_every_route(tmp_path, redis_url
                              text=True,
                              env=dict(os.environ,
                                       PYTHONUNBUFFERED="1",
-                                      ASYNC_PLOTTER_SECRET="history test"))
+                                      ASYNC_PLOTTER_SECRET="history test"),
+                             preexec_fn=default_sigint)  # stopped with SIGINT
     try:
         base = None
         deadline = time.monotonic() + 60
