@@ -19,7 +19,7 @@ import logging
 import os
 from typing import Iterable, List, Optional, Set, Tuple
 
-from async_plotter.render.videos import list_history
+from async_plotter.render.videos import list_named_recordings
 
 logger = logging.getLogger(__name__)
 
@@ -92,7 +92,7 @@ def _first_of_blocks(ordered: List[Tuple[str, int]], block: int) -> List[Tuple[s
 
 def thin(folder: str, kept: int) -> List[str]:
     """Remove the recordings in ``folder`` that ``to_remove`` says go; the names removed."""
-    found = {(entry.kind, entry.number): entry.name for entry in list_history(folder)}
+    found = {(entry.kind, entry.number): entry.name for entry in list_named_recordings(folder)}
     removed = []
     for key in sorted(to_remove(found, kept)):
         try:

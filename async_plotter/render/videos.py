@@ -102,23 +102,24 @@ def video_path(folder: str, name: str, recording: bool = False) -> Optional[str]
 
 
 @dataclasses.dataclass(frozen=True)
-class HistoryFile:
-    """One finished history recording."""
+class NamedRecording:
+    """One finished state recording named by its policy (``iter_0007.npz``), by name."""
 
     name: str
     kind: str  # "iter" or "update"
     number: int
 
 
-def list_history(folder: str) -> List[HistoryFile]:
-    """The finished history recordings in ``folder`` (``<video_dir>/history``),
-    iteration-numbered first, each kind by number; an absent or unreadable folder has none."""
+def list_named_recordings(folder: str) -> List[NamedRecording]:
+    """The finished recordings named by their policy directly in ``folder`` (a video folder, or
+    its ``history/``), iteration-numbered first, each kind by number; an absent or unreadable
+    folder has none."""
     try:
         names = os.listdir(folder)
     except OSError:
         return []
     found = [
-        HistoryFile(name, match[1], int(match[2])) for name in names
+        NamedRecording(name, match[1], int(match[2])) for name in names
         for match in [RECORDING_NAME.fullmatch(name)] if match
     ]
     found.sort(key=lambda entry: (entry.kind != "iter", entry.number))
@@ -147,19 +148,12 @@ def list_recordings(folder: str) -> List[RecordingFile]:
         return [RecordingFile(folder, match[1], int(match[2]), os.stat(folder).st_mtime)]
     found: Dict[tuple, RecordingFile] = {}
     for where in (folder, os.path.join(folder, "history")):  # the history's win
-        try:
-            names = os.listdir(where)
-        except OSError:
-            continue
-        for name in names:
-            match = RECORDING_NAME.fullmatch(name)
-            if match is None:
-                continue
-            path = os.path.join(where, name)
+        for entry in list_named_recordings(where):
+            path = os.path.join(where, entry.name)
             try:
                 mtime = os.stat(path).st_mtime
             except OSError:
                 continue  # removed meanwhile (the history is thinned)
-            key = (match[1] != "iter", int(match[2]))
-            found[key] = RecordingFile(path, match[1], int(match[2]), mtime)
+            key = (entry.kind != "iter", entry.number)
+            found[key] = RecordingFile(path, entry.kind, entry.number, mtime)
     return [found[key] for key in sorted(found)]
