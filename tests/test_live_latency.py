@@ -4,11 +4,18 @@ for 5 s and then gets only about a quarter of a core; with videos and state reco
 those still get every step.
 
 The starvation is done here, from the outside, with signals: all the render process's threads
-pinned to one CPU and the process stopped (``SIGSTOP``) 75 ms of every 100 ms. That works as the
+pinned to one CPU, and the process stopped (``SIGSTOP``) for the rest of every 100 ms once it has
+used 25 ms of CPU in it: a CPU quota, as cgroup v2's ``cpu.max`` sets one. That works as the
 user who owns the process, on any Linux, whatever else the machine runs. cgroup v2's
 ``cpu.max`` needs root and the cpu controller on a cgroup v2 hierarchy: this project's machines
 mount it on cgroup v1 (a hybrid layout), and a CI runner need not be root. The share is checked:
 the test fails if the process got more than about a third of a core.
+
+A quota rather than a fixed 25 ms of every 100: with both cores kept busy from outside, a
+process allowed to run 25 ms a period got about half of them, and at ``priority="low"`` (nice
+10 against the burners' 0) a tenth, 0.025 of a core: no renderer keeps up with that, and it is
+not the condition these tests are about. The Plotters here run at the trainer's priority, so
+that the quota, not the neighbours, is what holds them.
 """
 import glob
 import os
@@ -43,7 +50,8 @@ KEEPS_UP_BOUND = 2.0
 
 class QuarterCore:
     """Holds process ``pid`` to about ``share`` of one core while in use: its threads pinned to
-    one CPU, and the process stopped for ``1 - share`` of every ``period`` seconds."""
+    one CPU, and the process stopped for the rest of every ``period`` seconds once it has used
+    ``share * period`` CPU-seconds in it."""
 
     def __init__(self, pid: int, share: float = 0.25, period: float = 0.1) -> None:
         self.pid, self.share, self.period = pid, share, period
@@ -85,13 +93,16 @@ class QuarterCore:
         return (self.cpu_seconds() - cpu) / (time.monotonic() - started)
 
     def _cycle(self) -> None:
+        quota = self.period * self.share
         try:
             while not self._stop.is_set():
+                began, cpu = time.monotonic(), self.cpu_seconds()
                 os.kill(self.pid, signal.SIGCONT)
-                time.sleep(self.period * self.share)
+                while (time.monotonic() - began < self.period and self.cpu_seconds() - cpu < quota):
+                    time.sleep(0.002)
                 os.kill(self.pid, signal.SIGSTOP)
-                self._stop.wait(self.period * (1 - self.share))
-        except ProcessLookupError:
+                self._stop.wait(max(0.0, began + self.period - time.monotonic()))
+        except (ProcessLookupError, psutil.NoSuchProcess):
             pass
         finally:
             try:
@@ -201,7 +212,7 @@ def test_a_starved_render_process_shows_each_new_policy_within_seconds():
                  http=0,
                  window=False,
                  seed=0,
-                 priority="low",
+                 priority="normal",
                  quality="full",
                  frame_size=(320, 320)) as plotter:
         url = plotter.wait_for_http_url(60)
@@ -231,7 +242,7 @@ def test_a_starved_render_process_poses_each_new_policy_within_seconds_in_3d():
                  view="3d",
                  window=False,
                  seed=0,
-                 priority="low") as plotter:
+                 priority="normal") as plotter:
         url = plotter.wait_for_http_url(60)
         reader = SledOn3DPage(url)
         try:
@@ -268,7 +279,7 @@ def test_with_videos_on_the_page_catches_up_and_every_recording_keeps_every_step
                  min_video_seconds=0,
                  window=False,
                  seed=0,
-                 priority="low") as plotter:
+                 priority="normal") as plotter:
         url = plotter.wait_for_http_url(60)
         reader = MjpegUpdates(url)
         wait_for(lambda: reader.frames, 60, message="the first frame")
