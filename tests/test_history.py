@@ -265,6 +265,7 @@ def test_a_trpo_run_puts_the_shown_returns_into_progress_csv_and_tensorboard(tmp
                 n_itr=8)
     result = run_experiment_lite(algo, plot=True, seed=1, log_dir=str(tmp_path / "run"))
     stats = result.algo.plotter.stats
+    assert stats["policy_call"] == "numpy"  # the MLP's snapshot: no TensorFlow call a step
     returns = {
         (-1 if e["iteration"] is None else e["iteration"]): e["return"]
         for e in stats["history"]

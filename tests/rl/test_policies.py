@@ -70,6 +70,64 @@ def test_pickle_stores_the_recipe_not_the_weights():
     assert type(copy) is GaussianMLPPolicy and copy.num_params == policy.num_params
 
 
+@pytest.mark.parametrize("nonlinearity", ["tanh", "relu", "elu", "softplus", None])
+def test_a_numpy_snapshot_acts_as_the_policy_does(nonlinearity):
+    """The plot worker acts through it: the same distribution, and from the same generator the
+    same samples, as the TensorFlow path, for every named nonlinearity."""
+    policy = GaussianMLPPolicy(obs_dim=17,
+                               action_dim=6,
+                               hidden_sizes=(64, 64),
+                               hidden_nonlinearity=nonlinearity,
+                               init_std=0.3,
+                               seed=1)
+    rng = np.random.default_rng(2)
+    policy.set_param_values(rng.normal(0, 0.3, policy.num_params).astype(np.float32))
+    snapshot = policy.numpy_snapshot()
+    assert snapshot is not None
+    observations = rng.normal(0, 3, (64, 17)).astype(np.float32)
+    expected, actual = policy.dist_info_np(observations), snapshot.dist_info_np(observations)
+    assert set(actual) == set(expected)
+    for key in expected:
+        assert actual[key].dtype == np.float32
+        np.testing.assert_allclose(actual[key], expected[key], rtol=1e-4, atol=1e-4)
+    sampled = policy.get_action(observations[0], np.random.default_rng(7))
+    from_snapshot = snapshot.get_action(observations[0], np.random.default_rng(7))
+    np.testing.assert_allclose(from_snapshot[0], sampled[0], rtol=1e-4, atol=1e-4)
+    # Taken at its parameters: later changes to the policy are not in it.
+    policy.set_param_values(np.zeros(policy.num_params, np.float32))
+    np.testing.assert_array_equal(snapshot.dist_info_np(observations)["mean"], actual["mean"])
+
+
+def test_a_categorical_snapshot_gives_the_same_probabilities():
+    policy = CategoricalMLPPolicy(obs_dim=4, action_dim=3, hidden_sizes=(16, ), seed=0)
+    policy.set_param_values(np.random.default_rng(0).normal(0, 1, policy.num_params))
+    observations = np.random.default_rng(1).normal(0, 2, (32, 4))
+    snapshot = policy.numpy_snapshot()
+    np.testing.assert_allclose(snapshot.dist_info_np(observations)["prob"],
+                               policy.dist_info_np(observations)["prob"],
+                               rtol=1e-5,
+                               atol=1e-6)
+    actions, _ = snapshot.get_actions(observations, np.random.default_rng(3))
+    assert np.array_equal(actions, policy.get_actions(observations, np.random.default_rng(3))[0])
+
+
+def test_no_snapshot_where_numpy_would_compute_something_else():
+    """A TensorFlow callable as nonlinearity, or a subclass with its own dist_info: the worker
+    then calls get_action, rather than acting as the class's own network would."""
+    import tensorflow as tf
+
+    assert GaussianMLPPolicy(obs_dim=3, action_dim=1,
+                             hidden_nonlinearity=tf.nn.relu).numpy_snapshot() is None
+
+    class Scaled(GaussianMLPPolicy):
+
+        def dist_info(self, observations):
+            info = super().dist_info(observations)
+            return {"mean": 2 * info["mean"], "log_std": info["log_std"]}
+
+    assert Scaled(obs_dim=3, action_dim=1).numpy_snapshot() is None
+
+
 POLICY_FACTORIES = {
     "gaussian": lambda: GaussianMLPPolicy("Swimmer-v5", hidden_sizes=(32, 32), seed=5),
     "categorical": lambda: CategoricalMLPPolicy("CartPole-v1", seed=5),
