@@ -6,8 +6,8 @@ where it compiles), side by side in one process with the worker's own thread lim
 
 Forms: a Keras Sequential and a functional 17-64-64-6 MLP (HalfCheetah's sizes), a ``tf.Module``
 of the same shape, and the RL host's ``GaussianMLPPolicy`` (64, 64), whose ``get_action`` calls
-its own concrete function (its "eager" column) and which the worker calls through its numpy
-snapshot. Goal (issue 21): compiled <= 0.3 ms a step for the 2x64
+its own concrete function (its "eager" column) and which the worker calls as its numpy plot
+copy (``rl/numpy_mlp.py``). Goal (issue 21): compiled <= 0.3 ms a step for the 2x64
 MLP and >= 10x below eager Keras. Prints a table; writes benchmarks/results/policy_step.json.
 """
 import argparse
@@ -93,9 +93,9 @@ def main():
     rows = []
     for name, policy in forms():
         adapter = adapter_for(policy)
-        # As PolicyRuntime does: a policy with a numpy snapshot acts through it.
-        take_snapshot = getattr(policy, "numpy_snapshot", None)
-        acting = take_snapshot() if callable(take_snapshot) else None
+        # What the worker gets (ProtocolAdapter.structure): a policy's plot copy, if it has one.
+        plot_copy = getattr(policy, "plot_copy", None)
+        acting = plot_copy() if callable(plot_copy) else None
         compiled = cpu_ms_per_call(lambda o: adapter.act(acting or policy, o, True), observation,
                                    args.steps)
         path = "numpy" if acting is not None else adapter.call_path()

@@ -124,6 +124,14 @@ class ProtocolAdapter(PolicyAdapter):
     def matches(policy: Any) -> bool:
         return all(callable(getattr(policy, name, None)) for name in PROTOCOL_METHODS)
 
+    def structure(self, policy: Any) -> Tuple[str, Any]:
+        # A policy may offer a copy of itself for the worker that takes the same parameters
+        # (the RL host's MLPs: the same network in numpy, so the worker needs no TensorFlow);
+        # the trainer-side check compares that copy with the policy like any other.
+        plot_copy = getattr(policy, "plot_copy", None)
+        copy = plot_copy() if callable(plot_copy) else None
+        return ("object", policy if copy is None else copy)
+
     def flat(self, policy: Any) -> np.ndarray:
         return np.asarray(policy.get_param_values())
 

@@ -130,7 +130,7 @@ def _compare(runtime: PolicyRuntime, expected: Optional[np.ndarray], flat: np.nd
             f"{flat.size} parameters: {type(error).__name__}: {brief_error(error)}. Its rebuilt "
             f"structure differs from the trainer's; {adapter.rebuild_advice()}.") from error
     try:
-        actual = _output(runtime.adapter, runtime.acting, observation, reference=False)
+        actual = _output(runtime.adapter, runtime.policy, observation, reference=False)
     except PlotterError:
         raise
     except Exception as error:  # noqa: BLE001 - the rebuilt copy's own code

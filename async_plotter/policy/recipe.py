@@ -95,7 +95,6 @@ class PolicyRuntime:
     def __init__(self, recipe: PolicyRecipe, deterministic: bool) -> None:
         self.adapter = adapter_named(recipe.kind)
         self.deterministic = deterministic
-        self._snapshot: Any = None
         self._session = None
         self._contexts = []
         if recipe.keras_settings is not None:
@@ -127,35 +126,22 @@ class PolicyRuntime:
     def set_params(self, flat: np.ndarray) -> None:
         """Apply a flat parameter vector."""
         self.adapter.set_flat(self.policy, flat)
-        self._take_snapshot()
-
-    def _take_snapshot(self) -> None:
-        # Parameters change here only, a whole update at a time: a policy that offers a numpy
-        # copy of itself at these parameters (``MLPPolicy.numpy_snapshot``) acts through it.
-        take_snapshot = getattr(self.policy, "numpy_snapshot", None)
-        self._snapshot = take_snapshot() if callable(take_snapshot) else None
-
-    @property
-    def acting(self) -> Any:
-        """What ``act`` calls: the policy's numpy snapshot where it offers one, else the policy."""
-        return self.policy if self._snapshot is None else self._snapshot
 
     def act(self, observation: np.ndarray) -> np.ndarray:
         """The action for one observation (the mean, if deterministic and the policy reports one)."""
-        return self.adapter.act(self.acting, observation, self.deterministic)
+        return self.adapter.act(self.policy, observation, self.deterministic)
 
     def warm_up(self, observation: np.ndarray) -> str:
         """Act once on ``observation`` so that tracing happens now rather than in the first
         video's first step; returns ``call_path``."""
-        self._take_snapshot()  # of the parameters it was built with, until the first update
         self.act(observation)
         return self.call_path
 
     @property
     def call_path(self) -> str:
-        """How the policy is called per step: ``"numpy"`` through its snapshot, else
-        ``PolicyAdapter.call_path``."""
-        return "numpy" if self._snapshot is not None else self.adapter.call_path()
+        """How the policy is called per step: what the policy says (``plot_call_path``: the RL
+        host's numpy copies say ``"numpy"``), else ``PolicyAdapter.call_path``."""
+        return getattr(self.policy, "plot_call_path", None) or self.adapter.call_path()
 
     def close(self) -> None:
         """Leave the graph and session contexts; calling it again does nothing."""

@@ -18,6 +18,8 @@ import tensorflow as tf
 
 from async_plotter.rl.distributions import Categorical, DiagGaussian, Distribution
 from async_plotter.rl.envs import EnvSpec, as_env_spec
+from async_plotter.rl.numpy_mlp import (ActsOnDistInfo, NumpyMLPPolicy, sample_categorical,
+                                        sample_gaussian)
 from async_plotter.policy.serializable import Serializable
 
 Activation = Union[str, Callable[[tf.Tensor], tf.Tensor], None]
@@ -27,15 +29,6 @@ _ACTIVATIONS: Dict[str, Callable[[tf.Tensor], tf.Tensor]] = {
     "relu": tf.nn.relu,
     "elu": tf.nn.elu,
     "softplus": tf.nn.softplus,
-}
-
-#: The same nonlinearities for a policy's numpy snapshot (float32 in, float32 out).
-_NUMPY_ACTIVATIONS: Dict[Optional[str], Callable[[np.ndarray], np.ndarray]] = {
-    None: lambda x: x,
-    "tanh": np.tanh,
-    "relu": lambda x: np.maximum(x, 0),
-    "elu": lambda x: np.where(x > 0, x, np.expm1(np.minimum(x, 0))),
-    "softplus": lambda x: np.logaddexp(np.float32(0), x),
 }
 
 
@@ -63,8 +56,10 @@ class _MLP:
     def __init__(self, sizes: Sequence[int], activation: Activation, output_scale: float,
                  rng: np.random.Generator, name: str) -> None:
         self.activation = _activation(activation)
-        #: the name, where numpy can compute it too (None for a callable)
-        self.numpy_activation = None if callable(activation) else _NUMPY_ACTIVATIONS[activation]
+        self.sizes = tuple(sizes)
+        #: whether numpy computes the same nonlinearity (``rl/numpy_mlp.py``): not a callable's
+        self.numpy_computable = not callable(activation)
+        self.activation_name = None if callable(activation) else activation
         self.weights: List[tf.Variable] = []
         self.biases: List[tf.Variable] = []
         n_layers = len(sizes) - 1
@@ -91,61 +86,12 @@ class _MLP:
                 x = self.activation(x)
         return x
 
-    def numpy_copy(self) -> Optional[Callable[[np.ndarray], np.ndarray]]:
-        """The network at its current weights as a numpy function of a float32 batch (None where
-        the nonlinearity is a TensorFlow callable)."""
-        activation = self.numpy_activation
-        if activation is None:
-            return None
-        layers = [(w.numpy(), b.numpy()) for w, b in zip(self.weights, self.biases)]
 
-        def forward(x: np.ndarray) -> np.ndarray:
-            for i, (w, b) in enumerate(layers):
-                x = x @ w + b
-                if i < len(layers) - 1:
-                    x = activation(x)
-            return x
-
-        return forward
-
-
-class _ActsOnDistInfo:
-    """rllab's acting methods, from ``dist_info_np``, ``_sample`` and the ``_rng`` used when the
-    caller brings no generator."""
-
-    _rng: np.random.Generator
-
-    def dist_info_np(self, observations: np.ndarray) -> Dict[str, np.ndarray]:
-        """Distribution parameters for a batch of observations, as numpy arrays."""
-        raise NotImplementedError
-
-    def _sample(self, info: Dict[str, np.ndarray], rng: np.random.Generator) -> np.ndarray:
-        raise NotImplementedError
-
-    def get_actions(
-            self,
-            observations: np.ndarray,
-            rng: Optional[np.random.Generator] = None) -> Tuple[np.ndarray, Dict[str, np.ndarray]]:
-        """Sample one action per observation; returns ``(actions, agent_infos)`` (batched)."""
-        info = self.dist_info_np(observations)
-        return self._sample(info, self._rng if rng is None else rng), info
-
-    def get_action(self,
-                   observation: np.ndarray,
-                   rng: Optional[np.random.Generator] = None) -> Tuple[Any, Dict[str, np.ndarray]]:
-        """Sample an action for one observation; returns ``(action, agent_info)``."""
-        actions, info = self.get_actions(np.asarray(observation)[None], rng)
-        return actions[0], {key: value[0] for key, value in info.items()}
-
-    def reset(self, dones: Optional[np.ndarray] = None) -> None:
-        """Start of a new path; feed-forward policies keep no state."""
-
-
-class MLPPolicy(Serializable, _ActsOnDistInfo):
+class MLPPolicy(Serializable, ActsOnDistInfo):
     """Shared machinery of the MLP policies: flat parameters, batched numpy inference, sampling.
 
     Subclasses build ``self._variables`` and implement :meth:`dist_info`, :meth:`_sample` and
-    :meth:`_numpy_dist_info`.
+    :meth:`_numpy_layout`.
     """
 
     recurrent = False
@@ -242,30 +188,24 @@ class MLPPolicy(Serializable, _ActsOnDistInfo):
         spec = tf.TensorSpec([None, self.obs_dim], tf.float32)
         return tf.function(packed).get_concrete_function(spec)
 
-    def numpy_snapshot(self) -> Optional["NumpySnapshot"]:
-        """The policy at its current parameters as numpy arithmetic, acting as ``get_action``
-        does (the same keys, the same sampling from this policy's generator) with no TensorFlow
-        call per step. The plot worker acts through it: its parameters change only by whole
-        updates, and one observation costs ~20x less CPU than the concrete function's call
-        (``benchmarks/policy_step.py``). None where numpy cannot compute the same thing: a
-        callable nonlinearity, a subclass with its own ``dist_info``, or a snapshot that does
-        not agree with ``dist_info_np`` on a probe observation."""
-        defined_by = next(cls for cls in type(self).__mro__ if "_numpy_dist_info" in vars(cls))
+    def plot_copy(self) -> Optional[NumpyMLPPolicy]:
+        """What the plotter's worker acts with instead of this policy: the same network and
+        distribution in numpy (``rl/numpy_mlp.py``) at the current parameters, taking the same
+        flat vector, so that the worker never imports TensorFlow. None where numpy would
+        compute something else: a TensorFlow callable as nonlinearity, or a subclass with its
+        own ``dist_info``."""
+        network, head = self._numpy_layout()
+        defined_by = next(cls for cls in type(self).__mro__ if "_numpy_layout" in vars(cls))
         if type(self).dist_info is not vars(defined_by).get("dist_info"):
             return None
-        dist_info = self._numpy_dist_info()
-        if dist_info is None:
+        if not network.numpy_computable:
             return None
-        snapshot = NumpySnapshot(self, dist_info)
-        probe = np.random.default_rng(0).normal(size=(1, self.obs_dim)).astype(np.float32)
-        expected, actual = self.dist_info_np(probe), snapshot.dist_info_np(probe)
-        if any(not np.allclose(actual[key], value, rtol=1e-4, atol=1e-5)
-               for key, value in expected.items()):
-            return None
-        return snapshot
+        copy = NumpyMLPPolicy(network.sizes, network.activation_name, seed=self.seed, **head)
+        copy.set_param_values(self.get_param_values())
+        return copy
 
-    def _numpy_dist_info(self) -> Optional[Callable[[np.ndarray], Dict[str, np.ndarray]]]:
-        """``dist_info`` as a numpy function at the current parameters, or None."""
+    def _numpy_layout(self) -> Tuple["_MLP", Dict[str, Any]]:
+        """The network, and ``NumpyMLPPolicy``'s arguments for the distribution's head."""
         raise NotImplementedError
 
     def __repr__(self) -> str:
@@ -325,20 +265,15 @@ class GaussianMLPPolicy(MLPPolicy):
         return {"mean": mean, "log_std": tf.zeros_like(mean) + log_std}
 
     def _sample(self, info: Dict[str, np.ndarray], rng: np.random.Generator) -> np.ndarray:
-        noise = rng.standard_normal(info["mean"].shape)
-        return (info["mean"] + np.exp(info["log_std"]) * noise).astype(np.float32)
+        return sample_gaussian(info, rng)
 
-    def _numpy_dist_info(self) -> Optional[Callable[[np.ndarray], Dict[str, np.ndarray]]]:
-        mean_of = self._mean_network.numpy_copy()
-        if mean_of is None:
-            return None
-        log_std = np.maximum(self._log_std.numpy(), np.float32(self._min_log_std))
-
-        def dist_info(observations: np.ndarray) -> Dict[str, np.ndarray]:
-            mean = mean_of(observations)
-            return {"mean": mean, "log_std": np.zeros_like(mean) + log_std}
-
-        return dist_info
+    def _numpy_layout(self) -> Tuple[_MLP, Dict[str, Any]]:
+        return self._mean_network, {
+            "head": "gaussian",
+            "log_std": self._log_std.numpy(),
+            "learn_std": self._log_std.trainable,
+            "min_log_std": self._min_log_std,
+        }
 
 
 class CategoricalMLPPolicy(MLPPolicy):
@@ -373,42 +308,7 @@ class CategoricalMLPPolicy(MLPPolicy):
         return {"prob": tf.nn.softmax(self._logits_network(observations), axis=-1)}
 
     def _sample(self, info: Dict[str, np.ndarray], rng: np.random.Generator) -> np.ndarray:
-        # Inverse-CDF sampling of every row at once.
-        cdf = np.cumsum(info["prob"], axis=-1)
-        u = rng.random((cdf.shape[0], 1)) * cdf[:, -1:]
-        return np.minimum((cdf < u).sum(axis=-1), self.action_dim - 1).astype(np.int64)
+        return sample_categorical(info, rng)
 
-    def _numpy_dist_info(self) -> Optional[Callable[[np.ndarray], Dict[str, np.ndarray]]]:
-        logits_of = self._logits_network.numpy_copy()
-        if logits_of is None:
-            return None
-
-        def dist_info(observations: np.ndarray) -> Dict[str, np.ndarray]:
-            logits = logits_of(observations)
-            exp = np.exp(logits - logits.max(axis=-1, keepdims=True))
-            return {"prob": exp / exp.sum(axis=-1, keepdims=True)}
-
-        return dist_info
-
-
-class NumpySnapshot(_ActsOnDistInfo):
-    """An MLP policy's numpy copy at fixed parameters (``MLPPolicy.numpy_snapshot``): it acts as
-    the policy's ``get_action`` does, sampling from the policy's own generator."""
-
-    recurrent = False
-
-    def __init__(self, policy: MLPPolicy, dist_info: Callable[[np.ndarray],
-                                                              Dict[str, np.ndarray]]) -> None:
-        self._policy = policy
-        self._dist_info = dist_info
-
-    @property
-    def _rng(self) -> np.random.Generator:  # type: ignore[override]
-        return self._policy._rng
-
-    def dist_info_np(self, observations: np.ndarray) -> Dict[str, np.ndarray]:
-        batch = np.asarray(observations, np.float32).reshape(-1, self._policy.obs_dim)
-        return self._dist_info(batch)
-
-    def _sample(self, info: Dict[str, np.ndarray], rng: np.random.Generator) -> np.ndarray:
-        return self._policy._sample(info, rng)
+    def _numpy_layout(self) -> Tuple[_MLP, Dict[str, Any]]:
+        return self._logits_network, {"head": "categorical"}

@@ -22,6 +22,7 @@ def rebuild_policy_and_act(conn: Any, policy_bytes: bytes, params: np.ndarray, o
         "params": policy.get_param_values(),
         "type": type(policy).__name__,
         "main_file": getattr(sys.modules["__main__"], "__file__", None),
+        "tensorflow_loaded": "tensorflow" in sys.modules,
     })
     conn.close()
 
