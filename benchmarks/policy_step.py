@@ -94,8 +94,8 @@ def main():
     for name, policy in forms():
         adapter = adapter_for(policy)
         # What the worker gets (ProtocolAdapter.structure): a policy's plot copy, if it has one.
-        plot_copy = getattr(policy, "plot_copy", None)
-        acting = plot_copy() if callable(plot_copy) else None
+        numpy_copy = getattr(policy, "numpy_copy", None)
+        acting = numpy_copy() if callable(numpy_copy) else None
         compiled = cpu_ms_per_call(lambda o: adapter.act(acting or policy, o, True), observation,
                                    args.steps)
         path = "numpy" if acting is not None else adapter.call_path()

@@ -386,11 +386,15 @@ def test_the_render_process_that_writes_the_images_never_imports_tensorflow(plot
 def test_a_bare_plotter_writes_rollouts_and_metrics_and_keeps_tf_out_of_the_renderer(tmp_path):
     """``Plotter(tensorboard_dir=...)``: the render process's memory map has no TensorFlow library
     while the rollout process's has (the check's positive control)."""
+    import tensorflow as tf
+
     from async_plotter import Plotter
     from async_plotter.rl import GaussianMLPPolicy
     from tests.conftest import wait_for
 
-    policy = GaussianMLPPolicy("Swimmer-v5", hidden_sizes=(8, ))
+    # A TensorFlow callable as nonlinearity: no numpy copy, the policy itself travels and the
+    # rollout process loads TensorFlow.
+    policy = GaussianMLPPolicy("Swimmer-v5", hidden_sizes=(8, ), hidden_nonlinearity=tf.tanh)
     plotter = Plotter("Swimmer-v5",
                       policy,
                       max_path_length=60,

@@ -128,8 +128,8 @@ class ProtocolAdapter(PolicyAdapter):
         # A policy may offer a copy of itself for the worker that takes the same parameters
         # (the RL host's MLPs: the same network in numpy, so the worker needs no TensorFlow);
         # the trainer-side check compares that copy with the policy like any other.
-        plot_copy = getattr(policy, "plot_copy", None)
-        copy = plot_copy() if callable(plot_copy) else None
+        numpy_copy = getattr(policy, "numpy_copy", None)
+        copy = numpy_copy() if callable(numpy_copy) else None
         return ("object", policy if copy is None else copy)
 
     def flat(self, policy: Any) -> np.ndarray:

@@ -1,10 +1,11 @@
-"""The MLP policies' plotting copy: the same network in numpy, with no TensorFlow.
+"""The MLP policies' numpy copy: the same network and distribution, with no TensorFlow.
 
-The plotter sends its worker this copy (``MLPPolicy.plot_copy``) instead of the TensorFlow
-policy: the rollout process then never imports TensorFlow (a few CPU-seconds and some hundred
-MB less at every start), and one step costs ~20x less CPU than the policy's concrete function
+The samplers and the plotter's worker act with this copy (``MLPPolicy.numpy_copy``) instead of
+the TensorFlow policy: their processes then never import TensorFlow (a few CPU-seconds and ~500
+MB less each), and one step costs ~20x less CPU than the policy's concrete function
 (``benchmarks/policy_step.py``). It takes the same flat parameter vector and reports the same
-``info``; the trainer-side check compares it with the trainer's policy like any worker copy.
+``info`` (to float32 rounding); the trainer-side check compares it with the trainer's policy like
+any worker copy, and the algorithms' gradients still go through the TensorFlow policy.
 
 Nothing here imports TensorFlow: keep it so.
 """

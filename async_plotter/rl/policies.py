@@ -188,12 +188,12 @@ class MLPPolicy(Serializable, ActsOnDistInfo):
         spec = tf.TensorSpec([None, self.obs_dim], tf.float32)
         return tf.function(packed).get_concrete_function(spec)
 
-    def plot_copy(self) -> Optional[NumpyMLPPolicy]:
-        """What the plotter's worker acts with instead of this policy: the same network and
-        distribution in numpy (``rl/numpy_mlp.py``) at the current parameters, taking the same
-        flat vector, so that the worker never imports TensorFlow. None where numpy would
-        compute something else: a TensorFlow callable as nonlinearity, or a subclass with its
-        own ``dist_info``."""
+    def numpy_copy(self) -> Optional[NumpyMLPPolicy]:
+        """The same network and distribution in numpy (``rl/numpy_mlp.py``) at the current
+        parameters, taking the same flat vector: what the samplers and the plotter's worker act
+        with, so that their processes never import TensorFlow. None where numpy would compute
+        something else: a TensorFlow callable as nonlinearity, or a subclass with its own
+        ``dist_info``."""
         network, head = self._numpy_layout()
         defined_by = next(cls for cls in type(self).__mro__ if "_numpy_layout" in vars(cls))
         if type(self).dist_info is not vars(defined_by).get("dist_info"):

@@ -70,16 +70,16 @@ def test_pickle_stores_the_recipe_not_the_weights():
     assert type(copy) is GaussianMLPPolicy and copy.num_params == policy.num_params
 
 
-def _plot_copy_of(policy):
+def _numpy_copy_of(policy):
     """The copy the plotter's worker gets, given the trainer's parameters as update_plot does."""
-    copy = cloudpickle.loads(cloudpickle.dumps(policy.plot_copy()))
+    copy = cloudpickle.loads(cloudpickle.dumps(policy.numpy_copy()))
     copy.set_param_values(policy.get_param_values())
     return copy
 
 
 @pytest.mark.parametrize("nonlinearity", ["tanh", "relu", "elu", "softplus", None])
 @pytest.mark.parametrize("learn_std", [True, False])
-def test_the_plot_copy_acts_as_the_policy_does(nonlinearity, learn_std):
+def test_the_numpy_copy_acts_as_the_policy_does(nonlinearity, learn_std):
     """The plot worker acts through it: the same distribution, and from the same generator the
     same samples, as the TensorFlow policy, for every named nonlinearity."""
     policy = GaussianMLPPolicy(obs_dim=17,
@@ -91,7 +91,7 @@ def test_the_plot_copy_acts_as_the_policy_does(nonlinearity, learn_std):
                                seed=1)
     rng = np.random.default_rng(2)
     policy.set_param_values(rng.normal(0, 0.3, policy.num_params).astype(np.float32))
-    copy = _plot_copy_of(policy)
+    copy = _numpy_copy_of(policy)
     np.testing.assert_array_equal(copy.get_param_values(), policy.get_param_values())
     observations = rng.normal(0, 3, (64, 17)).astype(np.float32)
     expected, actual = policy.dist_info_np(observations), copy.dist_info_np(observations)
@@ -104,11 +104,11 @@ def test_the_plot_copy_acts_as_the_policy_does(nonlinearity, learn_std):
     np.testing.assert_allclose(from_copy[0], sampled[0], rtol=1e-4, atol=1e-4)
 
 
-def test_the_categorical_plot_copy_gives_the_same_probabilities():
+def test_the_categorical_numpy_copy_gives_the_same_probabilities():
     policy = CategoricalMLPPolicy(obs_dim=4, action_dim=3, hidden_sizes=(16, ), seed=0)
     policy.set_param_values(np.random.default_rng(0).normal(0, 1, policy.num_params))
     observations = np.random.default_rng(1).normal(0, 2, (32, 4))
-    copy = _plot_copy_of(policy)
+    copy = _numpy_copy_of(policy)
     np.testing.assert_allclose(copy.dist_info_np(observations)["prob"],
                                policy.dist_info_np(observations)["prob"],
                                rtol=1e-5,
@@ -117,13 +117,13 @@ def test_the_categorical_plot_copy_gives_the_same_probabilities():
     assert np.array_equal(actions, policy.get_actions(observations, np.random.default_rng(3))[0])
 
 
-def test_no_plot_copy_where_numpy_would_compute_something_else():
+def test_no_numpy_copy_where_numpy_would_compute_something_else():
     """A TensorFlow callable as nonlinearity, or a subclass with its own dist_info: the worker
     then rebuilds the policy itself, rather than acting as the class's own network would."""
     import tensorflow as tf
 
     assert GaussianMLPPolicy(obs_dim=3, action_dim=1,
-                             hidden_nonlinearity=tf.nn.relu).plot_copy() is None
+                             hidden_nonlinearity=tf.nn.relu).numpy_copy() is None
 
     class Scaled(GaussianMLPPolicy):
 
@@ -131,10 +131,10 @@ def test_no_plot_copy_where_numpy_would_compute_something_else():
             info = super().dist_info(observations)
             return {"mean": 2 * info["mean"], "log_std": info["log_std"]}
 
-    assert Scaled(obs_dim=3, action_dim=1).plot_copy() is None
+    assert Scaled(obs_dim=3, action_dim=1).numpy_copy() is None
 
 
-def test_the_plot_copy_needs_no_tensorflow(no_leftover_children):
+def test_the_numpy_copy_needs_no_tensorflow(no_leftover_children):
     """Unpickled in a fresh process, as in the plot worker, the copy takes the parameters and
     acts as the policy does without TensorFlow ever being imported."""
     policy = GaussianMLPPolicy("Swimmer-v5", hidden_sizes=(16, ), seed=4)
@@ -144,7 +144,7 @@ def test_the_plot_copy_needs_no_tensorflow(no_leftover_children):
     parent_end, child_end = processes.spawn_context().Pipe(duplex=False)
     child = processes.start_process(
         rl_child.rebuild_policy_and_act,
-        (child_end, cloudpickle.dumps(policy.plot_copy()), params, obs, 42))
+        (child_end, cloudpickle.dumps(policy.numpy_copy()), params, obs, 42))
     child_end.close()
     assert parent_end.poll(60), "child did not answer"
     answer = parent_end.recv()
