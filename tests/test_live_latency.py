@@ -1,6 +1,6 @@
 """A live view keeps up with training when its render process is starved: each new policy is on
 screen within seconds, on the MJPEG page and on the 3D page, though the render process stalled
-for 5 s and then gets only about a quarter of a core; with videos and state recordings on too,
+for 4 s and then gets only about a quarter of a core; with videos and state recordings on too,
 those still get every step.
 
 The starvation is done here, from the outside, with signals: all the render process's threads
@@ -38,8 +38,8 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 
 #: What a user relies on: a new policy on screen within seconds, even on a starved core. Measured
 #: at load 6-14 (other work on the machine), the render process held to 0.1-0.24 of a core after
-#: its 5 s stall. Frames that cost it several times their real time (full visuals): 0.4-1.1 s;
-#: before the render process skipped stale chunks, 20-24 s.
+#: a 5 s stall (4 s now). Frames that cost it several times their real time (full visuals):
+#: 0.4-1.1 s; before the render process skipped stale chunks, 20-24 s.
 SLOW_FRAMES_BOUND = 4.0
 #: A render process that keeps up at a quarter of a core: the 3D page (poses, no pixels)
 #: 0.03-0.3 s; cheap frames with videos and state recordings on 0.55-0.7 s. Before, these lagged
@@ -173,7 +173,7 @@ def push(update: int) -> float:
 
 def latencies_when_starved(plotter, policy, shown, updates=4, new_parameters=None):
     """Seconds from ``update_plot`` to ``shown(update, since)`` for ``updates`` new policies
-    (``new_parameters(update)``; random by default) after the render process stalled for 5 s
+    (``new_parameters(update)``; random by default) after the render process stalled for 4 s
     (a load spike, a debugger's breakpoint), then held to a quarter of a core all along; and
     the cores it used meanwhile."""
     rng = np.random.default_rng(1)
@@ -181,11 +181,11 @@ def latencies_when_starved(plotter, policy, shown, updates=4, new_parameters=Non
     render = plotter.stats["worker_pids"]["render"]
     os.kill(render, signal.SIGSTOP)
     try:
-        time.sleep(5.0)  # the rollout process sends on: 5 s of chunks wait in the pipe
+        time.sleep(4.0)  # the rollout process sends on: 4 s of chunks wait in the pipe
     finally:
         os.kill(render, signal.SIGCONT)
     with QuarterCore(render) as hold:
-        time.sleep(3.0)
+        time.sleep(2.0)
         for number in range(1, updates + 1):
             update = plotter.stats["updates_sent"] + 1
             if new_parameters is None:
