@@ -20,12 +20,14 @@ TOKEN = "the-same-token"
 
 
 def page_state(session):
-    """What the page in the browser shows: the update, the connection pill, the picture."""
+    """What the page in the browser shows: the update, the connection pill, the picture; ``{}``
+    while the page is still being parsed (the picture comes before the update's field)."""
     return session.evaluate("""(() => {
-        const view = document.getElementById('view');
-        return view === null ? {} : {
-            update: document.getElementById('update').textContent,
-            connection: document.getElementById('conn').textContent,
+        const [view, update, conn] = ['view', 'update', 'conn'].map(
+            (id) => document.getElementById(id));
+        return (view === null || update === null || conn === null) ? {} : {
+            update: update.textContent,
+            connection: conn.textContent,
             width: view.naturalWidth,
         };
     })()""")
