@@ -6,8 +6,8 @@ where it compiles), side by side in one process with the worker's own thread lim
 
 Forms: a Keras Sequential and a functional 17-64-64-6 MLP (HalfCheetah's sizes), a ``tf.Module``
 of the same shape, and the RL host's ``GaussianMLPPolicy`` (64, 64), whose ``get_action`` calls
-its own concrete function (its "eager" column) and which the worker calls as its numpy plot
-copy (``rl/numpy_mlp.py``). Goal (issue 21): compiled <= 0.3 ms a step for the 2x64
+its own concrete function (its "eager" column) and which the worker calls as its numpy copy
+(``rl/numpy_mlp.py``). Goal (issue 21): compiled <= 0.3 ms a step for the 2x64
 MLP and >= 10x below eager Keras. Prints a table; writes benchmarks/results/policy_step.json.
 """
 import argparse
@@ -87,18 +87,15 @@ def main():
     args = parser.parse_args()
     load_before = os.getloadavg()
 
-    from async_plotter.policy.adapters import adapter_for
+    from async_plotter.policy.adapters import acting_copy, adapter_for
 
     observation = np.random.default_rng(0).normal(size=OBS).astype(np.float32)
     rows = []
     for name, policy in forms():
         adapter = adapter_for(policy)
-        # What the worker gets (ProtocolAdapter.structure): a policy's plot copy, if it has one.
-        numpy_copy = getattr(policy, "numpy_copy", None)
-        acting = numpy_copy() if callable(numpy_copy) else None
-        compiled = cpu_ms_per_call(lambda o: adapter.act(acting or policy, o, True), observation,
-                                   args.steps)
-        path = "numpy" if acting is not None else adapter.call_path()
+        acting = acting_copy(policy)  # what the worker gets (ProtocolAdapter.structure)
+        compiled = cpu_ms_per_call(lambda o: adapter.act(acting, o, True), observation, args.steps)
+        path = "numpy" if acting is not policy else adapter.call_path()
         eager_steps = max(args.steps // 10, 100)
         eager = cpu_ms_per_call(lambda o: adapter.reference_act(policy, o, True), observation,
                                 eager_steps)

@@ -125,12 +125,8 @@ class ProtocolAdapter(PolicyAdapter):
         return all(callable(getattr(policy, name, None)) for name in PROTOCOL_METHODS)
 
     def structure(self, policy: Any) -> Tuple[str, Any]:
-        # A policy may offer a copy of itself for the worker that takes the same parameters
-        # (the RL host's MLPs: the same network in numpy, so the worker needs no TensorFlow);
-        # the trainer-side check compares that copy with the policy like any other.
-        numpy_copy = getattr(policy, "numpy_copy", None)
-        copy = numpy_copy() if callable(numpy_copy) else None
-        return ("object", policy if copy is None else copy)
+        # The trainer-side check compares the copy with the policy like any other.
+        return ("object", acting_copy(policy))
 
     def flat(self, policy: Any) -> np.ndarray:
         return np.asarray(policy.get_param_values())
@@ -325,6 +321,15 @@ def module_variables(module: Any) -> List[Any]:
             seen.add(id(trackable))
             found.append(trackable)
     return found
+
+
+def acting_copy(policy: Any) -> Any:
+    """What acts for ``policy`` outside the trainer (the plot worker, the samplers): its
+    ``numpy_copy()`` where it offers one that takes the same parameters (the RL host's MLPs: the
+    same network in numpy, so those processes need no TensorFlow), else the policy itself."""
+    numpy_copy = getattr(policy, "numpy_copy", None)
+    copy = numpy_copy() if callable(numpy_copy) else None
+    return policy if copy is None else copy
 
 
 def _one_output(output: Any, label: str) -> Any:

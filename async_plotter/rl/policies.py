@@ -57,9 +57,8 @@ class _MLP:
                  rng: np.random.Generator, name: str) -> None:
         self.activation = _activation(activation)
         self.sizes = tuple(sizes)
-        #: whether numpy computes the same nonlinearity (``rl/numpy_mlp.py``): not a callable's
-        self.numpy_computable = not callable(activation)
-        self.activation_name = None if callable(activation) else activation
+        #: the nonlinearity as given: a name (or None) the numpy copy computes too, or a callable
+        self.activation_given = activation
         self.weights: List[tf.Variable] = []
         self.biases: List[tf.Variable] = []
         n_layers = len(sizes) - 1
@@ -194,13 +193,13 @@ class MLPPolicy(Serializable, ActsOnDistInfo):
         with, so that their processes never import TensorFlow. None where numpy would compute
         something else: a TensorFlow callable as nonlinearity, or a subclass with its own
         ``dist_info``."""
-        network, head = self._numpy_layout()
         defined_by = next(cls for cls in type(self).__mro__ if "_numpy_layout" in vars(cls))
         if type(self).dist_info is not vars(defined_by).get("dist_info"):
             return None
-        if not network.numpy_computable:
+        network, head = self._numpy_layout()
+        if callable(network.activation_given):
             return None
-        copy = NumpyMLPPolicy(network.sizes, network.activation_name, seed=self.seed, **head)
+        copy = NumpyMLPPolicy(network.sizes, network.activation_given, seed=self.seed, **head)
         copy.set_param_values(self.get_param_values())
         return copy
 

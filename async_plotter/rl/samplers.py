@@ -30,6 +30,7 @@ import numpy as np
 
 from async_plotter import processes
 from async_plotter.mujoco_warnings import route_to_log
+from async_plotter.policy.adapters import acting_copy
 from async_plotter.rl.batch import SampleBatch
 from async_plotter.rl.envs import EnvMaker, flatten_observation
 from async_plotter.validation import one_of
@@ -89,13 +90,6 @@ def rollout(env: gym.Env,
         # The state the path stopped in: its value stands in for the rest of a cut path.
         "last_observation": flatten_observation(space, obs),
     }
-
-
-def acting_copy(policy: Any) -> Any:
-    """What samples: the policy's numpy copy where it offers one, else the policy itself."""
-    numpy_copy = getattr(policy, "numpy_copy", None)
-    copy = numpy_copy() if callable(numpy_copy) else None
-    return policy if copy is None else copy
 
 
 def _check_sizes(batch_size: int, max_path_length: int) -> None:
