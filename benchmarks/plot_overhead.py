@@ -33,7 +33,10 @@ to the first video; whether a video of the final policy exists; the worker's sha
 machine's CPU; the training time each video cost (extra seconds over ``off`` per video); and the
 one-off start-up cost (extra seconds over ``off`` in the first 5 iterations); the steady-state
 ratio (iterations past the first two against ``off``'s) and the seconds start-up and ``close()``
-add outside them; and the share of iterations the history recorded.
+add outside them; the share of iterations the history recorded; the CPU a second of motion costs
+recorded (the history's thread, simulated and written) against videoed (the rest of the worker's
+CPU past its boot, drawn and encoded); the bytes the video folder holds per iteration (videos,
+their recordings, the history); and the longest ``update_plot`` call.
 
     python benchmarks/plot_overhead.py                 # Swimmer-v5 and HalfCheetah-v5, 2 rounds
     python benchmarks/plot_overhead.py --quick         # smoke run: tiny batches, one round
@@ -126,6 +129,7 @@ def _child(mode: str, env_id: str, n_itr: int, batch_size: int, max_path_length:
         iteration_idle.append(machine_idle_seconds())
 
     BatchPolopt._iteration = timed_iteration
+    update_plot_times = _time_update_plot()
     sync_waits = []
     if mode == "sync":
         _make_update_plot_synchronous(BatchPolopt, sync_every, n_itr, sync_waits)
@@ -155,7 +159,8 @@ def _child(mode: str, env_id: str, n_itr: int, batch_size: int, max_path_length:
         snapshot_mode="last",
         **(dict(plot_kwargs, window=False) if plot_kwargs is not None else {}))
     finished = time.time()
-    stats = dict(result.algo.plotter.stats) if result.algo.plotter is not None else {}
+    plotter = result.algo.plotter
+    stats = dict(plotter.stats) if plotter is not None else {}
     return _run_record(mode,
                        env_id,
                        env_id,
@@ -163,9 +168,49 @@ def _child(mode: str, env_id: str, n_itr: int, batch_size: int, max_path_length:
                        started,
                        finished,
                        iteration_ends, [idle - idle_at_start for idle in iteration_idle],
+                       update_plot_times=update_plot_times,
+                       disk_bytes=_folder_bytes(plotter.video_dir if plotter is not None else None),
                        sync_waits=sync_waits,
                        sync_every=sync_every if mode == "sync" else None,
                        final_return=result.history[-1]["AverageReturn"])
+
+
+def _time_update_plot() -> list:
+    """Time every ``Plotter.update_plot`` call of this process (seconds, appended to the list
+    returned): the worst is what a trainer waits at most for plotting at an iteration's end."""
+    from async_plotter import Plotter
+
+    times = []
+    original = Plotter.update_plot
+
+    def timed(self, *args, **kwargs):
+        called = time.perf_counter()
+        try:
+            return original(self, *args, **kwargs)
+        finally:
+            times.append(time.perf_counter() - called)
+
+    Plotter.update_plot = timed
+    return times
+
+
+def _folder_bytes(folder) -> int:
+    """Bytes of every file under ``folder`` (videos, their recordings, the history)."""
+    total = 0
+    for parent, _, names in os.walk(folder or []):
+        total += sum(os.path.getsize(os.path.join(parent, name)) for name in names)
+    return total
+
+
+def _history_cost(stats: dict) -> dict:
+    """CPU the history recordings took (their thread's), and the env seconds they hold."""
+    entries = stats.get("history", [])
+    rate = stats.get("env_rate") or 0.0
+    cpu = [e["cpu_seconds"] for e in entries if e.get("cpu_seconds") is not None]
+    if not cpu or not rate:
+        return {"history_cpu_seconds": None, "history_motion_seconds": None}
+    steps = sum(e.get("length") or 0 for e in entries)
+    return {"history_cpu_seconds": float(sum(cpu)), "history_motion_seconds": steps / rate}
 
 
 def _run_record(mode: str, label: str, env_id: str, stats: dict, started: float, finished: float,
@@ -192,6 +237,9 @@ def _run_record(mode: str, label: str, env_id: str, stats: dict, started: float,
         "sync_every": None,
         "final_return": None,
         "history": stats.get("history", []),
+        "update_plot_times": [],
+        "disk_bytes": 0,
+        **_history_cost(stats),
     }
     record.update(extra)
     return record
@@ -224,6 +272,7 @@ def _keras_child(mode: str, env_id: str, n_itr: int, max_path_length: int, seed:
     plot_kwargs = MODES[mode]
     idle_at_start = machine_idle_seconds()
     iteration_ends, iteration_idle = [], []
+    update_plot_times = _time_update_plot()
     started = time.time()
     plotter = None
     if plot_kwargs is not None:
@@ -244,8 +293,15 @@ def _keras_child(mode: str, env_id: str, n_itr: int, max_path_length: int, seed:
         plotter.close()
         stats = plotter.stats
     finished = time.time()
-    return _run_record(mode, env_id + KERAS_SUFFIX, env_id, stats, started, finished,
-                       iteration_ends, [idle - idle_at_start for idle in iteration_idle])
+    return _run_record(mode,
+                       env_id + KERAS_SUFFIX,
+                       env_id,
+                       stats,
+                       started,
+                       finished,
+                       iteration_ends, [idle - idle_at_start for idle in iteration_idle],
+                       update_plot_times=update_plot_times,
+                       disk_bytes=_folder_bytes(plotter.video_dir if plotter is not None else None))
 
 
 def _motion_seconds(stats: dict, env_id: str) -> float:
@@ -340,7 +396,22 @@ def measure(run: dict, off: dict) -> dict:
     off_ends = np.array(off["iteration_ends"]) - off["started"]
     off_steady = off_ends[-1] - off_ends[1]
     recorded = {e["iteration"] for e in run.get("history", []) if e.get("iteration") is not None}
+    # CPU a second of motion costs: simulated and written (the history's thread) against drawn and
+    # encoded (the rest of the worker's CPU past its boot, over the seconds the videos show)
+    history_cpu, history_motion = run.get("history_cpu_seconds"), run.get("history_motion_seconds")
+    video_motion = run.get("motion_seconds") or 0.0
+    per_recorded = per_videoed = None
+    if history_cpu and history_motion:
+        per_recorded = history_cpu / history_motion
+    if cpu and video_motion:
+        drawn = cpu - (run.get("boot_cpu_seconds") or 0.0) - (history_cpu or 0.0)
+        per_videoed = drawn / video_motion
+    times = run.get("update_plot_times") or []
     return {
+        "cpu_per_recorded_s": per_recorded,
+        "cpu_per_videoed_s": per_videoed,
+        "disk_kb_per_itr": run.get("disk_bytes", 0) / 1024 / n_itr if cpu else None,
+        "worst_update_plot_ms": 1000 * max(times) if times else None,
         "steady_ratio": steady / off_steady,
         "fixed_extra_s": (end_to_end - steady) - (off_end_to_end - off_steady),
         "history_share": len(recorded) / n_itr,
@@ -449,6 +520,10 @@ def _summarize(measured, envs, modes):
                 values = [r[key] for r in rows if r[key] is not None]
                 return float(np.median(values)) if values else None
 
+            def worst(key):
+                values = [r[key] for r in rows if r[key] is not None]
+                return float(max(values)) if values else None
+
             summary.setdefault(env_id, {})[mode] = {
                 "training_ratio": mean("training_ratio"),
                 "training_ratio_median": median("training_ratio"),
@@ -468,6 +543,10 @@ def _summarize(measured, envs, modes):
                 "boot_seconds": mean("boot_seconds"),
                 "sync_every": rows[0]["sync_every"] if rows else None,
                 "machine_idle_share": mean("machine_idle_share"),
+                "cpu_per_recorded_s": mean("cpu_per_recorded_s"),
+                "cpu_per_videoed_s": mean("cpu_per_videoed_s"),
+                "disk_kb_per_itr": mean("disk_kb_per_itr"),
+                "worst_update_plot_ms": worst("worst_update_plot_ms"),
             }
     return summary
 
@@ -477,9 +556,10 @@ def _print_table(summary, envs, modes):
     header = ("| env | mode | training / off (median) | end-to-end / off | videos / 10 itr | "
               "seconds shown / 10 itr | staleness p50 / p95 (itr) | first video | final video | "
               "worker CPU | training s per video | start-up cost | steady / off | start-up + "
-              "close extra | history recorded |")
+              "close extra | history recorded | CPU per recorded / videoed s | disk per itr | "
+              "worst update_plot |")
     print(header)
-    print("|" + " --- |" * 2 + " ---: |" * 13)
+    print("|" + " --- |" * 2 + " ---: |" * 16)
     for env_id in envs:
         for mode in modes:
             row = summary[env_id][mode]
@@ -499,7 +579,9 @@ def _print_table(summary, envs, modes):
                 f"{'-' if row['worker_cpu_share'] is None else format(row['worker_cpu_share'] * 100, '.1f') + '%'} | "
                 f"{f('cost_per_video_s', '.2f', ' s')} | {f('startup_cost_s', '.1f', ' s')} | "
                 f"{f('steady_ratio', '.3f')} | {f('fixed_extra_s', '.1f', ' s')} | "
-                f"{'-' if row['history_share'] is None else format(row['history_share'] * 100, '.0f') + '%'} |"
+                f"{'-' if row['history_share'] is None else format(row['history_share'] * 100, '.0f') + '%'} | "
+                f"{f('cpu_per_recorded_s', '.3f', ' s')} / {f('cpu_per_videoed_s', '.3f', ' s')} | "
+                f"{f('disk_kb_per_itr', '.0f', ' KB')} | {f('worst_update_plot_ms', '.1f', ' ms')} |"
             )
     for env_id in envs:
         idle = summary[env_id]["off"]["machine_idle_share"]

@@ -87,6 +87,7 @@ def test_every_update_is_recorded_as_a_whole_deterministic_episode_from_one_star
         assert len(recording.states) == shown_steps(entry["length"], 4)
         assert recording.rewards.sum() == pytest.approx(entry["return"], rel=1e-4, abs=1e-3)
         assert meta["return"] == pytest.approx(entry["return"])
+        assert 0 < entry["cpu_seconds"] < 60  # what recording it cost, for the benchmarks
         starts.append(recording.states[0])
     # One start state for the whole run.
     assert all(np.array_equal(start, starts[0]) for start in starts)

@@ -83,6 +83,7 @@ class VideoLedger:
             "length": payload.get("length"),
             "path": payload.get("path"),
             "time": payload.get("time"),
+            "cpu_seconds": payload.get("cpu_seconds"),  # simulating and writing it
         }
         log = [old for old in stats.history if old["update"] != entry["update"]]
         stats.update(history=(log + [entry])[-VIDEO_LOG_LENGTH:])

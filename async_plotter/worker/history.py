@@ -32,6 +32,7 @@ import logging
 import math
 import os
 import threading
+import time
 import traceback
 from typing import Any, Optional
 
@@ -144,6 +145,7 @@ class HistoryRecorder:
         """One whole, deterministic episode of ``update`` from the start state; written as a
         recording where the env is MuJoCo, reported in any case."""
         states = self._states
+        cpu_started = time.thread_time()  # this thread's CPU: what a recorded second costs
         observation = stepper.reset(self._start_seed)
         reset = getattr(runtime.policy, "reset", None)
         if callable(reset):
@@ -182,7 +184,8 @@ class HistoryRecorder:
                           completed=ended,
                           path=path,
                           bytes=size,
-                          steps=len(builder) if builder is not None else 0)
+                          steps=len(builder) if builder is not None else 0,
+                          cpu_seconds=round(time.thread_time() - cpu_started, 4))
 
     def _write(self, path: str, builder: RecordingBuilder) -> Optional[int]:
         folder = os.path.dirname(path)
