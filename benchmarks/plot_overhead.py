@@ -197,7 +197,9 @@ def _time_update_plot() -> list:
 def _folder_bytes(folder) -> int:
     """Bytes of every file under ``folder`` (videos, their recordings, the history)."""
     total = 0
-    for parent, _, names in os.walk(folder or []):
+    if folder is None:
+        return total
+    for parent, _, names in os.walk(folder):
         total += sum(os.path.getsize(os.path.join(parent, name)) for name in names)
     return total
 
