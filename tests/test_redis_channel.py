@@ -5,6 +5,8 @@ Cross-process behaviour (the ``async-plotter view`` command, Ctrl-C, a dying vie
 """
 import itertools
 import logging
+import os
+import pickle
 import signal
 import threading
 import time
@@ -18,7 +20,7 @@ from async_plotter.channel.redis.writer import RedisWriter
 from async_plotter.channel.redis.reader import RedisReader
 from async_plotter.channel.redis.watcher import ExperimentWatcher
 from async_plotter.channel.redis.wire import (UPDATE_HEADER, ExperimentKeys, open_structure,
-                                              seal_update, update_bytes)
+                                              open_update, seal_update, update_bytes)
 from async_plotter.channel.redis.signing import Verifier
 from async_plotter.env.recipe import describe_env
 from async_plotter.policy.adapters import adapter_for
@@ -376,7 +378,9 @@ def test_metrics_arrive_in_order_once_even_after_a_restart(redis_server, pairs):
         watcher.stop()
 
 
-def test_plotter_publishes_a_signed_structure_without_trainer_outputs(redis_server, tmp_path):
+def test_a_plotter_with_a_channel_and_a_video_dir_shows_here_and_publishes(redis_server, tmp_path):
+    """Outputs asked for here are made here (they were silently dropped with a channel); what
+    Redis carries is the signed structure without them, and every update."""
     policy = LinearPolicy(4, 2)
     plotter = Plotter("CartPole-v1",
                       policy,
@@ -385,21 +389,38 @@ def test_plotter_publishes_a_signed_structure_without_trainer_outputs(redis_serv
                       experiment="from-plotter",
                       secret=SECRET.decode(),
                       video_dir=str(tmp_path)).start()
+    client = redis.Redis.from_url(redis_server.url)
     try:
         policy.fill(0.5)
         plotter.update_plot(policy, iteration=0, metrics={"AverageReturn": 3.0})
-        client = redis.Redis.from_url(redis_server.url)
         keys = ExperimentKeys("from-plotter")
         wait_for(lambda: client.exists(keys.params, keys.metrics) == 2, 5, message="keys")
         structure = open_structure(client.get(keys.structure), Verifier(SECRET, False),
                                    "from-plotter")
-        import pickle
-
         config = pickle.loads(structure.body)
-        assert config.sinks == () and not config.live
+        assert config.sinks == () and not config.live and config.history_dir is None
         assert structure.meta["env"] == "CartPole-v1" and structure.meta["size"] == 8
-        client.close()
+        verifier = Verifier(SECRET, False)
+
+        def newest():
+            return open_update(client.get(keys.params), verifier, "from-plotter",
+                               structure.expected())[1]
+
+        update = wait_for(lambda: newest().iteration == 0 and newest(), 10, message="iteration 0")
+        assert update.iteration == 0 and np.all(update.params == 0.5)
     finally:
-        started = time.monotonic()
+        client.close()
         plotter.close()
-        assert time.monotonic() - started < 2.5
+    stats = plotter.stats
+    assert stats["final_video"] == str(tmp_path / "iter_0000.mp4"), stats["last_error"]
+    assert os.path.getsize(stats["final_video"]) > 0 and not stats["alive"]
+
+
+def test_a_publishing_trainer_opens_a_window_only_when_asked(xvfb):
+    """With a display, ``window="auto"`` opens one, but not for a trainer that publishes (a
+    viewer elsewhere shows it); ``window=True`` still does. Nothing is started here."""
+    policy = LinearPolicy(4, 2)
+    redis_args = dict(channel="redis://127.0.0.1:1/0", experiment="windows", secret=SECRET)
+    assert Plotter("CartPole-v1", policy).window is True
+    assert Plotter("CartPole-v1", policy, **redis_args).window is False
+    assert Plotter("CartPole-v1", policy, window=True, **redis_args).window is True

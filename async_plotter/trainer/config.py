@@ -134,7 +134,7 @@ def plotter_config(arguments: Mapping[str, Any]) -> PlotterConfig:
     callable_or_none("on_frame", given.on_frame)
     callable_or_none("on_event", given.on_event)
     user_sinks = _user_sink_specs(given.sinks)
-    window = _resolve_window(given.window)
+    window = _resolve_window(given.window, publishing=given.channel is not None)
     video_dir = _video_dir_path(given.video_dir)
     tensorboard_dir = _video_dir_path(given.tensorboard_dir, "tensorboard_dir")
     boolean("tensorboard_scalars", given.tensorboard_scalars)
@@ -383,9 +383,10 @@ def _user_sink_specs(sinks: Any) -> List[UserSinkSpec]:
     return specs
 
 
-def _resolve_window(window: Any) -> bool:
+def _resolve_window(window: Any, publishing: bool) -> bool:
     if window == "auto" and isinstance(window, str):
-        return x_display_available()
+        # A trainer that publishes shows elsewhere: a window here only when asked for.
+        return not publishing and x_display_available()
     if not isinstance(window, bool):
         raise InvalidArgumentError(f"window must be True, False or 'auto', got {window!r}")
     if window and not x_display_available():

@@ -62,7 +62,7 @@ class Plotter:
         tensorboard_scalars: with ``tensorboard_dir``, also write the ``metrics`` passed to
             ``update_plot`` as scalars (turn off where the trainer writes its own).
         window: ``True`` opens a window (error without a display), ``"auto"`` only if a display
-            exists, ``False`` never.
+            exists and there is no ``channel``, ``False`` never.
         fps: the frame cap: frames drawn per second at most. Every output plays at the env's own
             rate, real time; above the cap only every k-th step is drawn (Hopper: every 4th at
             31.25 frames/s); ``stats["video_fps"]`` and ``stats["frame_stride"]`` say which.
@@ -121,7 +121,9 @@ class Plotter:
             ones thinned evenly); an int that many; ``False`` turns it off. The final policy is
             recorded at ``close()``. An env that draws itself (not MuJoCo) keeps returns only.
         channel: ``None`` renders here; ``"redis://host:6379/0"`` (or ``rediss://``) publishes
-            the parameters to Redis for ``async-plotter view`` on another machine instead.
+            the parameters to Redis for ``async-plotter view`` on another machine, instead of
+            rendering here, or as well where outputs here are asked for too (``video_dir``,
+            ``window``, ``http``, ``on_frame``, ``tensorboard_dir``, ``sinks``).
         experiment: the experiment's name on the Redis server (required with ``channel``).
         secret: HMAC key signing what is published to Redis; default ``$ASYNC_PLOTTER_SECRET``.
         camera: how MuJoCo scenes are framed. ``None`` (default): locomotion envs follow their

@@ -3,7 +3,8 @@
 ``LocalRoute`` renders here: a shared-memory channel to the worker's two processes, which a
 ``WorkerSupervisor`` runs; training metrics go straight to the supervisor. ``PublishRoute``
 (``Plotter(channel=...)``) only publishes to Redis, parameters and metrics, for a viewer
-elsewhere. ``open_route`` picks one for a configuration.
+elsewhere; ``ShownAndPublishedRoute`` does both, when a channel comes with outputs here
+(``video_dir``, a window, a page). ``open_route`` picks one for a configuration.
 """
 import logging
 import time
@@ -163,8 +164,43 @@ class PublishRoute:
         self.writer.close(min(max(timeout, 0.1), _PUBLISH_CLOSE_SECONDS))
 
 
+class ShownAndPublishedRoute:
+    """``Plotter(channel=..., video_dir=...)`` (or a window, a page): the worker here shows every
+    update, and Redis carries it to viewers elsewhere as well."""
+
+    renders_here = True
+
+    def __init__(self, config: PlotterConfig, stats: WorkerStats) -> None:
+        self._local = LocalRoute(config, stats)
+        try:
+            self._published = PublishRoute(config, stats)
+        except BaseException:
+            self._local.close(_PUBLISH_CLOSE_SECONDS, 0.0)
+            raise
+
+    def publish(self, params: np.ndarray, iteration: Optional[int], max_path_length: int) -> None:
+        self._local.publish(params, iteration, max_path_length)
+        self._published.publish(params, iteration, max_path_length)
+
+    def post_metrics(self, iteration: Optional[int], metrics: Dict[str, float]) -> bool:
+        shown = self._local.post_metrics(iteration, metrics)
+        return self._published.post_metrics(iteration, metrics) and shown
+
+    def close(self, timeout: float, final_video_timeout: float, startup_wait: float = 0.0) -> None:
+        # The final video first: the sender thread has had the last update since update_plot.
+        deadline = time.monotonic() + timeout + startup_wait
+        try:
+            self._local.close(timeout, final_video_timeout, startup_wait)
+        except BaseException:
+            self._published.close(0.1, 0.0)  # Ctrl-C: wait no longer
+            raise
+        self._published.close(max(deadline - time.monotonic(), 0.1), 0.0)
+
+
 def open_route(config: PlotterConfig, stats: WorkerStats) -> PlotRoute:
     """Start the route ``config`` asks for, its initial policy published."""
-    if config.publish is not None:
-        return PublishRoute(config, stats)
-    return LocalRoute(config, stats)
+    if config.publish is None:
+        return LocalRoute(config, stats)
+    if config.worker.sinks:
+        return ShownAndPublishedRoute(config, stats)
+    return PublishRoute(config, stats)
