@@ -61,6 +61,8 @@ setup(
         # path is detected at start, mjviser's public path taken otherwise); viser's minor
         # version too: guard.py wraps the function its server starts with.
         "view3d": ["viser>=1.1.1,<1.2", "mjviser==0.0.14"],
+        # A viewer machine that replays a run's history from Redis (states only): no TensorFlow.
+        "view": ["redis>=5.0", "viser>=1.1.1,<1.2", "mjviser==0.0.14"],
         "test": [
             "pytest>=7", "pytest-timeout>=2.2", "pytest-xdist>=3.5", "psutil>=5.9", "yapf>=0.40",
             "redis>=5.0",

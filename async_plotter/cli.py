@@ -15,6 +15,7 @@ import argparse
 import logging
 import math
 import os
+import shutil
 import sys
 import tempfile
 import unicodedata
@@ -189,7 +190,16 @@ def _replay_parser(commands: Any) -> argparse.ArgumentParser:
         "speed) until Ctrl-C; or a folder's recordings (e.g. runs/demo/videos/history/): an "
         "iteration scrubber, each recording's return on a curve, and up to 3 other iterations "
         "shown at once. Needs pip install -e .[view3d]; no env code, no GL.")
-    replay.add_argument("path", help="a recording (.npz), or a folder of them")
+    replay.add_argument("path",
+                        help="a recording (.npz), a folder of them, or a Redis server "
+                        "(redis://host:6379/0) whose trainer publishes its run's history")
+    replay.add_argument("--experiment",
+                        "-e",
+                        help="with a Redis server: the experiment whose history to show")
+    replay.add_argument("--into",
+                        help="with a Redis server: the folder the recordings are fetched into "
+                        "(default: a new temporary one, removed at the end)")
+    _add_trust_arguments(replay)
     replay.add_argument("--http",
                         default="8080",
                         help="where to serve: a port (default 8080, on 127.0.0.1; 0: a free "
@@ -209,6 +219,8 @@ def _replay(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
     missing = missing_modules()
     if missing:
         parser.error(f"the 3D viewer needs {' and '.join(missing)}: {INSTALL_HINT}")
+    if args.path.startswith(("redis://", "rediss://")):
+        return _replay_from_redis(parser, args)
     if os.path.isdir(args.path):
         if not list_recordings(args.path):
             parser.error(f"{args.path} holds no state recordings (iter_NNNN.npz, update_NNNN.npz)")
@@ -223,6 +235,36 @@ def _replay(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
     from async_plotter.view3d.replay import serve_replay
 
     serve_replay(args.path, http)
+    return 0
+
+
+def _replay_from_redis(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
+    """The history a trainer publishes, fetched into a folder as it grows and replayed from
+    there: states only, so this process needs neither TensorFlow nor the policy's code."""
+    _checked_url(parser, args.path)
+    if not valid_experiment(args.experiment):
+        parser.error("replaying from Redis needs --experiment NAME (letters, digits, '.', '_', "
+                     "'-'): the experiment whose history to show")
+    secret = _checked_secret(parser, args)
+    http = _checked_http(parser, args.http, args.http_token)
+    from async_plotter.channel.redis.signing import Verifier
+    from async_plotter.channel.redis.states import RecordingFetcher, wait_for_recordings
+    from async_plotter.view3d.replay import serve_replay
+
+    folder = args.into or tempfile.mkdtemp(prefix=f"async_plotter_{args.experiment}_")
+    fetcher = RecordingFetcher(args.path, args.experiment, Verifier(secret, args.trust_unsigned),
+                               folder)
+    try:
+        logger.info("waiting for experiment %r's history on %s", args.experiment, redact(args.path))
+        while not wait_for_recordings(fetcher, 3600.0):
+            pass
+        serve_replay(folder, http)
+    except KeyboardInterrupt:
+        pass
+    finally:
+        fetcher.close()
+        if not args.into:
+            shutil.rmtree(folder, ignore_errors=True)
     return 0
 
 

@@ -159,17 +159,14 @@ def _child(mode: str, env_id: str, n_itr: int, batch_size: int, max_path_length:
         snapshot_mode="last",
         **(dict(plot_kwargs, window=False) if plot_kwargs is not None else {}))
     finished = time.time()
-    plotter = result.algo.plotter
-    stats = dict(plotter.stats) if plotter is not None else {}
     return _run_record(mode,
                        env_id,
                        env_id,
-                       stats,
+                       result.algo.plotter,
                        started,
                        finished,
                        iteration_ends, [idle - idle_at_start for idle in iteration_idle],
-                       update_plot_times=update_plot_times,
-                       disk_bytes=_folder_bytes(plotter.video_dir if plotter is not None else None),
+                       update_plot_times,
                        sync_waits=sync_waits,
                        sync_every=sync_every if mode == "sync" else None,
                        final_return=result.history[-1]["AverageReturn"])
@@ -215,10 +212,12 @@ def _history_cost(stats: dict) -> dict:
     return {"history_cpu_seconds": float(sum(cpu)), "history_motion_seconds": steps / rate}
 
 
-def _run_record(mode: str, label: str, env_id: str, stats: dict, started: float, finished: float,
-                iteration_ends: list, iteration_idle: list, **extra) -> dict:
-    """What a child reports of one run; ``iteration_idle``: the machine's idle CPU-seconds from
-    the start to each iteration's end."""
+def _run_record(mode: str, label: str, env_id: str, plotter, started: float, finished: float,
+                iteration_ends: list, iteration_idle: list, update_plot_times: list,
+                **extra) -> dict:
+    """What a child reports of one run (``plotter``: its closed Plotter, None without plotting);
+    ``iteration_idle``: the machine's idle CPU-seconds from the start to each iteration's end."""
+    stats = dict(plotter.stats) if plotter is not None else {}
     record = {
         "mode": mode,
         "env": label,
@@ -239,8 +238,8 @@ def _run_record(mode: str, label: str, env_id: str, stats: dict, started: float,
         "sync_every": None,
         "final_return": None,
         "history": stats.get("history", []),
-        "update_plot_times": [],
-        "disk_bytes": 0,
+        "update_plot_times": update_plot_times,
+        "disk_bytes": _folder_bytes(plotter.video_dir if plotter is not None else None),
         **_history_cost(stats),
     }
     record.update(extra)
@@ -290,20 +289,12 @@ def _keras_child(mode: str, env_id: str, n_itr: int, max_path_length: int, seed:
             plotter.update_plot(model, iteration=itr)
         iteration_ends.append(time.time())
         iteration_idle.append(machine_idle_seconds())
-    stats = {}
     if plotter is not None:
         plotter.close()
-        stats = plotter.stats
     finished = time.time()
-    return _run_record(mode,
-                       env_id + KERAS_SUFFIX,
-                       env_id,
-                       stats,
-                       started,
-                       finished,
+    return _run_record(mode, env_id + KERAS_SUFFIX, env_id, plotter, started, finished,
                        iteration_ends, [idle - idle_at_start for idle in iteration_idle],
-                       update_plot_times=update_plot_times,
-                       disk_bytes=_folder_bytes(plotter.video_dir if plotter is not None else None))
+                       update_plot_times)
 
 
 def _motion_seconds(stats: dict, env_id: str) -> float:

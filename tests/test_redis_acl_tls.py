@@ -14,6 +14,7 @@ import redis
 from async_plotter.channel.redis.acl import trainer_acl, viewer_acl
 from async_plotter.channel.redis.link import bounded_xrange
 from async_plotter.channel.redis.signing import Verifier
+from async_plotter.channel.redis.states import RecordingFetcher, RecordingPublisher
 from async_plotter.cli import URL_ENV, main
 from async_plotter.serve.catalog import Catalog
 from tests.conftest import wait_for
@@ -177,6 +178,33 @@ def test_the_roles_are_all_a_trainer_and_a_viewer_need(acl_server, processes, tm
     assert sorted(admin.scan_iter()) == [
         f"async_plotter:{EXPERIMENT}:{name}".encode() for name in ("metrics", "params", "structure")
     ]
+
+
+def test_the_history_over_redis_runs_under_the_roles(acl_server, tmp_path):
+    """A trainer's history recordings (published, capped) and a viewer's fetch of them need
+    nothing beyond the roles: the server refuses nothing."""
+    from tests.test_redis_states import _recordings
+
+    server, admin = acl_server
+    paths = _recordings(tmp_path, 3)
+    publisher = RecordingPublisher(_url(server, TRAINER, TRAINER_PASSWORD),
+                                   EXPERIMENT,
+                                   SECRET.encode(), (5, 1000),
+                                   60.0,
+                                   kept=2)
+    for number, path in enumerate(paths, start=1):
+        publisher.add(path, number, number - 1)
+    publisher.close(10)
+    assert (publisher.sent, publisher.failed) == (3, 0)
+    fetched = tmp_path / "fetched"
+    fetcher = RecordingFetcher(_url(server, VIEWER, VIEWER_PASSWORD), EXPERIMENT,
+                               Verifier(SECRET.encode()), str(fetched))
+    try:
+        wait_for(lambda: fetcher.written == 2, 10, message="both kept recordings fetched")
+    finally:
+        fetcher.close()
+    assert sorted(os.listdir(fetched)) == ["iter_0001.npz", "iter_0002.npz"]
+    assert fetcher.refused == 0 and _acl_log(admin) == []
 
 
 def test_the_trainer_role_reaches_only_its_experiment_and_the_viewer_role_only_reads(acl_server):

@@ -13,6 +13,7 @@ Files are written whole under a hidden temporary name and renamed, as the videos
 meanwhile: ``render/partial_files.py``).
 """
 import dataclasses
+import io
 import json
 import os
 import tempfile
@@ -78,22 +79,30 @@ def model_from_mjb(mjb: bytes) -> Any:
         os.remove(path)
 
 
+def recording_bytes(recording: StateRecording) -> bytes:
+    """``recording`` as the bytes of its file."""
+    meta = json.dumps(recording.meta, separators=(",", ":"), allow_nan=False)
+    buffer = io.BytesIO()
+    np.savez_compressed(buffer,
+                        format=np.array(FORMAT),
+                        meta=np.array(meta),
+                        model_mjb=np.frombuffer(recording.model_mjb, dtype=np.uint8),
+                        state=np.asarray(recording.states, dtype=np.float64),
+                        time=recording.times,
+                        action=np.asarray(recording.actions, dtype=np.float32),
+                        reward=np.asarray(recording.rewards, dtype=np.float32),
+                        episode=np.asarray(recording.episodes, dtype=np.int32))
+    return buffer.getvalue()
+
+
 def write_recording(path: str, recording: StateRecording) -> None:
     """Write ``recording`` to ``path`` whole: under ``.partial_<name>`` first, then renamed."""
-    meta = json.dumps(recording.meta, separators=(",", ":"), allow_nan=False)
+    data = recording_bytes(recording)
     claim = PartialFile(path)
     partial = claim.path
     try:
         with open(partial, "wb") as file:
-            np.savez_compressed(file,
-                                format=np.array(FORMAT),
-                                meta=np.array(meta),
-                                model_mjb=np.frombuffer(recording.model_mjb, dtype=np.uint8),
-                                state=np.asarray(recording.states, dtype=np.float64),
-                                time=recording.times,
-                                action=np.asarray(recording.actions, dtype=np.float32),
-                                reward=np.asarray(recording.rewards, dtype=np.float32),
-                                episode=np.asarray(recording.episodes, dtype=np.int32))
+            file.write(data)
         os.replace(partial, path)
     except BaseException:
         try:
@@ -111,10 +120,20 @@ class RecordingError(ValueError):
 
 def read_recording(path: str) -> StateRecording:
     """The recording at ``path``; a ``RecordingError`` naming the file if it is not one."""
+    return _parse(path, path)
+
+
+def recording_from_bytes(data: bytes, what: str) -> StateRecording:
+    """The recording a file's bytes hold (``what`` names them in a ``RecordingError``). Reading
+    runs no code (``allow_pickle=False``)."""
+    return _parse(io.BytesIO(data), what)
+
+
+def _parse(source: Any, what: str) -> StateRecording:
     try:
-        with np.load(path, allow_pickle=False) as archive:
+        with np.load(source, allow_pickle=False) as archive:
             if "format" not in archive.files or str(archive["format"]) != FORMAT:
-                raise RecordingError(f"{path} is not an async_plotter state recording "
+                raise RecordingError(f"{what} is not an async_plotter state recording "
                                      f"(expected format {FORMAT})")
             return StateRecording(model_mjb=archive["model_mjb"].tobytes(),
                                   states=archive["state"],
@@ -122,10 +141,10 @@ def read_recording(path: str) -> StateRecording:
                                   rewards=archive["reward"],
                                   episodes=archive["episode"],
                                   meta=json.loads(str(archive["meta"])))
-    except (OSError, KeyError, ValueError) as error:
+    except (OSError, KeyError, ValueError, EOFError) as error:
         if isinstance(error, RecordingError):
             raise
-        raise RecordingError(f"cannot read the state recording {path}: {error}") from error
+        raise RecordingError(f"cannot read the state recording {what}: {error}") from error
 
 
 def recordings_in(path: str) -> List[str]:

@@ -8,7 +8,7 @@ elsewhere; ``ShownAndPublishedRoute`` does both, when a channel comes with outpu
 """
 import logging
 import time
-from typing import Dict, Optional, Protocol
+from typing import Callable, Dict, Optional, Protocol
 
 import numpy as np
 
@@ -49,7 +49,10 @@ class LocalRoute:
 
     renders_here = True
 
-    def __init__(self, config: PlotterConfig, stats: WorkerStats) -> None:
+    def __init__(self,
+                 config: PlotterConfig,
+                 stats: WorkerStats,
+                 listener: Optional[Callable[[str, dict], None]] = None) -> None:
         self._config = config.worker
         self._verbose = config.verbose
         self._stats = stats
@@ -64,7 +67,7 @@ class LocalRoute:
                                             stats,
                                             max_restarts=config.max_restarts,
                                             hang_timeout=config.hang_timeout,
-                                            listener=config.on_event,
+                                            listener=listener or config.on_event,
                                             verbose=config.verbose)
         self._supervisor.start()
 
@@ -166,16 +169,30 @@ class PublishRoute:
 
 class ShownAndPublishedRoute:
     """``Plotter(channel=..., video_dir=...)`` (or a window, a page): the worker here shows every
-    update, and Redis carries it to viewers elsewhere as well."""
+    update, and Redis carries it to viewers elsewhere as well, with the run's history recordings
+    (``channel/redis/states.py``: a viewer draws them without the policy)."""
 
     renders_here = True
 
     def __init__(self, config: PlotterConfig, stats: WorkerStats) -> None:
-        self._local = LocalRoute(config, stats)
+        self._published = PublishRoute(config, stats)
+        self._recordings = None
+        if config.worker.history_dir is not None:
+            self._recordings = self._published.writer.recording_publisher(
+                config.worker.history_kept)
+        user = config.on_event
+        recordings = self._recordings
+
+        def listener(kind: str, payload: dict) -> None:
+            if recordings is not None and kind == "history" and payload.get("path"):
+                recordings.add(payload["path"], payload["update"], payload.get("iteration"))
+            if user is not None:
+                user(kind, payload)
+
         try:
-            self._published = PublishRoute(config, stats)
+            self._local = LocalRoute(config, stats, listener)
         except BaseException:
-            self._local.close(_PUBLISH_CLOSE_SECONDS, 0.0)
+            self._close_published(0.1)
             raise
 
     def publish(self, params: np.ndarray, iteration: Optional[int], max_path_length: int) -> None:
@@ -187,13 +204,20 @@ class ShownAndPublishedRoute:
         return self._published.post_metrics(iteration, metrics) and shown
 
     def close(self, timeout: float, final_video_timeout: float, startup_wait: float = 0.0) -> None:
-        # The final video first: the sender thread has had the last update since update_plot.
+        # The final video (and the final policy's recording) first: the sender thread has had the
+        # last update since update_plot.
         deadline = time.monotonic() + timeout + startup_wait
         try:
             self._local.close(timeout, final_video_timeout, startup_wait)
         except BaseException:
-            self._published.close(0.1, 0.0)  # Ctrl-C: wait no longer
+            self._close_published(0.1)  # Ctrl-C: wait no longer
             raise
+        self._close_published(max(deadline - time.monotonic(), 0.1))
+
+    def _close_published(self, timeout: float) -> None:
+        deadline = time.monotonic() + min(timeout, _PUBLISH_CLOSE_SECONDS)
+        if self._recordings is not None:
+            self._recordings.close(deadline - time.monotonic())
         self._published.close(max(deadline - time.monotonic(), 0.1), 0.0)
 
 

@@ -10,9 +10,11 @@ from typing import Sequence
 from async_plotter.channel.redis.wire import KEY_PREFIX, valid_experiment
 
 #: every command a trainer (``Plotter(channel=...)``) sends
-TRAINER_COMMANDS = ("ping", "set", "getrange", "del", "exists", "pexpire", "xadd", "publish")
+TRAINER_COMMANDS = ("ping", "set", "getrange", "del", "exists", "pexpire", "xadd", "publish",
+                    "zadd", "zcard", "zpopmin")
 #: every command ``async-plotter view`` and its worker send
-VIEWER_COMMANDS = ("ping", "subscribe", "strlen", "getrange", "eval_ro", "xrange", "xrevrange")
+VIEWER_COMMANDS = ("ping", "subscribe", "strlen", "getrange", "eval_ro", "xrange", "xrevrange",
+                   "zrange")
 #: what ``list`` and ``serve`` need beyond that, to find the experiments and show their expiry
 LISTING_COMMANDS = ("scan", "pttl")
 

@@ -16,7 +16,7 @@ import secrets
 import socket
 import threading
 import time
-from typing import Any, Deque, Dict, Optional, Tuple, Union
+from typing import TYPE_CHECKING, Any, Deque, Dict, Optional, Tuple, Union
 
 import numpy as np
 
@@ -35,6 +35,9 @@ from async_plotter.channel.redis.wire import (MAX_METRICS_BYTES, MAX_VALUE_BYTES
 from async_plotter.channel.redis.signing import SECRET_ENV, resolve_secret, warn_if_weak
 from async_plotter.errors import InvalidArgumentError
 from async_plotter.learning_curve import MAX_POINTS
+
+if TYPE_CHECKING:
+    from async_plotter.channel.redis.states import RecordingPublisher
 
 __all__ = ["check_channel_arguments", "RedisWriter", "RedisReader", "TTL_ENV"]
 
@@ -253,6 +256,14 @@ class RedisWriter:
     def run_started_ns(self) -> int:
         """This session's start as written in every header (orders runs for viewers)."""
         return self._run_started_ns
+
+    def recording_publisher(self, kept: int) -> "RecordingPublisher":
+        """A publisher of this run's history recordings, with this writer's server, secret,
+        run and expiry (``states.py``)."""
+        from async_plotter.channel.redis.states import RecordingPublisher
+
+        return RecordingPublisher(self._url, self._experiment, self._key,
+                                  (self._run_id, self._run_started_ns), self._ttl_ms / 1000.0, kept)
 
     @property
     def expected(self) -> Expected:

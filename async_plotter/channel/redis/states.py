@@ -1,0 +1,337 @@
+"""The run's history over Redis: state recordings a viewer draws with neither TensorFlow nor
+the policy's code, and nothing unpickled.
+
+A trainer that publishes (``Plotter(channel=..., video_dir=...)``) records every policy its
+worker applies (``worker/history.py``); ``RecordingPublisher`` sends each recording as it is
+written, and ``RecordingFetcher`` keeps a viewer's folder in step with them. Keys of experiment
+``E``, all expiring with the experiment's other keys::
+
+    async_plotter:E:model               header | MuJoCo model (MJB, zlib), once per run | tag
+    async_plotter:E:recording:RUN:N     header | recording of update N, without model | tag
+    async_plotter:E:recordings          sorted set of "RUN:N" by N (capped)
+
+Each value is sealed as the parameters are (``wire``, ``signing``): a header naming the run,
+the update and the iteration, the payload, and a tag over both (HMAC-SHA256 under the shared
+secret, else a checksum the viewer must be told to trust). A recording is numpy's zip read with
+``allow_pickle=False`` (``render/recording.py``). The model travels once: a recording of a
+500-step Swimmer episode is 65 KB with it, 50 KB without.
+"""
+import dataclasses
+import logging
+import os
+import queue
+import struct
+import threading
+import time
+import zlib
+from typing import Any, Optional, Set, Tuple
+
+from async_plotter.channel.redis.link import close_quietly, connect, connection_errors
+from async_plotter.channel.redis.signing import TAG_BYTES, PayloadRejected, Verifier, compute_tag
+from async_plotter.channel.redis.wire import KEY_PREFIX, run_hex
+from async_plotter.render.recording import (RecordingError, read_recording, recording_bytes,
+                                            recording_from_bytes, write_recording)
+from async_plotter.render.videos import history_name
+
+logger = logging.getLogger("async_plotter")
+
+#: recordings an experiment keeps in Redis; the oldest go first
+DEFAULT_KEPT = 200
+#: a recording's bytes at most (a 1000-step Humanoid episode is ~1 MB)
+MAX_RECORDING_BYTES = 32 * 1024 * 1024
+MAX_MODEL_BYTES = 64 * 1024 * 1024
+#: recordings waiting to be sent; more and the oldest waiting is dropped (the file stays)
+_QUEUE_LENGTH = 64
+_POLL_SECONDS = 1.0
+
+# magic, version, flags, run id, run start (ns), update number (-1: the model), iteration
+# (-1: none), payload length
+_HEADER = struct.Struct("<4sHHQQqqQ")
+_MAGIC = b"APRS"
+_VERSION = 1
+_SIGNED = 1
+
+
+@dataclasses.dataclass(frozen=True)
+class StateKeys:
+    """The Redis names of one experiment's recordings."""
+
+    experiment: str
+
+    @property
+    def model(self) -> str:
+        return f"{KEY_PREFIX}:{self.experiment}:model"
+
+    @property
+    def index(self) -> str:
+        return f"{KEY_PREFIX}:{self.experiment}:recordings"
+
+    def recording(self, member: str) -> str:
+        return f"{KEY_PREFIX}:{self.experiment}:recording:{member}"
+
+
+@dataclasses.dataclass(frozen=True)
+class Sealed:
+    """An opened value: whose run, which update, and what it holds."""
+
+    run_id: int
+    run_started_ns: int
+    number: int
+    iteration: Optional[int]
+    payload: bytes
+
+
+def seal(key: Optional[bytes], kind: bytes, experiment: str, run: Tuple[int, int], number: int,
+         iteration: Optional[int], payload: bytes) -> bytes:
+    """``payload`` with its header and tag (``kind``: ``b"model"`` or ``b"recording"``)."""
+    header = _HEADER.pack(_MAGIC, _VERSION, _SIGNED if key is not None else 0, run[0], run[1],
+                          number, -1 if iteration is None else iteration, len(payload))
+    return header + payload + compute_tag(key, kind, experiment, header, payload)
+
+
+def open_sealed(value: bytes, verifier: Verifier, kind: bytes, experiment: str) -> Sealed:
+    """Verify a sealed value; ``PayloadRejected`` naming what is wrong."""
+    what = kind.decode()
+    if len(value) < _HEADER.size + TAG_BYTES:
+        raise PayloadRejected(f"the {what} is {len(value)} bytes, shorter than its header")
+    magic, version, flags, run_id, started, number, iteration, length = _HEADER.unpack_from(value)
+    if magic != _MAGIC or version != _VERSION:
+        raise PayloadRejected(f"the {what} is not in this version's format")
+    if len(value) != _HEADER.size + length + TAG_BYTES:
+        raise PayloadRejected(f"the {what} says {length} bytes but holds "
+                              f"{len(value) - _HEADER.size - TAG_BYTES}")
+    view = memoryview(value)
+    verifier.check(bool(flags & _SIGNED), view[-TAG_BYTES:], kind, experiment, view[:_HEADER.size],
+                   view[_HEADER.size:-TAG_BYTES])
+    return Sealed(run_id, started, number, None if iteration < 0 else iteration,
+                  bytes(view[_HEADER.size:-TAG_BYTES]))
+
+
+def _inflate(data: bytes, limit: int) -> bytes:
+    """``zlib``-compressed ``data``, refused past ``limit`` bytes (a forged bomb stops there)."""
+    inflater = zlib.decompressobj()
+    out = inflater.decompress(data, limit)
+    if inflater.unconsumed_tail or not inflater.eof:
+        raise PayloadRejected(f"the model is over {limit} bytes, or cut short")
+    return out
+
+
+def _bounded_get(client: Any, key: str, limit: int) -> Optional[bytes]:
+    """The value at ``key`` (None: none), refused before its download past ``limit`` bytes."""
+    length = client.strlen(key)
+    if length > limit:
+        raise PayloadRejected(f"{key} holds {length} bytes, over the {limit} a viewer reads")
+    return client.getrange(key, 0, length - 1) if length else None
+
+
+def _member(run_id: int, number: int) -> str:
+    return f"{run_hex(run_id)}:{number}"
+
+
+class RecordingPublisher:
+    """Sends each history recording of a trainer's run to Redis, in a thread of its own.
+
+    ``add`` never blocks nor raises: the recording is queued (the oldest waiting is dropped
+    past ``_QUEUE_LENGTH``; its file stays). A server that is down or refuses costs one warning;
+    what failed is not retried, the next recording is.
+    """
+
+    def __init__(self,
+                 url: str,
+                 experiment: str,
+                 secret: Optional[bytes],
+                 run: Tuple[int, int],
+                 ttl_seconds: float,
+                 kept: int = DEFAULT_KEPT) -> None:
+        self._url = url
+        self._keys = StateKeys(experiment)
+        self._experiment = experiment
+        self._secret = secret
+        self._run = run
+        self._ttl_ms = max(int(ttl_seconds * 1000), 1)
+        self._kept = max(int(kept), 1)
+        self._queue: "queue.Queue[Optional[Tuple[str, int, Optional[int]]]]" = queue.Queue()
+        self._model: Optional[bytes] = None
+        self._model_sent = False
+        self._warned = False
+        #: recordings sent, and those that could not be
+        self.sent = 0
+        self.failed = 0
+        self._thread = threading.Thread(target=self._run_thread,
+                                        name="async_plotter-redis-states",
+                                        daemon=True)
+        self._thread.start()
+
+    def add(self, path: str, update: int, iteration: Optional[int]) -> None:
+        """Publish the recording at ``path`` (update ``update``) soon."""
+        while self._queue.qsize() >= _QUEUE_LENGTH:
+            try:
+                self._queue.get_nowait()
+                self.failed += 1
+            except queue.Empty:
+                break
+        self._queue.put((path, update, iteration))
+
+    def close(self, timeout: float) -> None:
+        """Send what is queued within ``timeout`` s, then stop."""
+        self._queue.put(None)
+        self._thread.join(max(timeout, 0.0))
+
+    def _run_thread(self) -> None:
+        client = connect(self._url)
+        try:
+            while True:
+                item = self._queue.get()
+                if item is None:
+                    return
+                try:
+                    self._send(client, *item)
+                    self.sent += 1
+                except Exception as error:  # noqa: BLE001 - the file, the server, a refusal
+                    self.failed += 1
+                    self._warn(item[0], error)
+        finally:
+            close_quietly(client)
+
+    def _warn(self, path: str, error: BaseException) -> None:
+        log = logger.debug if self._warned else logger.warning
+        self._warned = True
+        log(
+            "publishing experiment %r: the history recording %s did not reach Redis (%s: %s); "
+            "it stays on disk", self._experiment, os.path.basename(path),
+            type(error).__name__, error)
+
+    def _sealed_model(self, mjb: bytes) -> bytes:
+        if self._model is None:  # MJB is mostly zeros: 509 KB for Swimmer, 15 KB compressed
+            self._model = seal(self._secret, b"model", self._experiment, self._run, -1, None,
+                               zlib.compress(mjb, 6))
+        return self._model
+
+    def _send(self, client: Any, path: str, update: int, iteration: Optional[int]) -> None:
+        recording = read_recording(path)
+        keys, member = self._keys, _member(self._run[0], update)
+        model = self._sealed_model(recording.model_mjb)
+        pipe = client.pipeline(transaction=False)
+        if not self._model_sent:
+            # A new run's history starts empty: the previous run's goes with its keys' expiry.
+            pipe.delete(keys.index)
+        recording.model_mjb = b""
+        pipe.set(keys.recording(member),
+                 seal(self._secret, b"recording", self._experiment, self._run, update, iteration,
+                      recording_bytes(recording)),
+                 px=self._ttl_ms)
+        pipe.zadd(keys.index, {member: update})
+        pipe.pexpire(keys.index, self._ttl_ms)
+        if self._model_sent:
+            pipe.pexpire(keys.model, self._ttl_ms)
+        else:
+            pipe.set(keys.model, model, px=self._ttl_ms)
+        pipe.zcard(keys.index)
+        *_, model_kept, count = pipe.execute()
+        # A server that lost the model (restarted empty) gets it again with the next recording.
+        self._model_sent = bool(model_kept)
+        if count > self._kept:  # the oldest go, keys and all
+            dropped = [member for member, _ in client.zpopmin(keys.index, count - self._kept)]
+            client.delete(*[keys.recording(m.decode("ascii")) for m in dropped])
+
+
+class RecordingFetcher:
+    """Keeps ``folder`` holding the experiment's published recordings, each as a whole file
+    (``iter_0059.npz``, with the model put back), in a thread of its own; the newest run's
+    only. What fails its check is logged once and skipped; the fetcher goes on."""
+
+    def __init__(self, url: str, experiment: str, verifier: Verifier, folder: str) -> None:
+        self._url = url
+        self._experiment = experiment
+        self._keys = StateKeys(experiment)
+        self._verifier = verifier
+        self._folder = folder
+        self._model: Optional[Sealed] = None
+        self._mjb = b""
+        self._done: Set[str] = set()
+        self._rejected: Set[str] = set()
+        self._stop = threading.Event()
+        #: files written, and values refused
+        self.written = 0
+        self.refused = 0
+        self._thread = threading.Thread(target=self._run_thread,
+                                        name="async_plotter-redis-fetch",
+                                        daemon=True)
+        self._thread.start()
+
+    def close(self, timeout: float = 2.0) -> None:
+        self._stop.set()
+        self._thread.join(timeout)
+
+    def _run_thread(self) -> None:
+        client = connect(self._url)
+        try:
+            while not self._stop.is_set():
+                try:
+                    self.fetch_once(client)
+                except connection_errors() as error:
+                    logger.debug("fetching %r: %s", self._experiment, error)
+                self._stop.wait(_POLL_SECONDS)
+        finally:
+            close_quietly(client)
+
+    def fetch_once(self, client: Any) -> int:
+        """Write the recordings not fetched yet; how many were written."""
+        try:
+            value = _bounded_get(client, self._keys.model, MAX_MODEL_BYTES)
+            if value is None:
+                return 0  # nothing published yet (or expired): wait
+            model = open_sealed(value, self._verifier, b"model", self._experiment)
+        except PayloadRejected as error:
+            self._refuse("model", error)
+            return 0
+        if self._model is None or model.run_id != self._model.run_id:
+            try:
+                self._mjb = _inflate(model.payload, MAX_MODEL_BYTES)
+            except (zlib.error, PayloadRejected) as error:
+                self._refuse("model", error)
+                return 0
+            self._model, self._done = model, set()
+        prefix = run_hex(model.run_id) + ":"
+        written = 0
+        # The newest DEFAULT_KEPT only: a forged index may be of any length.
+        for raw in client.zrange(self._keys.index, -DEFAULT_KEPT, -1):
+            member = raw.decode("ascii", "replace")
+            if not member.startswith(prefix) or member in self._done | self._rejected:
+                continue
+            try:
+                value = _bounded_get(client, self._keys.recording(member), MAX_RECORDING_BYTES)
+                if value is None:
+                    continue  # gone since the index was read (the cap, or expiry)
+                self._write(value)
+            except (PayloadRejected, RecordingError) as error:
+                self._rejected.add(member)
+                self._refuse(f"recording {member}", error)
+                continue
+            self._done.add(member)
+            written += 1
+        self.written += written
+        return written
+
+    def _write(self, value: Optional[bytes]) -> None:
+        sealed = open_sealed(value, self._verifier, b"recording", self._experiment)
+        if sealed.run_id != self._model.run_id:
+            raise PayloadRejected("the recording is of another run than the model")
+        recording = recording_from_bytes(sealed.payload, f"update {sealed.number}'s recording")
+        recording.model_mjb = self._mjb
+        os.makedirs(self._folder, exist_ok=True)
+        write_recording(os.path.join(self._folder, history_name(sealed.number, sealed.iteration)),
+                        recording)
+
+    def _refuse(self, what: str, error: Exception) -> None:
+        self.refused += 1
+        log = logger.warning if self.refused == 1 else logger.debug
+        log("experiment %r: the %s was refused: %s", self._experiment, what, error)
+
+
+def wait_for_recordings(fetcher: RecordingFetcher, timeout: float) -> bool:
+    """Whether ``fetcher`` wrote a recording within ``timeout`` s."""
+    deadline = time.monotonic() + timeout
+    while fetcher.written == 0 and time.monotonic() < deadline:
+        time.sleep(0.1)
+    return fetcher.written > 0

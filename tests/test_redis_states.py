@@ -1,0 +1,219 @@
+"""The run's history over Redis (``channel/redis/states.py``): a trainer that publishes and keeps
+videos here sends every history recording as it is written, signed, the model once; a viewer
+rebuilds the files with neither TensorFlow nor the policy's code, refuses what fails its check,
+and ``async-plotter replay redis://...`` shows them. Against a real redis-server."""
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import mujoco
+import numpy as np
+import pytest
+import redis
+
+from async_plotter import Plotter
+from async_plotter.channel.redis.signing import Verifier
+from async_plotter.channel.redis.states import (RecordingFetcher, RecordingPublisher, StateKeys,
+                                                open_sealed)
+from async_plotter.render.recording import (RecordingBuilder, model_to_mjb, read_recording,
+                                            write_recording)
+from tests.conftest import default_sigint, wait_for
+from tests.policies import LinearPolicy
+from tests.redis_server import redis_server  # noqa: F401
+
+SECRET = b"the states travel signed 0123456"
+pytestmark = pytest.mark.timeout(180)
+
+# A viewer's fetch in a process of its own: what it imported says what a viewer machine needs.
+FETCH = """
+import json, sys
+from async_plotter.channel.redis.link import connect
+from async_plotter.channel.redis.signing import Verifier
+from async_plotter.channel.redis.states import RecordingFetcher
+url, experiment, folder = sys.argv[1:4]
+fetcher = RecordingFetcher.__new__(RecordingFetcher)
+RecordingFetcher.__init__(fetcher, url, experiment, Verifier(sys.argv[4].encode()), folder)
+fetcher.close()
+written = fetcher.fetch_once(connect(url))
+heavy = sorted(m for m in ("tensorflow", "keras", "torch", "tests.policies") if m in sys.modules)
+print(json.dumps({"written": written, "imported": heavy}))
+"""
+
+
+def test_a_publishing_trainer_sends_its_history_and_a_viewer_rebuilds_it_without_tensorflow(
+        redis_server, tmp_path):  # noqa: F811
+    videos = tmp_path / "videos"
+    policy = LinearPolicy(4, 1)
+    plotter = Plotter("InvertedPendulum-v5",
+                      policy,
+                      max_path_length=60,
+                      video_dir=str(videos),
+                      channel=redis_server.url,
+                      experiment="states",
+                      secret=SECRET,
+                      priority="normal").start()
+    try:
+        for iteration in range(4):
+            policy.fill(0.2 * iteration - 0.3)
+            plotter.update_plot(policy, iteration=iteration)
+            wait_for(lambda: any(e["iteration"] == iteration for e in plotter.stats["history"]),
+                     60,
+                     message=f"iteration {iteration}'s history")
+    finally:
+        plotter.close()
+    local = {
+        name: read_recording(str(videos / "history" / name))
+        for name in os.listdir(videos / "history")
+    }
+    assert {"iter_0000.npz", "iter_0003.npz"} <= set(local), sorted(local)
+
+    client = redis.Redis.from_url(redis_server.url)
+    keys = StateKeys("states")
+    wait_for(lambda: client.zcard(keys.index) == len(local), 10, message="every recording sent")
+    for key in [keys.model, keys.index
+                ] + [keys.recording(m.decode()) for m in client.zrange(keys.index, 0, -1)]:
+        assert 0 < client.pttl(key) <= 3600 * 1000, key  # they expire with the experiment
+    model = open_sealed(client.get(keys.model), Verifier(SECRET), b"model", "states")
+    # The model travels once, compressed: no recording carries it.
+    assert len(model.payload) < len(next(iter(local.values())).model_mjb) / 4
+    client.close()
+
+    fetched = tmp_path / "fetched"
+    result = subprocess.run(
+        [sys.executable, "-c", FETCH, redis_server.url, "states",
+         str(fetched),
+         SECRET.decode()],
+        capture_output=True,
+        text=True,
+        timeout=120)
+    assert result.returncode == 0, result.stderr[-3000:]
+    report = json.loads(result.stdout.strip().splitlines()[-1])
+    assert report == {"written": len(local), "imported": []}, report
+    for name, recording in local.items():
+        copy = read_recording(str(fetched / name))
+        assert np.array_equal(copy.states, recording.states), name
+        assert np.array_equal(copy.rewards, recording.rewards), name
+        assert copy.model_mjb == recording.model_mjb and copy.meta == recording.meta, name
+
+
+def _recordings(folder, count):
+    """``count`` small recordings of a one-body model, as the history writes them."""
+    model = mujoco.MjModel.from_xml_string(
+        "<mujoco><worldbody><body><freejoint/><geom size='.1'/></body></worldbody></mujoco>")
+    data = mujoco.MjData(model)
+    size = mujoco.mj_stateSize(model, mujoco.mjtState.mjSTATE_FULLPHYSICS)
+    paths = []
+    for number in range(1, count + 1):
+        builder = RecordingBuilder(model_to_mjb(model), {"update": number, "history": True})
+        for step in range(5):
+            data.qpos[2] = number + 0.1 * step
+            mujoco.mj_forward(model, data)
+            state = np.empty(size)
+            mujoco.mj_getState(model, data, state, mujoco.mjtState.mjSTATE_FULLPHYSICS)
+            builder.add(state, np.zeros(1), 1.0, 0)
+        path = str(folder / f"iter_{number - 1:04d}.npz")
+        write_recording(path, builder.build())
+        paths.append(path)
+    return paths
+
+
+def test_a_viewer_refuses_what_fails_its_check_and_fetches_the_rest(redis_server, tmp_path,
+                                                                    caplog):  # noqa: F811
+    paths = _recordings(tmp_path, 4)
+    publisher = RecordingPublisher(redis_server.url, "checked", SECRET, (7, 1000), 60.0, kept=3)
+    for number, path in enumerate(paths, start=1):
+        publisher.add(path, number, number - 1)
+    publisher.close(10)
+    assert (publisher.sent, publisher.failed) == (4, 0)
+    client = redis.Redis.from_url(redis_server.url)
+    keys = StateKeys("checked")
+    # Capped: the oldest went, its key too.
+    members = [m.decode() for m in client.zrange(keys.index, 0, -1)]
+    assert members == [f"{7:016x}:{n}" for n in (2, 3, 4)], members
+    assert not client.exists(keys.recording(f"{7:016x}:1"))
+    # One altered in Redis, one replaced by a value sealed under another secret.
+    client.setrange(keys.recording(members[0]), 60, b"\xff\xff")
+    forged = RecordingPublisher(redis_server.url, "forged", b"another secret entirely 0123456",
+                                (7, 1000), 60.0)
+    forged.add(paths[2], 3, 2)
+    forged.close(10)
+    client.set(keys.recording(members[1]), client.get(StateKeys("forged").recording(members[1])))
+
+    fetched = tmp_path / "fetched"
+    fetcher = RecordingFetcher(redis_server.url, "checked", Verifier(SECRET), str(fetched))
+    try:
+        wait_for(lambda: fetcher.written + fetcher.refused >= 3, 10, message="three handled")
+    finally:
+        fetcher.close()
+    assert sorted(os.listdir(fetched)) == ["iter_0003.npz"]
+    assert fetcher.refused == 2
+    refusals = [r.getMessage() for r in caplog.records if "was refused" in r.getMessage()]
+    assert refusals and ("signature" in refusals[0] or "checksum" in refusals[0]), refusals
+    # Nothing unsigned gets past a viewer with a secret.
+    unsigned = RecordingPublisher(redis_server.url, "unsigned", None, (8, 1000), 60.0)
+    unsigned.add(paths[0], 1, 0)
+    unsigned.close(10)
+    other = tmp_path / "unsigned"
+    viewer = RecordingFetcher(redis_server.url, "unsigned", Verifier(SECRET), str(other))
+    try:
+        wait_for(lambda: viewer.refused, 10, message="the unsigned model refused")
+    finally:
+        viewer.close()
+    assert not other.exists()
+    client.close()
+
+
+def test_replay_waits_for_a_history_shows_it_and_stops_at_ctrl_c(redis_server,
+                                                                 tmp_path):  # noqa: F811
+    """The viewer first: ``replay redis://...`` waits (no warning) until the trainer publishes,
+    then serves the fetched history, maps no TensorFlow, and ends at Ctrl-C."""
+    paths = _recordings(tmp_path, 2)
+    into = tmp_path / "into"
+    environment = dict(os.environ, ASYNC_PLOTTER_SECRET=SECRET.decode())
+    replay = subprocess.Popen([
+        sys.executable, "-m", "async_plotter.cli", "replay", redis_server.url, "--experiment",
+        "shown", "--into",
+        str(into), "--http", "0"
+    ],
+                              env=environment,
+                              stdout=subprocess.PIPE,
+                              stderr=subprocess.STDOUT,
+                              text=True,
+                              start_new_session=True,
+                              preexec_fn=default_sigint)  # stopped with SIGINT
+    lines = []
+
+    def read_until(text):
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            line = replay.stdout.readline()
+            lines.append(line)
+            if text in line or not line:
+                break
+        assert any(text in line for line in lines), "".join(lines)
+
+    try:
+        read_until("waiting for experiment 'shown'")
+        time.sleep(1.5)  # a poll or two with nothing there
+        publisher = RecordingPublisher(redis_server.url, "shown", SECRET, (9, 1000), 60.0)
+        for number, path in enumerate(paths, start=1):
+            publisher.add(path, number, number - 1)
+        publisher.close(10)
+        read_until(" at http://")
+        wait_for(lambda: sorted(os.listdir(into)) == ["iter_0000.npz", "iter_0001.npz"],
+                 10,
+                 message="both recordings fetched")
+        with open(f"/proc/{replay.pid}/maps") as maps:
+            assert "tensorflow" not in maps.read()
+        replay.send_signal(signal.SIGINT)
+        assert replay.wait(30) == 0
+        lines.extend(replay.stdout.readlines())
+        assert not any("refused" in line or "Traceback" in line for line in lines), lines
+    finally:
+        if replay.poll() is None:
+            replay.kill()
+            replay.wait(10)
+        replay.stdout.close()
