@@ -8,6 +8,7 @@ list, serve), and draw or replay the state recordings beside a run's videos (ren
     async-plotter render runs/demo/videos/ --quality full --size 720
     async-plotter replay runs/demo/videos/iter_0059.npz --http 8080
     async-plotter replay runs/demo/videos/history/ --http 8080
+    async-plotter replay redis://host:6379/0 --experiment swimmer-7 --video-dir videos
 
 This module parses and checks the arguments; the viewer itself is ``serve/viewer.py``.
 """
@@ -199,6 +200,9 @@ def _replay_parser(commands: Any) -> argparse.ArgumentParser:
     replay.add_argument("--into",
                         help="with a Redis server: the folder the recordings are fetched into "
                         "(default: a new temporary one, removed at the end)")
+    replay.add_argument("--video-dir",
+                        help="with a Redis server: also draw the newest recording fetched to an "
+                        "mp4 here, as they come (skipping those that come while one is drawn)")
     _add_trust_arguments(replay)
     replay.add_argument("--http",
                         default="8080",
@@ -221,6 +225,9 @@ def _replay(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
         parser.error(f"the 3D viewer needs {' and '.join(missing)}: {INSTALL_HINT}")
     if args.path.startswith(("redis://", "rediss://")):
         return _replay_from_redis(parser, args)
+    if args.into or args.video_dir or args.experiment:
+        parser.error("--experiment, --into and --video-dir are for a Redis server (redis://...); "
+                     "for a folder's recordings as mp4, use async-plotter render")
     if os.path.isdir(args.path):
         if not list_recordings(args.path):
             parser.error(f"{args.path} holds no state recordings (iter_NNNN.npz, update_NNNN.npz)")
@@ -245,15 +252,20 @@ def _replay_from_redis(parser: argparse.ArgumentParser, args: argparse.Namespace
     if not valid_experiment(args.experiment):
         parser.error("replaying from Redis needs --experiment NAME (letters, digits, '.', '_', "
                      "'-'): the experiment whose history to show")
-    secret = _checked_secret(parser, args)
+    secret = _checked_secret(parser, args, loads_pickles=False)  # states: numbers only
     http = _checked_http(parser, args.http, args.http_token)
+    video_dir = _checked_video_dir(parser, args.video_dir)
+    from async_plotter.sinks.rerender import NewestRenderer, prepare_gl
+
+    prepare_gl()  # before anything imports mujoco
     from async_plotter.channel.redis.signing import Verifier
     from async_plotter.channel.redis.states import RecordingFetcher, wait_for_recordings
     from async_plotter.view3d.replay import serve_replay
 
     folder = args.into or tempfile.mkdtemp(prefix=f"async_plotter_{args.experiment}_")
+    renderer = NewestRenderer(video_dir) if video_dir else None
     fetcher = RecordingFetcher(args.path, args.experiment, Verifier(secret, args.trust_unsigned),
-                               folder)
+                               folder, renderer.offer if renderer else None)
     try:
         logger.info("waiting for experiment %r's history on %s", args.experiment, redact(args.path))
         while not wait_for_recordings(fetcher, 3600.0):
@@ -263,6 +275,8 @@ def _replay_from_redis(parser: argparse.ArgumentParser, args: argparse.Namespace
         pass
     finally:
         fetcher.close()
+        if renderer is not None:
+            renderer.close(30.0)
         if not args.into:
             shutil.rmtree(folder, ignore_errors=True)
     return 0
@@ -637,7 +651,9 @@ def _check_cpu_arguments(parser: argparse.ArgumentParser, args: argparse.Namespa
                          "worker's priority itself")
 
 
-def _checked_secret(parser: argparse.ArgumentParser, args: argparse.Namespace) -> Optional[bytes]:
+def _checked_secret(parser: argparse.ArgumentParser,
+                    args: argparse.Namespace,
+                    loads_pickles: bool = True) -> Optional[bytes]:
     """The secret from --secret-file or $ASYNC_PLOTTER_SECRET, for ``view`` and ``serve``: with a
     secret, --trust-unsigned is a contradiction; without one, it is required."""
     try:
@@ -655,11 +671,13 @@ def _checked_secret(parser: argparse.ArgumentParser, args: argparse.Namespace) -
             f"this process load their pickle. Drop --trust-unsigned (or unset {SECRET_ENV} if "
             "the trainers really publish unsigned).")
     if secret is None and not args.trust_unsigned:
+        why = ("Trainers publish pickles, and loading a pickle runs code, so without a secret to "
+               "check them they are refused." if loads_pickles else
+               "Without it nothing published can be checked, so everything is refused.")
         parser.error(
             f"no secret: set {SECRET_ENV} or pass --secret-file, with the secret the trainers "
-            "sign with. Trainers publish pickles, and loading a pickle runs code, so without a "
-            "secret to check them they are refused. If nobody else can write to this Redis "
-            "server, --trust-unsigned accepts them anyway.")
+            f"sign with. {why} If nobody else can write to this Redis server, --trust-unsigned "
+            "accepts them anyway.")
     warn_if_weak(secret)
     return secret
 

@@ -6,7 +6,6 @@ import os
 import re
 import signal
 import subprocess
-import time
 
 import pytest
 import redis
@@ -18,6 +17,7 @@ from async_plotter.channel.redis.states import RecordingFetcher, RecordingPublis
 from async_plotter.cli import URL_ENV, main
 from async_plotter.serve.catalog import Catalog
 from tests.conftest import wait_for
+from tests.history_recordings import write_history
 from tests.redis_helpers import applied_updates, read_log, start_trainer, start_viewer
 from tests.redis_server import MISSING_MESSAGE, RedisServer, find_redis_server
 from tests.redis_tls import TlsRedisServer, make_certificates
@@ -183,10 +183,9 @@ def test_the_roles_are_all_a_trainer_and_a_viewer_need(acl_server, processes, tm
 def test_the_history_over_redis_runs_under_the_roles(acl_server, tmp_path):
     """A trainer's history recordings (published, capped) and a viewer's fetch of them need
     nothing beyond the roles: the server refuses nothing."""
-    from tests.test_redis_states import _recordings
-
     server, admin = acl_server
-    paths = _recordings(tmp_path, 3)
+    target = write_history(str(tmp_path), range(3), steps=5)
+    paths = [os.path.join(target, f"iter_{iteration:04d}.npz") for iteration in range(3)]
     publisher = RecordingPublisher(_url(server, TRAINER, TRAINER_PASSWORD),
                                    EXPERIMENT,
                                    SECRET.encode(), (5, 1000),

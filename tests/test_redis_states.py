@@ -9,7 +9,6 @@ import subprocess
 import sys
 import time
 
-import mujoco
 import numpy as np
 import pytest
 import redis
@@ -18,9 +17,9 @@ from async_plotter import Plotter
 from async_plotter.channel.redis.signing import Verifier
 from async_plotter.channel.redis.states import (RecordingFetcher, RecordingPublisher, StateKeys,
                                                 open_sealed)
-from async_plotter.render.recording import (RecordingBuilder, model_to_mjb, read_recording,
-                                            write_recording)
+from async_plotter.render.recording import read_recording
 from tests.conftest import default_sigint, wait_for
+from tests.history_recordings import write_history
 from tests.policies import LinearPolicy
 from tests.redis_server import redis_server  # noqa: F401
 
@@ -43,20 +42,20 @@ print(json.dumps({"written": written, "imported": heavy}))
 """
 
 
-def test_a_publishing_trainer_sends_its_history_and_a_viewer_rebuilds_it_without_tensorflow(
-        redis_server, tmp_path):  # noqa: F811
-    videos = tmp_path / "videos"
+def _train(url, experiment, videos, iterations):
+    """A trainer that keeps videos here and publishes: ``iterations`` updates, each waited for
+    until its history recording exists, then ``close()``."""
     policy = LinearPolicy(4, 1)
     plotter = Plotter("InvertedPendulum-v5",
                       policy,
                       max_path_length=60,
                       video_dir=str(videos),
-                      channel=redis_server.url,
-                      experiment="states",
+                      channel=url,
+                      experiment=experiment,
                       secret=SECRET,
                       priority="normal").start()
     try:
-        for iteration in range(4):
+        for iteration in range(iterations):
             policy.fill(0.2 * iteration - 0.3)
             plotter.update_plot(policy, iteration=iteration)
             wait_for(lambda: any(e["iteration"] == iteration for e in plotter.stats["history"]),
@@ -64,6 +63,12 @@ def test_a_publishing_trainer_sends_its_history_and_a_viewer_rebuilds_it_without
                      message=f"iteration {iteration}'s history")
     finally:
         plotter.close()
+
+
+def test_a_publishing_trainer_sends_its_history_and_a_viewer_rebuilds_it_without_tensorflow(
+        redis_server, tmp_path):  # noqa: F811
+    videos = tmp_path / "videos"
+    _train(redis_server.url, "states", videos, 4)
     local = {
         name: read_recording(str(videos / "history" / name))
         for name in os.listdir(videos / "history")
@@ -100,24 +105,9 @@ def test_a_publishing_trainer_sends_its_history_and_a_viewer_rebuilds_it_without
 
 
 def _recordings(folder, count):
-    """``count`` small recordings of a one-body model, as the history writes them."""
-    model = mujoco.MjModel.from_xml_string(
-        "<mujoco><worldbody><body><freejoint/><geom size='.1'/></body></worldbody></mujoco>")
-    data = mujoco.MjData(model)
-    size = mujoco.mj_stateSize(model, mujoco.mjtState.mjSTATE_FULLPHYSICS)
-    paths = []
-    for number in range(1, count + 1):
-        builder = RecordingBuilder(model_to_mjb(model), {"update": number, "history": True})
-        for step in range(5):
-            data.qpos[2] = number + 0.1 * step
-            mujoco.mj_forward(model, data)
-            state = np.empty(size)
-            mujoco.mj_getState(model, data, state, mujoco.mjtState.mjSTATE_FULLPHYSICS)
-            builder.add(state, np.zeros(1), 1.0, 0)
-        path = str(folder / f"iter_{number - 1:04d}.npz")
-        write_recording(path, builder.build())
-        paths.append(path)
-    return paths
+    """``count`` short history recordings of the sled, updates 1 to ``count``."""
+    target = write_history(str(folder), range(count), steps=5)
+    return [os.path.join(target, f"iter_{iteration:04d}.npz") for iteration in range(count)]
 
 
 def test_a_viewer_refuses_what_fails_its_check_and_fetches_the_rest(redis_server, tmp_path,
@@ -166,17 +156,18 @@ def test_a_viewer_refuses_what_fails_its_check_and_fetches_the_rest(redis_server
     client.close()
 
 
-def test_replay_waits_for_a_history_shows_it_and_stops_at_ctrl_c(redis_server,
-                                                                 tmp_path):  # noqa: F811
-    """The viewer first: ``replay redis://...`` waits (no warning) until the trainer publishes,
-    then serves the fetched history, maps no TensorFlow, and ends at Ctrl-C."""
-    paths = _recordings(tmp_path, 2)
-    into = tmp_path / "into"
+def test_replay_waits_for_a_trainers_history_then_shows_and_draws_it(redis_server,
+                                                                     tmp_path):  # noqa: F811
+    """End to end, the viewer first: ``replay redis://... --video-dir`` waits (no warning) until
+    a trainer publishes, fetches its history, serves it, draws the newest to mp4, maps no
+    TensorFlow, and ends at Ctrl-C."""
+    into, drawn = tmp_path / "into", tmp_path / "drawn"
     environment = dict(os.environ, ASYNC_PLOTTER_SECRET=SECRET.decode())
     replay = subprocess.Popen([
         sys.executable, "-m", "async_plotter.cli", "replay", redis_server.url, "--experiment",
         "shown", "--into",
-        str(into), "--http", "0"
+        str(into), "--video-dir",
+        str(drawn), "--http", "0"
     ],
                               env=environment,
                               stdout=subprocess.PIPE,
@@ -197,15 +188,12 @@ def test_replay_waits_for_a_history_shows_it_and_stops_at_ctrl_c(redis_server,
 
     try:
         read_until("waiting for experiment 'shown'")
-        time.sleep(1.5)  # a poll or two with nothing there
-        publisher = RecordingPublisher(redis_server.url, "shown", SECRET, (9, 1000), 60.0)
-        for number, path in enumerate(paths, start=1):
-            publisher.add(path, number, number - 1)
-        publisher.close(10)
+        _train(redis_server.url, "shown", tmp_path / "trainer", 3)
+        kept = sorted(os.listdir(tmp_path / "trainer" / "history"))
         read_until(" at http://")
-        wait_for(lambda: sorted(os.listdir(into)) == ["iter_0000.npz", "iter_0001.npz"],
-                 10,
-                 message="both recordings fetched")
+        wait_for(lambda: sorted(os.listdir(into)) == kept, 20, message=f"{kept} fetched")
+        # The newest is drawn (older ones that came meanwhile may be skipped).
+        wait_for(lambda: (drawn / "iter_0002.mp4").exists(), 60, message="iter_0002.mp4 drawn")
         with open(f"/proc/{replay.pid}/maps") as maps:
             assert "tensorflow" not in maps.read()
         replay.send_signal(signal.SIGINT)
@@ -217,3 +205,21 @@ def test_replay_waits_for_a_history_shows_it_and_stops_at_ctrl_c(redis_server,
             replay.kill()
             replay.wait(10)
         replay.stdout.close()
+
+
+def test_replay_names_what_a_redis_source_needs(tmp_path, capsys, monkeypatch):
+    """Mistakes end at once with exit code 2 and a line naming the fix."""
+    from async_plotter.cli import main
+
+    monkeypatch.delenv("ASYNC_PLOTTER_SECRET", raising=False)
+    folder = write_history(str(tmp_path), range(1), steps=5)
+    cases = [
+        (["replay", "redis://127.0.0.1:1/0"], "needs --experiment NAME"),
+        (["replay", "redis://127.0.0.1:1/0", "-e", "x"], "nothing published can be checked"),
+        (["replay", folder, "--video-dir", str(tmp_path / "v")], "use async-plotter render"),
+    ]
+    for argv, expected in cases:
+        with pytest.raises(SystemExit) as exited:
+            main(argv)
+        assert exited.value.code == 2, argv
+        assert expected in capsys.readouterr().err, argv

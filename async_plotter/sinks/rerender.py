@@ -5,13 +5,18 @@ A recording is drawn through the same scene and video sink the render process us
 still between them, so that at the recording's own preset the frames match the original video.
 Never imports TensorFlow; call :func:`prepare_gl` before anything imports ``mujoco``.
 """
+import logging
 import os
 import pickle
 import sys
-from typing import Callable, Optional, TextIO
+import threading
+from typing import Callable, List, Optional, TextIO
 
+from async_plotter.newest import Newest
 from async_plotter.render.recording import StateRecording, read_recording
 from async_plotter.render.stream import EpisodeEnd, EpisodeInfo
+
+logger = logging.getLogger("async_plotter")
 
 #: ``progress(done, total)`` after each frame
 Progress = Callable[[int, int], None]
@@ -107,3 +112,37 @@ def text_progress(name: str, stream: TextIO = sys.stderr) -> Progress:
 
 def _even(value: float) -> int:
     return max(2, int(round(value / 2)) * 2)
+
+
+class NewestRenderer:
+    """Draws recordings to mp4 in ``out_dir`` as they are offered, in a thread of its own: the
+    newest offered while one is drawn waits, older ones are skipped (``replay redis://...
+    --video-dir``: a viewer that keeps up with the run rather than with every iteration)."""
+
+    def __init__(self, out_dir: str) -> None:
+        self._out_dir = out_dir
+        self._waiting: Newest[str] = Newest()
+        #: the videos written, oldest first
+        self.videos: List[str] = []
+        self._thread = threading.Thread(target=self._run,
+                                        name="async_plotter-rerender",
+                                        daemon=True)
+        self._thread.start()
+
+    def offer(self, path: str) -> None:
+        self._waiting.put(path)
+
+    def close(self, timeout: float) -> None:
+        """Finish the video being drawn (within ``timeout`` s); the waiting one is dropped."""
+        self._waiting.close()
+        self._thread.join(timeout)
+
+    def _run(self) -> None:
+        while True:
+            path = self._waiting.take()
+            if path is None:
+                return
+            try:
+                self.videos.append(rerender(path, self._out_dir))
+            except Exception as error:  # noqa: BLE001 - one bad recording stops no other
+                logger.warning("could not draw %s: %s", os.path.basename(path), error)

@@ -24,7 +24,7 @@ import struct
 import threading
 import time
 import zlib
-from typing import Any, Optional, Set, Tuple
+from typing import Any, Callable, Optional, Set, Tuple
 
 from async_plotter.channel.redis.link import close_quietly, connect, connection_errors
 from async_plotter.channel.redis.signing import TAG_BYTES, PayloadRejected, Verifier, compute_tag
@@ -238,10 +238,17 @@ class RecordingPublisher:
 class RecordingFetcher:
     """Keeps ``folder`` holding the experiment's published recordings, each as a whole file
     (``iter_0059.npz``, with the model put back), in a thread of its own; the newest run's
-    only. What fails its check is logged once and skipped; the fetcher goes on."""
+    only; ``on_written(path)`` after each. What fails its check is logged once and skipped; the
+    fetcher goes on."""
 
-    def __init__(self, url: str, experiment: str, verifier: Verifier, folder: str) -> None:
+    def __init__(self,
+                 url: str,
+                 experiment: str,
+                 verifier: Verifier,
+                 folder: str,
+                 on_written: Optional[Callable[[str], None]] = None) -> None:
         self._url = url
+        self._on_written = on_written
         self._experiment = experiment
         self._keys = StateKeys(experiment)
         self._verifier = verifier
@@ -320,8 +327,10 @@ class RecordingFetcher:
         recording = recording_from_bytes(sealed.payload, f"update {sealed.number}'s recording")
         recording.model_mjb = self._mjb
         os.makedirs(self._folder, exist_ok=True)
-        write_recording(os.path.join(self._folder, history_name(sealed.number, sealed.iteration)),
-                        recording)
+        path = os.path.join(self._folder, history_name(sealed.number, sealed.iteration))
+        write_recording(path, recording)
+        if self._on_written is not None:
+            self._on_written(path)
 
     def _refuse(self, what: str, error: Exception) -> None:
         self.refused += 1
