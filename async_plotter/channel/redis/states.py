@@ -37,7 +37,7 @@ logger = logging.getLogger("async_plotter")
 
 #: recordings an experiment keeps in Redis; the oldest go first
 DEFAULT_KEPT = 200
-#: a recording's bytes at most (a 1000-step Humanoid episode is ~1 MB)
+#: the bytes of one recording (a 500-step Swimmer episode: 50 KB) and of the model a viewer reads
 MAX_RECORDING_BYTES = 32 * 1024 * 1024
 MAX_MODEL_BYTES = 64 * 1024 * 1024
 #: recordings waiting to be sent; more and the oldest waiting is dropped (the file stays)
