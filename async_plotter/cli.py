@@ -259,7 +259,7 @@ def _replay_from_redis(parser: argparse.ArgumentParser, args: argparse.Namespace
 
     prepare_gl()  # before anything imports mujoco
     from async_plotter.channel.redis.signing import Verifier
-    from async_plotter.channel.redis.states import RecordingFetcher, wait_for_recordings
+    from async_plotter.channel.redis.states import RecordingFetcher
     from async_plotter.view3d.replay import serve_replay
 
     folder = args.into or tempfile.mkdtemp(prefix=f"async_plotter_{args.experiment}_")
@@ -268,8 +268,7 @@ def _replay_from_redis(parser: argparse.ArgumentParser, args: argparse.Namespace
                                folder, renderer.offer if renderer else None)
     try:
         logger.info("waiting for experiment %r's history on %s", args.experiment, redact(args.path))
-        while not wait_for_recordings(fetcher, 3600.0):
-            pass
+        fetcher.first_written.wait()
         serve_replay(folder, http)
     except KeyboardInterrupt:
         pass

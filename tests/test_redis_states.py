@@ -28,15 +28,16 @@ pytestmark = pytest.mark.timeout(180)
 
 # A viewer's fetch in a process of its own: what it imported says what a viewer machine needs.
 FETCH = """
-import json, sys
-from async_plotter.channel.redis.link import connect
+import json, sys, time
 from async_plotter.channel.redis.signing import Verifier
 from async_plotter.channel.redis.states import RecordingFetcher
-url, experiment, folder = sys.argv[1:4]
-fetcher = RecordingFetcher.__new__(RecordingFetcher)
-RecordingFetcher.__init__(fetcher, url, experiment, Verifier(sys.argv[4].encode()), folder)
+url, experiment, folder, secret, expected = sys.argv[1:6]
+fetcher = RecordingFetcher(url, experiment, Verifier(secret.encode()), folder)
+deadline = time.monotonic() + 60
+while fetcher.written < int(expected) and time.monotonic() < deadline:
+    time.sleep(0.1)
 fetcher.close()
-written = fetcher.fetch_once(connect(url))
+written = fetcher.written
 heavy = sorted(m for m in ("tensorflow", "keras", "torch", "tests.policies") if m in sys.modules)
 print(json.dumps({"written": written, "imported": heavy}))
 """
@@ -87,13 +88,15 @@ def test_a_publishing_trainer_sends_its_history_and_a_viewer_rebuilds_it_without
     client.close()
 
     fetched = tmp_path / "fetched"
-    result = subprocess.run(
-        [sys.executable, "-c", FETCH, redis_server.url, "states",
-         str(fetched),
-         SECRET.decode()],
-        capture_output=True,
-        text=True,
-        timeout=120)
+    result = subprocess.run([
+        sys.executable, "-c", FETCH, redis_server.url, "states",
+        str(fetched),
+        SECRET.decode(),
+        str(len(local))
+    ],
+                            capture_output=True,
+                            text=True,
+                            timeout=120)
     assert result.returncode == 0, result.stderr[-3000:]
     report = json.loads(result.stdout.strip().splitlines()[-1])
     assert report == {"written": len(local), "imported": []}, report

@@ -10,7 +10,7 @@ import os
 import pickle
 import sys
 import threading
-from typing import Callable, List, Optional, TextIO
+from typing import Callable, Optional, TextIO
 
 from async_plotter.newest import Newest
 from async_plotter.render.recording import StateRecording, read_recording
@@ -122,8 +122,6 @@ class NewestRenderer:
     def __init__(self, out_dir: str) -> None:
         self._out_dir = out_dir
         self._waiting: Newest[str] = Newest()
-        #: the videos written, oldest first
-        self.videos: List[str] = []
         self._thread = threading.Thread(target=self._run,
                                         name="async_plotter-rerender",
                                         daemon=True)
@@ -143,6 +141,6 @@ class NewestRenderer:
             if path is None:
                 return
             try:
-                self.videos.append(rerender(path, self._out_dir))
+                rerender(path, self._out_dir)
             except Exception as error:  # noqa: BLE001 - one bad recording stops no other
                 logger.warning("could not draw %s: %s", os.path.basename(path), error)

@@ -22,13 +22,13 @@ import os
 import queue
 import struct
 import threading
-import time
 import zlib
 from typing import Any, Callable, Optional, Set, Tuple
 
-from async_plotter.channel.redis.link import close_quietly, connect, connection_errors
+from async_plotter.channel.redis.link import (close_quietly, connect, connection_errors, probe,
+                                              read_exact)
 from async_plotter.channel.redis.signing import TAG_BYTES, PayloadRejected, Verifier, compute_tag
-from async_plotter.channel.redis.wire import KEY_PREFIX, run_hex
+from async_plotter.channel.redis.wire import KEY_PREFIX, check_length, run_hex
 from async_plotter.render.recording import (RecordingError, read_recording, recording_bytes,
                                             recording_from_bytes, write_recording)
 from async_plotter.render.videos import history_name
@@ -97,9 +97,7 @@ def open_sealed(value: bytes, verifier: Verifier, kind: bytes, experiment: str) 
     magic, version, flags, run_id, started, number, iteration, length = _HEADER.unpack_from(value)
     if magic != _MAGIC or version != _VERSION:
         raise PayloadRejected(f"the {what} is not in this version's format")
-    if len(value) != _HEADER.size + length + TAG_BYTES:
-        raise PayloadRejected(f"the {what} says {length} bytes but holds "
-                              f"{len(value) - _HEADER.size - TAG_BYTES}")
+    check_length(what, len(value), _HEADER.size + length + TAG_BYTES, f"{length} bytes of payload")
     view = memoryview(value)
     verifier.check(bool(flags & _SIGNED), view[-TAG_BYTES:], kind, experiment, view[:_HEADER.size],
                    view[_HEADER.size:-TAG_BYTES])
@@ -116,12 +114,13 @@ def _inflate(data: bytes, limit: int) -> bytes:
     return out
 
 
-def _bounded_get(client: Any, key: str, limit: int) -> Optional[bytes]:
-    """The value at ``key`` (None: none), refused before its download past ``limit`` bytes."""
-    length = client.strlen(key)
+def _bounded_get(client: Any, key: str, limit: int, what: str) -> Optional[bytes]:
+    """The value at ``key`` (None: none), refused before its download past ``limit`` bytes, and
+    if it changed size meanwhile (``link.probe`` and ``read_exact``, as for the parameters)."""
+    length, _ = probe(client, key, _HEADER.size)
     if length > limit:
-        raise PayloadRejected(f"{key} holds {length} bytes, over the {limit} a viewer reads")
-    return client.getrange(key, 0, length - 1) if length else None
+        raise PayloadRejected(f"the {what} is {length} bytes, over the {limit} a viewer reads")
+    return read_exact(client, key, length, what) if length else None
 
 
 def _member(run_id: int, number: int) -> str:
@@ -261,6 +260,8 @@ class RecordingFetcher:
         #: files written, and values refused
         self.written = 0
         self.refused = 0
+        #: set once the first file is written
+        self.first_written = threading.Event()
         self._thread = threading.Thread(target=self._run_thread,
                                         name="async_plotter-redis-fetch",
                                         daemon=True)
@@ -285,7 +286,7 @@ class RecordingFetcher:
     def fetch_once(self, client: Any) -> int:
         """Write the recordings not fetched yet; how many were written."""
         try:
-            value = _bounded_get(client, self._keys.model, MAX_MODEL_BYTES)
+            value = _bounded_get(client, self._keys.model, MAX_MODEL_BYTES, "model")
             if value is None:
                 return 0  # nothing published yet (or expired): wait
             model = open_sealed(value, self._verifier, b"model", self._experiment)
@@ -307,7 +308,8 @@ class RecordingFetcher:
             if not member.startswith(prefix) or member in self._done | self._rejected:
                 continue
             try:
-                value = _bounded_get(client, self._keys.recording(member), MAX_RECORDING_BYTES)
+                value = _bounded_get(client, self._keys.recording(member), MAX_RECORDING_BYTES,
+                                     "recording")
                 if value is None:
                     continue  # gone since the index was read (the cap, or expiry)
                 self._write(value)
@@ -318,6 +320,8 @@ class RecordingFetcher:
             self._done.add(member)
             written += 1
         self.written += written
+        if written:
+            self.first_written.set()
         return written
 
     def _write(self, value: Optional[bytes]) -> None:
@@ -336,11 +340,3 @@ class RecordingFetcher:
         self.refused += 1
         log = logger.warning if self.refused == 1 else logger.debug
         log("experiment %r: the %s was refused: %s", self._experiment, what, error)
-
-
-def wait_for_recordings(fetcher: RecordingFetcher, timeout: float) -> bool:
-    """Whether ``fetcher`` wrote a recording within ``timeout`` s."""
-    deadline = time.monotonic() + timeout
-    while fetcher.written == 0 and time.monotonic() < deadline:
-        time.sleep(0.1)
-    return fetcher.written > 0
