@@ -107,6 +107,64 @@ def test_a_publishing_trainer_sends_its_history_and_a_viewer_rebuilds_it_without
         assert copy.model_mjb == recording.model_mjb and copy.meta == recording.meta, name
 
 
+def test_a_trainer_that_only_publishes_records_its_history_for_viewers_and_runs_no_episode(
+        redis_server, tmp_path):  # noqa: F811
+    """No video_dir and no window: the worker here only records every policy (nothing is shown
+    here, no episode is run for nobody), each recording reaches Redis, the final policy's at
+    close(), and the private folder is gone after it. ``history=False`` starts no worker."""
+    policy = LinearPolicy(4, 1)
+    plotter = Plotter("InvertedPendulum-v5",
+                      policy,
+                      max_path_length=60,
+                      window=False,
+                      channel=redis_server.url,
+                      experiment="publish-only",
+                      secret=SECRET,
+                      priority="normal").start()
+    try:
+        for iteration in range(3):
+            policy.fill(0.2 * iteration - 0.3)
+            plotter.update_plot(policy, iteration=iteration)
+            wait_for(lambda: any(e["iteration"] == iteration for e in plotter.stats["history"]),
+                     60,
+                     message=f"iteration {iteration}'s history")
+        policy.fill(0.5)
+        plotter.update_plot(policy, iteration=3)  # closed at once: recorded at close()
+        private = os.path.dirname(plotter.stats["history"][0]["path"])
+        assert os.path.isdir(private) and not private.startswith(str(tmp_path))
+    finally:
+        plotter.close()
+    stats = plotter.stats
+    assert stats["episodes"] == 0 and stats["videos"] == 0, stats  # nothing run for nobody
+    assert stats["history"][-1]["iteration"] == 3, stats["history"]
+    assert not os.path.exists(private)
+
+    client = redis.Redis.from_url(redis_server.url)
+    keys = StateKeys("publish-only")
+    members = [m.decode() for m in client.zrange(keys.index, 0, -1)]
+    client.close()
+    assert len(members) == len(stats["history"]) >= 4, members
+    fetcher = RecordingFetcher(redis_server.url, "publish-only", Verifier(SECRET),
+                               str(tmp_path / "fetched"))
+    try:
+        wait_for(lambda: fetcher.written == len(members), 30, message="every recording fetched")
+    finally:
+        fetcher.close()
+    final = read_recording(str(tmp_path / "fetched" / "iter_0003.npz"))
+    assert final.meta["iteration"] == 3 and len(final.states) > 1
+
+    quiet = Plotter("InvertedPendulum-v5",
+                    policy,
+                    window=False,
+                    channel=redis_server.url,
+                    experiment="no-history",
+                    secret=SECRET,
+                    history=False).start()
+    quiet.update_plot(policy, iteration=0)
+    quiet.close()
+    assert quiet.stats["worker_pids"] in ({}, None) and quiet.stats["history"] == []
+
+
 def _recordings(folder, count):
     """``count`` short history recordings of the sled, updates 1 to ``count``."""
     target = write_history(str(folder), range(count), steps=5)

@@ -120,13 +120,15 @@ class VideoLedger:
                  update: int,
                  timeout: float,
                  give_up: Callable[[], bool],
-                 history: bool = False) -> bool:
-        """Wait up to ``timeout`` s for a video of ``update`` or newer (and with ``history``,
-        its history recording); stop early once ``give_up()`` (the worker is disabled or
-        gone). True once they exist."""
+                 history: bool = False,
+                 video: bool = True) -> bool:
+        """Wait up to ``timeout`` s for a video of ``update`` or newer (``video=False``: none is
+        made here) and, with ``history``, its history recording; stop early once ``give_up()``
+        (the worker is disabled or gone). True once they exist."""
         deadline = time.monotonic() + timeout
         with self._written:
-            while self._newest_update < update or (history and self.newest_history_update < update):
+            while ((video and self._newest_update < update)
+                   or (history and self.newest_history_update < update)):
                 remaining = deadline - time.monotonic()
                 if remaining <= 0 or give_up():
                     return False

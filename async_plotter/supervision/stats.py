@@ -64,7 +64,8 @@ class WorkerStats:
     #: the run's history (``Plotter(history=...)``), one entry per policy recorded, oldest
     #: first (the newest 1000): ``iteration``, ``update``, ``return`` and ``length`` of one
     #: whole, deterministic episode from the run's start state (not the training average),
-    #: ``path`` of its state recording (None where the env has no state to keep) and ``time``
+    #: ``path`` of its state recording (None where the env has no state to keep; a trainer that
+    #: only publishes keeps them in a private folder, removed at close) and ``time``
     history: List[Dict[str, Any]] = dataclasses.field(default_factory=list)
     #: the policy's actions were not finite (NaN or inf: NaN parameters, an overflow): the
     #: first update and iteration whose actions were, and how many steps in all so far

@@ -473,12 +473,15 @@ class WorkerSupervisor:
 
     def _end_boot(self, pair: _Pair) -> None:
         """Both processes are up. With a fixed priority, it applies from now on; a budget
-        applies once the first video exists (``_first_video_done``)."""
+        applies once the first video exists (``_first_video_done``), or at once where nothing
+        here shows (a trainer that only publishes its history)."""
         self._stats.boot_seconds = round(time.monotonic() - pair.started, 3)
         pair.booted = time.monotonic()
         if self._governor is None:
             for process in (pair.rollout, pair.render):
                 self._settle_priority(process.pid)
+        elif not self._config.shows:
+            self._first_video_done()
 
     def _first_video_done(self, timed_out: bool = False) -> None:
         """Start-up is over: the first video exists (or it took too long). The budget holds from
@@ -537,16 +540,16 @@ class WorkerSupervisor:
         """Training is over: have the worker record update ``update`` (or a newer one) at full
         speed, and wait up to ``timeout`` s for the video (``video=False``: it exists) and, with
         a history, its history recording. True once they exist."""
-        history = self.keeps_history
-        if self._videos.ask_for_final(update) and (not history
-                                                   or self.newest_history_update >= update):
+        history, makes_videos = self.keeps_history, self._config.records
+        video_there = self._videos.ask_for_final(update) or not makes_videos
+        if video_there and (not history or self.newest_history_update >= update):
             return True
         if self._governor is not None:
             self._governor.set_phase(Phase.UNLIMITED)  # training is over
         with self._lock:
             pair = self._pair
         if pair is not None:
-            if video:
+            if video and makes_videos:
                 self._send_final(pair)
             if self._governor is None:
                 _lift([pair.rollout, pair.render])
@@ -556,7 +559,7 @@ class WorkerSupervisor:
             return (self._stats.disabled or self._stats.video_dir_full
                     or not self._thread.is_alive())
 
-        return self._videos.wait_for(update, timeout, give_up, history)
+        return self._videos.wait_for(update, timeout, give_up, history, video=makes_videos)
 
     def _send_final(self, pair: _Pair) -> None:
         try:

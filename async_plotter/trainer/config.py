@@ -101,6 +101,9 @@ class PlotterConfig:
     #: its wrappers' state, read at start() and every update_plot and sent behind the
     #: parameters (``worker.parameters.encode``; None: it has none)
     env_state: Optional[TrainerEnvState] = None
+    #: a publishing trainer with no ``video_dir`` still records its history, in a private
+    #: folder (made at start, removed at close), for viewers elsewhere to draw
+    private_history: bool = False
 
     @property
     def has_output(self) -> bool:
@@ -193,7 +196,8 @@ def plotter_config(arguments: Mapping[str, Any]) -> PlotterConfig:
                          publish=publish,
                          trainer_env=trainer_env,
                          env_state=env_state,
-                         verbose=verbose)
+                         verbose=verbose,
+                         private_history=bool(publish and history_kept and not video_dir))
 
 
 def _final_video_timeout(given: Any, max_path_length: int) -> float:

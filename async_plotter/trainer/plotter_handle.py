@@ -292,8 +292,9 @@ class Plotter:
         skips it); then it finishes the video it is writing and exits. Bounded by ``timeout``
         seconds in all (default: the final video's limit plus 10 s, and a worker still starting
         may first take up to ``hang_timeout`` to finish), after which the worker is
-        terminated, then killed. A publish-only trainer (``channel=...``) has no video to wait
-        for: it waits at most 2 s for its last update to reach Redis, whatever the server does.
+        terminated, then killed. A trainer that only publishes (``channel=...``) waits for its
+        final policy's history recording instead of a video (within the same limits), then at
+        most 2 s for the last of it to reach Redis, whatever the server does.
         Logs a one-line summary of the videos. Calling it again does nothing."""
         if self._state is PlotterState.CLOSED:
             return

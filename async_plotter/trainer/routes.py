@@ -2,11 +2,14 @@
 
 ``LocalRoute`` renders here: a shared-memory channel to the worker's two processes, which a
 ``WorkerSupervisor`` runs; training metrics go straight to the supervisor. ``PublishRoute``
-(``Plotter(channel=...)``) only publishes to Redis, parameters and metrics, for a viewer
-elsewhere; ``ShownAndPublishedRoute`` does both, when a channel comes with outputs here
-(``video_dir``, a window, a page). ``open_route`` picks one for a configuration.
+(``Plotter(channel=..., history=False)``) only publishes to Redis, parameters and metrics, for a
+viewer elsewhere; ``ShownAndPublishedRoute`` does both, when a channel comes with outputs here
+(``video_dir``, a window, a page) or a history to publish. ``open_route`` picks one.
 """
+import dataclasses
 import logging
+import shutil
+import tempfile
 import time
 from typing import Callable, Dict, Optional, Protocol
 
@@ -97,9 +100,10 @@ class LocalRoute:
     def _needs_final_video(self, timeout: float) -> bool:
         """Whether the final policy still needs its video, or its history recording."""
         supervisor, published = self._supervisor, self.writer.published
-        missing = (supervisor.newest_video_update < published
-                   or (supervisor.keeps_history and supervisor.newest_history_update < published))
-        return self._config.records and timeout > 0 and not self._stats.disabled and missing
+        records, history = self._config.records, supervisor.keeps_history
+        missing = ((records and supervisor.newest_video_update < published)
+                   or (history and supervisor.newest_history_update < published))
+        return timeout > 0 and not self._stats.disabled and missing
 
     def _wait_for_start_up(self, timeout: float) -> None:
         """A run shorter than the worker's start-up (TensorFlow's import, the policy's rebuild:
@@ -122,7 +126,7 @@ class LocalRoute:
             return  # a calm end: the newest update's video was made while training
         if not self._needs_final_video(timeout):
             return
-        if not video_made:
+        if self._config.records and not video_made:
             writer.request_final()
         started = time.monotonic()
         if supervisor.wait_for_final_video(writer.published, timeout, video=not video_made):
@@ -131,8 +135,8 @@ class LocalRoute:
             logger.info("close(): no video of the final policy: no space left on the device "
                         "for the videos")
         elif not self._stats.disabled:
-            what = ("video"
-                    if supervisor.newest_video_update < writer.published else "history recording")
+            what = ("video" if self._config.records
+                    and supervisor.newest_video_update < writer.published else "history recording")
             logger.warning(
                 "close(): the %s of the final policy was not finished within %.3g s; what "
                 "was recorded of it is kept. Raise final_video_timeout= (or close(timeout=)) "
@@ -170,11 +174,19 @@ class PublishRoute:
 class ShownAndPublishedRoute:
     """``Plotter(channel=..., video_dir=...)`` (or a window, a page): the worker here shows every
     update, and Redis carries it to viewers elsewhere as well, with the run's history recordings
-    (``channel/redis/states.py``: a viewer draws them without the policy)."""
-
-    renders_here = True
+    (``channel/redis/states.py``: a viewer draws them without the policy). A trainer that only
+    publishes runs this route too, with no outputs here: its worker only records the history,
+    in a private folder removed at close, and runs no episode for nobody."""
 
     def __init__(self, config: PlotterConfig, stats: WorkerStats) -> None:
+        #: the closing summary tells of videos and pages only where some output is here
+        self.renders_here = bool(config.worker.sinks)
+        self._private_dir: Optional[str] = None
+        if config.private_history:
+            self._private_dir = tempfile.mkdtemp(prefix="async_plotter_history_")
+            config = dataclasses.replace(config,
+                                         worker=dataclasses.replace(config.worker,
+                                                                    history_dir=self._private_dir))
         self._published = PublishRoute(config, stats)
         self._recordings = None
         if config.worker.history_dir is not None:
@@ -193,6 +205,7 @@ class ShownAndPublishedRoute:
             self._local = LocalRoute(config, stats, listener)
         except BaseException:
             self._close_published(0.1)
+            self._remove_private_dir()
             raise
 
     def publish(self, params: np.ndarray, iteration: Optional[int], max_path_length: int) -> None:
@@ -219,12 +232,17 @@ class ShownAndPublishedRoute:
         if self._recordings is not None:
             self._recordings.close(deadline - time.monotonic())
         self._published.close(max(deadline - time.monotonic(), 0.1), 0.0)
+        self._remove_private_dir()
+
+    def _remove_private_dir(self) -> None:
+        if self._private_dir is not None:
+            shutil.rmtree(self._private_dir, ignore_errors=True)
 
 
 def open_route(config: PlotterConfig, stats: WorkerStats) -> PlotRoute:
     """Start the route ``config`` asks for, its initial policy published."""
     if config.publish is None:
         return LocalRoute(config, stats)
-    if config.worker.sinks:
+    if config.worker.sinks or config.private_history:
         return ShownAndPublishedRoute(config, stats)
     return PublishRoute(config, stats)

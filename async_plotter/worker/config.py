@@ -52,6 +52,9 @@ class WorkerConfig:
     #: process must know without the sinks: it chains short episodes into the video, and in a
     #: live view finishes a short one before showing a newer policy (``worker/video_chain.py``)
     keeps_rollouts: bool = False
+    #: some sink shows episodes here; without one (a trainer that only publishes) the rollout
+    #: process runs no episode of its own and only its history records the policies
+    shows: bool = False
     #: where the rollout process keeps the run's history: a state recording of one whole,
     #: deterministic episode of every policy it applies (``worker/history.py``); None: off
     history_dir: Optional[str] = None
@@ -64,7 +67,8 @@ class WorkerConfig:
         return dataclasses.replace(self,
                                    sinks=sinks,
                                    live=wants_live(sinks),
-                                   keeps_rollouts=records(sinks))
+                                   keeps_rollouts=records(sinks),
+                                   shows=bool(sinks))
 
     def for_rollout(self) -> "WorkerConfig":
         """What the rollout process needs: everything but the sinks (their mode stays)."""

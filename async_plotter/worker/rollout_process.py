@@ -171,6 +171,9 @@ def _play(config: WorkerConfig,
         # a whole episode per update) must not ride along; it waits under the budget instead.
         recorder = HistoryRecorder(config, fan_out.history, scene, status)
         history.append(recorder)
+    if not config.shows:
+        _record_only(params, recorder)
+        return
     shown_steps = ShownSteps(env, scene, frames_out, config.live, scene.fps or config.fps)
     # A video of an episode that ends at once (a young Hopper falls in 5-10 steps) would last a
     # fraction of a second; further episodes of the same parameters join it up to this length.
@@ -211,6 +214,19 @@ def _play(config: WorkerConfig,
                     part=info.part,
                     iteration=info.iteration,
                     nonfinite_actions=stepper.take_nonfinite())
+
+
+def _record_only(params: ParameterClient, recorder: Optional[HistoryRecorder]) -> None:
+    """Nothing here shows an episode (a trainer that only publishes, its history going to
+    Redis): no episode is run for nobody; the history thread records every policy, and this
+    loop keeps taking the newest update, so that each is applied and reported as the trainer's
+    check expects."""
+    if recorder is not None:
+        recorder.start()  # no first video to wait for
+    while True:
+        if recorder is not None:
+            recorder.check()
+        params.update(timeout=1.0)
 
 
 @dataclasses.dataclass(frozen=True)
