@@ -85,6 +85,11 @@ def _parser() -> argparse.ArgumentParser:
                       type=int,
                       default=3,
                       help="worker failures tolerated before plotting stops (default 3)")
+    view.add_argument("--states",
+                      action="store_true",
+                      help="draw the trainer's live episode from the states it publishes while "
+                      "watched (a trainer that only publishes): needs neither TensorFlow nor the "
+                      "policy's code, and loads no pickle (pip install -e .[view])")
     _add_trust_arguments(view)
 
     listing = commands.add_parser("list",
@@ -367,7 +372,7 @@ def _duration(seconds: Optional[float]) -> str:
 
 def _view(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
     options = _check_view_arguments(parser, args)
-    if options.secret is None:
+    if options.secret is None and not options.states:
         logger.warning(
             "--trust-unsigned without a secret: whatever is in %s under experiment %r will be "
             "loaded, and loading runs code. Only do this on a Redis server nobody else can "
@@ -402,7 +407,7 @@ def _check_view_arguments(parser: argparse.ArgumentParser, args: argparse.Namesp
     if not (video_dir or tensorboard_dir or args.window or http is not None):
         parser.error("nothing to show: pass --video-dir DIR (mp4 files), --tensorboard-dir DIR "
                      "(TensorBoard), --http PORT (a live page) or --window")
-    secret = _checked_secret(parser, args)
+    secret = _checked_secret(parser, args, loads_pickles=not args.states)
     from async_plotter.sinks.specs import (HttpSpec, StatesSpec, TensorBoardSpec, VideoSpec,
                                            WindowSpec)
     from async_plotter.serve.viewer import ViewOptions
@@ -424,7 +429,8 @@ def _check_view_arguments(parser: argparse.ArgumentParser, args: argparse.Namesp
                        fps=args.fps,
                        priority=args.priority,
                        max_restarts=args.max_restarts,
-                       budget=args.budget)
+                       budget=args.budget,
+                       states=args.states)
 
 
 def _checked_video_dir(parser: argparse.ArgumentParser,

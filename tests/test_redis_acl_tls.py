@@ -6,6 +6,7 @@ import os
 import re
 import signal
 import subprocess
+import time
 
 import pytest
 import redis
@@ -204,6 +205,56 @@ def test_the_history_over_redis_runs_under_the_roles(acl_server, tmp_path):
         fetcher.close()
     assert sorted(os.listdir(fetched)) == ["iter_0001.npz", "iter_0002.npz"]
     assert fetcher.refused == 0 and _acl_log(admin) == []
+
+
+def test_the_live_episode_over_redis_runs_under_the_roles(acl_server):
+    """A trainer's live episode (the watching mark counted, the model put, each message
+    published) and a viewer's subscription and model read need nothing beyond the roles."""
+    import pickle
+
+    import mujoco
+    import numpy as np
+
+    from async_plotter.channel.redis.link import connect, probe, read_exact
+    from async_plotter.channel.redis.live import (LivePublisher, LiveTarget, live_channel,
+                                                  open_live)
+    from async_plotter.channel.redis.states import StateKeys
+    from async_plotter.render.stream import (EpisodeEnd, EpisodeInfo, SceneInfo, StateChunk,
+                                             StreamKind)
+
+    server, admin = acl_server
+    model = mujoco.MjModel.from_xml_string("<mujoco><worldbody><body><freejoint/><geom "
+                                           "size='.1'/></body></worldbody></mujoco>")
+    viewer = connect(_url(server, VIEWER, VIEWER_PASSWORD))
+    pubsub = viewer.pubsub()
+    pubsub.subscribe(live_channel(EXPERIMENT))
+    publisher = LivePublisher(
+        LiveTarget(_url(server, TRAINER, TRAINER_PASSWORD), EXPERIMENT, SECRET.encode(), (9, 1000),
+                   60.0))
+    try:
+        publisher.send((StreamKind.SCENE, SceneInfo("mujoco", pickle.dumps(model))))
+        wait_for(lambda: publisher.watched, 10, message="the viewer's subscription counted")
+        states = np.zeros((2, mujoco.mj_stateSize(model, mujoco.mjtState.mjSTATE_FULLPHYSICS)))
+        for message in ((StreamKind.BEGIN, EpisodeInfo(1, 0, 0)),
+                        (StreamKind.STATES,
+                         StateChunk(states, np.zeros((2, 0), np.float32), np.zeros(2),
+                                    True)), (StreamKind.END, EpisodeEnd(2, 0.0, True))):
+            publisher.send(message)
+        kinds = []
+        deadline = time.monotonic() + 10
+        while len(kinds) < 4 and time.monotonic() < deadline:
+            message = pubsub.get_message(timeout=0.5)
+            if message and message["type"] == "message":
+                kinds.append(open_live(message["data"], Verifier(SECRET.encode()), EXPERIMENT)[1])
+        assert kinds == [StreamKind.SCENE, StreamKind.BEGIN, StreamKind.STATES, StreamKind.END]
+        key = StateKeys(EXPERIMENT).model
+        length, _ = probe(viewer, key, 0)
+        assert read_exact(viewer, key, length, "model")
+        assert publisher.published == 4 and _acl_log(admin) == []
+    finally:
+        publisher.close()
+        pubsub.close()
+        viewer.close()
 
 
 def test_the_trainer_role_reaches_only_its_experiment_and_the_viewer_role_only_reads(acl_server):

@@ -24,12 +24,14 @@ from async_plotter.learning_curve import MAX_POINTS
 from async_plotter.processes import until_interrupted
 from async_plotter.worker.config import WorkerConfig
 from async_plotter.sinks.specs import SinkSpec
+from async_plotter.supervision.budget import DEFAULT_BUDGET
 from async_plotter.supervision.stats import WorkerStats
 from async_plotter.supervision.supervisor import WorkerSupervisor
 
 logger = logging.getLogger("async_plotter")
 
 _WAITING_HINT_AFTER = 15.0  # seconds without the experiment before suggesting `list`
+_STATES_FPS = 30.0  # a states viewer's frame cap without --fps: the Plotter's default
 
 
 @dataclasses.dataclass(frozen=True)
@@ -46,6 +48,9 @@ class ViewOptions:
     priority: Optional[str] = None
     max_restarts: int = 3
     budget: Optional[float] = None
+    #: draw the trainer's live episode from its published states (``worker/states_source.py``:
+    #: no TensorFlow, no policy code, nothing unpickled) instead of running rollouts here
+    states: bool = False
 
 
 def viewer_config(trainer_config: WorkerConfig, options: ViewOptions) -> WorkerConfig:
@@ -55,6 +60,16 @@ def viewer_config(trainer_config: WorkerConfig, options: ViewOptions) -> WorkerC
                                fps=options.fps or trainer_config.fps,
                                mujoco_gl=offscreen_gl_backend(),
                                **_cpu_settings(options)).with_sinks(options.sinks)
+
+
+def states_config(options: ViewOptions) -> WorkerConfig:
+    """The worker of a viewer that draws the trainer's live states, with this viewer's outputs,
+    frame rate and CPU settings (else the default budget)."""
+    from async_plotter.worker.states_source import source_config
+
+    config = source_config(options.experiment, options.fps or _STATES_FPS)
+    cpu = _cpu_settings(options) or {"budget": DEFAULT_BUDGET}
+    return dataclasses.replace(config, **cpu).with_sinks(options.sinks)
 
 
 def _cpu_settings(options: ViewOptions) -> Dict[str, Any]:
@@ -112,6 +127,8 @@ class ExperimentViewer:
         self._watcher = ExperimentWatcher(options.url, options.experiment, self._verifier,
                                           self._on_structure, self._on_metrics, self._on_refused)
         self._watcher.start()
+        if options.states:
+            self._start_states_worker()
 
     def poll(self, timeout: float = 0.5) -> None:
         """Wait up to ``timeout`` s for news of the experiment and act on it."""
@@ -177,6 +194,9 @@ class ExperimentViewer:
             structure = self._newest
         if structure is None:
             return
+        if self._options.states:
+            self._follow_run(structure)
+            return
         current = self._current
         if current is not None and current.structure_id == structure.structure_id:
             if current.run_id == structure.run_id:
@@ -230,6 +250,37 @@ class ExperimentViewer:
             self._supervisor, self._current = supervisor, structure
             self._replay_metrics(structure)
         supervisor.start()
+
+    def _start_states_worker(self) -> None:
+        """The worker that draws the trainer's live states; it runs from the start, whatever
+        the trainer does (its source process waits for the first episode)."""
+        from async_plotter.worker import states_source
+
+        options = self._options
+        address = states_source.LiveAddress(options.url, options.experiment, options.secret,
+                                            options.trust_unsigned)
+        self._worker_stats = WorkerStats()
+        supervisor = WorkerSupervisor(states_config(options),
+                                      lambda: address,
+                                      self._worker_stats,
+                                      max_restarts=options.max_restarts,
+                                      listener=self._listener,
+                                      source=states_source.main)
+        with self._lock:
+            self._supervisor = supervisor
+        supervisor.start()
+
+    def _follow_run(self, structure: Structure) -> None:
+        """States: the trainer's structure names its run (for the curve) and is never loaded."""
+        with self._lock:
+            if self._current is not None and self._current.run_id == structure.run_id:
+                return
+            self._current = structure
+            if self._supervisor is not None:
+                self._replay_metrics(structure)
+        meta = structure.meta
+        logger.info("experiment %r: %s with %s, from %s; drawing its live states",
+                    self._options.experiment, meta.get("env"), meta.get("policy"), meta.get("host"))
 
     def _replay_metrics(self, structure: Structure) -> None:
         """Hand the worker the run's curve so far; later entries come through _on_metrics.

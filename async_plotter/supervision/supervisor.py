@@ -81,8 +81,12 @@ class WorkerSupervisor:
                  max_restarts: int = 3,
                  hang_timeout: float = 60.0,
                  listener: Optional[Callable[[str, dict], None]] = None,
-                 verbose: int = 1) -> None:
+                 verbose: int = 1,
+                 source: Optional[Callable[..., None]] = None) -> None:
         self._config = config
+        #: what feeds the render process: the rollout process, or for a viewer of a trainer's
+        #: live states ``worker/states_source.main`` (the same arguments and reports)
+        self._source = source or rollout_process.main
         self._verbose = verbose
         self._channel_address = channel_address
         self._stats = stats
@@ -139,7 +143,7 @@ class WorkerSupervisor:
                 name="async_plotter-render",
                 ignore_sigint=True,
                 die_with_parent=True)
-            rollout = start_process(rollout_process.main,
+            rollout = start_process(self._source,
                                     (self._config.for_rollout(), self._channel_address(),
                                      frames_out, rollout_status_out),
                                     name="async_plotter-rollout",

@@ -5,6 +5,7 @@ arguments become one checked, frozen configuration (``trainer/config.py``); once
 (``trainer/routes.py``: local, or publish-only to Redis) owns the channel and the worker.
 """
 import atexit
+import dataclasses
 import enum
 import logging
 import math
@@ -182,7 +183,10 @@ class Plotter:
         # the only place that names them and their defaults.
         config = plotter_config({name: value for name, value in locals().items() if name != "self"})
         with private_runtime_dir():  # pygame's Wayland probe: no "XDG_RUNTIME_DIR" error line
-            check_before_start(config, policy)
+            has_states = check_before_start(config, policy)
+        if config.private_history and not has_states:
+            # An env that draws itself has no states for a viewer elsewhere: no worker for them.
+            config = dataclasses.replace(config, private_history=False)
         create_output_dirs(config)  # only once every check has passed
         self._config = config
         self._stats = WorkerStats(disabled=not config.has_output)

@@ -39,22 +39,23 @@ logger = logging.getLogger("async_plotter")
 _GL_MARKERS = ("OpenGL", "pyglet", "moderngl", "glfw", "mujoco", "dm_control", "pybullet")
 
 
-def check_before_start(config: PlotterConfig, policy: Any) -> None:
+def check_before_start(config: PlotterConfig, policy: Any) -> bool:
     """Raise a named error if the env, the policy or the camera of ``config`` cannot work
     together, or if the worker's copy of the env or of ``policy`` would act differently from the
     trainer's env object (``config.trainer_env``) and ``policy``: the policy checked on the CPU
     when the worker's TensorFlow sees no GPU, the env given its wrappers' state as it travels.
     State recordings of the live episodes (``record_states``), which only a MuJoCo env has, get
     one warning otherwise; a history (``history``) of such an env is said, once, to keep
-    returns only."""
+    returns only. Returns whether the env is a MuJoCo one (it has states to record)."""
     started = time.perf_counter()
     with kept_to_log():
-        _check(config, policy)
+        mujoco = _check(config, policy)
     logger.debug("Plotter checks of %s took %.0f ms", config.worker.env.label,
                  1000 * (time.perf_counter() - started))
+    return mujoco
 
 
-def _check(config: PlotterConfig, policy: Any) -> None:
+def _check(config: PlotterConfig, policy: Any) -> bool:
     worker = config.worker
     env_recipe, label = worker.env, worker.env.label
     env = _build(env_recipe, None)
@@ -88,6 +89,7 @@ def _check(config: PlotterConfig, policy: Any) -> None:
                     "so there is no physics state to record; its live view and videos are "
                     "unaffected", label)
             _check_frames(env_recipe, env, opened)
+        return model is not None
     finally:
         for each in opened:
             _close_quietly(each)

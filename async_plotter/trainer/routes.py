@@ -188,6 +188,11 @@ class ShownAndPublishedRoute:
                                          worker=dataclasses.replace(config.worker,
                                                                     history_dir=self._private_dir))
         self._published = PublishRoute(config, stats)
+        if config.private_history:  # nothing shown here: viewers elsewhere may watch it live
+            config = dataclasses.replace(config,
+                                         worker=dataclasses.replace(
+                                             config.worker,
+                                             live_target=self._published.writer.live_target()))
         self._recordings = None
         if config.worker.history_dir is not None:
             self._recordings = self._published.writer.recording_publisher(

@@ -171,9 +171,18 @@ def _play(config: WorkerConfig,
         # a whole episode per update) must not ride along; it waits under the budget instead.
         recorder = HistoryRecorder(config, fan_out.history, scene, status)
         history.append(recorder)
+    watch = None
     if not config.shows:
-        _record_only(params, recorder)
-        return
+        if config.live_target is None or scene.kind != "mujoco":
+            _record_only(params, recorder)
+            return
+        # Nothing shows here; viewers elsewhere watch live: the same stream goes to Redis.
+        from async_plotter.channel.redis.live import LivePublisher
+
+        watch = _RemoteWatch(LivePublisher(config.live_target), params, recorder)
+        frames_out = watch.stream
+        config = dataclasses.replace(config, live=True)
+        watch.stream.send((StreamKind.SCENE, scene))
     shown_steps = ShownSteps(env, scene, frames_out, config.live, scene.fps or config.fps)
     # A video of an episode that ends at once (a young Hopper falls in 5-10 steps) would last a
     # fraction of a second; further episodes of the same parameters join it up to this length.
@@ -186,6 +195,8 @@ def _play(config: WorkerConfig,
     while True:
         if recorder is not None:
             recorder.check()
+        if watch is not None and not part:
+            watch.wait_for_a_viewer()
         chained = params.current is not None and part > 0
         fresh = not chained and (params.current is None or not config.live
                                  or params.newer_available())
@@ -227,6 +238,27 @@ def _record_only(params: ParameterClient, recorder: Optional[HistoryRecorder]) -
         if recorder is not None:
             recorder.check()
         params.update(timeout=1.0)
+
+
+class _RemoteWatch:
+    """A trainer that only publishes, watched from elsewhere: episodes are played (live, to
+    ``stream``) only while a viewer is subscribed; meanwhile the loop only applies each update
+    and the history records."""
+
+    def __init__(self, stream: Any, params: ParameterClient,
+                 recorder: Optional[HistoryRecorder]) -> None:
+        self.stream = stream
+        self._params = params
+        self._recorder = recorder
+        if recorder is not None:
+            recorder.start()  # no first video to wait for
+
+    def wait_for_a_viewer(self) -> None:
+        """Return once somebody watches, applying each update meanwhile."""
+        while not self.stream.watched:
+            if self._recorder is not None:
+                self._recorder.check()
+            self._params.update(timeout=0.5)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -105,10 +105,14 @@ def open_sealed(value: bytes, verifier: Verifier, kind: bytes, experiment: str) 
                   bytes(view[_HEADER.size:-TAG_BYTES]))
 
 
-def _inflate(data: bytes, limit: int) -> bytes:
-    """``zlib``-compressed ``data``, refused past ``limit`` bytes (a forged bomb stops there)."""
+def inflate_model(data: bytes, limit: int = MAX_MODEL_BYTES) -> bytes:
+    """A published model's MJB from its ``zlib`` bytes, refused past ``limit`` bytes (a forged
+    bomb stops there)."""
     inflater = zlib.decompressobj()
-    out = inflater.decompress(data, limit)
+    try:
+        out = inflater.decompress(data, limit)
+    except zlib.error as error:
+        raise PayloadRejected(f"the model is not zlib data ({error})") from error
     if inflater.unconsumed_tail or not inflater.eof:
         raise PayloadRejected(f"the model is over {limit} bytes, or cut short")
     return out
@@ -295,8 +299,8 @@ class RecordingFetcher:
             return 0
         if self._model is None or model.run_id != self._model.run_id:
             try:
-                self._mjb = _inflate(model.payload, MAX_MODEL_BYTES)
-            except (zlib.error, PayloadRejected) as error:
+                self._mjb = inflate_model(model.payload)
+            except PayloadRejected as error:
                 self._refuse("model", error)
                 return 0
             self._model, self._done = model, set()

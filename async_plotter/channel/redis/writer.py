@@ -37,6 +37,7 @@ from async_plotter.errors import InvalidArgumentError
 from async_plotter.learning_curve import MAX_POINTS
 
 if TYPE_CHECKING:
+    from async_plotter.channel.redis.live import LiveTarget
     from async_plotter.channel.redis.states import RecordingPublisher
 
 __all__ = ["check_channel_arguments", "RedisWriter", "RedisReader", "TTL_ENV"]
@@ -265,6 +266,14 @@ class RedisWriter:
         return RecordingPublisher(self._url, self._experiment, self._key,
                                   (self._run_id, self._run_started_ns), self._ttl_ms / 1000.0, kept)
 
+    def live_target(self) -> "LiveTarget":
+        """Where a worker of this run publishes its live episode (``live.py``), with this
+        writer's server, secret, run and expiry."""
+        from async_plotter.channel.redis.live import LiveTarget
+
+        return LiveTarget(self._url, self._experiment, self._key,
+                          (self._run_id, self._run_started_ns), self._ttl_ms / 1000.0)
+
     @property
     def expected(self) -> Expected:
         """What a reader must hold each update of this writer against."""
@@ -349,7 +358,7 @@ class RedisWriter:
     def _seal_structure(self, config: Any) -> Tuple[bytes, bytes]:
         # The trainer's own outputs mean nothing on a viewer's machine, and the live page's token
         # must not leave this machine.
-        published = dataclasses.replace(config.with_sinks(()), history_dir=None)
+        published = dataclasses.replace(config.with_sinks(()), history_dir=None, live_target=None)
         body = pickle.dumps(published, protocol=pickle.HIGHEST_PROTOCOL)
         created = self._run_started_ns / 1e9
         meta = {

@@ -1,0 +1,222 @@
+"""The live episode over Redis (``channel/redis/live.py``): a trainer that only publishes plays
+its newest policy for viewers elsewhere only while one is subscribed, and ``async-plotter view
+--states`` draws it (mp4s, the MJPEG page) with TensorFlow unimportable. Against a real
+redis-server, with real processes."""
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+import urllib.parse
+import urllib.request
+
+import numpy as np
+import pytest
+import redis
+
+from async_plotter import Plotter
+from async_plotter.channel.redis.live import decode, encode, live_channel, open_live
+from async_plotter.channel.redis.signing import PayloadRejected, Verifier
+from async_plotter.channel.redis.states import seal
+from async_plotter.render.recording import read_recording
+from async_plotter.render.stream import EpisodeEnd, EpisodeInfo, StateChunk, StreamKind
+from tests.conftest import default_sigint, wait_for
+from tests.policies import LinearPolicy
+from tests.redis_server import redis_server  # noqa: F401
+from tests.test_state_recordings import frames_of
+
+SECRET = b"the live states travel signed 01"
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+pytestmark = pytest.mark.timeout(300)
+
+
+def _fill(iteration):
+    return 0.1 * (iteration % 5) - 0.2
+
+
+def _blocked_imports(folder):
+    """A folder that, first on ``PYTHONPATH``, makes TensorFlow and Keras unimportable."""
+    for name in ("tensorflow", "keras"):
+        package = folder / name
+        package.mkdir(parents=True)
+        (package /
+         "__init__.py").write_text(f"raise ImportError('{name} is not installed on this viewer')\n")
+    return str(folder)
+
+
+def _live_publishes(client, experiment, seconds):
+    """The ``PUBLISH`` commands to ``experiment``'s live channel the server ran in ``seconds``."""
+    seen = []
+    channel = live_channel(experiment)
+
+    def watch():
+        with client.monitor() as monitor:
+            deadline = time.monotonic() + seconds
+            for command in monitor.listen():
+                if channel in command["command"] and command["command"].startswith("PUBLISH"):
+                    seen.append(command["time"])
+                if time.monotonic() > deadline:
+                    return
+
+    thread = threading.Thread(target=watch, daemon=True)
+    thread.start()
+    return thread, seen
+
+
+def test_a_publishing_trainer_plays_live_only_while_watched_and_a_viewer_without_tensorflow_draws_it(
+        redis_server, tmp_path):  # noqa: F811
+    policy = LinearPolicy(4, 1)
+    plotter = Plotter("InvertedPendulum-v5",
+                      policy,
+                      max_path_length=50,
+                      window=False,
+                      channel=redis_server.url,
+                      experiment="live",
+                      secret=SECRET,
+                      priority="normal").start()
+    client = redis.Redis.from_url(redis_server.url)
+    viewer = None
+    iteration = 0
+
+    def train(seconds):
+        nonlocal iteration
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline:
+            policy.fill(_fill(iteration))
+            plotter.update_plot(policy, iteration=iteration)
+            iteration += 1
+            time.sleep(0.5)
+
+    videos = tmp_path / "videos"
+    try:
+        # Nobody watches: no episode is run, nothing is published live (the history still is).
+        monitor, published = _live_publishes(client, "live", 4.0)
+        train(5.0)
+        monitor.join(10)
+        assert published == [] and plotter.stats["episodes"] == 0, plotter.stats
+        assert plotter.stats["history"], "the history records while nobody watches"
+
+        environment = dict(os.environ,
+                           ASYNC_PLOTTER_SECRET=SECRET.decode(),
+                           PYTHONPATH=_blocked_imports(tmp_path / "blocked") + os.pathsep + ROOT)
+        viewer = subprocess.Popen([
+            sys.executable, "-m", "async_plotter.cli", "view", redis_server.url, "-e", "live",
+            "--states", "--video-dir",
+            str(videos), "--http", "0"
+        ],
+                                  env=environment,
+                                  cwd=str(tmp_path),
+                                  stdout=subprocess.PIPE,
+                                  stderr=subprocess.STDOUT,
+                                  text=True,
+                                  start_new_session=True,
+                                  preexec_fn=default_sigint)
+        lines = []
+        threading.Thread(target=lambda: lines.extend(viewer.stdout), daemon=True).start()
+
+        def drawn():
+            return sorted(name for name in os.listdir(videos)
+                          if name.endswith(".mp4")) if videos.exists() else []
+
+        deadline = time.monotonic() + 120
+        while len(drawn()) < 3 and time.monotonic() < deadline and viewer.poll() is None:
+            train(1.0)
+        assert len(drawn()) >= 3, "".join(lines)
+        assert plotter.stats["episodes"] > 0
+        url = next(line.split(" at ")[-1].strip() for line in lines if "live view at" in line)
+        with urllib.request.urlopen(urllib.parse.urljoin(url, "stream.mjpg"), timeout=30) as stream:
+            assert b"\xff\xd8" in stream.read(65536)  # a JPEG frame of the live episode
+        # The viewer's processes map no TensorFlow library (it could not import it anyway).
+        for pid in [viewer.pid] + _children(viewer.pid):
+            with open(f"/proc/{pid}/maps") as maps:
+                assert "tensorflow" not in maps.read(), pid
+        viewer.send_signal(signal.SIGINT)
+        assert viewer.wait(60) == 0, "".join(lines)
+
+        # What was shown is what trained: every recorded action is the policy of its iteration
+        # applied to the state before it.
+        name = drawn()[-1]
+        recording = read_recording(str(videos / name.replace(".mp4", ".npz")))
+        weight = _fill(recording.meta["iteration"])
+        observations = recording.states[:-1, 1:5]  # qpos and qvel: InvertedPendulum's observation
+        expected = np.tanh(observations.sum(axis=1, keepdims=True) * weight)
+        assert np.allclose(recording.actions[1:], expected, atol=1e-5), name
+        # The mp4 is what async-plotter render draws of that recording.
+        out = tmp_path / "rendered"
+        result = subprocess.run([
+            sys.executable, "-m", "async_plotter.cli", "render",
+            str(videos / name.replace(".mp4", ".npz")), "--out",
+            str(out)
+        ],
+                                capture_output=True,
+                                text=True,
+                                timeout=120)
+        assert result.returncode == 0, result.stderr
+        shown, again = frames_of(str(videos / name)), frames_of(str(out / name))
+        assert len(shown) == len(again) and len(shown) > 1
+        assert max(np.abs(a.astype(int) - b.astype(int)).mean() for a, b in zip(shown, again)) < 2
+
+        # Unwatched again: the episode under way ends (50 steps at 25 a second) and no other
+        # begins; nothing more is published.
+        wait_for(lambda: client.pubsub_numsub(live_channel("live"))[0][1] == 0, 10)
+        time.sleep(3.0)
+        monitor, published = _live_publishes(client, "live", 4.0)
+        episodes = plotter.stats["episodes"]
+        train(5.0)
+        monitor.join(10)
+        assert published == [] and plotter.stats["episodes"] == episodes
+    finally:
+        if viewer is not None and viewer.poll() is None:
+            viewer.kill()
+            viewer.wait()
+        plotter.close()
+        client.close()
+
+
+def _children(pid):
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as stat:
+                    if int(stat.read().rsplit(")", 1)[1].split()[1]) == pid:
+                        found.append(int(entry))
+            except (OSError, ValueError, IndexError):
+                pass
+    return found + [grandchild for child in found for grandchild in _children(child)]
+
+
+def test_a_live_message_that_fails_its_check_is_refused_by_name_and_nothing_is_run(
+        redis_server):  # noqa: F811
+    chunk = StateChunk(
+        np.arange(12.0).reshape(3, 4), np.zeros((3, 1), np.float32), np.ones(3), True)
+    run = (5, 1000)
+    value = seal(SECRET, b"live", "checked", run, 2, 1, encode(StreamKind.STATES, chunk))
+    sealed, kind, body = open_live(value, Verifier(SECRET), "checked")
+    assert (sealed.number, sealed.iteration, kind) == (2, 1, StreamKind.STATES)
+    assert np.array_equal(body.states, chunk.states) and body.starts_episode
+    for message in ((StreamKind.BEGIN, EpisodeInfo(2, 1,
+                                                   7)), (StreamKind.END, EpisodeEnd(3, 1.5, True))):
+        assert decode(encode(*message)) == message
+    # Another experiment's, another secret's, an altered and an unsigned value: refused.
+    with pytest.raises(PayloadRejected):
+        open_live(value, Verifier(SECRET), "other")
+    with pytest.raises(PayloadRejected):
+        open_live(value, Verifier(b"another secret altogether 012345"), "checked")
+    altered = bytearray(value)
+    altered[60] ^= 1
+    with pytest.raises(PayloadRejected):
+        open_live(bytes(altered), Verifier(SECRET), "checked")
+    unsigned = seal(None, b"live", "checked", run, 2, 1, encode(StreamKind.STATES, chunk))
+    with pytest.raises(PayloadRejected):
+        open_live(unsigned, Verifier(SECRET), "checked")
+    # A recording sealed by the same secret cannot pass for a live message.
+    with pytest.raises(PayloadRejected):
+        open_live(seal(SECRET, b"recording", "checked", run, 2, 1, b"x"), Verifier(SECRET),
+                  "checked")
+    # Forged heads and lengths are named, not read past.
+    for forged in (b"\xff\xff\xff\x7f{}", encode(StreamKind.STATES,
+                                                 chunk)[:-8], b"\x0b\x00\x00\x00{\"kind\":1}"):
+        with pytest.raises(PayloadRejected, match="malformed"):
+            decode(forged)
