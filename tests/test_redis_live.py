@@ -1,6 +1,6 @@
 """The live episode over Redis (``channel/redis/live.py``): a trainer that only publishes plays
 its newest policy for viewers elsewhere only while one is subscribed, and ``async-plotter view
---states`` draws it (mp4s, the MJPEG page) with TensorFlow unimportable. Against a real
+--states`` draws it (mp4s, the MJPEG and 3D pages) with TensorFlow unimportable. Against a real
 redis-server, with real processes."""
 import os
 import signal
@@ -21,6 +21,7 @@ from async_plotter.channel.redis.signing import PayloadRejected, Verifier
 from async_plotter.channel.redis.states import seal
 from async_plotter.render.recording import read_recording
 from async_plotter.render.stream import EpisodeEnd, EpisodeInfo, StateChunk, StreamKind
+from tests.clients import view3d_shows, view3d_socket
 from tests.conftest import default_sigint, wait_for
 from tests.policies import LinearPolicy
 from tests.redis_server import redis_server  # noqa: F401
@@ -103,7 +104,7 @@ def test_a_publishing_trainer_plays_live_only_while_watched_and_a_viewer_without
         viewer = subprocess.Popen([
             sys.executable, "-m", "async_plotter.cli", "view", redis_server.url, "-e", "live",
             "--states", "--video-dir",
-            str(videos), "--http", "0"
+            str(videos), "--http", "0", "--view", "3d"
         ],
                                   env=environment,
                                   cwd=str(tmp_path),
@@ -127,6 +128,18 @@ def test_a_publishing_trainer_plays_live_only_while_watched_and_a_viewer_without
         url = next(line.split(" at ")[-1].strip() for line in lines if "live view at" in line)
         with urllib.request.urlopen(urllib.parse.urljoin(url, "stream.mjpg"), timeout=30) as stream:
             assert b"\xff\xd8" in stream.read(65536)  # a JPEG frame of the live episode
+        # The 3D page: the browser is sent the poses, and the panel names the update shown.
+        shown = []
+        with view3d_socket(url, origin=url.rstrip("/"), timeout=30) as socket:
+            deadline = time.monotonic() + 60
+            while not shown and time.monotonic() < deadline:
+                train(0.5)
+                try:
+                    while not shown:
+                        shown += [u for u in [view3d_shows(socket.recv(timeout=1))[1]] if u]
+                except TimeoutError:
+                    pass
+        assert shown and 0 < shown[0] <= iteration, shown
         # The viewer's processes map no TensorFlow library (it could not import it anyway).
         for pid in [viewer.pid] + _children(viewer.pid):
             with open(f"/proc/{pid}/maps") as maps:

@@ -158,11 +158,9 @@ class ExperimentViewer:
                 self.poll(0.5)
                 if self._current is not before:
                     disabled_logged = False
-                if self._current is None and time.monotonic() > hint_at:
+                if time.monotonic() > hint_at:
                     hint_at = float("inf")
-                    logger.info(
-                        "still waiting for experiment %r; `async-plotter list %s` shows the "
-                        "experiments that server holds", options.experiment, redact(options.url))
+                    self._hint_while_waiting()
                 if self._worker_disabled() and not disabled_logged:
                     disabled_logged = True
                     logger.error("the worker keeps failing; waiting for the trainer to publish "
@@ -171,6 +169,20 @@ class ExperimentViewer:
             logger.error("%s", self.refused)
             return 1
         return 0
+
+    def _hint_while_waiting(self) -> None:
+        """Nothing shown after a while: say what the viewer waits for, and what else there is."""
+        options, url = self._options, redact(self._options.url)
+        if self._current is None:
+            logger.info(
+                "still waiting for experiment %r; `async-plotter list %s` shows the "
+                "experiments that server holds", options.experiment, url)
+        elif options.states and self.stats.get("last_applied_update") is None:
+            logger.info(
+                "experiment %r publishes, but no live episode came yet: only a trainer with "
+                "no outputs of its own (Plotter(..., channel=...) alone) plays one for viewers; "
+                "`async-plotter replay %s -e %s` shows the run's history", options.experiment, url,
+                options.experiment)
 
     # Called from the watcher's thread.
     def _on_structure(self, structure: Structure) -> None:
@@ -227,7 +239,8 @@ class ExperimentViewer:
         except Exception as error:  # noqa: BLE001 - a missing module, a version mismatch, ...
             logger.error(
                 "cannot load the structure of experiment %r: %s: %s. The viewer needs the "
-                "packages that define the trainer's env and policy.", self._options.experiment,
+                "packages that define the trainer's env and policy, or --states to draw the "
+                "states the trainer sends instead.", self._options.experiment,
                 type(error).__name__, error)
             return None
         return viewer_config(trainer_config, self._options)
