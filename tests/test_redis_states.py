@@ -217,6 +217,37 @@ def test_a_viewer_refuses_what_fails_its_check_and_fetches_the_rest(redis_server
     client.close()
 
 
+def test_recordings_written_while_redis_is_away_are_sent_once_it_is_back(
+        redis_server, tmp_path, caplog):  # noqa: F811
+    """The server vanishes (SIGKILL: it comes back empty): the recordings written meanwhile wait
+    and are sent within the retry's bound (5 s, with jitter) of its return, with the model it
+    lost; a viewer then fetches them all."""
+    paths = _recordings(tmp_path, 3)
+    publisher = RecordingPublisher(redis_server.url, "outage", SECRET, (3, 1000), 60.0)
+    try:
+        publisher.add(paths[0], 1, 0)
+        wait_for(lambda: publisher.sent == 1, 10, message="the first recording sent")
+        redis_server.kill()
+        publisher.add(paths[1], 2, 1)
+        publisher.add(paths[2], 3, 2)
+        time.sleep(3.0)
+        assert (publisher.sent, publisher.failed) == (1, 0)
+        assert any("did not reach Redis" in r.getMessage() for r in caplog.records)
+        redis_server.start()
+        back = time.monotonic()
+        wait_for(lambda: publisher.sent == 3, 30, message="the waiting recordings sent")
+        assert time.monotonic() - back < 6.0 + 1.0  # the longest wait, jittered, and the send
+    finally:
+        publisher.close(5)
+    fetched = tmp_path / "fetched"
+    fetcher = RecordingFetcher(redis_server.url, "outage", Verifier(SECRET), str(fetched))
+    try:
+        wait_for(lambda: fetcher.written == 2, 10, message="both recordings fetched")
+    finally:
+        fetcher.close()
+    assert sorted(os.listdir(fetched)) == ["iter_0001.npz", "iter_0002.npz"]
+
+
 def test_replay_waits_for_a_trainers_history_then_shows_and_draws_it(redis_server,
                                                                      tmp_path):  # noqa: F811
     """End to end, the viewer first: ``replay redis://... --video-dir`` waits (no warning) until

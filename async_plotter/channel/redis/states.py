@@ -16,17 +16,19 @@ secret, else a checksum the viewer must be told to trust). A recording is numpy'
 ``allow_pickle=False`` (``render/recording.py``). The model travels once: a recording of a
 500-step Swimmer episode is 65 KB with it, 50 KB without.
 """
+import collections
 import dataclasses
 import logging
 import os
 import queue
 import struct
 import threading
+import time
 import zlib
 from typing import Any, Callable, Optional, Set, Tuple
 
-from async_plotter.channel.redis.link import (close_quietly, connect, connection_errors, probe,
-                                              read_exact)
+from async_plotter.channel.redis.link import (Backoff, close_quietly, connect, connection_errors,
+                                              probe, read_exact)
 from async_plotter.channel.redis.signing import TAG_BYTES, PayloadRejected, Verifier, compute_tag
 from async_plotter.channel.redis.wire import KEY_PREFIX, check_length, run_hex
 from async_plotter.render.recording import (RecordingError, read_recording, recording_bytes,
@@ -43,6 +45,8 @@ MAX_MODEL_BYTES = 64 * 1024 * 1024
 #: recordings waiting to be sent; more and the oldest waiting is dropped (the file stays)
 _QUEUE_LENGTH = 64
 _POLL_SECONDS = 1.0
+#: seconds between two attempts at most while the server is away
+_RETRY_CAP = 5.0
 
 # magic, version, flags, run id, run start (ns), update number (-1: the model), iteration
 # (-1: none), payload length
@@ -135,8 +139,10 @@ class RecordingPublisher:
     """Sends each history recording of a trainer's run to Redis, in a thread of its own.
 
     ``add`` never blocks nor raises: the recording is queued (the oldest waiting is dropped
-    past ``_QUEUE_LENGTH``; its file stays). A server that is down or refuses costs one warning;
-    what failed is not retried, the next recording is.
+    past ``_QUEUE_LENGTH``; its file stays). A server that is down costs one warning, and what
+    could not be sent waits (the newest ``_QUEUE_LENGTH``) and goes as soon as the server is
+    back: retried after 0.1 s, doubling up to ``_RETRY_CAP`` s. A recording the server refuses
+    (the role, a full server) or whose file is gone is not retried.
     """
 
     def __init__(self,
@@ -156,6 +162,7 @@ class RecordingPublisher:
         self._queue: "queue.Queue[Optional[Tuple[str, int, Optional[int]]]]" = queue.Queue()
         self._model: Optional[bytes] = None
         self._model_sent = False
+        self._give_up_at = float("inf")
         self._warned = False
         #: recordings sent, and those that could not be
         self.sent = 0
@@ -176,25 +183,56 @@ class RecordingPublisher:
         self._queue.put((path, update, iteration))
 
     def close(self, timeout: float) -> None:
-        """Send what is queued within ``timeout`` s, then stop."""
+        """Send what is queued within ``timeout`` s, then stop (what is left is not sent)."""
+        self._give_up_at = time.monotonic() + max(timeout, 0.0)
         self._queue.put(None)
         self._thread.join(max(timeout, 0.0))
 
     def _run_thread(self) -> None:
         client = connect(self._url)
+        waiting: "collections.deque[Tuple[str, int, Optional[int]]]" = collections.deque(
+            maxlen=_QUEUE_LENGTH)
+        backoff = Backoff(cap=_RETRY_CAP)
+        stopping = False
         try:
-            while True:
-                item = self._queue.get()
-                if item is None:
-                    return
+            while not (stopping and (not waiting or time.monotonic() > self._give_up_at)):
+                if not waiting:
+                    item = self._queue.get()
+                    if item is None:
+                        return
+                    waiting.append(item)
                 try:
-                    self._send(client, *item)
-                    self.sent += 1
-                except Exception as error:  # noqa: BLE001 - the file, the server, a refusal
+                    self._send(client, *waiting[0])
+                except connection_errors() as error:
+                    self._warn(waiting[0][0], error)
+                    # Newer ones join the wait meanwhile (the oldest go past the bound).
+                    stopping = self._wait_for_server(backoff, waiting) or stopping
+                    continue
+                except Exception as error:  # noqa: BLE001 - the file, a refusal, a full server
                     self.failed += 1
-                    self._warn(item[0], error)
+                    self._warn(waiting[0][0], error)
+                else:
+                    self.sent += 1
+                    backoff.reset()
+                waiting.popleft()
         finally:
+            self.failed += len(waiting)
             close_quietly(client)
+
+    def _wait_for_server(self, backoff: Backoff, waiting: Any) -> bool:
+        """Sleep before the next attempt, taking what is added meanwhile into ``waiting``;
+        True once ``close`` was called (what waits then gets the time ``close`` gives)."""
+        deadline = time.monotonic() + backoff.next_delay()
+        while True:
+            try:
+                item = self._queue.get(timeout=max(deadline - time.monotonic(), 0.0))
+            except queue.Empty:
+                return False
+            if item is None:
+                return True
+            if len(waiting) == waiting.maxlen:
+                self.failed += 1
+            waiting.append(item)
 
     def _warn(self, path: str, error: BaseException) -> None:
         log = logger.debug if self._warned else logger.warning
@@ -231,8 +269,9 @@ class RecordingPublisher:
             pipe.set(keys.model, model, px=self._ttl_ms)
         pipe.zcard(keys.index)
         *_, model_kept, count = pipe.execute()
-        # A server that lost the model (restarted empty) gets it again with the next recording.
-        self._model_sent = bool(model_kept)
+        if not model_kept:  # a server that lost it (restarted empty) gets the model again
+            client.set(keys.model, model, px=self._ttl_ms)
+        self._model_sent = True
         if count > self._kept:  # the oldest go, keys and all
             dropped = [member for member, _ in client.zpopmin(keys.index, count - self._kept)]
             client.delete(*[keys.recording(m.decode("ascii")) for m in dropped])
