@@ -85,11 +85,18 @@ def _parser() -> argparse.ArgumentParser:
                       type=int,
                       default=3,
                       help="worker failures tolerated before plotting stops (default 3)")
-    view.add_argument("--states",
-                      action="store_true",
-                      help="draw the trainer's live episode from the states it publishes while "
-                      "watched (a trainer that only publishes): needs neither TensorFlow nor the "
-                      "policy's code, and loads no pickle (pip install -e .[view])")
+    drawn = view.add_mutually_exclusive_group()
+    drawn.add_argument("--states",
+                       action="store_true",
+                       help="draw the trainer's live episode from the states it sends while "
+                       "watched, never rebuilding its policy: needs neither TensorFlow nor the "
+                       "policy's code and loads no pickle (pip install -e .[view]). The default "
+                       "where the trainer sends them (a MuJoCo env)")
+    drawn.add_argument("--rollouts",
+                       action="store_true",
+                       help="rebuild the trainer's policy and env here (its pickled recipe: "
+                       "TensorFlow and the policy's code needed) and run rollouts of its newest "
+                       "parameters. The default where the trainer sends no states")
     _add_trust_arguments(view)
 
     listing = commands.add_parser("list",
@@ -430,7 +437,8 @@ def _check_view_arguments(parser: argparse.ArgumentParser, args: argparse.Namesp
                        priority=args.priority,
                        max_restarts=args.max_restarts,
                        budget=args.budget,
-                       states=args.states)
+                       states=args.states,
+                       rollouts=args.rollouts)
 
 
 def _checked_video_dir(parser: argparse.ArgumentParser,

@@ -1,7 +1,7 @@
-"""The live episode over Redis (``channel/redis/live.py``): a trainer that only publishes plays
-its newest policy for viewers elsewhere only while one is subscribed, and ``async-plotter view
---states`` draws it (mp4s, the MJPEG and 3D pages) with TensorFlow unimportable. Against a real
-redis-server, with real processes."""
+"""The live episode over Redis (``channel/redis/live.py``): a publishing trainer's worker plays
+its newest policy for viewers elsewhere only while one is subscribed, and ``async-plotter view``
+draws it (the default where the trainer sends states; ``--states`` forces them): mp4s, the MJPEG
+and 3D pages, with TensorFlow unimportable. Against a real redis-server, real processes."""
 import os
 import signal
 import subprocess
@@ -101,18 +101,30 @@ def test_a_publishing_trainer_plays_live_only_while_watched_and_a_viewer_without
         environment = dict(os.environ,
                            ASYNC_PLOTTER_SECRET=SECRET.decode(),
                            PYTHONPATH=_blocked_imports(tmp_path / "blocked") + os.pathsep + ROOT)
-        viewer = subprocess.Popen([
-            sys.executable, "-m", "async_plotter.cli", "view", redis_server.url, "-e", "live",
-            "--states", "--video-dir",
-            str(videos), "--http", "0", "--view", "3d"
-        ],
-                                  env=environment,
-                                  cwd=str(tmp_path),
-                                  stdout=subprocess.PIPE,
-                                  stderr=subprocess.STDOUT,
-                                  text=True,
-                                  start_new_session=True,
-                                  preexec_fn=default_sigint)
+        viewer = subprocess.Popen(
+            [
+                # No --states: the trainer says it sends them, and that is what view draws.
+                sys.executable,
+                "-m",
+                "async_plotter.cli",
+                "view",
+                redis_server.url,
+                "-e",
+                "live",
+                "--video-dir",
+                str(videos),
+                "--http",
+                "0",
+                "--view",
+                "3d"
+            ],
+            env=environment,
+            cwd=str(tmp_path),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            start_new_session=True,
+            preexec_fn=default_sigint)
         lines = []
         threading.Thread(target=lambda: lines.extend(viewer.stdout), daemon=True).start()
 
@@ -233,3 +245,67 @@ def test_a_live_message_that_fails_its_check_is_refused_by_name_and_nothing_is_r
                                                  chunk)[:-8], b"\x0b\x00\x00\x00{\"kind\":1}"):
         with pytest.raises(PayloadRejected, match="malformed"):
             decode(forged)
+
+
+def test_a_trainer_with_videos_here_keeps_them_and_plays_live_for_a_viewer_elsewhere(
+        redis_server, tmp_path):  # noqa: F811
+    """``channel=`` with a ``video_dir``: every update's video is made here as before, nothing
+    goes out live while nobody watches, and a subscriber gets whole live episodes of the newest
+    policies meanwhile, verified."""
+    policy = LinearPolicy(4, 1)
+    videos = tmp_path / "videos"
+    plotter = Plotter("InvertedPendulum-v5",
+                      policy,
+                      max_path_length=50,
+                      video_dir=str(videos),
+                      min_video_seconds=0,
+                      window=False,
+                      channel=redis_server.url,
+                      experiment="both",
+                      secret=SECRET,
+                      priority="normal").start()
+    client = redis.Redis.from_url(redis_server.url)
+    iteration = 0
+
+    def train_until_video():
+        nonlocal iteration
+        policy.fill(_fill(iteration))
+        plotter.update_plot(policy, iteration=iteration)
+        name = f"iter_{iteration:04d}.mp4"
+        wait_for(lambda: (videos / name).exists(), 60, message=name)
+        iteration += 1
+
+    try:
+        monitor, published = _live_publishes(client, "both", 3.0)
+        for _ in range(3):
+            train_until_video()
+        monitor.join(10)
+        assert published == [], "nothing live while nobody watches"
+
+        pubsub = client.pubsub()
+        pubsub.subscribe(live_channel("both"))
+        kinds, updates = [], set()
+        deadline = time.monotonic() + 60
+        while ((kinds.count(StreamKind.END) < 3 or len(updates) < 2)
+               and time.monotonic() < deadline):
+            train_until_video()  # videos here go on while a viewer watches
+            for _ in range(40):
+                message = pubsub.get_message(timeout=0.05)
+                if message and message["type"] == "message":
+                    sealed, kind, body = open_live(message["data"], Verifier(SECRET), "both")
+                    kinds.append(kind)
+                    if kind is StreamKind.BEGIN:
+                        updates.add(body.update)
+        assert kinds.count(StreamKind.END) >= 3 and StreamKind.STATES in kinds, kinds
+        assert kinds[0] is StreamKind.SCENE and len(updates) >= 2, (kinds[:5], updates)
+        pubsub.close()
+        wait_for(lambda: client.pubsub_numsub(live_channel("both"))[0][1] == 0, 10)
+        time.sleep(3.0)  # the live episode under way ends (at most 50 steps at 25 a second)
+        monitor, published = _live_publishes(client, "both", 3.0)
+        train_until_video()
+        monitor.join(10)
+        assert published == []
+    finally:
+        plotter.close()
+        client.close()
+    assert plotter.stats["videos"] >= iteration

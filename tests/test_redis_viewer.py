@@ -262,7 +262,7 @@ def test_keras_policy_end_to_end_unsigned_with_trust(processes, redis_server, tm
     viewer_args = [
         "--video-dir",
         str(videos), "--tensorboard-dir",
-        str(tmp_path / "tb"), "--trust-unsigned", "--priority", "normal"
+        str(tmp_path / "tb"), "--trust-unsigned", "--priority", "normal", "--rollouts"
     ]
     viewer = _viewer(processes,
                      redis_server.url,
@@ -289,6 +289,8 @@ def test_keras_policy_end_to_end_unsigned_with_trust(processes, redis_server, tm
     (["view", "redis://h:1/0", "--video-dir", "{tmp}"], "--experiment"),
     (["view", "redis://h:1/0", "-e", "a/b", "--video-dir", "{tmp}"], "not a valid name"),
     (["view", "redis://h:1/0", "-e", "x"], "nothing to show"),
+    (["view", "redis://h:1/0", "-e", "x", "--video-dir", "{tmp}", "--states", "--rollouts"
+      ], "not allowed with"),
     (["view", "redis://h:1/0", "-e", "x", "--window"], "needs a display"),
     (["view", "redis://h:1/0", "-e", "x", "--video-dir", "{tmp}", "--fps", "0"], "--fps"),
     (["view", "redis://h:1/0", "-e", "x", "--video-dir", "{tmp}", "--max-restarts", "-1"

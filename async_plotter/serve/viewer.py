@@ -49,8 +49,11 @@ class ViewOptions:
     max_restarts: int = 3
     budget: Optional[float] = None
     #: draw the trainer's live episode from its published states (``worker/states_source.py``:
-    #: no TensorFlow, no policy code, nothing unpickled) instead of running rollouts here
+    #: no TensorFlow, no policy code, nothing unpickled) instead of running rollouts here,
+    #: whatever the trainer says; ``rollouts``: rebuild the policy and run rollouts here,
+    #: whatever it says; neither: states where the trainer sends them, else rollouts
     states: bool = False
+    rollouts: bool = False
 
 
 def viewer_config(trainer_config: WorkerConfig, options: ViewOptions) -> WorkerConfig:
@@ -105,6 +108,8 @@ class ExperimentViewer:
         self._worker_stats: Optional[WorkerStats] = None
         self._current: Optional[Structure] = None
         self._failed_structure: Optional[bytes] = None
+        #: the worker draws the trainer's live states (``--states``, or the trainer sends them)
+        self._drawing_states = False
         #: why the server refuses this viewer (ACL role, password, TLS certificate), once it does
         self.refused: Optional[str] = None
 
@@ -206,9 +211,16 @@ class ExperimentViewer:
             structure = self._newest
         if structure is None:
             return
-        if self._options.states:
+        if self._draws_states(structure):
+            if not self._drawing_states:
+                self._stop_worker()
+                self._start_states_worker()
             self._follow_run(structure)
             return
+        if self._drawing_states:  # the trainer restarted and sends no live episode any more
+            self._stop_worker()
+            with self._lock:
+                self._current = None
         current = self._current
         if current is not None and current.structure_id == structure.structure_id:
             if current.run_id == structure.run_id:
@@ -228,6 +240,13 @@ class ExperimentViewer:
             return
         self._stop_worker()
         self._start_worker(structure, config)
+
+    def _draws_states(self, structure: Structure) -> bool:
+        """``--states``; else, unless ``--rollouts``, whether the trainer says its worker plays
+        the live episode for viewers (its verified description, never its pickle)."""
+        options = self._options
+        return options.states or (not options.rollouts
+                                  and structure.meta.get("live_states") is True)
 
     def _load(self, structure: Structure) -> Optional[Any]:
         """Unpickle the verified structure into the worker configuration for this viewer."""
@@ -280,7 +299,7 @@ class ExperimentViewer:
                                       listener=self._listener,
                                       source=states_source.main)
         with self._lock:
-            self._supervisor = supervisor
+            self._supervisor, self._current, self._drawing_states = supervisor, None, True
         supervisor.start()
 
     def _follow_run(self, structure: Structure) -> None:
@@ -310,6 +329,7 @@ class ExperimentViewer:
     def _stop_worker(self, timeout: float = 5.0) -> None:
         with self._lock:
             supervisor, self._supervisor = self._supervisor, None
+            self._drawing_states = False
         if supervisor is not None:
             supervisor.stop(timeout)
 

@@ -184,9 +184,12 @@ class Plotter:
         config = plotter_config({name: value for name, value in locals().items() if name != "self"})
         with private_runtime_dir():  # pygame's Wayland probe: no "XDG_RUNTIME_DIR" error line
             has_states = check_before_start(config, policy)
-        if config.private_history and not has_states:
-            # An env that draws itself has no states for a viewer elsewhere: no worker for them.
-            config = dataclasses.replace(config, private_history=False)
+        # An env that draws itself has no states for a viewer elsewhere: no worker for them.
+        private = config.private_history and has_states
+        config = dataclasses.replace(config,
+                                     private_history=private,
+                                     live_states=has_states
+                                     and bool(private or config.publish and config.worker.sinks))
         create_output_dirs(config)  # only once every check has passed
         self._config = config
         self._stats = WorkerStats(disabled=not config.has_output)

@@ -152,8 +152,14 @@ class PublishRoute:
         from async_plotter.channel.redis.writer import RedisWriter
 
         target, layout = config.publish, config.worker.parameters
-        self.writer = RedisWriter(target.url, target.experiment, config.worker, layout.size,
-                                  layout.dtype, target.secret, stats)
+        self.writer = RedisWriter(target.url,
+                                  target.experiment,
+                                  config.worker,
+                                  layout.size,
+                                  layout.dtype,
+                                  target.secret,
+                                  stats,
+                                  live_states=config.live_states)
         self.writer.publish(layout.encode(config.initial, config.env_state),
                             None,
                             config.worker.max_path_length,
@@ -188,7 +194,7 @@ class ShownAndPublishedRoute:
                                          worker=dataclasses.replace(config.worker,
                                                                     history_dir=self._private_dir))
         self._published = PublishRoute(config, stats)
-        if config.private_history:  # nothing shown here: viewers elsewhere may watch it live
+        if config.live_states:  # viewers elsewhere may watch it live (sent while one does)
             config = dataclasses.replace(config,
                                          worker=dataclasses.replace(
                                              config.worker,

@@ -55,8 +55,8 @@ class WorkerConfig:
     #: some sink shows episodes here; without one (a trainer that only publishes) the rollout
     #: process runs no episode of its own and only its history records the policies
     shows: bool = False
-    #: a trainer that only publishes: where its rollout process plays the live episode for
-    #: viewers elsewhere while one watches (``channel/redis/live.LiveTarget``); None: nowhere
+    #: a trainer that publishes: where its rollout process plays the live episode for viewers
+    #: elsewhere while one watches (``channel/redis/live.LiveTarget``); None: nowhere
     live_target: Any = None
     #: where the rollout process keeps the run's history: a state recording of one whole,
     #: deterministic episode of every policy it applies (``worker/history.py``); None: off

@@ -7,7 +7,9 @@ videos play (``worker/playback.py``): only every ``stride``-th step is sent, and
 the frame rate. Its TensorFlow sees no GPU unless ``Plotter(policy_device="gpu")`` (the
 supervisor starts it with ``CUDA_VISIBLE_DEVICES=""``). With a history (``history_dir``), a
 thread here also records every policy it takes as one whole, deterministic episode
-(``worker/history.py``). However it ends, it closes its env and policy runtime.
+(``worker/history.py``). For a trainer that publishes, the stream also goes to Redis while a
+viewer elsewhere watches, and the episodes are live meanwhile (``_RemoteView``). However it
+ends, it closes its env and policy runtime.
 """
 import dataclasses
 import logging
@@ -171,18 +173,13 @@ def _play(config: WorkerConfig,
         # a whole episode per update) must not ride along; it waits under the budget instead.
         recorder = HistoryRecorder(config, fan_out.history, scene, status)
         history.append(recorder)
-    watch = None
-    if not config.shows:
-        if config.live_target is None or scene.kind != "mujoco":
-            _record_only(params, recorder)
-            return
-        # Nothing shows here; viewers elsewhere watch live: the same stream goes to Redis.
-        from async_plotter.channel.redis.live import LivePublisher
-
-        watch = _RemoteWatch(LivePublisher(config.live_target), params, recorder)
-        frames_out = watch.stream
-        config = dataclasses.replace(config, live=True)
-        watch.stream.send((StreamKind.SCENE, scene))
+    remote = _RemoteView.open(config, scene, params, recorder)
+    if not config.shows and remote is None:
+        _record_only(params, recorder)
+        return
+    if remote is not None:
+        frames_out = remote.stream(frames_out)
+        config = dataclasses.replace(config, live=remote.live_now())
     shown_steps = ShownSteps(env, scene, frames_out, config.live, scene.fps or config.fps)
     # A video of an episode that ends at once (a young Hopper falls in 5-10 steps) would last a
     # fraction of a second; further episodes of the same parameters join it up to this length.
@@ -195,8 +192,9 @@ def _play(config: WorkerConfig,
     while True:
         if recorder is not None:
             recorder.check()
-        if watch is not None and not part:
-            watch.wait_for_a_viewer()
+        if remote is not None and not part:
+            rollout = _with_live(rollout, remote.before_episode())
+            config = rollout.config
         chained = params.current is not None and part > 0
         fresh = not chained and (params.current is None or not config.live
                                  or params.newer_available())
@@ -240,25 +238,68 @@ def _record_only(params: ParameterClient, recorder: Optional[HistoryRecorder]) -
         params.update(timeout=1.0)
 
 
-class _RemoteWatch:
-    """A trainer that only publishes, watched from elsewhere: episodes are played (live, to
-    ``stream``) only while a viewer is subscribed; meanwhile the loop only applies each update
-    and the history records."""
+class _RemoteView:
+    """Viewers elsewhere, for a trainer that publishes (``WorkerConfig.live_target``): what this
+    process sends its render process goes to Redis too while one watches
+    (``channel/redis/live.py``), and the worker is live meanwhile (episodes of the newest
+    policy, one after another in real time), whatever it is for its own outputs. A trainer with
+    no outputs here runs no episode at all while nobody watches."""
 
-    def __init__(self, stream: Any, params: ParameterClient,
+    def __init__(self, publisher: Any, shows: bool, live: bool, params: ParameterClient,
                  recorder: Optional[HistoryRecorder]) -> None:
-        self.stream = stream
+        self.publisher = publisher
+        self._gated = not shows
+        self._live = live
         self._params = params
         self._recorder = recorder
-        if recorder is not None:
+        if self._gated and recorder is not None:
             recorder.start()  # no first video to wait for
 
-    def wait_for_a_viewer(self) -> None:
-        """Return once somebody watches, applying each update meanwhile."""
-        while not self.stream.watched:
+    @classmethod
+    def open(cls, config: WorkerConfig, scene: SceneInfo, params: ParameterClient,
+             recorder: Optional[HistoryRecorder]) -> Optional["_RemoteView"]:
+        """The remote view of ``config``, None without one (or for an env that draws itself:
+        no states to send)."""
+        if config.live_target is None or scene.kind != "mujoco":
+            return None
+        from async_plotter.channel.redis.live import LivePublisher
+
+        publisher = LivePublisher(config.live_target)
+        publisher.send((StreamKind.SCENE, scene))
+        return cls(publisher, config.shows, config.live, params, recorder)
+
+    def stream(self, frames_out: Connection) -> Any:
+        """Where the shown steps go: Redis alone, or both."""
+        return self.publisher if self._gated else _Tee(frames_out, self.publisher)
+
+    def live_now(self) -> bool:
+        """Whether episodes are live now: for the outputs here, or for a viewer elsewhere."""
+        return self._live or self._gated or self.publisher.watched
+
+    def before_episode(self) -> bool:
+        """Before an update's first episode: with no outputs here, wait for a viewer (applying
+        each update meanwhile); whether this episode is live."""
+        while self._gated and not self.publisher.watched:
             if self._recorder is not None:
                 self._recorder.check()
             self._params.update(timeout=0.5)
+        return self.live_now()
+
+
+class _Tee:
+    """The render process's pipe, and the remote view's publisher beside it (which drops what
+    nobody watches)."""
+
+    def __init__(self, pipe: Connection, publisher: Any) -> None:
+        self._pipe = pipe
+        self._publisher = publisher
+
+    def send(self, message: Any) -> None:
+        self._pipe.send(message)
+        self._publisher.send(message)
+
+    def fileno(self) -> int:
+        return self._pipe.fileno()  # how much of the stream is unread (``video_chain``)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -279,6 +320,15 @@ class _Rollout:
     stride: int
     #: the history thread, whose failure ends the process too (None: no history)
     history: Optional[HistoryRecorder] = None
+
+
+def _with_live(rollout: _Rollout, live: bool) -> _Rollout:
+    """``rollout``, live or not from its next episode on (a viewer elsewhere came or left)."""
+    if live == rollout.config.live:
+        return rollout
+    rollout.shown.set_live(live)
+    rollout.chain.set_live(live)
+    return dataclasses.replace(rollout, config=dataclasses.replace(rollout.config, live=live))
 
 
 def _clip_steps(update: ParamUpdate, config: WorkerConfig, playback: Playback) -> int:

@@ -45,7 +45,9 @@ class ShownSteps:
         self._spec = mujoco.mjtState.mjSTATE_FULLPHYSICS
         unwrapped = env.unwrapped
         self._model, self._data = unwrapped.model, unwrapped.data
-        size = max(1, round(CHUNK_SECONDS * fps)) if live else VIDEO_CHUNK_STEPS
+        self._live_chunk = max(1, round(CHUNK_SECONDS * fps))
+        self._chunk = self._live_chunk if live else VIDEO_CHUNK_STEPS
+        size = max(self._live_chunk, VIDEO_CHUNK_STEPS)  # room for either, if the mode changes
         self._states = np.empty((size, mujoco.mj_stateSize(self._model, self._spec)))
         self._actions: Optional[np.ndarray] = None
         self._rewards = np.zeros(size)
@@ -68,7 +70,7 @@ class ShownSteps:
             self._actions[index] = 0.0
         self._rewards[index] = reward
         self._count += 1
-        if self._count == len(self._states):
+        if self._count >= self._chunk:
             self.flush()
 
     def flush(self) -> None:
@@ -84,6 +86,15 @@ class ShownSteps:
         self._out.send((StreamKind.STATES,
                         StateChunk(self._states[:count].copy(), actions,
                                    self._rewards[:count].copy(), self._starts_episode)))
+
+    def set_live(self, live: bool) -> None:
+        """Between episodes: paced for a live view from now on, or not (a viewer elsewhere came
+        or left, ``rollout_process._RemoteView``)."""
+        self.flush()
+        self._live = live
+        if self._mujoco is not None:
+            self._chunk = self._live_chunk if live else VIDEO_CHUNK_STEPS
+        self._timeline.anchor()
 
     def catch_up(self, on: bool) -> None:
         """From now on, send steps unpaced (``on``: they finish a short video; see

@@ -33,15 +33,20 @@ class VideoChain:
 
     def __init__(self, live: bool, keeps_rollouts: bool, min_steps: int, shown_steps: Any,
                  frames_out: Connection) -> None:
-        self._live = live
-        # Recording one rollout per update, every episode may make a video (as before sinks
-        # said whether they keep any); live, only when a sink keeps rollouts.
-        self._chains = keeps_rollouts or not live
+        self._keeps_rollouts = keeps_rollouts
+        self.set_live(live)
         self.min_steps = min_steps
         self._shown_steps = shown_steps
         self._out = frames_out
         #: the steps being sent finish a short video, for the recordings only
         self.catching_up = False
+
+    def set_live(self, live: bool) -> None:
+        """Live from the next episode on, or not (between episodes, no catch-up running)."""
+        self._live = live
+        # Recording one rollout per update, every episode may make a video (as before sinks
+        # said whether they keep any); live, only when a sink keeps rollouts.
+        self._chains = self._keeps_rollouts or not live
 
     def steps_wanted(self, in_video: bool, shown: int) -> int:
         """Steps the current update's video still wants after the ``shown`` it has (0 for an

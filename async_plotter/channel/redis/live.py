@@ -154,6 +154,7 @@ class LivePublisher:
         self._scene: Optional[SceneInfo] = None
         self._model_sent = False
         self._in_episode = False
+        self._catching_up = False
         self._update: Tuple[int, Optional[int]] = (0, None)
         self._warned = False
         #: a viewer was subscribed at the last count
@@ -173,6 +174,9 @@ class LivePublisher:
         if kind is StreamKind.SCENE:
             self._scene = body  # sent again before every episode, for viewers who join
             return
+        if self._skip_catch_up(kind, body):
+            self.dropped += 1
+            return
         if kind is StreamKind.BEGIN:
             self._in_episode = self.watched and self._scene is not None
             if self._in_episode:
@@ -191,6 +195,22 @@ class LivePublisher:
             except queue.Empty:
                 break
         self._queue.put(message)
+
+    def _skip_catch_up(self, kind: StreamKind, body: Any) -> bool:
+        """A catch-up (``worker/video_chain.py``) finishes a short video for the recordings
+        only: a live view does not see it. Its episode ends for the viewer where the catch-up
+        begins, and what follows up to the chain's last ``END`` is not sent."""
+        if kind is StreamKind.CATCH_UP:
+            if self._in_episode:
+                self._in_episode = False
+                self._queue.put((StreamKind.END, body or EpisodeEnd(0, 0.0, completed=False)))
+            self._catching_up = True
+            return True
+        if self._catching_up:
+            if kind is StreamKind.END and not body.continued:
+                self._catching_up = False
+            return True
+        return False
 
     def close(self, timeout: float = 1.0) -> None:
         """Stop publishing (what is queued gets ``timeout`` s)."""

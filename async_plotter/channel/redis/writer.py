@@ -192,6 +192,8 @@ class RedisWriter:
             ``redis_connected`` and ``publish_cpu_seconds`` (sender thread CPU time).
         ttl: expiry of the experiment's keys in seconds, refreshed while the trainer lives
             (default ``$ASYNC_PLOTTER_REDIS_TTL`` or one hour).
+        live_states: the trainer's worker plays the live episode for viewers (``live.py``);
+            said in the structure's description, so that ``view`` draws it by default.
     """
 
     def __init__(self,
@@ -202,7 +204,8 @@ class RedisWriter:
                  dtype: np.dtype,
                  secret: Optional[Union[str, bytes]],
                  stats: Any,
-                 ttl: Optional[float] = None) -> None:
+                 ttl: Optional[float] = None,
+                 live_states: bool = False) -> None:
         dtype = np.dtype(dtype)
         if dtype_code(dtype) is None:
             raise InvalidArgumentError(
@@ -220,6 +223,7 @@ class RedisWriter:
         self._run_id = secrets.randbits(64)
         self._run_started_ns = time.time_ns()
         self._config = config
+        self._live_states = live_states
         self._structure, self._structure_id = self._seal_structure(config)
         self._sent_update_head: Optional[bytes] = None  # header of the newest update sent
         self._reasserted = False
@@ -372,6 +376,9 @@ class RedisWriter:
             "fps": config.fps,
             "host": socket.gethostname(),
             "created": created,
+            # its worker plays the live episode while watched (``live.py``): a viewer may draw
+            # it without rebuilding the policy
+            "live_states": self._live_states,
         }
         return seal_structure(self._key, self._experiment, self._run_id, self._run_started_ns, meta,
                               body)
