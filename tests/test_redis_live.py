@@ -182,13 +182,15 @@ def test_a_publishing_trainer_plays_live_only_while_watched_and_a_viewer_without
         assert len(shown) == len(again) and len(shown) > 1
         assert max(np.abs(a.astype(int) - b.astype(int)).mean() for a, b in zip(shown, again)) < 2
 
-        # Unwatched again: the episode under way ends (50 steps at 25 a second) and no other
-        # begins; nothing more is published.
+        # Unwatched again: nothing more is published from the trainer's next count of the
+        # watchers (once a second), not even the rest of the episode under way, which ends
+        # (at most 50 steps at 25 a second); no other begins.
         wait_for(lambda: client.pubsub_numsub(live_channel("live"))[0][1] == 0, 10)
-        time.sleep(3.0)
-        monitor, published = _live_publishes(client, "live", 4.0)
+        time.sleep(1.5)
+        monitor, published = _live_publishes(client, "live", 5.0)
+        time.sleep(1.5)
         episodes = plotter.stats["episodes"]
-        train(5.0)
+        train(3.5)
         monitor.join(10)
         assert published == [] and plotter.stats["episodes"] == episodes
     finally:

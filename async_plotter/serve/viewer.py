@@ -178,11 +178,12 @@ class ExperimentViewer:
     def _hint_while_waiting(self) -> None:
         """Nothing shown after a while: say what the viewer waits for, and what else there is."""
         options, url = self._options, redact(self._options.url)
-        if self._current is None:
+        shown = self.stats.get("last_applied_update") is not None
+        if self._current is None and not shown:
             logger.info(
                 "still waiting for experiment %r; `async-plotter list %s` shows the "
                 "experiments that server holds", options.experiment, url)
-        elif options.states and self.stats.get("last_applied_update") is None:
+        elif self._drawing_states and not shown:
             logger.info(
                 "experiment %r publishes, but no live episode came yet: only a trainer with "
                 "no outputs of its own (Plotter(..., channel=...) alone) plays one for viewers; "

@@ -177,6 +177,8 @@ class LivePublisher:
         if self._skip_catch_up(kind, body):
             self.dropped += 1
             return
+        if self._in_episode and not self.watched:
+            self._in_episode = False  # the last viewer left: the rest of this episode stays here
         if kind is StreamKind.BEGIN:
             self._in_episode = self.watched and self._scene is not None
             if self._in_episode:
