@@ -40,11 +40,32 @@ stream held open (as an open overview tab: it is what makes serve follow the ser
 experiments by the parameter path's structure key, so it lists none of the states-only fleet: its
 list time is measured with the parameter-mode fleet (the table says so).
 
-Not measured (not built yet): live episode chunks, the "watching" mark, a watched live view's
-delay, viewer CPU per watched live second. The table lists them as such.
+Then ``live``, the live episode as states (``channel/redis/live.py``): each of the ``--trainers``
+trainers runs a real ``LivePublisher`` (its target as ``RedisWriter.live_target()`` makes it)
+fed by a thread that plays the recordings above in real time through the rollout process's own
+``ShownSteps`` (scene once, with the env's pickled model; then per episode ``BEGIN``, quarter-second
+chunks of MuJoCo states, ``END``). Unlike a rollout process, which runs no episode while nobody
+watches, the threads play all the time (the publisher drops it all); once a viewer subscribes,
+an episode that was not being published is cut and a new one begins, as a rollout process would
+begin one then. Measured over ``--live-seconds`` (default 20) twice:
+
+* nobody watching: bytes/s into Redis, redis-server CPU, the PUBLISH and PUBSUB NUMSUB the server
+  ran (``INFO commandstats``: any PUBLISH at all would show), the fleet's CPU per trainer; the
+  table also adds this mode's bytes/s to the states mode's (a sum of two windows, not one run of
+  both).
+* ``WATCHED`` trainers watched (half of each env): per watched trainer one real ``async-plotter
+  view URL -e E --states --video-dir D`` and one probe process that verifies each message with
+  ``open_live`` and logs its arrival; the feeding threads log when each chunk was handed to
+  ``LivePublisher.send``. Chunks are matched by experiment, update number and the first state's
+  simulated time: send-to-verified-arrival p50 / p95. Each view's whole process tree's CPU (the
+  view, its states source and render process, the encoder; children that ended count through
+  their parent) per second of motion its probe received in the window, and whether any process
+  of a tree maps a TensorFlow library (``/proc/PID/maps``). Then, after the viewers left, the
+  PUBLISH commands the server ran in the next ``LIVE_TAIL`` s.
 
     python benchmarks/redis_fleet.py [--quick] [--trainers 100] [--param-trainers N]
-                                     [--processes 10] [--seconds 30] [--url redis://...]
+                                     [--processes 10] [--seconds 30] [--live-seconds 20]
+                                     [--url redis://...]
 
 Writes benchmarks/results/redis_fleet.json (``--quick``: redis_fleet_quick.json).
 """
@@ -80,6 +101,9 @@ PLOTTER_FPS = 30.0
 KEY_PATTERN = "async_plotter:fleet-*"
 GOAL_BYTES_RATIO = 100.0
 GOAL_REDIS_CPU = 0.10
+GOAL_LIVE_DELAY = 1.0
+#: seconds counted after the last viewer of the live mode left
+LIVE_TAIL = 3.0
 
 # ------------------------------------------------------------------------------ recordings
 
@@ -170,6 +194,10 @@ def fleet_worker(spec_path: str) -> None:
     signal.signal(signal.SIGINT, lambda *_: stop.set())
     parent = os.getppid()
     url, mode, trainers = spec["url"], spec["mode"], spec["trainers"]
+    if mode == "live":
+        with open(spec["log"] + ".json", "w") as handle:
+            json.dump(live_worker(spec, stop, parent), handle)
+        return
     if mode == "states":
         from async_plotter.channel.redis.states import RecordingPublisher
 
@@ -283,6 +311,195 @@ def viewer(spec_path: str) -> None:
             }, handle)
 
 
+# --------------------------------------------------------------------------------- live
+
+
+def live_scene(env_id: str) -> Any:
+    """``(model, SceneInfo)`` of ``env_id`` as a trainer's rollout process announces it: its
+    own env's pickled model, camera plan, frame rate and stride."""
+    import dataclasses
+    import types
+
+    import gymnasium
+
+    from async_plotter.worker.playback import plan_playback
+    from async_plotter.worker.rollout_process import describe_scene
+
+    kwargs = {"terminate_when_unhealthy": False} if env_id.startswith("Humanoid") else {}
+    env = gymnasium.make(env_id, render_mode="rgb_array", **kwargs)
+    playback = plan_playback(env, PLOTTER_FPS)
+    settings = types.SimpleNamespace(frame_size=None,
+                                     camera=None,
+                                     env=types.SimpleNamespace(label=env_id))
+    scene = dataclasses.replace(describe_scene(env, settings),
+                                fps=playback.fps,
+                                stride=playback.stride,
+                                env_rate=playback.rate)
+    return env.unwrapped.model, scene
+
+
+class TimedStream:
+    """What a simulated rollout process sends to: the trainer's ``LivePublisher``; with a log,
+    each chunk's hand-over is written as ``experiment update first-state-time rows
+    time.time()``."""
+
+    def __init__(self, publisher: Any, experiment: str, log: Any, lock: threading.Lock) -> None:
+        self.publisher = publisher
+        self.fed = 0
+        self._experiment = experiment
+        self._log = log
+        self._lock = lock
+        self._update = 0
+
+    def send(self, message: Any) -> None:
+        from async_plotter.render.stream import StreamKind
+
+        kind, body = message
+        if kind is StreamKind.BEGIN:
+            self._update = body.update
+        moment = time.time()
+        self.publisher.send(message)
+        self.fed += 1
+        if self._log is not None and kind is StreamKind.STATES:
+            with self._lock:
+                self._log.write(f"{self._experiment} {self._update} {float(body.states[0, 0])!r} "
+                                f"{len(body.states)} {moment:.6f}\n")
+
+
+def play_live(stream: TimedStream, model: Any, scene: Any, recordings: List[Any], offset: float,
+              stop: threading.Event) -> None:
+    """A trainer's rollout process, watched from elsewhere: the scene once, then episode after
+    episode (the recordings in turn), each ``BEGIN``, its shown steps through ``ShownSteps``
+    (real time, quarter-second chunks) and ``END``. Unlike the rollout process, it plays while
+    nobody watches too (the publisher drops it all); once a viewer comes, an episode it was
+    not publishing is cut and a new one begins, as the rollout process begins one then."""
+    import types
+
+    import mujoco
+
+    from async_plotter.render.stream import EpisodeEnd, EpisodeInfo, StreamKind
+    from async_plotter.worker.shown_steps import ShownSteps
+
+    spec = mujoco.mjtState.mjSTATE_FULLPHYSICS
+    data = mujoco.MjData(model)
+    env = types.SimpleNamespace(unwrapped=types.SimpleNamespace(model=model, data=data))
+    publisher = stream.publisher
+    stream.send((StreamKind.SCENE, scene))
+    shown = ShownSteps(env, scene, stream, True, scene.fps)
+    stop.wait(offset)
+    episode = 0
+    while not stop.is_set():
+        recording = recordings[episode % len(recordings)]
+        published = publisher.watched
+        stream.send((StreamKind.BEGIN, EpisodeInfo(episode + 1, episode, episode)))
+        total, shown_rows, cut = 0.0, 0, False
+        for row, state in enumerate(recording.states):
+            if stop.is_set() or (publisher.watched and not published):
+                cut = True
+                break
+            mujoco.mj_setState(model, data, state, spec)
+            reward = float(recording.rewards[row])
+            shown.add(None if row == 0 else recording.actions[row], reward)
+            total += reward
+            shown_rows = row + 1
+        if cut:
+            shown.drop()
+        else:
+            shown.flush()
+        steps = int(recording.meta["length"]) if not cut else max(shown_rows - 1, 0) * scene.stride
+        stream.send((StreamKind.END, EpisodeEnd(steps, total, completed=not cut)))
+        episode += 1
+
+
+def live_worker(spec: Dict[str, Any], stop: threading.Event, parent: int) -> Dict[str, Any]:
+    """Some trainers' live streams, in this process: a ``LivePublisher`` each (as
+    ``RedisWriter.live_target()`` makes its target) fed by ``play_live`` from a thread of its
+    own; the watched trainers' chunks logged. Writes ``spec["ready"]`` once all are playing."""
+    from async_plotter.channel.redis.live import LivePublisher, LiveTarget
+    from async_plotter.render.recording import read_recording
+
+    trainers = spec["trainers"]
+    scenes = {env_id: live_scene(env_id) for env_id in sorted({t["env"] for t in trainers})}
+    recordings = {path: read_recording(path) for trainer in trainers for path in trainer["paths"]}
+    log = open(spec["log"], "w")
+    lock = threading.Lock()
+    streams, threads = [], []
+    for trainer in trainers:
+        name = trainer["experiment"]
+        target = LiveTarget(spec["url"], name, SECRET.encode(), (trainer["run_id"], time.time_ns()),
+                            3600.0)
+        stream = TimedStream(LivePublisher(target), name, log if name in spec["watched"] else None,
+                             lock)
+        model, scene = scenes[trainer["env"]]
+        thread = threading.Thread(target=play_live,
+                                  args=(stream, model, scene,
+                                        [recordings[p]
+                                         for p in trainer["paths"]], trainer["offset"], stop),
+                                  daemon=True)
+        thread.start()
+        streams.append(stream)
+        threads.append(thread)
+    open(spec["ready"], "w").close()
+    while not stop.is_set() and not _parent_gone(parent):
+        stop.wait(0.5)
+    stop.set()
+    for thread in threads:
+        thread.join(2.0)
+    for stream in streams:
+        stream.publisher.close(1.0)
+    with lock:
+        log.close()
+    return {
+        "calls": sum(s.fed for s in streams),
+        "published": sum(s.publisher.published for s in streams),
+        "dropped": sum(s.publisher.dropped for s in streams),
+    }
+
+
+def live_subscriber(spec_path: str) -> None:
+    """A watched trainer's delay probe: subscribed to its live channel, each message verified
+    with ``open_live`` and each chunk's arrival logged as ``experiment update
+    first-state-time rows time.time()`` (taken once it is verified)."""
+    with open(spec_path) as handle:
+        spec = json.load(handle)
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    signal.signal(signal.SIGINT, lambda *_: stop.set())
+    parent = os.getppid()
+    import redis
+
+    from async_plotter.channel.redis.live import live_channel, open_live
+    from async_plotter.channel.redis.signing import PayloadRejected, Verifier
+    from async_plotter.render.stream import StreamKind
+
+    experiment, verifier = spec["experiment"], Verifier(SECRET.encode())
+    client = redis.Redis.from_url(spec["url"])
+    pubsub = client.pubsub()
+    pubsub.subscribe(live_channel(experiment))
+    counts = {"verified": 0, "refused": 0, "chunks": 0}
+    with open(spec["log"], "w") as log:
+        while not stop.is_set() and not _parent_gone(parent):
+            message = pubsub.get_message(timeout=0.5)
+            if message is None or message.get("type") != "message":
+                continue
+            try:
+                sealed, kind, body = open_live(message["data"], verifier, experiment)
+            except PayloadRejected:
+                counts["refused"] += 1
+                continue
+            moment = time.time()
+            counts["verified"] += 1
+            if kind is StreamKind.STATES:
+                counts["chunks"] += 1
+                log.write(f"{experiment} {sealed.number} {float(body.states[0, 0])!r} "
+                          f"{len(body.states)} {moment:.6f}\n")
+                log.flush()
+    pubsub.close()
+    client.close()
+    with open(spec["log"] + ".json", "w") as handle:
+        json.dump(counts, handle)
+
+
 # ---------------------------------------------------------------------------- measuring
 
 
@@ -301,9 +518,11 @@ def snapshot(client: Any, redis_pid: Optional[int], pids: Dict[str, List[int]]) 
         role: sum(proc_cpu_seconds(pid) or 0.0 for pid in role_pids)
         for role, role_pids in pids.items()
     }
+    stats = client.info("stats")
     return {
         "wall": time.monotonic(),
-        "net_in": client.info("stats")["total_net_input_bytes"],
+        "net_in": stats["total_net_input_bytes"],
+        "net_out": stats["total_net_output_bytes"],
         "redis_cpu": proc_cpu_seconds(redis_pid) if redis_pid else None,
         "cpu": cpu,
     }
@@ -576,6 +795,298 @@ def run_mode(mode: str, args: argparse.Namespace, url: str, client: Any, redis_p
     return result
 
 
+def process_tree(root: int) -> List[int]:
+    """``root`` and every process below it, as /proc lists them now."""
+    below: Dict[int, List[int]] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as handle:
+                    parent = int(handle.read().rpartition(")")[2].split()[1])
+            except (OSError, ValueError, IndexError):
+                continue
+            below.setdefault(parent, []).append(int(entry))
+    tree, todo = [], [root]
+    while todo:
+        pid = todo.pop()
+        tree.append(pid)
+        todo.extend(below.get(pid, []))
+    return tree
+
+
+def tree_cpu_seconds(root: int) -> float:
+    """CPU seconds of ``root``'s tree: each process's own, and those of its children it has
+    reaped (so an encoder that ended still counts, through its parent)."""
+    total = 0.0
+    for pid in process_tree(root):
+        try:
+            with open(f"/proc/{pid}/stat") as handle:
+                fields = handle.read().rpartition(")")[2].split()
+        except OSError:
+            continue
+        total += sum(int(fields[i]) for i in (11, 12, 13, 14)) / os.sysconf("SC_CLK_TCK")
+    return total
+
+
+def tree_facts(root: int) -> Dict[str, Any]:
+    """The processes of ``root``'s tree by name, and those that map a TensorFlow library."""
+    names: Dict[str, int] = {}
+    mapping_tensorflow = []
+    for pid in process_tree(root):
+        try:
+            with open(f"/proc/{pid}/comm") as handle:
+                name = handle.read().strip()
+            with open(f"/proc/{pid}/maps") as handle:
+                if "tensorflow" in handle.read():
+                    mapping_tensorflow.append(name)
+        except OSError:
+            continue
+        names[name] = names.get(name, 0) + 1
+    return {"processes": names, "mapping_tensorflow": mapping_tensorflow}
+
+
+def command_calls(client: Any) -> Dict[str, int]:
+    """How many PUBLISH and PUBSUB NUMSUB the server has run (``INFO commandstats``)."""
+    stats = client.info("commandstats")
+    return {
+        name: int(stats.get(key, {}).get("calls", 0))
+        for name, key in (("publish", "cmdstat_publish"), ("numsub", "cmdstat_pubsub|numsub"))
+    }
+
+
+def subscribers(client: Any, experiments: List[str]) -> List[int]:
+    from async_plotter.channel.redis.live import live_channel
+
+    return [int(n) for _, n in client.pubsub_numsub(*[live_channel(e) for e in experiments])]
+
+
+def wait_until(condition: Any, timeout: float, what: str, processes: List[Any]) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        dead = [p.pid for p in processes if p.poll() is not None]
+        if dead:
+            raise RuntimeError(f"live: processes {dead} exited while waiting for {what}")
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"live: no {what} after {timeout:.0f} s")
+        time.sleep(0.2)
+
+
+def read_chunks(path: str) -> Dict[tuple, tuple]:
+    """A chunk log: (experiment, update, first state's time) -> (rows, time.time())."""
+    chunks = {}
+    if os.path.exists(path):
+        with open(path) as handle:
+            for line in handle:
+                parts = line.split()
+                if len(parts) == 5:
+                    chunks[(parts[0], int(parts[1]), parts[2])] = (int(parts[3]), float(parts[4]))
+    return chunks
+
+
+def window_figures(before: Dict[str, Any], after: Dict[str, Any], calls_before: Dict[str, int],
+                   calls_after: Dict[str, int], count: int) -> Dict[str, Any]:
+    wall = after["wall"] - before["wall"]
+    return {
+        "window_s":
+        round(wall, 2),
+        "bytes_per_s_into_redis": (after["net_in"] - before["net_in"]) / wall,
+        "bytes_per_s_out_of_redis": (after["net_out"] - before["net_out"]) / wall,
+        "redis_cpu_of_a_core": ((after["redis_cpu"] - before["redis_cpu"]) /
+                                wall if before["redis_cpu"] is not None else None),
+        "publisher_cpu_of_a_core_per_trainer":
+        (after["cpu"]["fleet"] - before["cpu"]["fleet"]) / wall / count,
+        "publish_calls":
+        calls_after["publish"] - calls_before["publish"],
+        "numsub_calls":
+        calls_after["numsub"] - calls_before["numsub"],
+    }
+
+
+def run_live(args: argparse.Namespace, url: str, client: Any, redis_pid: Optional[int],
+             recordings: Dict[str, List[str]], work: str, children: Children) -> Dict[str, Any]:
+    """The live path: every trainer's ``LivePublisher`` fed in real time; measured first with
+    nobody watching, then with ``WATCHED`` trainers watched by an ``async-plotter view --states``
+    and a delay probe each."""
+    from async_plotter.render.recording import read_recording
+
+    count = args.trainers
+    delete_fleet_keys(client)
+    trainers = [{
+        "experiment": f"fleet-live-{index:03d}",
+        "env": ENVS[index % len(ENVS)],
+        "offset": INTERVAL * index / count,
+        "run_id": 3000 + index,
+        "paths": recordings[ENVS[index % len(ENVS)]],
+    } for index in range(count)]
+    # Half of each env (even indices are HalfCheetah's), as the states mode's watched ones.
+    watched = sorted({trainers[i * count // WATCHED]["experiment"] for i in range(WATCHED)})
+    env_of = {t["experiment"]: t["env"] for t in trainers}
+    fps = {
+        env_id: float(read_recording(paths[0]).meta["fps"])
+        for env_id, paths in recordings.items()
+    }
+    processes = min(args.processes, count)
+    fleet = []
+    for rank in range(processes):
+        spec = {
+            "url": url,
+            "mode": "live",
+            "trainers": trainers[rank::processes],
+            "watched": watched,
+            "log": os.path.join(work, f"live-{rank}.log"),
+            "ready": os.path.join(work, f"live-{rank}.ready"),
+        }
+        spec_path = os.path.join(work, f"live-{rank}.json")
+        with open(spec_path, "w") as handle:
+            json.dump(spec, handle)
+        fleet.append(
+            children.start([sys.executable,
+                            os.path.abspath(__file__), "--fleet-worker", spec_path],
+                           os.path.join(work, f"live-{rank}.out")))
+    print(
+        f"live: {count} trainers in {processes} processes, each a LivePublisher fed in real "
+        "time; waiting for them to play",
+        flush=True)
+    wait_until(
+        lambda: all(
+            os.path.exists(os.path.join(work, f"live-{r}.ready")) for r in range(processes)), 120.0,
+        "fleet ready", fleet)
+    # Every feeder past its phase, every publisher has counted its subscribers (none) once.
+    time.sleep(INTERVAL + 2 * 1.0)
+    pids = {"fleet": [p.pid for p in fleet]}
+    result: Dict[str, Any] = {
+        "trainers": count,
+        "processes": processes,
+        "watched_experiments": watched
+    }
+
+    print(f"live: nobody watching, {args.live_seconds:.0f} s measured", flush=True)
+    calls_before, before = command_calls(client), snapshot(client, redis_pid, pids)
+    time.sleep(args.live_seconds)
+    calls_after, after = command_calls(client), snapshot(client, redis_pid, pids)
+    result["nobody_watching"] = window_figures(before, after, calls_before, calls_after, count)
+
+    print(f"live: starting {len(watched)} async-plotter view --states and a delay probe each",
+          flush=True)
+    script = os.path.join(os.path.dirname(sys.executable), "async-plotter")
+    cli = [script] if os.access(script, os.X_OK) else [sys.executable, "-m", "async_plotter.cli"]
+    video_dirs = {name: os.path.join(work, "live-videos", name) for name in watched}
+    views = {
+        name:
+        children.start(cli + ["view", url, "-e", name, "--states", "--video-dir", video_dirs[name]],
+                       os.path.join(work, f"view-{name}.out"))
+        for name in watched
+    }
+    joined = time.monotonic()
+    # The views first: their subscription starts the episode they draw from its beginning.
+    wait_until(lambda: min(subscribers(client, watched)) >= 1, 120.0, "view subscribed",
+               list(views.values()))
+    probes = []
+    for name in watched:
+        spec_path = os.path.join(work, f"probe-{name}.json")
+        with open(spec_path, "w") as handle:
+            json.dump(
+                {
+                    "url": url,
+                    "experiment": name,
+                    "log": os.path.join(work, f"probe-{name}.log")
+                }, handle)
+        probes.append(
+            children.start([sys.executable,
+                            os.path.abspath(__file__), "--live-probe", spec_path],
+                           os.path.join(work, f"probe-{name}.out")))
+    wait_until(
+        lambda: all(
+            os.path.exists(os.path.join(work, f"probe-{n}.log")) and os.path.getsize(
+                os.path.join(work, f"probe-{n}.log")) > 0
+            for n in watched), 60.0, "chunk at every probe", probes + list(views.values()))
+    result["seconds_to_watch"] = round(time.monotonic() - joined, 2)
+    time.sleep(2.0)  # the render processes' first frames (EGL's first is slow)
+
+    print(f"live: {len(watched)} watched, {args.live_seconds:.0f} s measured", flush=True)
+    view_cpu = {name: tree_cpu_seconds(view.pid) for name, view in views.items()}
+    calls_before, before = command_calls(client), snapshot(client, redis_pid, pids)
+    window_start = time.time()
+    time.sleep(args.live_seconds)
+    window_end = time.time()
+    calls_after, after = command_calls(client), snapshot(client, redis_pid, pids)
+    view_cpu = {name: tree_cpu_seconds(view.pid) - view_cpu[name] for name, view in views.items()}
+    facts = {name: tree_facts(view.pid) for name, view in views.items()}
+    result["watched_window"] = window_figures(before, after, calls_before, calls_after, count)
+    children.stop(list(views.values()), signal.SIGINT)
+    children.stop(probes)
+
+    # After the last viewer left: what is still published (the episode under way).
+    wait_until(lambda: max(subscribers(client, watched)) == 0, 30.0, "viewers gone", fleet)
+    tail_before = command_calls(client)
+    time.sleep(LIVE_TAIL)
+    result["publish_calls_after_viewers_left"] = {
+        "seconds": LIVE_TAIL,
+        "calls": command_calls(client)["publish"] - tail_before["publish"],
+    }
+    children.stop(fleet)
+
+    sent: Dict[tuple, tuple] = {}
+    for rank in range(processes):
+        sent.update(read_chunks(os.path.join(work, f"live-{rank}.log")))
+    totals: Dict[str, int] = {}
+    for rank in range(processes):
+        path = os.path.join(work, f"live-{rank}.log.json")
+        if os.path.exists(path):
+            with open(path) as handle:
+                for key, value in json.load(handle).items():
+                    totals[key] = totals.get(key, 0) + value
+    result["publisher_totals"] = totals
+    delays, per_view = [], {}
+    for name in watched:
+        arrived = read_chunks(os.path.join(work, f"probe-{name}.log"))
+        due = [
+            key for key, (_, moment) in sent.items()
+            if key[0] == name and window_start <= moment <= window_end
+        ]
+        delays.extend(arrived[key][1] - sent[key][1] for key in due if key in arrived)
+        motion = sum(rows for rows, moment in arrived.values()
+                     if window_start <= moment <= window_end) / fps[env_of[name]]
+        report: Dict[str, Any] = {}
+        if os.path.exists(os.path.join(work, f"probe-{name}.log.json")):
+            with open(os.path.join(work, f"probe-{name}.log.json")) as handle:
+                report = json.load(handle)
+        videos = (os.listdir(video_dirs[name]) if os.path.isdir(video_dirs[name]) else [])
+        per_view[name] = {
+            "env": env_of[name],
+            "chunks_sent_in_window": len(due),
+            "chunks_verified_of_those": sum(1 for key in due if key in arrived),
+            "motion_seconds_in_window": round(motion, 2),
+            "view_tree_cpu_seconds": round(view_cpu[name], 3),
+            "view_tree_cpu_per_motion_second": view_cpu[name] / motion if motion else None,
+            "view_exit_code": views[name].returncode,
+            "mp4s_written": sum(1 for v in videos if v.endswith(".mp4")),
+            "probe": report,
+            **facts[name],
+        }
+    motion_total = sum(v["motion_seconds_in_window"] for v in per_view.values())
+    result["watched"] = {
+        "views":
+        per_view,
+        "chunks_sent_in_window":
+        sum(v["chunks_sent_in_window"] for v in per_view.values()),
+        "chunks_verified_of_those":
+        len(delays),
+        "send_to_verified_s_p50":
+        percentile(delays, 50),
+        "send_to_verified_s_p95":
+        percentile(delays, 95),
+        "send_to_verified_s_max":
+        round(max(delays), 4) if delays else None,
+        "view_tree_cpu_per_motion_second":
+        (sum(view_cpu.values()) / motion_total if motion_total else None),
+        "views_mapping_tensorflow":
+        sorted(n for n, v in per_view.items() if v["mapping_tensorflow"]),
+    }
+    delete_fleet_keys(client)
+    return result
+
+
 def recording_sizes(recordings: Dict[str, List[str]]) -> Dict[str, Any]:
     """What one recording of each env weighs on disk and as sent (without its model), and its
     model once, compressed as the publisher sends it."""
@@ -637,15 +1148,15 @@ def table(results: Dict[str, Any]) -> List[str]:
     rows = [
         ("", f"states, {n} trainers", f"parameters, {k} trainers", f"parameters at {n}{extra}",
          "params/states", "goal"),
-        ("bytes/s into Redis", _fmt_bytes(states["bytes_per_s_into_redis"]),
-         _fmt_bytes(params["bytes_per_s_into_redis"]),
+        ("bytes/s into Redis", _fmt_bytes(
+            states["bytes_per_s_into_redis"]), _fmt_bytes(params["bytes_per_s_into_redis"]),
          _fmt_bytes(extrapolated["bytes_per_s_into_redis"]), f"{ratio_bytes:.0f}x",
          f">= {GOAL_BYTES_RATIO:.0f}x: {'met' if ratio_bytes >= GOAL_BYTES_RATIO else 'MISSED'}"),
         ("redis-server CPU (one core)", _fmt_pct(states["redis_cpu_of_a_core"]),
          _fmt_pct(params["redis_cpu_of_a_core"]), _fmt_pct(extrapolated["redis_cpu_of_a_core"]),
-         "n/a" if ratio_cpu is None else f"{ratio_cpu:.0f}x",
-         f"< 10% at {n}: " + ("met" if states["redis_cpu_of_a_core"] is not None
-                              and states["redis_cpu_of_a_core"] < GOAL_REDIS_CPU else "MISSED")),
+         "n/a" if ratio_cpu is None else f"{ratio_cpu:.0f}x", f"< 10% at {n}: " +
+         ("met" if states["redis_cpu_of_a_core"] is not None
+          and states["redis_cpu_of_a_core"] < GOAL_REDIS_CPU else "MISSED")),
         ("parameter bytes delivered / due", "", f"{sustained:.2f}", "", "", ""),
         ("redis used_memory (end)", _fmt_bytes(states["redis_used_memory_bytes"]),
          _fmt_bytes(params["redis_used_memory_bytes"]), "not extrapolated", "", ""),
@@ -662,13 +1173,11 @@ def table(results: Dict[str, Any]) -> List[str]:
         ("add -> viewer on_written p50/p95",
          (f"{viewer['add_to_written_s_p50']:.2f} / {viewer['add_to_written_s_p95']:.2f} s"
           if viewer.get("add_to_written_s_p95") is not None else "none"), "n/a", "", "", ""),
-        ("viewer CPU (4 fetchers)", _fmt_pct(states.get("viewer_cpu_of_a_core")), "n/a", "", "",
-         ""),
+        ("viewer CPU (4 fetchers)", _fmt_pct(
+            states.get("viewer_cpu_of_a_core")), "n/a", "", "", ""),
         ("viewer imports TensorFlow", "yes" if viewer.get("heavy_modules") else "no", "n/a", "", "",
          "no: " + ("MISSED" if viewer.get("heavy_modules") else "met")),
-        ("live chunks, watching mark", "not measured yet (not built)", "", "", "", ""),
-        ("watched live view delay p95", "not measured yet (not built)", "", "", "", "<= 1 s"),
-    ]
+    ] + live_rows(results, extrapolated["bytes_per_s_into_redis"])
     if k == n:  # nothing extrapolated: no column for it
         rows = [row[:3] + row[4:] for row in rows]
     widths = [max(len(str(row[i])) for row in rows) for i in range(len(rows[0]))]
@@ -678,6 +1187,66 @@ def table(results: Dict[str, Any]) -> List[str]:
         if number == 0:
             lines.append("-" * len(lines[0]))
     return lines
+
+
+def live_rows(results: Dict[str, Any], param_bytes: float) -> List[tuple]:
+    """The live mode's rows (figures in the states column, the ratio to the parameter path at
+    as many trainers in the ratio column)."""
+    live, states = results["modes"]["live"], results["modes"]["states"]
+    n = live["trainers"]
+    nobody, seen, watched = live["nobody_watching"], live["watched_window"], live["watched"]
+    alone = nobody["bytes_per_s_into_redis"]
+    both = alone + states["bytes_per_s_into_redis"]
+    results["ratios_parameters_over_live"] = {
+        "nobody_watching_bytes_per_s": param_bytes / alone if alone else None,
+        "history_plus_nobody_watching_bytes_per_s": param_bytes / both,
+    }
+
+    def ratio(value: float) -> str:
+        return f"{param_bytes / value:.0f}x" if value else "n/a"
+
+    def goal_bytes(value: float) -> str:
+        met = value and param_bytes / value >= GOAL_BYTES_RATIO
+        return f">= {GOAL_BYTES_RATIO:.0f}x: {'met' if met else 'MISSED'}"
+
+    def goal_cpu(value: Optional[float]) -> str:
+        return f"< 10% at {n}: " + ("met"
+                                    if value is not None and value < GOAL_REDIS_CPU else "MISSED")
+
+    p95 = watched["send_to_verified_s_p95"]
+    per_second = watched["view_tree_cpu_per_motion_second"]
+    tensorflow = watched["views_mapping_tensorflow"]
+    after = live["publish_calls_after_viewers_left"]
+    return [
+        ("live, nobody watching: bytes/s into Redis", _fmt_bytes(alone), "", "", ratio(alone),
+         goal_bytes(alone)),
+        ("history + live nobody watching (sum)", _fmt_bytes(both), "", "", ratio(both),
+         goal_bytes(both)),
+        ("live, nobody watching: redis-server CPU", _fmt_pct(nobody["redis_cpu_of_a_core"]), "", "",
+         "", goal_cpu(nobody["redis_cpu_of_a_core"])),
+        ("live, nobody watching: PUBLISH (NUMSUB)",
+         f"{nobody['publish_calls']} ({nobody['numsub_calls']} PUBSUB NUMSUB)", "", "", "",
+         "0: " + ("met" if nobody["publish_calls"] == 0 else "MISSED")),
+        ("live, nobody watching: publisher CPU/trainer",
+         _fmt_pct(nobody["publisher_cpu_of_a_core_per_trainer"]), "", "", "", ""),
+        (f"live, {len(live['watched_experiments'])} watched: bytes/s in (out)",
+         f"{_fmt_bytes(seen['bytes_per_s_into_redis'])} "
+         f"({_fmt_bytes(seen['bytes_per_s_out_of_redis'])})", "", "", "", ""),
+        (f"live, {len(live['watched_experiments'])} watched: redis-server CPU",
+         _fmt_pct(seen["redis_cpu_of_a_core"]), "", "", "", goal_cpu(seen["redis_cpu_of_a_core"])),
+        ("live send -> verified arrival p50/p95",
+         (f"{watched['send_to_verified_s_p50']:.3f} / {p95:.3f} s "
+          f"({watched['chunks_verified_of_those']} of {watched['chunks_sent_in_window']} chunks)"
+          if p95 is not None else "none"), "", "", "", f"<= {GOAL_LIVE_DELAY:g} s: " +
+         ("met" if p95 is not None and p95 <= GOAL_LIVE_DELAY else "MISSED")),
+        ("live view CPU per watched second",
+         "n/a" if per_second is None else f"{100 * per_second:.1f}% of a core (process tree)", "",
+         "", "", ""),
+        ("live view maps TensorFlow", "yes" if tensorflow else "no", "", "", "",
+         "no: " + ("MISSED" if tensorflow else "met")),
+        (f"live PUBLISH {after['seconds']:g} s after viewers left", str(after["calls"]), "", "", "",
+         ""),
+    ]
 
 
 def git_commit() -> Optional[str]:
@@ -700,7 +1269,7 @@ def main() -> None:
     parser.add_argument("--quick",
                         action="store_true",
                         help="10 trainers (4 on the parameter "
-                        "path), 2 processes, a 10 s window")
+                        "path), 2 processes, a 10 s window (8 s each live one)")
     parser.add_argument("--trainers", type=int, default=100, help="states-path trainers")
     parser.add_argument("--param-trainers",
                         type=int,
@@ -717,7 +1286,12 @@ def main() -> None:
     parser.add_argument("--list-requests", type=int, default=50)
     parser.add_argument("--url", help="an existing Redis server (default: start a private one)")
     parser.add_argument("--fleet-worker", help=argparse.SUPPRESS)
+    parser.add_argument("--live-seconds",
+                        type=float,
+                        default=20.0,
+                        help="measured window of the live mode, nobody watching and watched each")
     parser.add_argument("--viewer", help=argparse.SUPPRESS)
+    parser.add_argument("--live-probe", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.fleet_worker:
         fleet_worker(args.fleet_worker)
@@ -725,9 +1299,13 @@ def main() -> None:
     if args.viewer:
         viewer(args.viewer)
         return
+    if args.live_probe:
+        live_subscriber(args.live_probe)
+        return
     if args.quick:
         args.trainers, args.param_trainers, args.processes = 10, 4, 2
         args.seconds, args.warmup, args.list_requests = 10.0, 5.0, 20
+        args.live_seconds = 8.0
     if min(args.trainers, args.param_trainers or 1, args.processes) < 1:
         parser.error("--trainers, --param-trainers and --processes must be 1 or more")
     args.param_trainers = min(args.param_trainers or args.trainers, args.trainers)
@@ -767,6 +1345,7 @@ def main() -> None:
         modes = {}
         for mode in ("states", "parameters"):
             modes[mode] = run_mode(mode, args, url, client, redis_pid, recordings, work, children)
+        modes["live"] = run_live(args, url, client, redis_pid, recordings, work, children)
         delete_fleet_keys(client)
         client.close()
     except KeyboardInterrupt:
@@ -792,6 +1371,7 @@ def main() -> None:
             "param_trainers": args.param_trainers,
             "processes": args.processes,
             "seconds": args.seconds,
+            "live_seconds": args.live_seconds,
             "warmup_s": args.warmup,
             "interval_s": INTERVAL,
             "params": PARAMS,
@@ -806,10 +1386,8 @@ def main() -> None:
         "modes":
         modes,
         "not_measured": [
-            "live chunks and the watching mark (not built)",
-            "a watched live view's delay (not built)",
-            "viewer CPU per watched live second (not built)",
             "serve list time with the states fleet (serve lists only the parameter path's keys)",
+            "history and live publishing at once (each mode runs alone; their sum is computed)",
         ],
     }
     lines = table(results)
