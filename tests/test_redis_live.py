@@ -311,3 +311,54 @@ def test_a_trainer_with_videos_here_keeps_them_and_plays_live_for_a_viewer_elsew
         plotter.close()
         client.close()
     assert plotter.stats["videos"] >= iteration
+
+
+def test_serve_draws_a_trainers_live_states_without_tensorflow(redis_server,
+                                                               tmp_path):  # noqa: F811
+    """``async-plotter serve``'s live view of a trainer that sends states is a pure renderer of
+    them: with TensorFlow unimportable in serve, an experiment's stream shows the episodes."""
+    policy = LinearPolicy(4, 1)
+    plotter = Plotter("InvertedPendulum-v5",
+                      policy,
+                      max_path_length=50,
+                      window=False,
+                      channel=redis_server.url,
+                      experiment="served",
+                      secret=SECRET,
+                      priority="normal").start()
+    environment = dict(os.environ,
+                       ASYNC_PLOTTER_SECRET=SECRET.decode(),
+                       PYTHONPATH=_blocked_imports(tmp_path / "blocked") + os.pathsep + ROOT)
+    serve = subprocess.Popen(
+        [sys.executable, "-m", "async_plotter.cli", "serve", redis_server.url, "--http", "0"],
+        env=environment,
+        cwd=str(tmp_path),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+        preexec_fn=default_sigint)
+    lines = []
+    threading.Thread(target=lambda: lines.extend(serve.stdout), daemon=True).start()
+    try:
+        wait_for(lambda: any(" at http://" in line for line in lines), 60, message="serve's page")
+        url = next(line.split(" at ")[-1].strip() for line in lines if " at http://" in line)
+        frames = b""
+        deadline = time.monotonic() + 90
+        while frames.count(b"\xff\xd9") < 10 and time.monotonic() < deadline:
+            policy.fill(0.1)
+            plotter.update_plot(policy)
+            try:
+                with urllib.request.urlopen(url + "x/served/stream.mjpg", timeout=10) as stream:
+                    frames += stream.read(200_000)
+            except OSError:
+                time.sleep(1.0)  # the live worker is starting
+        assert frames.count(b"\xff\xd9") >= 10, "".join(lines)
+        assert any("drawing its live states" in line for line in lines), "".join(lines)
+        serve.send_signal(signal.SIGINT)
+        assert serve.wait(60) == 0, "".join(lines)
+    finally:
+        if serve.poll() is None:
+            serve.kill()
+            serve.wait()
+        plotter.close()
