@@ -684,30 +684,19 @@ def run_mode(mode: str, args: argparse.Namespace, url: str, client: Any, redis_p
             "trainers": trainers[rank::processes],
             "log": os.path.join(work, f"{mode}-{rank}.log"),
         }
-        spec_path = os.path.join(work, f"{mode}-{rank}.json")
-        with open(spec_path, "w") as handle:
-            json.dump(spec, handle)
-        fleet.append(
-            children.start([sys.executable,
-                            os.path.abspath(__file__), "--fleet-worker", spec_path],
-                           os.path.join(work, f"{mode}-{rank}.out")))
+        fleet.append(_start_role(children, work, "--fleet-worker", f"{mode}-{rank}", spec))
     watcher = None
     # Phases spread over the interval, so the fetchers' 1 s poll is met at every phase.
     watched = sorted({trainers[i * count // WATCHED]["experiment"] for i in range(WATCHED)})
     viewer_log = os.path.join(work, "viewer.log")
     if mode == "states":
-        spec_path = os.path.join(work, "viewer.json")
-        with open(spec_path, "w") as handle:
-            json.dump(
-                {
-                    "url": url,
-                    "experiments": watched,
-                    "folder": os.path.join(work, "fetched"),
-                    "log": viewer_log
-                }, handle)
-        watcher = children.start(
-            [sys.executable, os.path.abspath(__file__), "--viewer", spec_path],
-            os.path.join(work, "viewer.out"))
+        watcher = _start_role(
+            children, work, "--viewer", "viewer", {
+                "url": url,
+                "experiments": watched,
+                "folder": os.path.join(work, "fetched"),
+                "log": viewer_log
+            })
     pids = {"fleet": [p.pid for p in fleet]}
     if watcher is not None:
         pids["viewer"] = [watcher.pid]
@@ -860,6 +849,17 @@ def subscribers(client: Any, experiments: List[str]) -> List[int]:
     return [int(n) for _, n in client.pubsub_numsub(*[live_channel(e) for e in experiments])]
 
 
+def _start_role(children: Any, work: str, flag: str, name: str, spec: Dict[str, Any]) -> Any:
+    """This script again, in the role ``flag`` names, given ``spec`` through
+    ``<work>/<name>.json``; its output goes to ``<work>/<name>.out``."""
+    spec_path = os.path.join(work, f"{name}.json")
+    with open(spec_path, "w") as handle:
+        json.dump(spec, handle)
+    return children.start(
+        [sys.executable, os.path.abspath(__file__), flag, spec_path],
+        os.path.join(work, f"{name}.out"))
+
+
 def wait_until(condition: Any, timeout: float, what: str, processes: List[Any]) -> None:
     deadline = time.monotonic() + timeout
     while not condition():
@@ -936,13 +936,7 @@ def run_live(args: argparse.Namespace, url: str, client: Any, redis_pid: Optiona
             "log": os.path.join(work, f"live-{rank}.log"),
             "ready": os.path.join(work, f"live-{rank}.ready"),
         }
-        spec_path = os.path.join(work, f"live-{rank}.json")
-        with open(spec_path, "w") as handle:
-            json.dump(spec, handle)
-        fleet.append(
-            children.start([sys.executable,
-                            os.path.abspath(__file__), "--fleet-worker", spec_path],
-                           os.path.join(work, f"live-{rank}.out")))
+        fleet.append(_start_role(children, work, "--fleet-worker", f"live-{rank}", spec))
     print(
         f"live: {count} trainers in {processes} processes, each a LivePublisher fed in real "
         "time; waiting for them to play",
@@ -983,18 +977,12 @@ def run_live(args: argparse.Namespace, url: str, client: Any, redis_pid: Optiona
                list(views.values()))
     probes = []
     for name in watched:
-        spec_path = os.path.join(work, f"probe-{name}.json")
-        with open(spec_path, "w") as handle:
-            json.dump(
-                {
-                    "url": url,
-                    "experiment": name,
-                    "log": os.path.join(work, f"probe-{name}.log")
-                }, handle)
         probes.append(
-            children.start([sys.executable,
-                            os.path.abspath(__file__), "--live-probe", spec_path],
-                           os.path.join(work, f"probe-{name}.out")))
+            _start_role(children, work, "--live-probe", f"probe-{name}", {
+                "url": url,
+                "experiment": name,
+                "log": os.path.join(work, f"probe-{name}.log")
+            }))
     wait_until(
         lambda: all(
             os.path.exists(os.path.join(work, f"probe-{n}.log")) and os.path.getsize(

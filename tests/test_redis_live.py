@@ -32,6 +32,19 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 pytestmark = pytest.mark.timeout(300)
 
 
+def _trainer(url, experiment, policy, **outputs):
+    """A publishing InvertedPendulum trainer (episodes of 50 steps: 2 s), started."""
+    return Plotter("InvertedPendulum-v5",
+                   policy,
+                   max_path_length=50,
+                   window=False,
+                   channel=url,
+                   experiment=experiment,
+                   secret=SECRET,
+                   priority="normal",
+                   **outputs).start()
+
+
 def _fill(iteration):
     return 0.1 * (iteration % 5) - 0.2
 
@@ -68,14 +81,7 @@ def _live_publishes(client, experiment, seconds):
 def test_a_publishing_trainer_plays_live_only_while_watched_and_a_viewer_without_tensorflow_draws_it(
         redis_server, tmp_path):  # noqa: F811
     policy = LinearPolicy(4, 1)
-    plotter = Plotter("InvertedPendulum-v5",
-                      policy,
-                      max_path_length=50,
-                      window=False,
-                      channel=redis_server.url,
-                      experiment="live",
-                      secret=SECRET,
-                      priority="normal").start()
+    plotter = _trainer(redis_server.url, "live", policy)
     client = redis.Redis.from_url(redis_server.url)
     viewer = None
     iteration = 0
@@ -256,16 +262,7 @@ def test_a_trainer_with_videos_here_keeps_them_and_plays_live_for_a_viewer_elsew
     policies meanwhile, verified."""
     policy = LinearPolicy(4, 1)
     videos = tmp_path / "videos"
-    plotter = Plotter("InvertedPendulum-v5",
-                      policy,
-                      max_path_length=50,
-                      video_dir=str(videos),
-                      min_video_seconds=0,
-                      window=False,
-                      channel=redis_server.url,
-                      experiment="both",
-                      secret=SECRET,
-                      priority="normal").start()
+    plotter = _trainer(redis_server.url, "both", policy, video_dir=str(videos), min_video_seconds=0)
     client = redis.Redis.from_url(redis_server.url)
     iteration = 0
 
@@ -318,14 +315,7 @@ def test_serve_draws_a_trainers_live_states_without_tensorflow(redis_server,
     """``async-plotter serve``'s live view of a trainer that sends states is a pure renderer of
     them: with TensorFlow unimportable in serve, an experiment's stream shows the episodes."""
     policy = LinearPolicy(4, 1)
-    plotter = Plotter("InvertedPendulum-v5",
-                      policy,
-                      max_path_length=50,
-                      window=False,
-                      channel=redis_server.url,
-                      experiment="served",
-                      secret=SECRET,
-                      priority="normal").start()
+    plotter = _trainer(redis_server.url, "served", policy)
     environment = dict(os.environ,
                        ASYNC_PLOTTER_SECRET=SECRET.decode(),
                        PYTHONPATH=_blocked_imports(tmp_path / "blocked") + os.pathsep + ROOT)
