@@ -185,10 +185,10 @@ class ExperimentViewer:
                 "experiments that server holds", options.experiment, url)
         elif self._drawing_states and not shown:
             logger.info(
-                "experiment %r publishes, but no live episode came yet: only a trainer with "
-                "no outputs of its own (Plotter(..., channel=...) alone) plays one for viewers; "
-                "`async-plotter replay %s -e %s` shows the run's history", options.experiment, url,
-                options.experiment)
+                "experiment %r publishes, but no live episode came yet: a trainer plays one for "
+                "viewers of a MuJoCo env, with a worker of its own (not a Plotter with channel= "
+                "and history=False alone); `async-plotter replay %s -e %s` shows the run's "
+                "history", options.experiment, url, options.experiment)
 
     # Called from the watcher's thread.
     def _on_structure(self, structure: Structure) -> None:
