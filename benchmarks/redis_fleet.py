@@ -41,7 +41,7 @@ experiments by the parameter path's structure key, so it lists none of the state
 list time is measured with the parameter-mode fleet (the table says so).
 
 Then ``live``, the live episode as states (``channel/redis/live.py``): each of the ``--trainers``
-trainers runs a real ``LivePublisher`` (its target as ``RedisWriter.live_target()`` makes it)
+trainers runs a real ``LivePublisher`` (its target as ``RedisWriter.run_target()`` makes it)
 fed by a thread that plays the recordings above in real time through the rollout process's own
 ``ShownSteps`` (scene once, with the env's pickled model; then per episode ``BEGIN``, quarter-second
 chunks of MuJoCo states, ``END``). Unlike a rollout process, which runs no episode while nobody
@@ -199,11 +199,12 @@ def fleet_worker(spec_path: str) -> None:
             json.dump(live_worker(spec, stop, parent), handle)
         return
     if mode == "states":
-        from async_plotter.channel.redis.states import RecordingPublisher
+        from async_plotter.channel.redis.states import RecordingPublisher, RunTarget
 
         publishers = [
-            RecordingPublisher(url, t["experiment"], SECRET.encode(), (t["run_id"], time.time_ns()),
-                               3600.0) for t in trainers
+            RecordingPublisher(
+                RunTarget(url, t["experiment"], SECRET.encode(), (t["run_id"], time.time_ns()),
+                          3600.0)) for t in trainers
         ]
     else:
         from async_plotter.channel.redis.writer import RedisWriter
@@ -413,9 +414,10 @@ def play_live(stream: TimedStream, model: Any, scene: Any, recordings: List[Any]
 
 def live_worker(spec: Dict[str, Any], stop: threading.Event, parent: int) -> Dict[str, Any]:
     """Some trainers' live streams, in this process: a ``LivePublisher`` each (as
-    ``RedisWriter.live_target()`` makes its target) fed by ``play_live`` from a thread of its
+    ``RedisWriter.run_target()`` makes its target) fed by ``play_live`` from a thread of its
     own; the watched trainers' chunks logged. Writes ``spec["ready"]`` once all are playing."""
-    from async_plotter.channel.redis.live import LivePublisher, LiveTarget
+    from async_plotter.channel.redis.live import LivePublisher
+    from async_plotter.channel.redis.states import RunTarget
     from async_plotter.render.recording import read_recording
 
     trainers = spec["trainers"]
@@ -426,8 +428,8 @@ def live_worker(spec: Dict[str, Any], stop: threading.Event, parent: int) -> Dic
     streams, threads = [], []
     for trainer in trainers:
         name = trainer["experiment"]
-        target = LiveTarget(spec["url"], name, SECRET.encode(), (trainer["run_id"], time.time_ns()),
-                            3600.0)
+        target = RunTarget(spec["url"], name, SECRET.encode(), (trainer["run_id"], time.time_ns()),
+                           3600.0)
         stream = TimedStream(LivePublisher(target), name, log if name in spec["watched"] else None,
                              lock)
         model, scene = scenes[trainer["env"]]

@@ -14,7 +14,7 @@ import redis
 from async_plotter.channel.redis.acl import trainer_acl, viewer_acl
 from async_plotter.channel.redis.link import bounded_xrange
 from async_plotter.channel.redis.signing import Verifier
-from async_plotter.channel.redis.states import RecordingFetcher, RecordingPublisher
+from async_plotter.channel.redis.states import RecordingFetcher, RecordingPublisher, RunTarget
 from async_plotter.cli import URL_ENV, main
 from async_plotter.serve.catalog import Catalog
 from tests.conftest import wait_for
@@ -187,10 +187,8 @@ def test_the_history_over_redis_runs_under_the_roles(acl_server, tmp_path):
     server, admin = acl_server
     target = write_history(str(tmp_path), range(3), steps=5)
     paths = [os.path.join(target, f"iter_{iteration:04d}.npz") for iteration in range(3)]
-    publisher = RecordingPublisher(_url(server, TRAINER, TRAINER_PASSWORD),
-                                   EXPERIMENT,
-                                   SECRET.encode(), (5, 1000),
-                                   60.0,
+    publisher = RecordingPublisher(RunTarget(_url(server, TRAINER, TRAINER_PASSWORD), EXPERIMENT,
+                                             SECRET.encode(), (5, 1000), 60.0),
                                    kept=2)
     for number, path in enumerate(paths, start=1):
         publisher.add(path, number, number - 1)
@@ -216,8 +214,7 @@ def test_the_live_episode_over_redis_runs_under_the_roles(acl_server):
     import numpy as np
 
     from async_plotter.channel.redis.link import connect, probe, read_exact
-    from async_plotter.channel.redis.live import (LivePublisher, LiveTarget, live_channel,
-                                                  open_live)
+    from async_plotter.channel.redis.live import LivePublisher, live_channel, open_live
     from async_plotter.channel.redis.states import StateKeys
     from async_plotter.render.stream import (EpisodeEnd, EpisodeInfo, SceneInfo, StateChunk,
                                              StreamKind)
@@ -229,8 +226,8 @@ def test_the_live_episode_over_redis_runs_under_the_roles(acl_server):
     pubsub = viewer.pubsub()
     pubsub.subscribe(live_channel(EXPERIMENT))
     publisher = LivePublisher(
-        LiveTarget(_url(server, TRAINER, TRAINER_PASSWORD), EXPERIMENT, SECRET.encode(), (9, 1000),
-                   60.0))
+        RunTarget(_url(server, TRAINER, TRAINER_PASSWORD), EXPERIMENT, SECRET.encode(), (9, 1000),
+                  60.0))
     try:
         publisher.send((StreamKind.SCENE, SceneInfo("mujoco", pickle.dumps(model))))
         wait_for(lambda: publisher.watched, 10, message="the viewer's subscription counted")

@@ -59,6 +59,25 @@ def _blocked_imports(folder):
     return str(folder)
 
 
+def _command_without_tensorflow(tmp_path, *arguments):
+    """``async-plotter ARGUMENTS`` with the secret, TensorFlow and Keras unimportable, stopped
+    with SIGINT; and the list its output lines go into as they come."""
+    environment = dict(os.environ,
+                       ASYNC_PLOTTER_SECRET=SECRET.decode(),
+                       PYTHONPATH=_blocked_imports(tmp_path / "blocked") + os.pathsep + ROOT)
+    process = subprocess.Popen([sys.executable, "-m", "async_plotter.cli", *arguments],
+                               env=environment,
+                               cwd=str(tmp_path),
+                               stdout=subprocess.PIPE,
+                               stderr=subprocess.STDOUT,
+                               text=True,
+                               start_new_session=True,
+                               preexec_fn=default_sigint)
+    lines = []
+    threading.Thread(target=lambda: lines.extend(process.stdout), daemon=True).start()
+    return process, lines
+
+
 def _live_publishes(client, experiment, seconds):
     """The ``PUBLISH`` commands to ``experiment``'s live channel the server ran in ``seconds``."""
     seen = []
@@ -104,35 +123,10 @@ def test_a_publishing_trainer_plays_live_only_while_watched_and_a_viewer_without
         assert published == [] and plotter.stats["episodes"] == 0, plotter.stats
         assert plotter.stats["history"], "the history records while nobody watches"
 
-        environment = dict(os.environ,
-                           ASYNC_PLOTTER_SECRET=SECRET.decode(),
-                           PYTHONPATH=_blocked_imports(tmp_path / "blocked") + os.pathsep + ROOT)
-        viewer = subprocess.Popen(
-            [
-                # No --states: the trainer says it sends them, and that is what view draws.
-                sys.executable,
-                "-m",
-                "async_plotter.cli",
-                "view",
-                redis_server.url,
-                "-e",
-                "live",
-                "--video-dir",
-                str(videos),
-                "--http",
-                "0",
-                "--view",
-                "3d"
-            ],
-            env=environment,
-            cwd=str(tmp_path),
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-            start_new_session=True,
-            preexec_fn=default_sigint)
-        lines = []
-        threading.Thread(target=lambda: lines.extend(viewer.stdout), daemon=True).start()
+        # No --states: the trainer says it sends them, and that is what view draws.
+        viewer, lines = _command_without_tensorflow(tmp_path, "view",
+                                                    redis_server.url, "-e", "live", "--video-dir",
+                                                    str(videos), "--http", "0", "--view", "3d")
 
         def drawn():
             return sorted(name for name in os.listdir(videos)
@@ -316,20 +310,7 @@ def test_serve_draws_a_trainers_live_states_without_tensorflow(redis_server,
     them: with TensorFlow unimportable in serve, an experiment's stream shows the episodes."""
     policy = LinearPolicy(4, 1)
     plotter = _trainer(redis_server.url, "served", policy)
-    environment = dict(os.environ,
-                       ASYNC_PLOTTER_SECRET=SECRET.decode(),
-                       PYTHONPATH=_blocked_imports(tmp_path / "blocked") + os.pathsep + ROOT)
-    serve = subprocess.Popen(
-        [sys.executable, "-m", "async_plotter.cli", "serve", redis_server.url, "--http", "0"],
-        env=environment,
-        cwd=str(tmp_path),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        start_new_session=True,
-        preexec_fn=default_sigint)
-    lines = []
-    threading.Thread(target=lambda: lines.extend(serve.stdout), daemon=True).start()
+    serve, lines = _command_without_tensorflow(tmp_path, "serve", redis_server.url, "--http", "0")
     try:
         wait_for(lambda: any(" at http://" in line for line in lines), 60, message="serve's page")
         url = next(line.split(" at ")[-1].strip() for line in lines if " at http://" in line)

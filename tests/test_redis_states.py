@@ -15,8 +15,8 @@ import redis
 
 from async_plotter import Plotter
 from async_plotter.channel.redis.signing import Verifier
-from async_plotter.channel.redis.states import (RecordingFetcher, RecordingPublisher, StateKeys,
-                                                open_sealed)
+from async_plotter.channel.redis.states import (RecordingFetcher, RecordingPublisher, RunTarget,
+                                                StateKeys, open_sealed)
 from async_plotter.render.recording import read_recording
 from tests.conftest import default_sigint, wait_for
 from tests.history_recordings import write_history
@@ -174,7 +174,8 @@ def _recordings(folder, count):
 def test_a_viewer_refuses_what_fails_its_check_and_fetches_the_rest(redis_server, tmp_path,
                                                                     caplog):  # noqa: F811
     paths = _recordings(tmp_path, 4)
-    publisher = RecordingPublisher(redis_server.url, "checked", SECRET, (7, 1000), 60.0, kept=3)
+    publisher = RecordingPublisher(RunTarget(redis_server.url, "checked", SECRET, (7, 1000), 60.0),
+                                   kept=3)
     for number, path in enumerate(paths, start=1):
         publisher.add(path, number, number - 1)
     publisher.close(10)
@@ -187,8 +188,8 @@ def test_a_viewer_refuses_what_fails_its_check_and_fetches_the_rest(redis_server
     assert not client.exists(keys.recording(f"{7:016x}:1"))
     # One altered in Redis, one replaced by a value sealed under another secret.
     client.setrange(keys.recording(members[0]), 60, b"\xff\xff")
-    forged = RecordingPublisher(redis_server.url, "forged", b"another secret entirely 0123456",
-                                (7, 1000), 60.0)
+    forged = RecordingPublisher(
+        RunTarget(redis_server.url, "forged", b"another secret entirely 0123456", (7, 1000), 60.0))
     forged.add(paths[2], 3, 2)
     forged.close(10)
     client.set(keys.recording(members[1]), client.get(StateKeys("forged").recording(members[1])))
@@ -204,7 +205,7 @@ def test_a_viewer_refuses_what_fails_its_check_and_fetches_the_rest(redis_server
     refusals = [r.getMessage() for r in caplog.records if "was refused" in r.getMessage()]
     assert refusals and ("signature" in refusals[0] or "checksum" in refusals[0]), refusals
     # Nothing unsigned gets past a viewer with a secret.
-    unsigned = RecordingPublisher(redis_server.url, "unsigned", None, (8, 1000), 60.0)
+    unsigned = RecordingPublisher(RunTarget(redis_server.url, "unsigned", None, (8, 1000), 60.0))
     unsigned.add(paths[0], 1, 0)
     unsigned.close(10)
     other = tmp_path / "unsigned"
@@ -223,7 +224,7 @@ def test_recordings_written_while_redis_is_away_are_sent_once_it_is_back(
     and are sent within the retry's bound (5 s, with jitter) of its return, with the model it
     lost; a viewer then fetches them all."""
     paths = _recordings(tmp_path, 3)
-    publisher = RecordingPublisher(redis_server.url, "outage", SECRET, (3, 1000), 60.0)
+    publisher = RecordingPublisher(RunTarget(redis_server.url, "outage", SECRET, (3, 1000), 60.0))
     try:
         publisher.add(paths[0], 1, 0)
         wait_for(lambda: publisher.sent == 1, 10, message="the first recording sent")

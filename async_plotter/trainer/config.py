@@ -104,9 +104,9 @@ class PlotterConfig:
     #: a publishing trainer with no ``video_dir`` still records its history, in a private
     #: folder (made at start, removed at close), for viewers elsewhere to draw
     private_history: bool = False
-    #: a publishing trainer whose worker plays the live episode for viewers elsewhere while one
-    #: watches (a MuJoCo env, and a worker here: ``trainer/routes.py``); set after the checks
-    live_states: bool = False
+    #: the env is a MuJoCo one, with states to record and to send (set after the checks): a
+    #: publishing trainer with a worker here then plays the live episode for viewers elsewhere
+    has_states: bool = False
 
     @property
     def has_output(self) -> bool:

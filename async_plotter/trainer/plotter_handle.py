@@ -185,11 +185,9 @@ class Plotter:
         with private_runtime_dir():  # pygame's Wayland probe: no "XDG_RUNTIME_DIR" error line
             has_states = check_before_start(config, policy)
         # An env that draws itself has no states for a viewer elsewhere: no worker for them.
-        private = config.private_history and has_states
         config = dataclasses.replace(config,
-                                     private_history=private,
-                                     live_states=has_states
-                                     and bool(private or config.publish and config.worker.sinks))
+                                     private_history=config.private_history and has_states,
+                                     has_states=has_states)
         create_output_dirs(config)  # only once every check has passed
         self._config = config
         self._stats = WorkerStats(disabled=not config.has_output)

@@ -148,7 +148,10 @@ class PublishRoute:
 
     renders_here = False
 
-    def __init__(self, config: PlotterConfig, stats: WorkerStats) -> None:
+    def __init__(self,
+                 config: PlotterConfig,
+                 stats: WorkerStats,
+                 live_states: bool = False) -> None:
         from async_plotter.channel.redis.writer import RedisWriter
 
         target, layout = config.publish, config.worker.parameters
@@ -159,7 +162,7 @@ class PublishRoute:
                                   layout.dtype,
                                   target.secret,
                                   stats,
-                                  live_states=config.live_states)
+                                  live_states=live_states)
         self.writer.publish(layout.encode(config.initial, config.env_state),
                             None,
                             config.worker.max_path_length,
@@ -193,16 +196,19 @@ class ShownAndPublishedRoute:
             config = dataclasses.replace(config,
                                          worker=dataclasses.replace(config.worker,
                                                                     history_dir=self._private_dir))
-        self._published = PublishRoute(config, stats)
-        if config.live_states:  # viewers elsewhere may watch it live (sent while one does)
+        # A MuJoCo env's worker plays the live episode for viewers elsewhere (while one
+        # watches), and says so in the structure.
+        self._published = PublishRoute(config, stats, live_states=config.has_states)
+        target = self._published.writer.run_target()
+        if config.has_states:
             config = dataclasses.replace(config,
-                                         worker=dataclasses.replace(
-                                             config.worker,
-                                             live_target=self._published.writer.live_target()))
+                                         worker=dataclasses.replace(config.worker,
+                                                                    live_target=target))
         self._recordings = None
         if config.worker.history_dir is not None:
-            self._recordings = self._published.writer.recording_publisher(
-                config.worker.history_kept)
+            from async_plotter.channel.redis.states import RecordingPublisher
+
+            self._recordings = RecordingPublisher(target, config.worker.history_kept)
         user = config.on_event
         recordings = self._recordings
 

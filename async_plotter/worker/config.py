@@ -56,7 +56,7 @@ class WorkerConfig:
     #: process runs no episode of its own and only its history records the policies
     shows: bool = False
     #: a trainer that publishes: where its rollout process plays the live episode for viewers
-    #: elsewhere while one watches (``channel/redis/live.LiveTarget``); None: nowhere
+    #: elsewhere while one watches (``channel/redis/states.RunTarget``); None: nowhere
     live_target: Any = None
     #: where the rollout process keeps the run's history: a state recording of one whole,
     #: deterministic episode of every policy it applies (``worker/history.py``); None: off

@@ -18,7 +18,7 @@ import pickle
 import signal
 import sys
 from multiprocessing.connection import Connection
-from typing import Any, List, Optional, Tuple
+from typing import Any, Callable, List, Optional, Tuple
 
 from async_plotter.channel.base import ChannelAddress, ParamReader, ParamUpdate, ParentGone
 from async_plotter.processes import (become_background_child, keep_side_effects_out_of_user_folders)
@@ -225,17 +225,19 @@ def _play(config: WorkerConfig,
                     nonfinite_actions=stepper.take_nonfinite())
 
 
-def _record_only(params: ParameterClient, recorder: Optional[HistoryRecorder]) -> None:
+def _record_only(params: ParameterClient,
+                 recorder: Optional[HistoryRecorder],
+                 until: Callable[[], bool] = lambda: False) -> None:
     """Nothing here shows an episode (a trainer that only publishes, its history going to
-    Redis): no episode is run for nobody; the history thread records every policy, and this
-    loop keeps taking the newest update, so that each is applied and reported as the trainer's
-    check expects."""
-    if recorder is not None:
+    Redis), until ``until()``: no episode is run for nobody; the history thread records every
+    policy, and this loop keeps taking the newest update, so that each is applied and reported
+    as the trainer's check expects."""
+    if recorder is not None and not recorder.started:
         recorder.start()  # no first video to wait for
-    while True:
+    while not until():
         if recorder is not None:
             recorder.check()
-        params.update(timeout=1.0)
+        params.update(timeout=0.5)
 
 
 class _RemoteView:
@@ -252,8 +254,6 @@ class _RemoteView:
         self._live = live
         self._params = params
         self._recorder = recorder
-        if self._gated and recorder is not None:
-            recorder.start()  # no first video to wait for
 
     @classmethod
     def open(cls, config: WorkerConfig, scene: SceneInfo, params: ParameterClient,
@@ -279,10 +279,8 @@ class _RemoteView:
     def before_episode(self) -> bool:
         """Before an update's first episode: with no outputs here, wait for a viewer (applying
         each update meanwhile); whether this episode is live."""
-        while self._gated and not self.publisher.watched:
-            if self._recorder is not None:
-                self._recorder.check()
-            self._params.update(timeout=0.5)
+        if self._gated:
+            _record_only(self._params, self._recorder, until=lambda: self.publisher.watched)
         return self.live_now()
 
 

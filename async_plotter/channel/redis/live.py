@@ -22,14 +22,14 @@ import queue
 import struct
 import threading
 import time
-import zlib
 from typing import Any, Optional, Tuple
 
 import numpy as np
 
 from async_plotter.channel.redis.link import close_quietly, connect, connection_errors
 from async_plotter.channel.redis.signing import PayloadRejected, Verifier
-from async_plotter.channel.redis.states import StateKeys, open_sealed, seal
+from async_plotter.channel.redis.states import (RunTarget, StateKeys, open_sealed,
+                                                put_dropping_oldest, seal, seal_model)
 from async_plotter.channel.redis.wire import KEY_PREFIX
 from async_plotter.render.stream import (EpisodeEnd, EpisodeInfo, SceneInfo, StateChunk, StreamKind)
 
@@ -50,19 +50,6 @@ _SENT = (StreamKind.SCENE, StreamKind.BEGIN, StreamKind.STATES, StreamKind.END)
 def live_channel(experiment: str) -> str:
     """The pub/sub channel of ``experiment``'s live episode."""
     return f"{KEY_PREFIX}:{experiment}:live"
-
-
-@dataclasses.dataclass(frozen=True)
-class LiveTarget:
-    """Where a trainer's rollout process publishes its live episode: plain, picklable data made
-    by the trainer's route (never part of the structure a viewer reads)."""
-
-    url: str
-    experiment: str
-    secret: Optional[bytes]
-    #: the trainer's run (id, start in ns), as its parameters and recordings carry
-    run: Tuple[int, int]
-    ttl_seconds: float
 
 
 # ------------------------------------------------------------------------------------ format
@@ -147,7 +134,7 @@ class LivePublisher:
     whether a viewer is subscribed, counted once a second. While nobody watches, what is sent is
     dropped here."""
 
-    def __init__(self, target: LiveTarget) -> None:
+    def __init__(self, target: RunTarget) -> None:
         self._target = target
         self._channel = live_channel(target.experiment)
         self._queue: "queue.Queue[Optional[Tuple[StreamKind, Any]]]" = queue.Queue()
@@ -190,13 +177,7 @@ class LivePublisher:
             return
         if kind is StreamKind.END:
             self._in_episode = False
-        while self._queue.qsize() >= _QUEUE_LENGTH:
-            try:
-                self._queue.get_nowait()
-                self.dropped += 1
-            except queue.Empty:
-                break
-        self._queue.put(message)
+        self.dropped += put_dropping_oldest(self._queue, message, _QUEUE_LENGTH)
 
     def _skip_catch_up(self, kind: StreamKind, body: Any) -> bool:
         """A catch-up (``worker/video_chain.py``) finishes a short video for the recordings
@@ -271,12 +252,10 @@ class LivePublisher:
 
         from async_plotter.render.recording import model_to_mjb
 
-        target, keys = self._target, StateKeys(self._target.experiment)
+        target = self._target
         # The pickled MjModel comes from this process's own env, never from the network.
-        mjb = model_to_mjb(pickle.loads(pickled))
-        sealed = seal(target.secret, b"model", target.experiment, target.run, -1, None,
-                      zlib.compress(mjb, 6))
-        client.set(keys.model, sealed, px=max(int(target.ttl_seconds * 1000), 1))
+        model = seal_model(target, model_to_mjb(pickle.loads(pickled)))
+        client.set(StateKeys(target.experiment).model, model, px=target.ttl_ms)
         self._model_sent = True
 
     def _warn(self, error: BaseException) -> None:

@@ -75,6 +75,24 @@ class StateKeys:
 
 
 @dataclasses.dataclass(frozen=True)
+class RunTarget:
+    """Where one run of a trainer publishes its states, and under which name, secret, run and
+    expiry (``RedisWriter.run_target``): plain, picklable data, never part of the structure a
+    viewer reads. The history's publisher here and the live episode's (``live.py``) take it."""
+
+    url: str
+    experiment: str
+    secret: Optional[bytes]
+    #: the trainer's run (id, start in ns), as its parameters carry
+    run: Tuple[int, int]
+    ttl_seconds: float
+
+    @property
+    def ttl_ms(self) -> int:
+        return max(int(self.ttl_seconds * 1000), 1)
+
+
+@dataclasses.dataclass(frozen=True)
 class Sealed:
     """An opened value: whose run, which update, and what it holds."""
 
@@ -107,6 +125,27 @@ def open_sealed(value: bytes, verifier: Verifier, kind: bytes, experiment: str) 
                    view[_HEADER.size:-TAG_BYTES])
     return Sealed(run_id, started, number, None if iteration < 0 else iteration,
                   bytes(view[_HEADER.size:-TAG_BYTES]))
+
+
+def seal_model(target: RunTarget, mjb: bytes) -> bytes:
+    """The run's model as published under its key: MJB through zlib (it is mostly zeros: 509 KB
+    for Swimmer, 15 KB compressed), sealed as update -1."""
+    return seal(target.secret, b"model", target.experiment, target.run, -1, None,
+                zlib.compress(mjb, 6))
+
+
+def put_dropping_oldest(waiting: "queue.Queue[Any]", item: Any, limit: int) -> int:
+    """Queue ``item`` for a sender thread, dropping the oldest waiting past ``limit``; how many
+    were dropped (a sender never holds its producer up)."""
+    dropped = 0
+    while waiting.qsize() >= limit:
+        try:
+            waiting.get_nowait()
+            dropped += 1
+        except queue.Empty:
+            break
+    waiting.put(item)
+    return dropped
 
 
 def inflate_model(data: bytes, limit: int = MAX_MODEL_BYTES) -> bytes:
@@ -145,19 +184,10 @@ class RecordingPublisher:
     (the role, a full server) or whose file is gone is not retried.
     """
 
-    def __init__(self,
-                 url: str,
-                 experiment: str,
-                 secret: Optional[bytes],
-                 run: Tuple[int, int],
-                 ttl_seconds: float,
-                 kept: int = DEFAULT_KEPT) -> None:
-        self._url = url
-        self._keys = StateKeys(experiment)
-        self._experiment = experiment
-        self._secret = secret
-        self._run = run
-        self._ttl_ms = max(int(ttl_seconds * 1000), 1)
+    def __init__(self, target: RunTarget, kept: int = DEFAULT_KEPT) -> None:
+        self._target = target
+        self._keys = StateKeys(target.experiment)
+        self._ttl_ms = target.ttl_ms
         self._kept = max(int(kept), 1)
         self._queue: "queue.Queue[Optional[Tuple[str, int, Optional[int]]]]" = queue.Queue()
         self._model: Optional[bytes] = None
@@ -174,13 +204,7 @@ class RecordingPublisher:
 
     def add(self, path: str, update: int, iteration: Optional[int]) -> None:
         """Publish the recording at ``path`` (update ``update``) soon."""
-        while self._queue.qsize() >= _QUEUE_LENGTH:
-            try:
-                self._queue.get_nowait()
-                self.failed += 1
-            except queue.Empty:
-                break
-        self._queue.put((path, update, iteration))
+        self.failed += put_dropping_oldest(self._queue, (path, update, iteration), _QUEUE_LENGTH)
 
     def close(self, timeout: float) -> None:
         """Send what is queued within ``timeout`` s, then stop (what is left is not sent)."""
@@ -189,7 +213,7 @@ class RecordingPublisher:
         self._thread.join(max(timeout, 0.0))
 
     def _run_thread(self) -> None:
-        client = connect(self._url)
+        client = connect(self._target.url)
         waiting: "collections.deque[Tuple[str, int, Optional[int]]]" = collections.deque(
             maxlen=_QUEUE_LENGTH)
         backoff = Backoff(cap=_RETRY_CAP)
@@ -239,18 +263,18 @@ class RecordingPublisher:
         self._warned = True
         log(
             "publishing experiment %r: the history recording %s did not reach Redis (%s: %s); "
-            "it stays on disk", self._experiment, os.path.basename(path),
+            "it stays on disk", self._target.experiment, os.path.basename(path),
             type(error).__name__, error)
 
     def _sealed_model(self, mjb: bytes) -> bytes:
-        if self._model is None:  # MJB is mostly zeros: 509 KB for Swimmer, 15 KB compressed
-            self._model = seal(self._secret, b"model", self._experiment, self._run, -1, None,
-                               zlib.compress(mjb, 6))
+        if self._model is None:
+            self._model = seal_model(self._target, mjb)
         return self._model
 
     def _send(self, client: Any, path: str, update: int, iteration: Optional[int]) -> None:
         recording = read_recording(path)
-        keys, member = self._keys, _member(self._run[0], update)
+        target = self._target
+        keys, member = self._keys, _member(target.run[0], update)
         model = self._sealed_model(recording.model_mjb)
         pipe = client.pipeline(transaction=False)
         if not self._model_sent:
@@ -258,7 +282,7 @@ class RecordingPublisher:
             pipe.delete(keys.index)
         recording.model_mjb = b""
         pipe.set(keys.recording(member),
-                 seal(self._secret, b"recording", self._experiment, self._run, update, iteration,
+                 seal(target.secret, b"recording", target.experiment, target.run, update, iteration,
                       recording_bytes(recording)),
                  px=self._ttl_ms)
         pipe.zadd(keys.index, {member: update})

@@ -37,8 +37,7 @@ from async_plotter.errors import InvalidArgumentError
 from async_plotter.learning_curve import MAX_POINTS
 
 if TYPE_CHECKING:
-    from async_plotter.channel.redis.live import LiveTarget
-    from async_plotter.channel.redis.states import RecordingPublisher
+    from async_plotter.channel.redis.states import RunTarget
 
 __all__ = ["check_channel_arguments", "RedisWriter", "RedisReader", "TTL_ENV"]
 
@@ -262,21 +261,13 @@ class RedisWriter:
         """This session's start as written in every header (orders runs for viewers)."""
         return self._run_started_ns
 
-    def recording_publisher(self, kept: int) -> "RecordingPublisher":
-        """A publisher of this run's history recordings, with this writer's server, secret,
-        run and expiry (``states.py``)."""
-        from async_plotter.channel.redis.states import RecordingPublisher
+    def run_target(self) -> "RunTarget":
+        """Where this run's states go (its history, ``states.py``, and its live episode,
+        ``live.py``): this writer's server, experiment, secret, run and expiry."""
+        from async_plotter.channel.redis.states import RunTarget
 
-        return RecordingPublisher(self._url, self._experiment, self._key,
-                                  (self._run_id, self._run_started_ns), self._ttl_ms / 1000.0, kept)
-
-    def live_target(self) -> "LiveTarget":
-        """Where a worker of this run publishes its live episode (``live.py``), with this
-        writer's server, secret, run and expiry."""
-        from async_plotter.channel.redis.live import LiveTarget
-
-        return LiveTarget(self._url, self._experiment, self._key,
-                          (self._run_id, self._run_started_ns), self._ttl_ms / 1000.0)
+        return RunTarget(self._url, self._experiment, self._key,
+                         (self._run_id, self._run_started_ns), self._ttl_ms / 1000.0)
 
     @property
     def expected(self) -> Expected:
