@@ -2,6 +2,7 @@
 videos here sends every history recording as it is written, signed, the model once; a viewer
 rebuilds the files with neither TensorFlow nor the policy's code, refuses what fails its check,
 and ``async-plotter replay redis://...`` shows them. Against a real redis-server."""
+import io
 import json
 import os
 import signal
@@ -17,7 +18,8 @@ from async_plotter import Plotter
 from async_plotter.channel.redis.signing import Verifier
 from async_plotter.channel.redis.states import (RecordingFetcher, RecordingPublisher, RunTarget,
                                                 StateKeys, open_sealed)
-from async_plotter.render.recording import read_recording
+from async_plotter.render.recording import (RecordingError, compact_bytes, read_recording,
+                                            recording_from_compact)
 from tests.conftest import default_sigint, wait_for
 from tests.history_recordings import write_history
 from tests.policies import LinearPolicy
@@ -102,8 +104,12 @@ def test_a_publishing_trainer_sends_its_history_and_a_viewer_rebuilds_it_without
     assert report == {"written": len(local), "imported": []}, report
     for name, recording in local.items():
         copy = read_recording(str(fetched / name))
-        assert np.array_equal(copy.states, recording.states), name
+        # The states travel as float32, the precision MuJoCo draws in; nothing else is lost.
+        assert np.array_equal(copy.states, recording.states.astype(np.float32)), name
+        assert np.abs(copy.states - recording.states).max() > 0, name  # float64 rounded
+        assert np.array_equal(copy.actions, recording.actions, equal_nan=True), name
         assert np.array_equal(copy.rewards, recording.rewards), name
+        assert np.array_equal(copy.episodes, recording.episodes), name
         assert copy.model_mjb == recording.model_mjb and copy.meta == recording.meta, name
 
 
@@ -169,6 +175,34 @@ def _recordings(folder, count):
     """``count`` short history recordings of the sled, updates 1 to ``count``."""
     target = write_history(str(folder), range(count), steps=5)
     return [os.path.join(target, f"iter_{iteration:04d}.npz") for iteration in range(count)]
+
+
+def read_recording_bytes(folder):
+    """A recording's file bytes: the other format, which the wire does not take."""
+    with open(_recordings(folder, 1)[0], "rb") as file:
+        return file.read()
+
+
+def test_a_forged_shape_in_a_travelling_recording_is_refused_by_name(tmp_path):
+    """The compact form's arrays are checked before use: planes that do not cover every step,
+    or that are not bytes, are refused naming the array, with no traceback from numpy."""
+    recording = read_recording(_recordings(tmp_path, 1)[0])
+    data = compact_bytes(recording)
+    copy = recording_from_compact(data, "update 1's recording", recording.model_mjb)
+    assert np.array_equal(copy.states, recording.states.astype(np.float32))
+    assert copy.model_mjb == recording.model_mjb and copy.meta == recording.meta
+    arrays = dict(np.load(io.BytesIO(data), allow_pickle=False))
+    for name, forged in (("state", arrays["state"][:, :, :-1]),
+                         ("action", arrays["action"].astype(np.float64)),
+                         ("reward", arrays["reward"][:2])):
+        buffer = io.BytesIO()
+        np.savez_compressed(buffer, **{**arrays, name: forged})
+        with pytest.raises(RecordingError, match=f"update 1's recording.*the {name} array"):
+            recording_from_compact(buffer.getvalue(), "update 1's recording", b"")
+    with pytest.raises(RecordingError, match="cannot read the state recording update 1's"):
+        recording_from_compact(b"PK\x03\x04 not a zip", "update 1's recording", b"")
+    with pytest.raises(RecordingError, match="not an async_plotter state recording"):
+        recording_from_compact(read_recording_bytes(tmp_path), "update 1's recording", b"")
 
 
 def test_a_viewer_refuses_what_fails_its_check_and_fetches_the_rest(redis_server, tmp_path,
