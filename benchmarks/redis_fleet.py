@@ -1082,7 +1082,7 @@ def recording_sizes(recordings: Dict[str, List[str]]) -> Dict[str, Any]:
     model once, compressed as the publisher sends it."""
     import zlib
 
-    from async_plotter.render.recording import read_recording, recording_bytes
+    from async_plotter.render.recording import compact_bytes, read_recording
 
     sizes = {}
     for env_id, paths in recordings.items():
@@ -1092,7 +1092,7 @@ def recording_sizes(recordings: Dict[str, List[str]]) -> Dict[str, Any]:
         recording.model_mjb = b""
         sizes[env_id] = {
             "file_bytes": os.path.getsize(paths[0]),
-            "sent_bytes_without_model": len(recording_bytes(recording)),
+            "sent_bytes_without_model": len(compact_bytes(recording)),
             "model_bytes_compressed": model,
             "recorded_states": steps,
             "state_floats": int(recording.states.shape[1]),

@@ -192,9 +192,12 @@ def test_a_forged_shape_in_a_travelling_recording_is_refused_by_name(tmp_path):
     assert np.array_equal(copy.states, recording.states.astype(np.float32))
     assert copy.model_mjb == recording.model_mjb and copy.meta == recording.meta
     arrays = dict(np.load(io.BytesIO(data), allow_pickle=False))
-    for name, forged in (("state", arrays["state"][:, :, :-1]),
-                         ("action", arrays["action"].astype(np.float64)),
-                         ("reward", arrays["reward"][:2])):
+    forgeries = {
+        "state": arrays["state"][:, :, :-1],  # one step short
+        "action": arrays["action"].astype(np.float64),  # not bytes
+        "reward": arrays["reward"][:2],  # not four planes
+    }
+    for name, forged in forgeries.items():
         buffer = io.BytesIO()
         np.savez_compressed(buffer, **{**arrays, name: forged})
         with pytest.raises(RecordingError, match=f"update 1's recording.*the {name} array"):
