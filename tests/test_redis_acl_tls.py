@@ -185,29 +185,51 @@ def test_the_history_over_redis_runs_under_the_roles(acl_server, tmp_path):
     """A trainer's history recordings (published, capped) and a viewer's fetch of them need
     nothing beyond the roles: the server refuses nothing."""
     server, admin = acl_server
+    _history_round_trip(_url(server, TRAINER, TRAINER_PASSWORD),
+                        _url(server, VIEWER, VIEWER_PASSWORD), tmp_path)
+    assert _acl_log(admin) == []
+
+
+@pytest.mark.slow
+def test_the_states_travel_over_tls_both_ways(tls_server, tmp_path):
+    """``rediss://`` for the states as for the parameters: the history published and fetched,
+    the live episode counted, published and received, through the server's TLS port."""
+    _history_round_trip(tls_server.url, tls_server.url, tmp_path)
+    _live_round_trip(tls_server.url, tls_server.url)
+
+
+def _history_round_trip(trainer_url, viewer_url, tmp_path):
+    """Three recordings published (two kept) and fetched: the viewer's folder holds those two."""
     target = write_history(str(tmp_path), range(3), steps=5)
     paths = [os.path.join(target, f"iter_{iteration:04d}.npz") for iteration in range(3)]
-    publisher = RecordingPublisher(RunTarget(_url(server, TRAINER, TRAINER_PASSWORD), EXPERIMENT,
-                                             SECRET.encode(), (5, 1000), 60.0),
+    publisher = RecordingPublisher(RunTarget(trainer_url, EXPERIMENT, SECRET.encode(), (5, 1000),
+                                             60.0),
                                    kept=2)
     for number, path in enumerate(paths, start=1):
         publisher.add(path, number, number - 1)
     publisher.close(10)
     assert (publisher.sent, publisher.failed) == (3, 0)
     fetched = tmp_path / "fetched"
-    fetcher = RecordingFetcher(_url(server, VIEWER, VIEWER_PASSWORD), EXPERIMENT,
-                               Verifier(SECRET.encode()), str(fetched))
+    fetcher = RecordingFetcher(viewer_url, EXPERIMENT, Verifier(SECRET.encode()), str(fetched))
     try:
         wait_for(lambda: fetcher.written == 2, 10, message="both kept recordings fetched")
     finally:
         fetcher.close()
     assert sorted(os.listdir(fetched)) == ["iter_0001.npz", "iter_0002.npz"]
-    assert fetcher.refused == 0 and _acl_log(admin) == []
+    assert fetcher.refused == 0
 
 
 def test_the_live_episode_over_redis_runs_under_the_roles(acl_server):
     """A trainer's live episode (the watching mark counted, the model put, each message
     published) and a viewer's subscription and model read need nothing beyond the roles."""
+    server, admin = acl_server
+    _live_round_trip(_url(server, TRAINER, TRAINER_PASSWORD), _url(server, VIEWER, VIEWER_PASSWORD))
+    assert _acl_log(admin) == []
+
+
+def _live_round_trip(trainer_url, viewer_url):
+    """A viewer subscribes; the trainer's live publisher counts it and sends an episode, which
+    the viewer opens whole, and the model it reads."""
     import pickle
 
     import mujoco
@@ -219,15 +241,12 @@ def test_the_live_episode_over_redis_runs_under_the_roles(acl_server):
     from async_plotter.render.stream import (EpisodeEnd, EpisodeInfo, SceneInfo, StateChunk,
                                              StreamKind)
 
-    server, admin = acl_server
     model = mujoco.MjModel.from_xml_string("<mujoco><worldbody><body><freejoint/><geom "
                                            "size='.1'/></body></worldbody></mujoco>")
-    viewer = connect(_url(server, VIEWER, VIEWER_PASSWORD))
+    viewer = connect(viewer_url)
     pubsub = viewer.pubsub()
     pubsub.subscribe(live_channel(EXPERIMENT))
-    publisher = LivePublisher(
-        RunTarget(_url(server, TRAINER, TRAINER_PASSWORD), EXPERIMENT, SECRET.encode(), (9, 1000),
-                  60.0))
+    publisher = LivePublisher(RunTarget(trainer_url, EXPERIMENT, SECRET.encode(), (9, 1000), 60.0))
     try:
         publisher.send((StreamKind.SCENE, SceneInfo("mujoco", pickle.dumps(model))))
         wait_for(lambda: publisher.watched, 10, message="the viewer's subscription counted")
@@ -247,7 +266,7 @@ def test_the_live_episode_over_redis_runs_under_the_roles(acl_server):
         key = StateKeys(EXPERIMENT).model
         length, _ = probe(viewer, key, 0)
         assert read_exact(viewer, key, length, "model")
-        assert publisher.published == 4 and _acl_log(admin) == []
+        assert publisher.published == 4
     finally:
         publisher.close()
         pubsub.close()

@@ -2,12 +2,14 @@
 its newest policy for viewers elsewhere only while one is subscribed, and ``async-plotter view``
 draws it (the default where the trainer sends states; ``--states`` forces them): mp4s, the MJPEG
 and 3D pages, with TensorFlow unimportable. Against a real redis-server, real processes."""
+import json
 import os
 import signal
 import subprocess
 import sys
 import threading
 import time
+import urllib.error
 import urllib.parse
 import urllib.request
 
@@ -30,6 +32,47 @@ from tests.test_state_recordings import frames_of
 SECRET = b"the live states travel signed 01"
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 pytestmark = pytest.mark.timeout(300)
+
+
+def _check_published_history(url, plotter, lines):
+    """serve's 3D history of experiment "served": offered on its row, its page and socket
+    served, and every iteration the trainer recorded on its curve (a click on it lands)."""
+    origin = url.rstrip("/")
+
+    def offered():  # by /experiments.json, with no page open: a script's call starts the list
+        with urllib.request.urlopen(url + "experiments.json", timeout=30) as answer:
+            rows = {row["name"]: row for row in json.load(answer)["experiments"]}
+        return "served" in rows and rows["served"]["history"] is True
+
+    wait_for(offered, 30, message="the history offered on the experiment's row")
+    wait_for(lambda: plotter.stats["history"], 60, message="a history recording")
+    page = url + "x/served/history/"
+    with urllib.request.urlopen(urllib.request.Request(page, headers={"Origin": origin}),
+                                timeout=60) as answer:
+        assert b'<div id="root">' in answer.read(), "".join(lines)
+    with view3d_socket(page, origin=origin, timeout=30) as socket:
+        assert socket.recv(timeout=30)
+
+    def click(x):
+        request = urllib.request.Request(f"{page}pick?x={x}",
+                                         method="POST",
+                                         headers={"Origin": origin})
+        try:
+            with urllib.request.urlopen(request, timeout=10) as answer:
+                return answer.status
+        except urllib.error.HTTPError as error:
+            return error.code
+
+    recorded = [
+        entry["iteration"] for entry in plotter.stats["history"] if entry["iteration"] is not None
+    ]
+    for x in recorded:  # fetched within the fetcher's poll of their publication
+        wait_for(lambda: click(x) == 204, 30, message=f"iteration {x} on the history's curve")
+    assert click(10_000) == 404
+    request = urllib.request.Request(page, headers={"Origin": "http://evil.example"})
+    with pytest.raises(urllib.error.HTTPError) as refused:
+        urllib.request.urlopen(request, timeout=10)
+    assert refused.value.code == 403
 
 
 def _trainer(url, experiment, policy, **outputs):
@@ -126,7 +169,8 @@ def test_a_publishing_trainer_plays_live_only_while_watched_and_a_viewer_without
         # No --states: the trainer says it sends them, and that is what view draws.
         viewer, lines = _command_without_tensorflow(tmp_path, "view",
                                                     redis_server.url, "-e", "live", "--video-dir",
-                                                    str(videos), "--http", "0", "--view", "3d")
+                                                    str(videos), "--http", "0", "--view", "3d",
+                                                    "--tensorboard-dir", str(tmp_path / "tb"))
 
         def drawn():
             return sorted(name for name in os.listdir(videos)
@@ -158,6 +202,14 @@ def test_a_publishing_trainer_plays_live_only_while_watched_and_a_viewer_without
                 assert "tensorflow" not in maps.read(), pid
         viewer.send_signal(signal.SIGINT)
         assert viewer.wait(60) == 0, "".join(lines)
+        # TensorBoard's rollouts too, drawn from the states (read back by TensorBoard's reader).
+        from tests.test_tensorboard import accumulate
+
+        board = accumulate(tmp_path / "tb")
+        # tagged with the env the trainer's scene names, not the experiment's name
+        assert "rollout/InvertedPendulum-v5" in board.Tags()["images"], board.Tags()
+        rollouts = board.Images("rollout/InvertedPendulum-v5")
+        assert rollouts and {image.step for image in rollouts} <= set(range(iteration)), rollouts
 
         # What was shown is what trained: every recorded action is the policy of its iteration
         # applied to the state before it.
@@ -304,10 +356,42 @@ def test_a_trainer_with_videos_here_keeps_them_and_plays_live_for_a_viewer_elsew
     assert plotter.stats["videos"] >= iteration
 
 
-def test_serve_draws_a_trainers_live_states_without_tensorflow(redis_server,
-                                                               tmp_path):  # noqa: F811
+@pytest.mark.slow
+def test_view_draws_a_trainers_live_states_in_a_window_without_tensorflow(
+        redis_server, tmp_path, xvfb):  # noqa: F811
+    """``view --window`` from states: MuJoCo's viewer on a real X server (Xvfb), TensorFlow and
+    Keras unimportable in the viewer."""
+    from tests.test_window import window_names
+
+    policy = LinearPolicy(4, 1)
+    plotter = _trainer(redis_server.url, "windowed", policy)
+    viewer, lines = _command_without_tensorflow(tmp_path, "view", redis_server.url, "-e",
+                                                "windowed", "--window")
+    try:
+        deadline = time.monotonic() + 90
+        iteration = 0
+        while ("MuJoCo" not in window_names() and time.monotonic() < deadline
+               and viewer.poll() is None):
+            policy.fill(_fill(iteration))
+            plotter.update_plot(policy, iteration=iteration)
+            iteration += 1
+            time.sleep(0.5)
+        assert "MuJoCo" in window_names(), "".join(lines)
+        assert any("drawing its live states" in line for line in lines), "".join(lines)
+        viewer.send_signal(signal.SIGINT)
+        assert viewer.wait(60) == 0, "".join(lines)
+    finally:
+        if viewer.poll() is None:
+            viewer.kill()
+            viewer.wait()
+        plotter.close()
+
+
+def test_serve_draws_a_trainers_live_states_and_history_without_tensorflow(redis_server,
+                                                                           tmp_path):  # noqa: F811
     """``async-plotter serve``'s live view of a trainer that sends states is a pure renderer of
-    them: with TensorFlow unimportable in serve, an experiment's stream shows the episodes."""
+    them: with TensorFlow unimportable in serve, an experiment's stream shows the episodes, and
+    its card's "history 3D" opens every policy the trainer recorded, fetched from Redis."""
     policy = LinearPolicy(4, 1)
     plotter = _trainer(redis_server.url, "served", policy)
     serve, lines = _command_without_tensorflow(tmp_path, "serve", redis_server.url, "--http", "0")
@@ -316,9 +400,11 @@ def test_serve_draws_a_trainers_live_states_without_tensorflow(redis_server,
         url = next(line.split(" at ")[-1].strip() for line in lines if " at http://" in line)
         frames = b""
         deadline = time.monotonic() + 90
+        iteration = 0
         while frames.count(b"\xff\xd9") < 10 and time.monotonic() < deadline:
-            policy.fill(0.1)
-            plotter.update_plot(policy)
+            policy.fill(0.1 * iteration)
+            plotter.update_plot(policy, iteration=iteration)
+            iteration += 1
             try:
                 with urllib.request.urlopen(url + "x/served/stream.mjpg", timeout=10) as stream:
                     frames += stream.read(200_000)
@@ -326,6 +412,7 @@ def test_serve_draws_a_trainers_live_states_without_tensorflow(redis_server,
                 time.sleep(1.0)  # the live worker is starting
         assert frames.count(b"\xff\xd9") >= 10, "".join(lines)
         assert any("drawing its live states" in line for line in lines), "".join(lines)
+        _check_published_history(url, plotter, lines)
         serve.send_signal(signal.SIGINT)
         assert serve.wait(60) == 0, "".join(lines)
     finally:

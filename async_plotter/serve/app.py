@@ -14,6 +14,7 @@ from async_plotter.serve.catalog import Catalog
 from async_plotter.serve.history import History
 from async_plotter.serve.live import LiveManager
 from async_plotter.serve.options import ServeOptions
+from async_plotter.serve.published import PublishedHistories
 from async_plotter.serve.recorder import Recorder
 from async_plotter.serve.server import ServeServer
 from async_plotter.serve.viewer import ViewOptions
@@ -44,11 +45,15 @@ class ServeApp:
                                      options.record_every,
                                      on_video=lambda name: self.catalog.touch(name))
             self.catalog.extra = self._videos
-        # The history strip replays state recordings in 3D where the extra is installed.
-        self.replays = (ReplayPool()
-                        if self.history is not None and not missing_modules() else None)
+        # State recordings replay in 3D where the extra is installed: those beside the
+        # recorder's videos, and the histories trainers publish.
+        self.replays: Optional[ReplayPool] = None
+        self.published: Optional[PublishedHistories] = None
+        if not missing_modules():
+            self.replays = ReplayPool()
+            self.published = PublishedHistories(options.url, verifier, self._watched)
         self.server = ServeServer(options.http, self.catalog, self.live, self.history, self._info,
-                                  self.replays)
+                                  self.replays, self.published)
         self._thread = threading.Thread(target=self.server.serve_forever,
                                         name="async_plotter-serve-http",
                                         daemon=True)
@@ -78,6 +83,7 @@ class ServeApp:
         self._thread.join(5.0)
         if self.replays is not None:
             self.replays.close()
+            self.published.close()
         if self.recorder is not None:
             self.recorder.close()
         self.live.close()
@@ -109,6 +115,10 @@ class ServeApp:
     def _record_view(self, name: str, sinks: Tuple[Any, ...]) -> ViewOptions:
         # Nice 10, not SCHED_IDLE, where it starved (serve/recorder.py); the bucket bounds it.
         return self._view(name, sinks, priority="low")
+
+    def _watched(self, folder: str) -> bool:
+        replay = self.replays.get(folder)
+        return replay is not None and bool(replay.front.viewers)
 
     def _videos(self, name: str) -> Dict[str, Any]:
         history = self.history

@@ -95,6 +95,8 @@ class Catalog:
         self._scan_now = threading.Event()
         self._closed = False
         self._outage = False
+        # Set once the running thread has scanned (or failed to): a script's first read waits.
+        self._scanned = threading.Event()
         #: the latest scan's problem (the server unreachable), or None
         self.problem: Optional[str] = None
         #: more fields for an experiment's row (the recorded videos), by name
@@ -176,6 +178,17 @@ class Catalog:
         with self._lock:
             return [self._row(self._entries[name]) for name in sorted(self._entries)]
 
+    def rows_for_a_script(self, timeout: float) -> List[Dict[str, Any]]:
+        """Every experiment's row, as ``/experiments.json`` answers: the catalog is followed as
+        for a page (until ``LINGER`` s after), and a call that starts it waits up to
+        ``timeout`` s for its first scan. Blocks: call it off the event loop."""
+        self.acquire()
+        try:
+            self._scanned.wait(timeout)
+            return self.rows()
+        finally:
+            self.release()
+
     def names(self) -> List[str]:
         """The experiments present."""
         with self._lock:
@@ -205,6 +218,7 @@ class Catalog:
                         # with entries of its own.
                         entries = self._take_all()
                         self._thread = None
+                        self._scanned.clear()
                         break
                 started = time.monotonic()
                 if client is None:
@@ -216,6 +230,7 @@ class Catalog:
                     self._failed(error)
                     close_quietly(client)
                     client = None
+                self._scanned.set()
                 self._scan_now.wait(max(self._scan_interval - (time.monotonic() - started), 0.05))
                 self._scan_now.clear()
         finally:
@@ -465,6 +480,8 @@ def _row(entry: _Entry) -> Dict[str, Any]:
         "update_verified": entry.update_verified,
         "expires_in": summary.expires_in,
         "curve": _curve(entry),
+        # its trainer publishes every policy's recording: the run's history in 3D
+        "history": bool(meta is not None and meta.get("history_states") is True),
     }
 
 

@@ -2,7 +2,8 @@
 handling, access checks and slots) with the overview's routes (``add_routes``): the page, its
 events (``hello``, ``rows``, ``live``), each watched experiment's relayed stream (its render
 worker started on demand; 503 with the reason over the live limit), its status, recorded videos,
-its history in 3D (every state recording, on a scrubber), and ``/experiments.json`` for scripts.
+its history in 3D (every state recording, on a scrubber: the recorder's, and the trainer's own
+published over Redis at ``x/NAME/history/``), and ``/experiments.json`` for scripts.
 Streams are bounded by the relays' ``MAX_VIEWERS`` per experiment and ``MAX_STREAMS`` in all.
 """
 import asyncio
@@ -17,6 +18,7 @@ from async_plotter.channel.redis.wire import valid_experiment
 from async_plotter.render.recording import RecordingError
 from async_plotter.serve.history import History
 from async_plotter.serve.live import LiveLimit, LiveManager
+from async_plotter.serve.published import PublishedHistories
 from async_plotter.web.address import HttpConfig
 from async_plotter.web.feed import unsent_bytes
 from async_plotter.view3d.replay import ReplayBusy, ReplayPool
@@ -26,6 +28,10 @@ logger = logging.getLogger("async_plotter")
 
 #: streams in all (each relay also caps its own viewers)
 MAX_STREAMS = 128
+#: seconds ``/experiments.json`` waits for the catalog's first scan when no page started it
+SCRIPT_WAIT = 5.0
+#: seconds a first request for a published history waits for its first recording
+PUBLISHED_WAIT = 10.0
 #: seconds between two sends of an events stream (changes in between are sent together)
 EVENTS_INTERVAL = 0.5
 #: seconds an events stream waits for news before it sends the live views' figures anyway
@@ -43,8 +49,9 @@ class ServeServer(HttpServer):
         live: the live views (``LiveManager``).
         history: the recorded videos, or None without ``--record-dir``.
         info: extra fields for the ``hello`` event (e.g. the recorder's settings).
-        replays: the 3D replays of the videos' state recordings, or None (no history, or the
-            3D view's extra is not installed).
+        replays: the 3D replays of state recordings, or None (the 3D view's extra is not
+            installed).
+        published: the histories trainers publish (``serve/published.py``), or None.
     """
 
     def __init__(self,
@@ -53,13 +60,15 @@ class ServeServer(HttpServer):
                  live: LiveManager,
                  history: Optional[History] = None,
                  info: Optional[Callable[[], Dict[str, Any]]] = None,
-                 replays: Optional[ReplayPool] = None) -> None:
+                 replays: Optional[ReplayPool] = None,
+                 published: Optional[PublishedHistories] = None) -> None:
         super().__init__(config, "the experiments' page")
         self.page = load_page("async_plotter.serve")
         self.catalog = catalog
         self.live = live
         self.history = history
         self.replays = replays
+        self.published = published
         self._info = info or (lambda: {})
         self._streams = 0
 
@@ -75,13 +84,17 @@ class ServeServer(HttpServer):
         router.add_get("/x/{name}/video/{file}", self._video, allow_head=False)
         router.add_get("/x/{name}/replay/{file}", self._replay, allow_head=False)
         router.add_post("/x/{name}/replay/pick", self._pick)
+        router.add_get("/x/{name}/history/", self._published_history, allow_head=False)
+        router.add_post("/x/{name}/history/pick", self._published_history)
 
     async def _page(self, request: web.Request) -> web.StreamResponse:
         # The base Content-Security-Policy already lets it play recorded videos (media-src).
         return web.Response(body=self.page, content_type="text/html", charset="utf-8")
 
     async def _experiments(self, request: web.Request) -> web.StreamResponse:
-        return json_answer({"experiments": self.catalog.rows()})
+        # A script's call is a user of the catalog as a page is: no page open, it starts it.
+        rows = await self.in_worker(self.catalog.rows_for_a_script, SCRIPT_WAIT)
+        return json_answer({"experiments": rows})
 
     async def _status(self, request: web.Request) -> web.StreamResponse:
         name = _experiment(request)
@@ -113,15 +126,35 @@ class ServeServer(HttpServer):
         path = await self.in_worker(history.path, name, request.match_info["file"], True)
         if path is None:
             return plain(HTTPStatus.NOT_FOUND, "no such recording")
+        return await self._open_replay(request, path, select=request.match_info["file"])
+
+    async def _published_history(self, request: web.Request) -> web.StreamResponse:
+        """The run's history its trainer publishes, in 3D: the page, its socket, a curve click."""
+        name = _experiment(request)
+        if self.published is None or self.replays is None:
+            return plain(HTTPStatus.NOT_FOUND,
+                         "no 3D history here: it needs the 3D view (pip install -e .[view3d])")
+        folder = await self.in_worker(self.published.folder, name, PUBLISHED_WAIT)
+        if folder is None:
+            return plain(
+                HTTPStatus.NOT_FOUND, f"no history recording of {name} came within "
+                f"{PUBLISHED_WAIT:g} s: its trainer publishes them with channel=... and a MuJoCo "
+                "env (history=True, the default); this server's log names any it refused")
+        return await self._open_replay(request, folder)
+
+    async def _open_replay(self,
+                           request: web.Request,
+                           path: str,
+                           select: Optional[str] = None) -> web.StreamResponse:
         try:
-            replay = await self.in_worker(replays.open, path)
+            replay = await self.in_worker(self.replays.open, path)
         except ReplayBusy as busy:
             self.dropped["replays busy"] += 1
             return plain(HTTPStatus.SERVICE_UNAVAILABLE, str(busy), {"Retry-After": "5"})
         except (RecordingError, OSError, ValueError) as error:
             logger.warning("serve: cannot replay %s: %s", path, error)
             return plain(HTTPStatus.NOT_FOUND, "not a readable recording")
-        return await replay.answer(request, self, select=request.match_info["file"])
+        return await replay.answer(request, self, select=select)
 
     async def _pick(self, request: web.Request) -> web.StreamResponse:
         """A click on the curve of an experiment's history open here."""

@@ -151,7 +151,8 @@ class PublishRoute:
     def __init__(self,
                  config: PlotterConfig,
                  stats: WorkerStats,
-                 live_states: bool = False) -> None:
+                 live_states: bool = False,
+                 history_states: bool = False) -> None:
         from async_plotter.channel.redis.writer import RedisWriter
 
         target, layout = config.publish, config.worker.parameters
@@ -162,7 +163,8 @@ class PublishRoute:
                                   layout.dtype,
                                   target.secret,
                                   stats,
-                                  live_states=live_states)
+                                  live_states=live_states,
+                                  history_states=history_states)
         self.writer.publish(layout.encode(config.initial, config.env_state),
                             None,
                             config.worker.max_path_length,
@@ -198,7 +200,10 @@ class ShownAndPublishedRoute:
                                                                     history_dir=self._private_dir))
         # A MuJoCo env's worker plays the live episode for viewers elsewhere (while one
         # watches), and says so in the structure.
-        self._published = PublishRoute(config, stats, live_states=config.has_states)
+        self._published = PublishRoute(config,
+                                       stats,
+                                       live_states=config.has_states,
+                                       history_states=config.worker.history_dir is not None)
         target = self._published.writer.run_target()
         if config.has_states:
             config = dataclasses.replace(config,

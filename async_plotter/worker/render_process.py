@@ -219,12 +219,15 @@ def _run(config: WorkerConfig,
         return
     scene_info, early = opening
     scene = _open_scene(scene_info, config, status)
+    # The env's name as the trainer's scene gives it (a viewer of states knows only the
+    # experiment's): the tag of TensorBoard's rollouts, the window's title.
+    title = scene_info.label or config.env.label
     sinks.extend(
         build_sinks(
             config.sinks,
             SinkContext(scene_kind=scene_info.kind,
                         fps=scene_info.fps or config.fps,
-                        title=config.env.label,
+                        title=title,
                         min_video_seconds=config.min_video_seconds,
                         status=status,
                         stride=scene_info.stride,

@@ -43,7 +43,8 @@ _IDLE_SECONDS = 0.5
 
 def source_config(experiment: str, fps: float) -> WorkerConfig:
     """A worker configuration with nothing to rebuild: the recipes only name the experiment
-    (the render process titles its outputs with it); no outputs or CPU settings yet."""
+    (the render process titles its outputs with the env the trainer's scene names, else with
+    it); no outputs or CPU settings yet."""
     return WorkerConfig(env=EnvRecipe("states", b"", experiment),
                         policy=PolicyRecipe("states", b"", False, "the trainer's live states"),
                         max_path_length=1,

@@ -305,7 +305,8 @@ class RecordingPublisher:
 class RecordingFetcher:
     """Keeps ``folder`` holding the experiment's published recordings, each as a whole file
     (``iter_0059.npz``, with the model put back), in a thread of its own; the newest run's
-    only; ``on_written(path)`` after each. What fails its check is logged once and skipped; the
+    only (a new run's first recording removes the files of the one before); ``on_written(path)``
+    after each. What fails its check is logged once and skipped; the
     fetcher goes on."""
 
     def __init__(self,
@@ -323,6 +324,8 @@ class RecordingFetcher:
         self._model: Optional[Sealed] = None
         self._mjb = b""
         self._done: Set[str] = set()
+        #: the files written of the current run
+        self._paths: Set[str] = set()
         self._rejected: Set[str] = set()
         self._stop = threading.Event()
         #: files written, and values refused
@@ -368,6 +371,7 @@ class RecordingFetcher:
                 self._refuse("model", error)
                 return 0
             self._model, self._done = model, set()
+            self._forget_files()
         prefix = run_hex(model.run_id) + ":"
         written = 0
         # The newest DEFAULT_KEPT only: a forged index may be of any length.
@@ -401,8 +405,18 @@ class RecordingFetcher:
         os.makedirs(self._folder, exist_ok=True)
         path = os.path.join(self._folder, history_name(sealed.number, sealed.iteration))
         write_recording(path, recording)
+        self._paths.add(path)
         if self._on_written is not None:
             self._on_written(path)
+
+    def _forget_files(self) -> None:
+        """Remove the previous run's files: a folder holds one run, as a history shows one."""
+        for path in self._paths:
+            try:
+                os.remove(path)
+            except OSError:
+                pass
+        self._paths = set()
 
     def _refuse(self, what: str, error: Exception) -> None:
         self.refused += 1

@@ -193,6 +193,8 @@ class RedisWriter:
             (default ``$ASYNC_PLOTTER_REDIS_TTL`` or one hour).
         live_states: the trainer's worker plays the live episode for viewers (``live.py``);
             said in the structure's description, so that ``view`` draws it by default.
+        history_states: the trainer's worker publishes every policy's recording
+            (``states.py``); said there too, so that ``serve`` offers the run's history in 3D.
     """
 
     def __init__(self,
@@ -204,7 +206,8 @@ class RedisWriter:
                  secret: Optional[Union[str, bytes]],
                  stats: Any,
                  ttl: Optional[float] = None,
-                 live_states: bool = False) -> None:
+                 live_states: bool = False,
+                 history_states: bool = False) -> None:
         dtype = np.dtype(dtype)
         if dtype_code(dtype) is None:
             raise InvalidArgumentError(
@@ -223,6 +226,7 @@ class RedisWriter:
         self._run_started_ns = time.time_ns()
         self._config = config
         self._live_states = live_states
+        self._history_states = history_states
         self._structure, self._structure_id = self._seal_structure(config)
         self._sent_update_head: Optional[bytes] = None  # header of the newest update sent
         self._reasserted = False
@@ -370,6 +374,8 @@ class RedisWriter:
             # its worker plays the live episode while watched (``live.py``): a viewer may draw
             # it without rebuilding the policy
             "live_states": self._live_states,
+            # it publishes every policy's history recording (``states.py``)
+            "history_states": self._history_states,
         }
         return seal_structure(self._key, self._experiment, self._run_id, self._run_started_ns, meta,
                               body)
