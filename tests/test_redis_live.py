@@ -420,3 +420,52 @@ def test_serve_draws_a_trainers_live_states_and_history_without_tensorflow(redis
             serve.kill()
             serve.wait()
         plotter.close()
+
+
+@pytest.mark.slow
+def test_a_live_view_resumes_after_redis_goes_away_and_comes_back_empty(redis_server,
+                                                                        tmp_path):  # noqa: F811
+    """redis-server SIGKILLed and started again with nothing: the trainer publishes again, the
+    viewer subscribes again, and new episodes are drawn; neither side ends nor needs a hand."""
+    policy = LinearPolicy(4, 1)
+    plotter = _trainer(redis_server.url, "outage", policy)
+    videos = tmp_path / "videos"
+    viewer, lines = _command_without_tensorflow(tmp_path, "view", redis_server.url, "-e", "outage",
+                                                "--video-dir", str(videos))
+    iteration = 0
+
+    def drawn():
+        return sorted(name for name in os.listdir(videos)
+                      if name.endswith(".mp4")) if videos.exists() else []
+
+    def newest():  # the newest iteration drawn (iter_NNNN.mp4)
+        return max((int(name[5:9]) for name in drawn() if name.startswith("iter_")), default=-1)
+
+    def train_until(done, seconds):
+        nonlocal iteration
+        deadline = time.monotonic() + seconds
+        while not done() and time.monotonic() < deadline and viewer.poll() is None:
+            policy.fill(_fill(iteration))
+            plotter.update_plot(policy, iteration=iteration)
+            iteration += 1
+            time.sleep(0.5)
+        assert done(), "".join(lines)
+
+    try:
+        train_until(lambda: len(drawn()) >= 2, 120)
+        redis_server.kill()
+        away = iteration
+        train_until(lambda: iteration >= away + 6, 30)  # trained on while the server was away
+        redis_server.start()
+        back = iteration
+        # Drawn: policies the trainer sent after the server came back.
+        train_until(lambda: newest() >= back, 120)
+        assert plotter.stats["last_error"] is None, plotter.stats
+        viewer.send_signal(signal.SIGINT)
+        assert viewer.wait(60) == 0, "".join(lines)
+        assert "Traceback" not in "".join(lines), "".join(lines)
+    finally:
+        if viewer.poll() is None:
+            viewer.kill()
+            viewer.wait()
+        plotter.close()

@@ -258,8 +258,8 @@ def test_a_viewer_refuses_what_fails_its_check_and_fetches_the_rest(redis_server
 def test_recordings_written_while_redis_is_away_are_sent_once_it_is_back(
         redis_server, tmp_path, caplog):  # noqa: F811
     """The server vanishes (SIGKILL: it comes back empty): the recordings written meanwhile wait
-    and are sent within the retry's bound (5 s, with jitter) of its return, with the model it
-    lost; a viewer then fetches them all."""
+    and are sent within the retry's bound (5 s, with jitter) of its return, with the model and
+    the recording it lost; a viewer then fetches them all."""
     paths = _recordings(tmp_path, 3)
     publisher = RecordingPublisher(RunTarget(redis_server.url, "outage", SECRET, (3, 1000), 60.0))
     try:
@@ -275,15 +275,16 @@ def test_recordings_written_while_redis_is_away_are_sent_once_it_is_back(
         back = time.monotonic()
         wait_for(lambda: publisher.sent == 3, 30, message="the waiting recordings sent")
         assert time.monotonic() - back < 6.0 + 1.0  # the longest wait, jittered, and the send
+        assert publisher.resent == 1  # the one the server held before it went
     finally:
         publisher.close(5)
     fetched = tmp_path / "fetched"
     fetcher = RecordingFetcher(redis_server.url, "outage", Verifier(SECRET), str(fetched))
     try:
-        wait_for(lambda: fetcher.written == 2, 10, message="both recordings fetched")
+        wait_for(lambda: fetcher.written == 3, 10, message="every recording fetched")
     finally:
         fetcher.close()
-    assert sorted(os.listdir(fetched)) == ["iter_0001.npz", "iter_0002.npz"]
+    assert sorted(os.listdir(fetched)) == ["iter_0000.npz", "iter_0001.npz", "iter_0002.npz"]
 
 
 def test_replay_waits_for_a_trainers_history_then_shows_and_draws_it(redis_server,
@@ -353,3 +354,33 @@ def test_replay_names_what_a_redis_source_needs(tmp_path, capsys, monkeypatch):
             main(argv)
         assert exited.value.code == 2, argv
         assert expected in capsys.readouterr().err, argv
+
+
+def test_a_viewer_follows_a_trainer_restart_and_a_restarted_viewer_fetches_what_is_kept(
+        redis_server, tmp_path):  # noqa: F811
+    """A trainer started again is a new run: a viewer's folder then holds the new run's
+    recordings alone (a history shows one run). A viewer started again fetches all it missed."""
+    paths = _recordings(tmp_path, 3)
+    first = RecordingPublisher(RunTarget(redis_server.url, "restarts", SECRET, (1, 1000), 60.0))
+    first.add(paths[0], 1, 0)
+    first.add(paths[1], 2, 1)
+    first.close(10)
+    fetched = tmp_path / "fetched"
+    fetcher = RecordingFetcher(redis_server.url, "restarts", Verifier(SECRET), str(fetched))
+    try:
+        wait_for(lambda: fetcher.written == 2, 10, message="the first run's recordings")
+        second = RecordingPublisher(RunTarget(redis_server.url, "restarts", SECRET, (2, 2000),
+                                              60.0))
+        second.add(paths[2], 1, 2)
+        second.close(10)
+        wait_for(lambda: sorted(os.listdir(fetched)) == ["iter_0002.npz"],
+                 10,
+                 message="the new run's recording alone")
+    finally:
+        fetcher.close()
+    again = RecordingFetcher(redis_server.url, "restarts", Verifier(SECRET), str(tmp_path / "2"))
+    try:
+        wait_for(lambda: again.written == 1, 10, message="a restarted viewer's fetch")
+    finally:
+        again.close()
+    assert os.listdir(tmp_path / "2") == ["iter_0002.npz"]

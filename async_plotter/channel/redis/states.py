@@ -182,8 +182,10 @@ class RecordingPublisher:
     ``add`` never blocks nor raises: the recording is queued (the oldest waiting is dropped
     past ``_QUEUE_LENGTH``; its file stays). A server that is down costs one warning, and what
     could not be sent waits (the newest ``_QUEUE_LENGTH``) and goes as soon as the server is
-    back: retried after 0.1 s, doubling up to ``_RETRY_CAP`` s. A recording the server refuses
-    (the role, a full server) or whose file is gone is not retried.
+    back: retried after 0.1 s, doubling up to ``_RETRY_CAP`` s. A server that comes back
+    without the run's model (restarted empty) gets it again, and the recordings it held (the
+    newest ``kept`` sent, those whose files are still on disk) sent again before it. A recording
+    the server refuses (the role, a full server) or whose file is gone is not retried.
     """
 
     def __init__(self, target: RunTarget, kept: int = DEFAULT_KEPT) -> None:
@@ -191,6 +193,11 @@ class RecordingPublisher:
         self._keys = StateKeys(target.experiment)
         self._ttl_ms = target.ttl_ms
         self._kept = max(int(kept), 1)
+        #: what the server holds of the run: sent again if it loses them
+        self._held: "collections.deque[Tuple[str, int, Optional[int]]]" = collections.deque(
+            maxlen=self._kept)
+        #: recordings sent again to a server that had lost them
+        self.resent = 0
         self._queue: "queue.Queue[Optional[Tuple[str, int, Optional[int]]]]" = queue.Queue()
         self._model: Optional[bytes] = None
         self._model_sent = False
@@ -268,6 +275,35 @@ class RecordingPublisher:
             "it stays on disk", self._target.experiment, os.path.basename(path),
             type(error).__name__, error)
 
+    def _put(self, pipe: Any, recording: Any, update: int, iteration: Optional[int]) -> None:
+        """Queue on ``pipe`` the commands that store one recording and index it."""
+        target, keys = self._target, self._keys
+        member = _member(target.run[0], update)
+        pipe.set(keys.recording(member),
+                 seal(target.secret, b"recording", target.experiment, target.run, update, iteration,
+                      compact_bytes(recording)),
+                 px=self._ttl_ms)
+        pipe.zadd(keys.index, {member: update})
+        pipe.pexpire(keys.index, self._ttl_ms)
+
+    def _send_again(self, client: Any) -> None:
+        """Send the recordings the server held again, those whose files are still here."""
+        pipe = client.pipeline(transaction=False)
+        again = 0
+        for path, update, iteration in self._held:
+            try:
+                recording = read_recording(path)
+            except (OSError, RecordingError):
+                continue  # the history's bound removed it since
+            self._put(pipe, recording, update, iteration)
+            again += 1
+        pipe.execute()
+        self.resent += again
+        if again:
+            logger.info(
+                "publishing experiment %r: Redis came back without the run's history; "
+                "%d recording(s) sent again", self._target.experiment, again)
+
     def _sealed_model(self, mjb: bytes) -> bytes:
         if self._model is None:
             self._model = seal_model(self._target, mjb)
@@ -275,28 +311,26 @@ class RecordingPublisher:
 
     def _send(self, client: Any, path: str, update: int, iteration: Optional[int]) -> None:
         recording = read_recording(path)
-        target = self._target
-        keys, member = self._keys, _member(target.run[0], update)
+        keys = self._keys
         model = self._sealed_model(recording.model_mjb)
         pipe = client.pipeline(transaction=False)
         if not self._model_sent:
             # A new run's history starts empty: the previous run's goes with its keys' expiry.
             pipe.delete(keys.index)
-        pipe.set(keys.recording(member),
-                 seal(target.secret, b"recording", target.experiment, target.run, update, iteration,
-                      compact_bytes(recording)),
-                 px=self._ttl_ms)
-        pipe.zadd(keys.index, {member: update})
-        pipe.pexpire(keys.index, self._ttl_ms)
+        self._put(pipe, recording, update, iteration)
         if self._model_sent:
             pipe.pexpire(keys.model, self._ttl_ms)
         else:
             pipe.set(keys.model, model, px=self._ttl_ms)
         pipe.zcard(keys.index)
         *_, model_kept, count = pipe.execute()
-        if not model_kept:  # a server that lost it (restarted empty) gets the model again
+        if not model_kept:
+            # A server that lost the model (restarted empty) lost the recordings too: they go
+            # again, then the model (last: should this fail, the next send sees it missing).
+            self._send_again(client)
             client.set(keys.model, model, px=self._ttl_ms)
         self._model_sent = True
+        self._held.append((path, update, iteration))
         if count > self._kept:  # the oldest go, keys and all
             dropped = [member for member, _ in client.zpopmin(keys.index, count - self._kept)]
             client.delete(*[keys.recording(m.decode("ascii")) for m in dropped])
