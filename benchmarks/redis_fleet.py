@@ -1,7 +1,8 @@
 """A fleet of trainers on one Redis server: the history as state recordings against today's
 parameter path (issue 34's figures, for what exists today).
 
-Two modes, one after the other in one run, against one private ``redis-server`` (or ``--url``):
+Three modes, one after the other in one run, against one private ``redis-server`` (or
+``--url``):
 
 * ``states``: ``--trainers`` simulated trainers (default 100), each publishing under its own
   experiment name with a ``RecordingPublisher`` of its own (a distinct run id), one real state
@@ -18,7 +19,12 @@ Two modes, one after the other in one run, against one private ``redis-server`` 
   ``RedisWriter`` publishing 1e6 float32 every 3 s (signed, as a trainer's). On a machine that
   cannot sustain that many (the row "parameter bytes delivered / due" falls below 1), run fewer:
   their bytes/s and redis-server CPU are then scaled to ``--trainers`` in a column marked
-  extrapolated.
+  extrapolated. This process subscribes to every experiment's readers channel, as a parameter
+  reader (``view --rollouts``) would: the writers send every update whole, today's path when
+  read, and the baseline of every ratio.
+* ``unread``: the same trainers with nobody reading the parameters: each update goes as its
+  signed header alone (``wire.FLAG_WITHHELD``), what a publishing trainer now sends beside its
+  states while no viewer asks for its parameters.
 
 The trainers run as ``--processes`` processes (default 10), several trainers in each: one
 scheduling thread per process calls ``add`` / ``publish`` at each trainer's due time, and each
@@ -51,8 +57,8 @@ begin one then. Measured over ``--live-seconds`` (default 20) twice:
 
 * nobody watching: bytes/s into Redis, redis-server CPU, the PUBLISH and PUBSUB NUMSUB the server
   ran (``INFO commandstats``: any PUBLISH at all would show), the fleet's CPU per trainer; the
-  table also adds this mode's bytes/s to the states mode's (a sum of two windows, not one run of
-  both).
+  table also adds this mode's bytes/s to the states and unread modes' (what a trainer nobody
+  watches sends: a sum of three windows, not one run of all three).
 * ``WATCHED`` trainers watched (half of each env): per watched trainer one real ``async-plotter
   view URL -e E --states --video-dir D`` and one probe process that verifies each message with
   ``open_live`` and logs its arrival; the feeding threads log when each chunk was handed to
@@ -198,7 +204,7 @@ def fleet_worker(spec_path: str) -> None:
         with open(spec["log"] + ".json", "w") as handle:
             json.dump(live_worker(spec, stop, parent), handle)
         return
-    if mode == "states":
+    if mode == "states":  # else "parameters" or "unread": the same writers
         from async_plotter.channel.redis.states import RecordingPublisher, RunTarget
 
         publishers = [
@@ -261,6 +267,7 @@ def fleet_worker(spec_path: str) -> None:
         for publisher in publishers:
             publisher.close(2.0)
         report.update(sent=sum(s["published"] for s in stats),
+                      withheld=sum(s["published_withheld"] for s in stats),
                       replaced=sum(s["publish_replaced"] for s in stats),
                       errors=sum(s["publish_errors"] for s in stats))
     with open(spec["log"] + ".json", "w") as handle:
@@ -687,7 +694,12 @@ def run_mode(mode: str, args: argparse.Namespace, url: str, client: Any, redis_p
             "log": os.path.join(work, f"{mode}-{rank}.log"),
         }
         fleet.append(_start_role(children, work, "--fleet-worker", f"{mode}-{rank}", spec))
-    watcher = None
+    watcher = reading = None
+    if mode == "parameters":  # a reader of every experiment's parameters: they go whole
+        from async_plotter.channel.redis.wire import ExperimentKeys
+
+        reading = client.pubsub()
+        reading.subscribe(*[ExperimentKeys(t["experiment"]).readers for t in trainers])
     # Phases spread over the interval, so the fetchers' 1 s poll is met at every phase.
     watched = sorted({trainers[i * count // WATCHED]["experiment"] for i in range(WATCHED)})
     viewer_log = os.path.join(work, "viewer.log")
@@ -741,11 +753,14 @@ def run_mode(mode: str, args: argparse.Namespace, url: str, client: Any, redis_p
         result["delivered_fraction_of_schedule"] = result["bytes_per_s_into_redis"] / due_bytes
     if mode == "states":
         result["viewer_cpu_of_a_core"] = (after["cpu"]["viewer"] - before["cpu"]["viewer"]) / wall
-    serve_timeout = 60.0 if mode == "parameters" else 15.0
-    print(f"{mode}: measured; starting serve against the publishing fleet", flush=True)
-    result["serve"] = measure_serve(children, url, [t["experiment"] for t in trainers],
-                                    args.list_requests, work, serve_timeout)
+    if mode != "unread":
+        serve_timeout = 60.0 if mode == "parameters" else 15.0
+        print(f"{mode}: measured; starting serve against the publishing fleet", flush=True)
+        result["serve"] = measure_serve(children, url, [t["experiment"] for t in trainers],
+                                        args.list_requests, work, serve_timeout)
     children.stop(fleet + ([watcher] if watcher is not None else []))
+    if reading is not None:
+        reading.close()
     calls = {}  # the logs are complete once their writers stopped
     for rank in range(processes):
         calls.update(read_log(os.path.join(work, f"{mode}-{rank}.log")))
@@ -1167,7 +1182,8 @@ def table(results: Dict[str, Any]) -> List[str]:
             states.get("viewer_cpu_of_a_core")), "n/a", "", "", ""),
         ("viewer imports TensorFlow", "yes" if viewer.get("heavy_modules") else "no", "n/a", "", "",
          "no: " + ("MISSED" if viewer.get("heavy_modules") else "met")),
-    ] + live_rows(results, extrapolated["bytes_per_s_into_redis"])
+    ] + unread_rows(results, extrapolated["bytes_per_s_into_redis"]) + live_rows(
+        results, extrapolated["bytes_per_s_into_redis"])
     if k == n:  # nothing extrapolated: no column for it
         rows = [row[:3] + row[4:] for row in rows]
     widths = [max(len(str(row[i])) for row in rows) for i in range(len(rows[0]))]
@@ -1179,6 +1195,24 @@ def table(results: Dict[str, Any]) -> List[str]:
     return lines
 
 
+def unread_rows(results: Dict[str, Any], param_bytes: float) -> List[tuple]:
+    """The unread mode's rows: parameters nobody reads, sent as their headers alone."""
+    unread = results["modes"]["unread"]
+    scale = results["modes"]["states"]["trainers"] / unread["trainers"]
+    value = unread["bytes_per_s_into_redis"] * scale
+    totals = unread.get("publisher_totals", {})
+    results["ratios_parameters_over_unread"] = {"bytes_per_s": param_bytes / value}
+    return [
+        ("parameters nobody reads: bytes/s into Redis", _fmt_bytes(value), "", "",
+         f"{param_bytes / value:.0f}x", ""),
+        ("parameters nobody reads: withheld / sent", f"{totals.get('withheld')} / "
+         f"{totals.get('sent')}", "", "", "", ""),
+        ("parameters nobody reads: redis-server CPU",
+         _fmt_pct(None if unread["redis_cpu_of_a_core"] is None else unread["redis_cpu_of_a_core"] *
+                  scale), "", "", "", ""),
+    ]
+
+
 def live_rows(results: Dict[str, Any], param_bytes: float) -> List[tuple]:
     """The live mode's rows (figures in the states column, the ratio to the parameter path at
     as many trainers in the ratio column)."""
@@ -1186,10 +1220,12 @@ def live_rows(results: Dict[str, Any], param_bytes: float) -> List[tuple]:
     n = live["trainers"]
     nobody, seen, watched = live["nobody_watching"], live["watched_window"], live["watched"]
     alone = nobody["bytes_per_s_into_redis"]
-    both = alone + states["bytes_per_s_into_redis"]
+    unread = results["modes"]["unread"]
+    headers = unread["bytes_per_s_into_redis"] * states["trainers"] / unread["trainers"]
+    both = alone + states["bytes_per_s_into_redis"] + headers
     results["ratios_parameters_over_live"] = {
         "nobody_watching_bytes_per_s": param_bytes / alone if alone else None,
-        "history_plus_nobody_watching_bytes_per_s": param_bytes / both,
+        "trainer_nobody_watches_bytes_per_s": param_bytes / both,
     }
 
     def ratio(value: float) -> str:
@@ -1210,8 +1246,8 @@ def live_rows(results: Dict[str, Any], param_bytes: float) -> List[tuple]:
     return [
         ("live, nobody watching: bytes/s into Redis", _fmt_bytes(alone), "", "", ratio(alone),
          goal_bytes(alone)),
-        ("history + live nobody watching (sum)", _fmt_bytes(both), "", "", ratio(both),
-         goal_bytes(both)),
+        ("a trainer nobody watches: history + live + unread parameters (sum)", _fmt_bytes(both), "",
+         "", ratio(both), goal_bytes(both)),
         ("live, nobody watching: redis-server CPU", _fmt_pct(nobody["redis_cpu_of_a_core"]), "", "",
          "", goal_cpu(nobody["redis_cpu_of_a_core"])),
         ("live, nobody watching: PUBLISH (NUMSUB)",
@@ -1333,7 +1369,7 @@ def main() -> None:
                 f"{_fmt_bytes(size['model_bytes_compressed'])} once",
                 flush=True)
         modes = {}
-        for mode in ("states", "parameters"):
+        for mode in ("states", "parameters", "unread"):
             modes[mode] = run_mode(mode, args, url, client, redis_pid, recordings, work, children)
         modes["live"] = run_live(args, url, client, redis_pid, recordings, work, children)
         delete_fleet_keys(client)

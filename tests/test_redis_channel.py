@@ -382,6 +382,9 @@ def test_a_plotter_with_a_channel_and_a_video_dir_shows_here_and_publishes(redis
     """Outputs asked for here are made here (they were silently dropped with a channel); what
     Redis carries is the signed structure without them, and every update."""
     policy = LinearPolicy(4, 2)
+    client = redis.Redis.from_url(redis_server.url)
+    reading = client.pubsub()  # a parameter reader: the trainer sends them whole
+    reading.subscribe(ExperimentKeys("from-plotter").readers)
     plotter = Plotter("CartPole-v1",
                       policy,
                       max_path_length=5,
@@ -389,7 +392,6 @@ def test_a_plotter_with_a_channel_and_a_video_dir_shows_here_and_publishes(redis
                       experiment="from-plotter",
                       secret=SECRET.decode(),
                       video_dir=str(tmp_path)).start()
-    client = redis.Redis.from_url(redis_server.url)
     try:
         policy.fill(0.5)
         plotter.update_plot(policy, iteration=0, metrics={"AverageReturn": 3.0})
@@ -409,6 +411,7 @@ def test_a_plotter_with_a_channel_and_a_video_dir_shows_here_and_publishes(redis
         update = wait_for(lambda: newest().iteration == 0 and newest(), 10, message="iteration 0")
         assert update.iteration == 0 and np.all(update.params == 0.5)
     finally:
+        reading.close()
         client.close()
         plotter.close()
     stats = plotter.stats
@@ -424,3 +427,54 @@ def test_a_publishing_trainer_opens_a_window_only_when_asked(xvfb):
     assert Plotter("CartPole-v1", policy).window is True
     assert Plotter("CartPole-v1", policy, **redis_args).window is False
     assert Plotter("CartPole-v1", policy, window=True, **redis_args).window is True
+
+
+def test_the_parameters_travel_only_while_a_reader_is_subscribed(redis_server):  # noqa: F811
+    """With no parameter reader, an update goes as its signed header alone (what the lists
+    show); a reader that subscribes gets the newest whole within about a second, though the
+    trainer publishes nothing new meanwhile; once it has gone, the header alone again."""
+    from async_plotter.channel.redis.wire import withheld_bytes
+
+    policy = LinearPolicy(4, 2)
+    whole_bytes = update_bytes(8, np.float32)
+    plotter = Plotter("CartPole-v1",
+                      policy,
+                      channel=redis_server.url,
+                      experiment="on-demand",
+                      secret=SECRET).start()
+    client = redis.Redis.from_url(redis_server.url)
+    keys = ExperimentKeys("on-demand")
+    verifier = Verifier(SECRET, False)
+    try:
+        policy.fill(0.25)
+        plotter.update_plot(policy, iteration=3)
+
+        def newest_head():
+            value = client.get(keys.params) or b""
+            if len(value) < UPDATE_HEADER.size:
+                return None
+            return open_update(value, verifier, "on-demand", None)
+
+        wait_for(lambda: newest_head() and newest_head()[0].iteration == 3,
+                 10,
+                 message="iteration 3's header")
+        head, update = newest_head()
+        assert head.withheld and update is None
+        assert client.strlen(keys.params) == withheld_bytes() < whole_bytes
+        assert plotter.stats["published_withheld"] >= 1
+
+        reader = RedisReader(redis_server.url, "on-demand", SECRET)
+        try:
+            whole = reader.wait(10)  # nothing published meanwhile: the newest, sent whole
+            assert whole is not None and whole.iteration == 3 and np.all(whole.params == 0.25)
+            assert client.strlen(keys.params) == whole_bytes
+        finally:
+            reader.close()
+        time.sleep(1.5)  # the next count finds nobody
+        policy.fill(0.5)
+        plotter.update_plot(policy, iteration=4)
+        wait_for(lambda: newest_head()[0].iteration == 4, 10, message="iteration 4's header")
+        assert newest_head()[0].withheld and client.strlen(keys.params) == withheld_bytes()
+    finally:
+        client.close()
+        plotter.close()

@@ -109,6 +109,8 @@ class WorkerStats:
     #: written to Redis, failed attempts, updates skipped by newest-wins, whether it is
     #: connected, the sender thread's CPU-seconds
     published: Optional[int] = None
+    #: of those, updates sent as their header alone: nobody read the parameters then
+    published_withheld: Optional[int] = None
     publish_errors: Optional[int] = None
     publish_replaced: Optional[int] = None
     redis_connected: Optional[bool] = None

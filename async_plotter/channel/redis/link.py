@@ -14,7 +14,7 @@ import logging
 import random
 import threading
 import time
-from typing import Any, Callable, Dict, List, Optional, Set, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Set, Tuple, Union
 
 from async_plotter.channel.redis.refusals import (AccessDenied, denial, explain_failure,
                                                   role_refusal)
@@ -249,7 +249,7 @@ class OutageLog:
 
 
 def run_subscription(url: str,
-                     channel: str,
+                     channel: Union[str, Sequence[str]],
                      who: str,
                      stop: threading.Event,
                      on_connect: Callable[[Any], None],
@@ -257,7 +257,8 @@ def run_subscription(url: str,
                      on_idle: Optional[Callable[[], None]] = None,
                      idle_interval: float = 0.5,
                      on_refused: Optional[Callable[[str], None]] = None) -> None:
-    """Listen to ``channel`` until ``stop`` is set, surviving server restarts. Run it in a thread.
+    """Listen to ``channel`` (or to each of several) until ``stop`` is set, surviving server
+    restarts. Run it in a thread.
 
     After every (re)connection, once subscribed, ``on_connect(client)`` re-reads the keys: the
     subscription exists first, so nothing written after the read can be missed. Each batch of
@@ -272,6 +273,7 @@ def run_subscription(url: str,
     import redis
 
     errors = connection_errors() + (redis.exceptions.RedisError, AccessDenied)
+    channels = [channel] if isinstance(channel, str) else list(channel)
     backoff = Backoff()
     outage = OutageLog(who, url, "the viewer role")
     while not stop.is_set():
@@ -279,8 +281,8 @@ def run_subscription(url: str,
         try:
             client = connect(url)
             pubsub = client.pubsub()
-            pubsub.subscribe(channel)
-            _await_subscribed(pubsub)
+            pubsub.subscribe(*channels)
+            _await_subscribed(pubsub, len(channels))
             on_connect(client)
             outage.recovered()
             backoff.reset()
@@ -303,7 +305,7 @@ def run_subscription(url: str,
             # The subscription's own replies (SUBSCRIBE, its health-check PING) come through
             # redis-py's pub/sub object, not the client that names refusals.
             if not isinstance(error, AccessDenied):
-                error = denial(("SUBSCRIBE", channel), error) or error
+                error = denial(("SUBSCRIBE", *channels), error) or error
             problem = outage.refusal(error)
             if problem is not None and on_refused is not None:
                 on_refused(problem)
@@ -324,12 +326,14 @@ def run_subscription(url: str,
 _MAX_COALESCED = 10000
 
 
-def _await_subscribed(pubsub: Any) -> None:
+def _await_subscribed(pubsub: Any, count: int = 1) -> None:
     deadline = time.monotonic() + _CONNECT_TIMEOUT
     while time.monotonic() < deadline:
         message = pubsub.get_message(timeout=max(deadline - time.monotonic(), 0.0))
         if message is not None and message.get("type") == "subscribe":
-            return
+            count -= 1
+            if count <= 0:
+                return
     import redis
 
     raise redis.exceptions.TimeoutError("the server did not confirm the subscription")

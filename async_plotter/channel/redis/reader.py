@@ -1,6 +1,9 @@
 """The worker's end of the Redis channel: ``RedisReader``, with ``SharedMemoryReader``'s interface.
 
-A daemon thread holds the pub/sub subscription. On each burst of notifications (and after every
+A daemon thread holds the pub/sub subscription, to the experiment's events and to its readers'
+channel, whose subscribers the trainer counts: it sends the parameters only while there are
+some, and its header alone otherwise (``wire.FLAG_WITHHELD``), which the reader skips until the
+whole update comes (at most a second after it subscribed). On each burst of notifications (and after every
 reconnect) it reads the newest update through ``probed.ProbedKey`` (bounded before download,
 verified) and hands it over if it is newer (``wire.RunKey``, then the update number): ``wait``
 wakes with it already verified, ``newer_available`` reads one flag (it runs every env step), and a
@@ -154,8 +157,7 @@ class RedisReader:
             self._newest.close()  # wakes ``wait``, which raises ``ParentGone``
 
     def _listen(self) -> None:
-        run_subscription(self._url,
-                         self._keys.events,
+        run_subscription(self._url, (self._keys.events, self._keys.readers),
                          f"parameter reader for experiment {self._experiment!r}",
                          self._stop,
                          on_connect=self._fetch,
@@ -180,17 +182,23 @@ class RedisReader:
         self._last_rejection = ""
 
     def _vet(self, head: UpdateHead) -> None:
-        """Refuse from the unverified header: an update of another structure, or not newer."""
+        """Refuse from the unverified header: an update of another structure, or not newer;
+        skip one whose parameters are withheld (the whole one comes now that this reader is
+        counted)."""
         expected = self._expected
         if expected is not None and head.structure_id != expected.structure_id:
             raise self._mismatch(head.structure_id)
         self._check_fresh(head.run, head.number)
+        if head.withheld:
+            raise Skip()
 
     def _open(self, value: bytes) -> Tuple[UpdateHead, ParamUpdate]:
         try:
             head, update = open_update(value, self._verifier, self._experiment, self._expected)
         except StructureMismatch as mismatch:
             raise self._mismatch(mismatch.structure_id) from None
+        if update is None:
+            raise Skip()  # withheld (its header changed between the probe and the download)
         self._check_fresh(head.run, head.number)  # again, from the verified header
         return head, update
 

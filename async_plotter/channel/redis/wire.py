@@ -34,6 +34,9 @@ KEY_PREFIX = "async_plotter"
 EXPERIMENT_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
 
 FLAG_SIGNED = 1
+#: an update whose parameters nobody reads: its header and tag alone (``withheld_bytes``); the
+#: trainer sends the whole update once a reader subscribes to ``ExperimentKeys.readers``
+FLAG_WITHHELD = 2
 
 # Redis refuses strings over 512 MiB (its default proto-max-bulk-len).
 MAX_VALUE_BYTES = 512 * 1024 * 1024
@@ -84,6 +87,12 @@ class ExperimentKeys:
     @property
     def events(self) -> str:
         return f"{KEY_PREFIX}:{self.experiment}:events"
+
+    @property
+    def readers(self) -> str:
+        """The channel a parameter reader subscribes to: the trainer counts its subscribers and
+        sends the parameters only while there are some."""
+        return f"{KEY_PREFIX}:{self.experiment}:readers"
 
 
 def experiment_from_structure_key(key: bytes) -> Optional[str]:
@@ -152,6 +161,11 @@ def update_bytes(count: int, dtype: np.dtype) -> int:
     return UPDATE_HEADER.size + count * np.dtype(dtype).itemsize + TAG_BYTES
 
 
+def withheld_bytes() -> int:
+    """Total size of an update value whose parameters are withheld (``FLAG_WITHHELD``)."""
+    return UPDATE_HEADER.size + TAG_BYTES
+
+
 def seal_update(buffer: bytearray,
                 key: Optional[bytes],
                 experiment: str,
@@ -164,14 +178,16 @@ def seal_update(buffer: bytearray,
                 dtype: np.dtype,
                 published_at: float,
                 structure_id: bytes,
-                run_started_ns: int = 0) -> None:
+                run_started_ns: int = 0,
+                withheld: bool = False) -> None:
     """Write the header and the tag around parameters already copied into ``buffer``.
 
     ``buffer`` is ``update_bytes(count, dtype)`` long, parameters at offset
     ``UPDATE_HEADER.size``. Signing happens in place so the parameters are never copied again.
+    ``withheld``: ``buffer`` is ``withheld_bytes()`` long, and holds the header and tag alone.
     """
-    UPDATE_HEADER.pack_into(buffer, 0, UPDATE_MAGIC, WIRE_VERSION,
-                            FLAG_SIGNED if key is not None else 0, UPDATE_HEADER.size,
+    flags = (FLAG_SIGNED if key is not None else 0) | (FLAG_WITHHELD if withheld else 0)
+    UPDATE_HEADER.pack_into(buffer, 0, UPDATE_MAGIC, WIRE_VERSION, flags, UPDATE_HEADER.size,
                             dtype_code(dtype), 0, run_id, run_started_ns, number,
                             -1 if iteration is None else iteration, max_path_length, count,
                             published_at, structure_id)
@@ -193,11 +209,13 @@ class UpdateHead(_OfRun):
     published_at: float
     structure_id: bytes
     run_started_ns: int = 0
+    #: the parameters are withheld (``FLAG_WITHHELD``): nobody read them when it was sent
+    withheld: bool = False
 
     @property
     def total(self) -> int:
         """The whole value's length, as the header states it."""
-        return update_bytes(self.count, self.dtype)
+        return withheld_bytes() if self.withheld else update_bytes(self.count, self.dtype)
 
 
 def parse_update_head(value: bytes) -> UpdateHead:
@@ -215,7 +233,7 @@ def parse_update_head(value: bytes) -> UpdateHead:
         raise PayloadRejected("the update's header holds impossible values")
     return UpdateHead(bool(flags & FLAG_SIGNED), run_id, number,
                       None if iteration == -1 else iteration, max_path_length, count, _DTYPES[code],
-                      published_at, structure_id, run_started_ns)
+                      published_at, structure_id, run_started_ns, bool(flags & FLAG_WITHHELD))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -239,13 +257,15 @@ class StructureMismatch(Exception):
 
 
 def open_update(value: bytes, verifier: Verifier, experiment: str,
-                expected: Optional[Expected]) -> Tuple[UpdateHead, ParamUpdate]:
-    """Verify an update value and return its header and a private copy of its parameters.
+                expected: Optional[Expected]) -> Tuple[UpdateHead, Optional[ParamUpdate]]:
+    """Verify an update value and return its header and a private copy of its parameters (None
+    where they are withheld).
 
     Raises ``PayloadRejected`` (with the reason) or ``StructureMismatch``.
     """
     head = parse_update_head(value)
-    check_length("update", len(value), head.total, f"{head.count} parameters ({head.total} bytes)")
+    stated = "its header alone" if head.withheld else f"{head.count} parameters"
+    check_length("update", len(value), head.total, f"{stated} ({head.total} bytes)")
     view = memoryview(value)
     verifier.check(head.signed, view[-TAG_BYTES:], b"update", experiment, view[:-TAG_BYTES])
     if expected is not None:
@@ -255,6 +275,8 @@ def open_update(value: bytes, verifier: Verifier, experiment: str,
             raise PayloadRejected(
                 f"the update has {head.count} {head.dtype.name} parameters, but the structure "
                 f"says {expected.size} {expected.dtype}")
+    if head.withheld:
+        return head, None
     params = np.frombuffer(value, head.dtype, head.count, UPDATE_HEADER.size)
     # A private, native-order, writable copy: the policy may keep or modify it.
     params = params.astype(head.dtype.newbyteorder("="), copy=True)

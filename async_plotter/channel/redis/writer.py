@@ -31,7 +31,7 @@ from async_plotter.channel.redis.wire import (MAX_METRICS_BYTES, MAX_VALUE_BYTES
                                               PayloadRejected, RunKey, dtype_code, metrics_payload,
                                               parse_structure_head, run_hex, seal_metrics,
                                               seal_structure, seal_update, update_bytes,
-                                              valid_experiment)
+                                              valid_experiment, withheld_bytes)
 from async_plotter.channel.redis.signing import SECRET_ENV, resolve_secret, warn_if_weak
 from async_plotter.errors import InvalidArgumentError
 from async_plotter.learning_curve import MAX_POINTS
@@ -52,6 +52,9 @@ REASSERT_INTERVAL = 2.0
 #: stuck (a server that accepts connections and never answers fails no socket call for
 #: ``link._SOCKET_TIMEOUT`` s, and a trainer wants to know while it trains)
 STALL_WARNING_SECONDS = 5.0
+#: seconds between two counts of the parameter readers (``ExperimentKeys.readers``): with none,
+#: an update goes as its header alone, and whole once one comes
+READERS_COUNT_INTERVAL = 1.0
 #: seconds ``close()`` waits for the last update to reach the server by default, whatever the
 #: server does (``Plotter.close`` of a publish-only trainer waits no longer either)
 CLOSE_SECONDS = 2.0
@@ -187,8 +190,10 @@ class RedisWriter:
         size: number of parameters; dtype: their dtype (float32 or float64).
         secret: signing key; None means ``$ASYNC_PLOTTER_SECRET``; none at all publishes unsigned.
         stats: where the counters go (the plotter's ``WorkerStats``, or any dict): this sets
-            ``published``, ``publish_errors``, ``publish_replaced`` (newest-wins skips),
-            ``redis_connected`` and ``publish_cpu_seconds`` (sender thread CPU time).
+            ``published``, ``published_withheld`` (of those, sent as their header alone: no
+            parameter reader was subscribed), ``publish_errors``, ``publish_replaced``
+            (newest-wins skips), ``redis_connected`` and ``publish_cpu_seconds`` (sender thread
+            CPU time).
         ttl: expiry of the experiment's keys in seconds, refreshed while the trainer lives
             (default ``$ASYNC_PLOTTER_REDIS_TTL`` or one hour).
         live_states: the trainer's worker plays the live episode for viewers (``live.py``);
@@ -238,6 +243,7 @@ class RedisWriter:
         self._metrics_history: Deque[bytes] = collections.deque(maxlen=MAX_POINTS)
         self._stats = stats
         stats.update(published=0,
+                     published_withheld=0,
                      publish_errors=0,
                      publish_replaced=0,
                      redis_connected=False,
@@ -250,6 +256,11 @@ class RedisWriter:
         # When the oldest update Redis has not acknowledged yet was published (None: all were).
         self._undelivered_since: Optional[float] = None
         self._stall_warned = False
+        # The parameter readers at the last count, when it was, and whether the newest update
+        # went out withheld (sent whole as soon as a count finds a reader).
+        self._readers = False
+        self._readers_counted_at = -float("inf")
+        self._withheld_last = False
         self._thread = threading.Thread(target=self._run,
                                         name="async_plotter-redis-sender",
                                         daemon=True)
@@ -397,7 +408,8 @@ class RedisWriter:
         while True:
             if not self._closing.is_set():
                 # Sleep until woken by a publish, or until a reconnect or expiry refresh is due.
-                due = retry_at if client is None else min(refresh_at, reassert_at)
+                due = retry_at if client is None else min(refresh_at, reassert_at,
+                                                          self._next_readers_count())
                 self._wake.wait(max(due - time.monotonic(), 0.0))
                 self._wake.clear()
             closing = self._closing.is_set()
@@ -415,6 +427,7 @@ class RedisWriter:
                     refresh_at = time.monotonic() + refresh_every
                     reassert_at = time.monotonic() + REASSERT_INTERVAL
                 self._send_update(client)
+                self._send_whole_when_read(client)
                 self._send_metrics(client)
                 if time.monotonic() >= refresh_at:
                     self._refresh(client)
@@ -511,12 +524,36 @@ class RedisWriter:
             self._slot.resend_last()  # sent by the caller's next round, as after a reconnect
             self._wake.set()
 
+    def _next_readers_count(self) -> float:
+        """When the readers are to be counted again: only while the newest update is withheld."""
+        if not self._withheld_last:
+            return float("inf")
+        return self._readers_counted_at + READERS_COUNT_INTERVAL
+
+    def _readers_present(self, client: Any) -> bool:
+        """Whether somebody reads the parameters (counted at most once per interval)."""
+        now = time.monotonic()
+        if now >= self._readers_counted_at + READERS_COUNT_INTERVAL:
+            self._readers_counted_at = now
+            self._readers = client.pubsub_numsub(self._keys.readers)[0][1] > 0
+        return self._readers
+
+    def _send_whole_when_read(self, client: Any) -> None:
+        """A reader came since the newest update went out withheld: send it whole now."""
+        if self._withheld_last and time.monotonic() >= self._next_readers_count() \
+                and self._readers_present(client):
+            self._slot.resend_last()
+            self._send_update(client)
+
     def _send_update(self, client: Any) -> None:
         taken = self._slot.take()
         if taken is None:
             return
         index, meta = taken
-        buffer = self._slot.buffers[index]
+        # Nobody reads the parameters: the header alone says what the newest update is (for
+        # the lists and the curve), without the vector (4 MB for 1e6 float32).
+        whole = self._readers_present(client)
+        buffer = self._slot.buffers[index] if whole else bytearray(withheld_bytes())
         seal_update(buffer,
                     self._key,
                     self._experiment,
@@ -528,7 +565,8 @@ class RedisWriter:
                     dtype=self._dtype,
                     published_at=meta.published_at,
                     structure_id=self._structure_id,
-                    run_started_ns=self._run_started_ns)
+                    run_started_ns=self._run_started_ns,
+                    withheld=not whole)
         keys = self._keys
         pipe = client.pipeline(transaction=False)
         pipe.set(keys.params, memoryview(buffer), px=self._ttl_ms)  # no copy of the vector
@@ -540,8 +578,11 @@ class RedisWriter:
             self._slot.failed(index, meta)
             raise
         self._slot.sent(index, meta)
+        self._withheld_last = not whole
         self._sent_update_head = bytes(buffer[:UPDATE_HEADER.size])
         self._stats["published"] += 1
+        if not whole:
+            self._stats["published_withheld"] += 1
         self._undelivered_since = time.monotonic() if self._slot.dirty else None
         if self._stall_warned:
             self._stall_warned = False
