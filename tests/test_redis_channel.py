@@ -470,7 +470,8 @@ def test_the_parameters_travel_only_while_a_reader_is_subscribed(redis_server): 
             assert client.strlen(keys.params) == whole_bytes
         finally:
             reader.close()
-        time.sleep(1.5)  # the next count finds nobody
+        wait_for(lambda: client.pubsub_numsub(keys.readers)[0][1] == 0, 10, message="gone")
+        time.sleep(1.5)  # past the count's interval: the next update's count finds nobody
         policy.fill(0.5)
         plotter.update_plot(policy, iteration=4)
         wait_for(lambda: newest_head()[0].iteration == 4, 10, message="iteration 4's header")
