@@ -75,6 +75,20 @@ def _check_published_history(url, plotter, lines):
     assert refused.value.code == 403
 
 
+def _interrupt(process, lines):
+    """Ctrl-C a command: it ends within a minute with code 0."""
+    process.send_signal(signal.SIGINT)
+    assert process.wait(60) == 0, "".join(lines)
+
+
+def _end(process, plotter):
+    """Whatever happened: the command killed if it still runs, the trainer closed."""
+    if process.poll() is None:
+        process.kill()
+        process.wait()
+    plotter.close()
+
+
 def _trainer(url, experiment, policy, **outputs):
     """A publishing InvertedPendulum trainer (episodes of 50 steps: 2 s), started."""
     return Plotter("InvertedPendulum-v5",
@@ -378,13 +392,9 @@ def test_view_draws_a_trainers_live_states_in_a_window_without_tensorflow(
             time.sleep(0.5)
         assert "MuJoCo" in window_names(), "".join(lines)
         assert any("drawing its live states" in line for line in lines), "".join(lines)
-        viewer.send_signal(signal.SIGINT)
-        assert viewer.wait(60) == 0, "".join(lines)
+        _interrupt(viewer, lines)
     finally:
-        if viewer.poll() is None:
-            viewer.kill()
-            viewer.wait()
-        plotter.close()
+        _end(viewer, plotter)
 
 
 def test_serve_draws_a_trainers_live_states_and_history_without_tensorflow(redis_server,
@@ -413,13 +423,9 @@ def test_serve_draws_a_trainers_live_states_and_history_without_tensorflow(redis
         assert frames.count(b"\xff\xd9") >= 10, "".join(lines)
         assert any("drawing its live states" in line for line in lines), "".join(lines)
         _check_published_history(url, plotter, lines)
-        serve.send_signal(signal.SIGINT)
-        assert serve.wait(60) == 0, "".join(lines)
+        _interrupt(serve, lines)
     finally:
-        if serve.poll() is None:
-            serve.kill()
-            serve.wait()
-        plotter.close()
+        _end(serve, plotter)
 
 
 @pytest.mark.slow
@@ -461,11 +467,7 @@ def test_a_live_view_resumes_after_redis_goes_away_and_comes_back_empty(redis_se
         # Drawn: policies the trainer sent after the server came back.
         train_until(lambda: newest() >= back, 120)
         assert plotter.stats["last_error"] is None, plotter.stats
-        viewer.send_signal(signal.SIGINT)
-        assert viewer.wait(60) == 0, "".join(lines)
+        _interrupt(viewer, lines)
         assert "Traceback" not in "".join(lines), "".join(lines)
     finally:
-        if viewer.poll() is None:
-            viewer.kill()
-            viewer.wait()
-        plotter.close()
+        _end(viewer, plotter)
