@@ -28,6 +28,7 @@ from tests.conftest import default_sigint, wait_for
 from tests.policies import LinearPolicy
 from tests.redis_server import redis_server  # noqa: F401
 from tests.test_state_recordings import frames_of
+from tests.test_web_browser import chromium  # noqa: F401 - the fixture
 
 SECRET = b"the live states travel signed 01"
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -397,8 +398,8 @@ def test_view_draws_a_trainers_live_states_in_a_window_without_tensorflow(
         _end(viewer, plotter)
 
 
-def test_serve_draws_a_trainers_live_states_and_history_without_tensorflow(redis_server,
-                                                                           tmp_path):  # noqa: F811
+def test_serve_draws_a_trainers_live_states_and_history_without_tensorflow(
+        redis_server, tmp_path, chromium):  # noqa: F811
     """``async-plotter serve``'s live view of a trainer that sends states is a pure renderer of
     them: with TensorFlow unimportable in serve, an experiment's stream shows the episodes, and
     its card's "history 3D" opens every policy the trainer recorded, fetched from Redis."""
@@ -423,6 +424,14 @@ def test_serve_draws_a_trainers_live_states_and_history_without_tensorflow(redis
         assert frames.count(b"\xff\xd9") >= 10, "".join(lines)
         assert any("drawing its live states" in line for line in lines), "".join(lines)
         _check_published_history(url, plotter, lines)
+        # In a browser, the experiment's card links to it.
+        chromium.call("Page.navigate", url=url)
+        anchor = "document.querySelector('[data-name=\"served\"] .history3d')"
+        link = wait_for(
+            lambda: chromium.evaluate(f"{anchor} && !{anchor}.hidden ? {anchor}.href : null"),
+            30,
+            message="the card's history 3D link")
+        assert link.startswith(url + "x/served/history/?"), link
         _interrupt(serve, lines)
     finally:
         _end(serve, plotter)
