@@ -384,3 +384,40 @@ def test_a_viewer_follows_a_trainer_restart_and_a_restarted_viewer_fetches_what_
     finally:
         again.close()
     assert os.listdir(tmp_path / "2") == ["iter_0002.npz"]
+
+
+def test_serve_follows_a_published_history_while_it_is_asked_for(redis_server,
+                                                                 tmp_path):  # noqa: F811
+    """serve's fetchers of published histories: bounded in number (the one asked for least
+    recently goes), stopped with their files a while after nobody asks, followed again when
+    asked again; nothing left at close."""
+    from async_plotter.serve.published import PublishedHistories
+
+    paths = _recordings(tmp_path, 2)
+    for run, name in enumerate(("a", "b", "c"), start=1):
+        publisher = RecordingPublisher(RunTarget(redis_server.url, name, SECRET, (run, 1000), 60.0))
+        for number, path in enumerate(paths, start=1):
+            publisher.add(path, number, number - 1)
+        publisher.close(10)
+    histories = PublishedHistories(redis_server.url,
+                                   Verifier(SECRET),
+                                   watched=lambda folder: False,
+                                   limit=2,
+                                   linger=2.0)
+    try:
+        a = histories.folder("a", 10)
+        wait_for(lambda: sorted(os.listdir(a)) == ["iter_0000.npz", "iter_0001.npz"], 10)
+        b = histories.folder("b", 10)
+        c = histories.folder("c", 10)  # over the limit: a, asked for least recently, goes
+        wait_for(lambda: not os.path.exists(a), 10, message="the first history let go")
+        assert os.path.isdir(b) and os.path.isdir(c)
+        wait_for(lambda: not os.path.exists(b) and not os.path.exists(c),
+                 10,
+                 message="the histories nobody asked for again let go")
+        again = histories.folder("a", 10)
+        assert again != a
+        wait_for(lambda: len(os.listdir(again)) == 2, 10, message="a followed again")
+        assert histories.folder("nobody-publishes", 0.5) is None
+    finally:
+        histories.close()
+    assert not os.path.exists(os.path.dirname(again))

@@ -8,7 +8,6 @@ another stops the one asked for least recently); one whose history nobody has as
 watched, for ``linger`` seconds stops, and its files go.
 """
 import logging
-import os
 import shutil
 import tempfile
 import threading
@@ -94,7 +93,8 @@ class PublishedHistories:
             self._stop(oldest)
         if self._root is None:
             self._root = tempfile.mkdtemp(prefix="async_plotter_serve_history_")
-        folder = os.path.join(self._root, name)
+        # A folder of its own each time: one being removed behind a stopped fetcher is not this.
+        folder = tempfile.mkdtemp(prefix=f"{name}-", dir=self._root)
         followed = self._followed[name] = _Followed(
             RecordingFetcher(self._url, name, self._verifier, folder), folder)
         if self._sweeper is None:
