@@ -18,7 +18,7 @@ import json
 import os
 import tempfile
 import zipfile
-from typing import Any, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Optional
 
 import numpy as np
 
@@ -123,28 +123,23 @@ def compact_bytes(recording: StateRecording) -> bytes:
 def recording_from_compact(data: bytes, what: str, model_mjb: bytes) -> StateRecording:
     """The recording ``compact_bytes`` made, with ``model_mjb`` put back (``what`` names it in a
     ``RecordingError``). Reading runs no code (``allow_pickle=False``) and checks every shape."""
-    try:
-        with np.load(io.BytesIO(data), allow_pickle=False) as archive:
-            if "format" not in archive.files or str(archive["format"]) != COMPACT_FORMAT:
-                raise RecordingError(f"{what} is not an async_plotter state recording "
-                                     f"(expected format {COMPACT_FORMAT})")
-            episodes = np.asarray(archive["episode"], dtype=np.int32)
-            rows = len(episodes)
-            states = _from_byte_planes(archive["state"], rows, "state")
-            actions = _from_byte_planes(archive["action"], rows, "action")
-            rewards = _from_byte_planes(archive["reward"], rows, "reward")
-            if rewards.shape[1] != 1:
-                raise ValueError("the rewards are not one column")
-            return StateRecording(model_mjb=model_mjb,
-                                  states=states.astype(np.float64),
-                                  actions=actions,
-                                  rewards=rewards[:, 0].copy(),
-                                  episodes=episodes,
-                                  meta=json.loads(str(archive["meta"])))
-    except _UNREADABLE as error:
-        if isinstance(error, RecordingError):
-            raise
-        raise RecordingError(f"cannot read the state recording {what}: {error}") from error
+
+    def from_planes(archive: Any) -> StateRecording:
+        episodes = np.asarray(archive["episode"], dtype=np.int32)
+        rows = len(episodes)
+        states = _from_byte_planes(archive["state"], rows, "state")
+        actions = _from_byte_planes(archive["action"], rows, "action")
+        rewards = _from_byte_planes(archive["reward"], rows, "reward")
+        if rewards.shape[1] != 1:
+            raise ValueError("the rewards are not one column")
+        return StateRecording(model_mjb=model_mjb,
+                              states=states.astype(np.float64),
+                              actions=actions,
+                              rewards=rewards[:, 0].copy(),
+                              episodes=episodes,
+                              meta=json.loads(str(archive["meta"])))
+
+    return _read_archive(io.BytesIO(data), what, COMPACT_FORMAT, from_planes)
 
 
 def _byte_planes(array: np.ndarray) -> np.ndarray:
@@ -194,17 +189,27 @@ def read_recording(path: str) -> StateRecording:
 
 
 def _parse(source: Any, what: str) -> StateRecording:
+    return _read_archive(
+        source, what, FORMAT,
+        lambda archive: StateRecording(model_mjb=archive["model_mjb"].tobytes(),
+                                       states=archive["state"],
+                                       actions=archive["action"],
+                                       rewards=archive["reward"],
+                                       episodes=archive["episode"],
+                                       meta=json.loads(str(archive["meta"]))))
+
+
+def _read_archive(source: Any, what: str, expected_format: str,
+                  build: Callable[[Any], StateRecording]) -> StateRecording:
+    """``build(archive)`` of the numpy zip at ``source`` if it says ``expected_format``; any
+    failure to read it, a ``RecordingError`` naming ``what``. Runs no code
+    (``allow_pickle=False``)."""
     try:
         with np.load(source, allow_pickle=False) as archive:
-            if "format" not in archive.files or str(archive["format"]) != FORMAT:
+            if "format" not in archive.files or str(archive["format"]) != expected_format:
                 raise RecordingError(f"{what} is not an async_plotter state recording "
-                                     f"(expected format {FORMAT})")
-            return StateRecording(model_mjb=archive["model_mjb"].tobytes(),
-                                  states=archive["state"],
-                                  actions=archive["action"],
-                                  rewards=archive["reward"],
-                                  episodes=archive["episode"],
-                                  meta=json.loads(str(archive["meta"])))
+                                     f"(expected format {expected_format})")
+            return build(archive)
     except _UNREADABLE as error:
         if isinstance(error, RecordingError):
             raise

@@ -539,9 +539,9 @@ class RedisWriter:
         return self._readers
 
     def _send_whole_when_read(self, client: Any) -> None:
-        """A reader came since the newest update went out withheld: send it whole now."""
-        if self._withheld_last and time.monotonic() >= self._next_readers_count() \
-                and self._readers_present(client):
+        """A reader came since the newest update went out withheld: send it whole now (the
+        count itself waits for its interval)."""
+        if self._withheld_last and self._readers_present(client):
             self._slot.resend_last()
             self._send_update(client)
 
