@@ -1,4 +1,5 @@
 """Videos play at their env's own rate: every k-th step is drawn where the rate is above the cap."""
+import time
 import types
 
 import gymnasium
@@ -130,3 +131,29 @@ def test_videos_while_training_show_the_same_simulated_time_on_every_env(env_id,
     assert clip("auto") == steps
     assert clip(30) == 30
     assert clip(None) == clip("auto", live=True) == 5000
+
+
+@pytest.mark.slow
+def test_the_first_video_written_to_files_alone_is_drawn_without_the_cap(tmp_path, no_leftovers):
+    """Start-up runs at the trainer's priority, uncharged: where only files are written, its
+    first video is drawn as fast as the machine goes, not spread over its playing time by the
+    frame cap. A whole 1000-step Swimmer rollout (its TimeLimit) plays 40 s; at the cap,
+    drawing it would take as long. (With a user sink or a live view, the cap holds from the first frame:
+    tests/test_shape.py checks the due times a sink gets.)"""
+    policy = LinearPolicy(8, 2)
+    policy.fill(0.3)
+    with Plotter("Swimmer-v5",
+                 policy,
+                 max_path_length=1000,
+                 video_dir=str(tmp_path),
+                 video_length=None,
+                 frame_size=(64, 64),
+                 final_video_timeout=0) as plotter:
+        wait_for(lambda: plotter.stats["boot_seconds"] is not None, 120, message="the boot")
+        booted = time.monotonic()
+        wait_for(lambda: plotter.stats["videos"] >= 1, 120, message="the first video")
+        took = time.monotonic() - booted
+        stats = plotter.stats
+    fps, frames = read_video(stats["video_log"][0]["path"])
+    assert fps == pytest.approx(25) and frames == 1001 == stats["video_log"][0]["frames"]
+    assert took < 25, f"the first video took {took:.0f} s after the boot: drawn at the cap"

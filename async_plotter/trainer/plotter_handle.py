@@ -67,6 +67,9 @@ class Plotter:
         fps: the frame cap: frames drawn per second at most. Every output plays at the env's own
             rate, real time; above the cap only every k-th step is drawn (Hopper: every 4th at
             31.25 frames/s); ``stats["video_fps"]`` and ``stats["frame_stride"]`` say which.
+            The final video is drawn without the cap, and so is the first where only files
+            are written (no window, page, ``on_frame`` or user sink): start-up and the end of
+            training are not held to the budget, and the cap would only make them later.
         deterministic: show the policy's mean action when it reports one.
         quality: ``"auto"`` (cheap visuals on software GL, full on a GPU), ``"cheap"`` or ``"full"``.
         budget: the fraction of the machine's CPU plotting may take from a busy trainer

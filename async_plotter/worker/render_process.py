@@ -313,6 +313,11 @@ class _Stream:
         self._catching_up = False
         self._recorders = [sink for sink in sinks if isinstance(sink, RecordedSink)]
         self._viewers = [sink for sink in sinks if not isinstance(sink, RecordedSink)]
+        #: the first video, where every sink keeps files (nothing live, no user sink, which is
+        #: promised frames at the cap's times), is drawn without the cap too: until it exists
+        #: the worker runs at the trainer's priority, uncharged (``supervision/budget.py``), and
+        #: the cap would spread the same CPU over seconds of start-up instead of showing it soon
+        self._first_video = not config.live and not self._viewers
         self._episode: Optional[EpisodeInfo] = None
         self._frames_unreported = 0
         self._last_report = time.monotonic()
@@ -413,6 +418,10 @@ class _Stream:
     def _on_final(self, body: None) -> None:
         self._final = True
 
+    @property
+    def _uncapped(self) -> bool:
+        return self._final or self._catching_up or self._first_video
+
     def _on_failed(self, body: None) -> None:
         self._rollout_gone()
 
@@ -441,6 +450,7 @@ class _Stream:
             sink.end_episode(self._episode, end)
         if not end.continued:
             self._catching_up = False
+            self._first_video = False
         self._report_frames()  # an idle worker would otherwise never report the tail
 
     def _on_states(self, chunk: StateChunk) -> None:
@@ -541,7 +551,7 @@ class _Stream:
         # next is not shown before the last frame shown is due. A live view stops waiting
         # when newer steps come (a new policy's start at once; others at their time).
         deadline = self._timeline.next_due - self._timeline.interval
-        if self._final or self._catching_up:
+        if self._uncapped:
             return
         if not self._live:
             wait_until(deadline)
@@ -556,7 +566,7 @@ class _Stream:
         # The frame-rate cap bounds the worker's CPU; the final video and a catch-up have none
         # (close() or the live view waits for them). Sinks that show frames as they come get
         # each at its time; the others a chunk's at once, each with its due time.
-        due = now() if self._final or self._catching_up else self._timeline.due()
+        due = now() if self._uncapped else self._timeline.due()
         if due > now() and any(sink.wants_real_time() for sink in self._sinks):
             wait_until(due)
         self._hand(self._targets(), frame, step, due)
