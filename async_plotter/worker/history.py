@@ -19,9 +19,12 @@ while a recording runs replaces the one waiting, and the running one finishes. I
 file itself (it has the model and the states; nothing more goes through the pipe), whole under
 a locked temporary name and then renamed (``render/recording.py``), then thins the folder to its
 bound. Its CPU is the rollout process's, held to the budget like the rest of it (the governor
-sets the priority of every thread); it starts once the first video's rollout is over, so that the
-worker's start-up, at the trainer's priority and uncharged, does not carry it. Envs that draw their own frames (CartPole) have no state to
-keep: their history is the return and length of each episode, reported without a file.
+sets the priority of every thread). It starts once the first video's rollout is sent, so that
+the worker's start-up (at the trainer's priority, uncharged, until that video exists) does not
+carry its first policy runtime and env; what is left of the start-up then is the video's
+drawing, without the cap where only files are written: a second or two. Envs that draw their
+own frames (CartPole) have no state to keep: their history is the return and length of each
+episode, reported without a file.
 
 A failure (the policy or the env raising) ends the thread; the rollout process's main loop
 raises it as ``HistoryFailed`` at its next step, and the worker fails as after any error. The

@@ -168,9 +168,9 @@ def _play(config: WorkerConfig,
                 video_fps=playback.fps)
     recorder = None
     if fan_out is not None and history is not None:
-        # Started after the first video's rollout: until the first video, the worker's start-up
-        # runs at the trainer's priority, uncharged, and the history (a second policy runtime,
-        # a whole episode per update) must not ride along; it waits under the budget instead.
+        # Started after the first video's rollout: until the first video exists, the worker runs
+        # at the trainer's priority, uncharged, and the history (a second policy runtime, a
+        # whole episode per update) rides along only while that video is drawn (seconds).
         recorder = HistoryRecorder(config, fan_out.history, scene, status)
         history.append(recorder)
     remote = _RemoteView.open(config, scene, params, recorder)
