@@ -81,8 +81,11 @@ def test_the_slider_moves_the_body_to_the_recorded_pose(sled_recording, webgl_ch
         wait_for(lambda: abs(shown_x(session) - body_x(recording, 0)) < 1e-3,
                  30,
                  message="the page to show the first pose")
-        text = session.evaluate("document.body.innerText")
-        assert "t = 0.00 s" in text and "speed" in text
+        # The time label is a control of its own, updated after the pose: wait for it too.
+        wait_for(lambda: "t = 0.00 s" in session.evaluate("document.body.innerText"),
+                 30,
+                 message="the time label at the start")
+        assert "speed" in session.evaluate("document.body.innerText")
     finally:
         replay.close()
 
