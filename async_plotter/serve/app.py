@@ -81,8 +81,10 @@ class ServeApp:
         self._closed = True
         self.server.close()
         self._thread.join(5.0)
+        # The pages first, then the folders of the published histories they follow.
         if self.replays is not None:
             self.replays.close()
+        if self.published is not None:
             self.published.close()
         if self.recorder is not None:
             self.recorder.close()
