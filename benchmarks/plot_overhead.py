@@ -1,7 +1,7 @@
 """Headline benchmark: over whole training runs, what did the user get to see, and what did it cost?
 
-Whole runs as users run them: ``run_experiment_lite`` with TRPO, ``n_parallel=2``, batch 5000,
-500-step training paths, 60 iterations, each run a fresh Python process, the modes interleaved
+Whole runs as users run them: ``run_experiment_lite`` with TRPO, ``n_parallel=2``, batch 5000
+(``--batch-size``), 500-step training paths, 60 iterations, each run a fresh Python process, the modes interleaved
 over rounds (A B C D E A B C D E ...) so that machine drift hits every mode alike. Modes:
 
 * ``off``: no plotting.
@@ -43,6 +43,8 @@ their recordings, the history); and the longest ``update_plot`` call.
     python benchmarks/plot_overhead.py --n-parallel 1 --envs Swimmer-v5 --modes off,defaults,sync \
         --n-itr 40 \
         --out benchmarks/results/plot_overhead_one_sampler.json   # a core left to plotting
+    python benchmarks/plot_overhead.py --batch-size 12000 --n-itr 40 \
+        --out benchmarks/results/plot_overhead_long_itr.json      # ~1-s iterations
     git worktree add /tmp/before <commit>
     python benchmarks/plot_overhead.py --envs Swimmer-v5,HalfCheetah-v5,Hopper-v5-keras \
         --modes off,defaults,before --before-tree /tmp/before --rounds 3 --n-itr 40 \
@@ -341,7 +343,7 @@ def _make_update_plot_synchronous(batch_polopt, every: int, n_itr: int, waits: l
 
 
 def run_child(mode, env_id, args, sync_every=0):
-    max_path_length, batch_size = (100, 1000) if args.quick else (500, 5000)
+    max_path_length, batch_size = (100, 1000) if args.quick else (500, args.batch_size)
     environment = dict(os.environ)
     if mode == "before":
         environment["PLOT_OVERHEAD_LIBRARY"] = os.path.abspath(args.before_tree)
@@ -441,6 +443,11 @@ def main():
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--n-itr", type=int, default=60)
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--batch-size",
+                        type=int,
+                        default=5000,
+                        help="env steps per iteration (5000: ~0.45 s iterations on 2 cores; "
+                        "12000: ~1 s, the iteration of the figures issue 36 set)")
     parser.add_argument("--n-parallel",
                         type=int,
                         default=2,

@@ -1,12 +1,17 @@
 """Videos play at their env's own rate: every k-th step is drawn where the rate is above the cap."""
+import os
+import signal
+import threading
 import time
 import types
 
 import gymnasium
 import imageio.v2 as imageio
+import numpy as np
 import pytest
 
 from async_plotter import Plotter
+from async_plotter.sinks.encoder import Encoder
 from async_plotter.worker.playback import plan_playback
 from tests.conftest import wait_for
 from tests.policies import LinearPolicy
@@ -157,3 +162,26 @@ def test_the_first_video_written_to_files_alone_is_drawn_without_the_cap(tmp_pat
     fps, frames = read_video(stats["video_log"][0]["path"])
     assert fps == pytest.approx(25) and frames == 1001 == stats["video_log"][0]["frames"]
     assert took < 25, f"the first video took {took:.0f} s after the boot: drawn at the cap"
+
+
+def test_a_frame_goes_to_the_encoder_while_ffmpeg_is_still_busy(tmp_path):
+    """The render process hands a whole frame to ffmpeg without waiting for ffmpeg to read it,
+    so drawing the next frame overlaps encoding this one: through Linux's default 64 KiB pipe a
+    320x320 frame (300 KiB) waited on ffmpeg several times, ~15% of each frame's wall time
+    (benchmarks/encoder_pipe.py). Here ffmpeg is stopped outright: the write must still return."""
+    encoder = Encoder(str(tmp_path / "busy.mp4"), 320, 320, 25.0)
+    frame = np.full((320, 320, 3), 128, np.uint8)
+    written = threading.Event()
+
+    def write() -> None:
+        encoder.write(frame)
+        written.set()
+
+    os.kill(encoder.pid, signal.SIGSTOP)
+    try:
+        threading.Thread(target=write, daemon=True).start()
+        assert written.wait(30), "the frame waited for a stopped ffmpeg to read it"
+    finally:
+        os.kill(encoder.pid, signal.SIGCONT)
+    encoder.finish()
+    assert imageio.get_reader(str(tmp_path / "busy.mp4")).count_frames() == 1
