@@ -71,6 +71,41 @@ def test_videos_while_training_stop_at_video_length_and_the_final_one_is_whole(
     assert frame_count(plotter.stats["final_video"]) == 91, "the final video is a whole rollout"
 
 
+def test_close_does_not_draw_an_older_policy_queued_behind_the_video_being_drawn(
+        tmp_path, no_leftovers):
+    """The rollout process runs ahead of the drawing: when training ends, the episode it began
+    for the next video, of a policy older than the final one, waits in the pipe behind the video
+    being drawn. close() finishes that video, then draws the final policy's at once; the older
+    episode is not drawn (it was a cut fragment kept as a short video, which close() waited
+    for; the run's history keeps that policy whole)."""
+    policy = LinearPolicy(8, 2)
+    plotter = Plotter("Swimmer-v5",
+                      policy,
+                      max_path_length=200,
+                      video_length=200,
+                      min_video_seconds=0.4,
+                      frame_size=(64, 64),
+                      video_dir=str(tmp_path),
+                      seed=0).start()
+    wait_for(lambda: plotter.stats["videos"] >= 1, 120, message="the initial policy's video")
+    policy.fill(0.1)
+    plotter.update_plot(policy, iteration=0)  # update 1: its video plays 8 s at real speed
+    wait_for(lambda: plotter.stats["last_applied_update"] == 1, 60, message="update 1 applied")
+    policy.fill(0.2)
+    plotter.update_plot(policy, iteration=1)  # taken once update 1's steps are all sent
+    wait_for(lambda: plotter.stats["last_applied_update"] == 2,
+             60,
+             message="the rollout process to begin iteration 1's episode")
+    time.sleep(1.0)  # its first steps reach the pipe, behind iteration 0's
+    policy.fill(0.3)
+    plotter.update_plot(policy, iteration=2)
+    plotter.close()
+    assert videos_in(tmp_path) == ["iter_0000.mp4", "iter_0002.mp4", "update_0000.mp4"]
+    log = {entry["iteration"]: entry for entry in plotter.stats["video_log"]}
+    assert log[0]["frames"] == 201 and log[0]["whole"], log[0]
+    assert plotter.stats["final_video"] == str(tmp_path / "iter_0002.mp4")
+
+
 def test_close_with_a_final_video_already_there_does_not_wait(tmp_path, no_leftovers):
     policy = LinearPolicy(8, 2)
     with Plotter("Swimmer-v5", policy, max_path_length=20, video_dir=str(tmp_path)) as plotter:

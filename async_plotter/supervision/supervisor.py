@@ -566,8 +566,10 @@ class WorkerSupervisor:
         return self._videos.wait_for(update, timeout, give_up, history, video=makes_videos)
 
     def _send_final(self, pair: _Pair) -> None:
+        # With the final update's number: an older policy's episode that begins after this is
+        # not drawn (the final video is next, and close() waits for it).
         try:
-            pair.lifeline.send((StreamKind.FINAL, None))
+            pair.lifeline.send((StreamKind.FINAL, self._videos.final_update))
         except (BlockingIOError, OSError, ValueError):
             pass  # a full pipe or a dead process: the rollout process sees the flag anyway
 

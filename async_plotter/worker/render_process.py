@@ -308,6 +308,11 @@ class _Stream:
         self._shown_update: Optional[int] = None
         #: training is over: the final video is drawn without the frame-rate cap
         self._final = False
+        #: the final policy's update, once training is over (``_superseded``)
+        self._final_update: Optional[int] = None
+        #: the episode now streamed is an older policy's, begun once training was over: its
+        #: steps are read and dropped, nothing drawn
+        self._passing = False
         #: what comes finishes a short video (``worker/video_chain.py``): only the sinks that
         #: keep rollouts get it, drawn without the cap, until an episode's end not continued
         self._catching_up = False
@@ -415,8 +420,17 @@ class _Stream:
         for sink in self._sinks:
             sink.on_history(point)
 
-    def _on_final(self, body: None) -> None:
+    def _on_final(self, update: Optional[int]) -> None:
         self._final = True
+        self._final_update = update
+
+    def _superseded(self, episode: EpisodeInfo) -> bool:
+        """Whether ``episode`` is an older policy's that begins after training ended (the
+        rollout process was ahead of the drawing, and cut it for the final policy): not drawn,
+        since the final video comes next and ``close()`` waits for it; the history keeps that
+        policy whole. The video being drawn is still finished (a chained episode of it too)."""
+        final = self._final_update
+        return final is not None and episode.part == 0 and episode.update < final
 
     @property
     def _uncapped(self) -> bool:
@@ -439,12 +453,20 @@ class _Stream:
 
     def _on_begin(self, episode: EpisodeInfo) -> None:
         global _open_episode
+        self._passing = self._superseded(episode)
+        if self._passing:
+            logger.debug("not drawn: update %d's episode, begun after the final video was asked "
+                         "for", episode.update)
+            return
         self._episode = _open_episode = episode
         for sink in self._targets():
             sink.begin_episode(episode)
 
     def _on_end(self, end: EpisodeEnd) -> None:
         global _open_episode
+        if self._passing:
+            self._passing = False
+            return
         _open_episode = None
         for sink in self._targets():
             sink.end_episode(self._episode, end)
@@ -458,6 +480,8 @@ class _Stream:
         # behind it is stale for the live outputs; within a chunk a step whose successor is due
         # already is skipped, and the rest once a newer policy's steps have come. A catch-up is
         # for the recordings alone: every step, at once (``_show``).
+        if self._passing:
+            return
         if self._catching_up:
             for step in chunk.steps():
                 self._on_state(step)
@@ -540,6 +564,8 @@ class _Stream:
 
     def _on_frame(self, frame: Any) -> None:
         # Envs that draw their own frames send one per message, each when it is due.
+        if self._passing:
+            return
         if self._anchor():
             self._skip(None, frame)
             return
