@@ -455,8 +455,9 @@ class _Stream:
         global _open_episode
         self._passing = self._superseded(episode)
         if self._passing:
-            logger.debug("not drawn: update %d's episode, begun after the final video was asked "
-                         "for", episode.update)
+            logger.debug(
+                "not drawn: update %d's episode, begun after the final video was asked "
+                "for", episode.update)
             return
         self._episode = _open_episode = episode
         for sink in self._targets():
