@@ -313,6 +313,8 @@ class _Stream:
         #: the episode now streamed is an older policy's, begun once training was over: its
         #: steps are read and dropped, nothing drawn
         self._passing = False
+        #: the update of the last episode dropped so (episodes chained to it are dropped too)
+        self._passed_update: Optional[int] = None
         #: what comes finishes a short video (``worker/video_chain.py``): only the sinks that
         #: keep rollouts get it, drawn without the cap, until an episode's end not continued
         self._catching_up = False
@@ -430,7 +432,9 @@ class _Stream:
         since the final video comes next and ``close()`` waits for it; the history keeps that
         policy whole. The video being drawn is still finished (a chained episode of it too)."""
         final = self._final_update
-        return final is not None and episode.part == 0 and episode.update < final
+        if final is None or episode.update >= final:
+            return False
+        return episode.part == 0 or episode.update == self._passed_update
 
     @property
     def _uncapped(self) -> bool:
@@ -440,6 +444,8 @@ class _Stream:
         self._rollout_gone()
 
     def _on_catch_up(self, live_end: Optional[EpisodeEnd]) -> None:
+        if self._passing:
+            return  # sent before the rollout process saw that training is over: nothing to finish
         # The live sinks leave the open episode here, cut short as by a newer policy (which
         # is what they see next); the recordings go on with it.
         if live_end is not None and self._episode is not None:
@@ -455,6 +461,7 @@ class _Stream:
         global _open_episode
         self._passing = self._superseded(episode)
         if self._passing:
+            self._passed_update = episode.update
             logger.debug(
                 "not drawn: update %d's episode, begun after the final video was asked "
                 "for", episode.update)
