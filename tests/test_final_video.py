@@ -251,6 +251,18 @@ def test_summary_explains_a_starved_run(tmp_path, caplog):
     assert "1 video in" in text and "does not show the final policy" in text
     assert "~10 ms of CPU a frame" in text and "Raise budget=" in text
     np.testing.assert_equal("Fewer than one per 10 iterations" in text, True)
+    assert "history" not in text
+    # The history's CPU is no frame's: it is named apart, with the knob that gives it to videos.
+    stats["history"] = [{
+        "iteration": i,
+        "return": 1.0,
+        "length": 500,
+        "cpu_seconds": 0.05
+    } for i in range(40)]
+    text = summarize_videos(stats, 40, 60.0, 0.05, str(tmp_path))
+    assert "~6 ms of CPU a frame" in text
+    assert "recording 40 policies in the history took another 2.0 CPU-s" in text
+    assert "history=False" in text
 
 
 def test_the_policy_is_reset_before_every_episode(tmp_path, no_leftovers):

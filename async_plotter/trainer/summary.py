@@ -111,10 +111,19 @@ def _why_few(stats: Dict[str, Any], videos: int, iterations: int, elapsed: float
         return ("Fewer than one per 10 iterations: the worker was still starting (importing "
                 "TensorFlow and building the scene take a few CPU-seconds) when the run ended; "
                 "longer runs show more")
-    cpu = max(stats.get("worker_cpu_seconds", 0.0) - stats.get("boot_cpu_seconds", 0.0), 0.0)
+    # The history thread's CPU shares the budget with the videos, but is no frame's cost.
+    recorded = [entry for entry in stats.get("history") or () if entry.get("cpu_seconds")]
+    history_cpu = sum(entry["cpu_seconds"] for entry in recorded)
+    cpu = max(
+        stats.get("worker_cpu_seconds", 0.0) - stats.get("boot_cpu_seconds", 0.0) - history_cpu,
+        0.0)
     frames = max(stats.get("frames", 0), 1)
     per_frame_ms = 1000.0 * cpu / frames if cpu else None
     cost = f" (~{per_frame_ms:.0f} ms of CPU a frame)" if per_frame_ms else ""
+    history = ""
+    if recorded:
+        history = (f"; recording {len(recorded)} policies in the history took another "
+                   f"{history_cpu:.1f} CPU-s (history=False leaves it all to videos)")
     if budget is None:
         return (f"Fewer than one per 10 iterations: a fixed priority leaves the worker little "
                 f"CPU beside a busy trainer{cost}; use budget= instead of priority=, e.g. 0.1")
@@ -123,4 +132,4 @@ def _why_few(stats: Dict[str, Any], videos: int, iterations: int, elapsed: float
             f"~{per_iteration:.2f} CPU-s an iteration) is small for this frame cost{cost}. "
             f"Raise budget= (e.g. {min(budget * 2, 1.0):g}), or make videos cheaper: shorter "
             f"ones (video_length=, steps a video shows while training) or a smaller "
-            f"frame_size=")
+            f"frame_size={history}")
