@@ -205,6 +205,19 @@ def _child_preamble(target: Callable[..., Any], ignore_sigint: bool, parent_pid:
     return target(*args)
 
 
+def exit_now(code: int) -> None:
+    """End a worker process whose files are written and closed, skipping the interpreter's
+    teardown, which ``close()`` would wait for: ~0.1 s with MuJoCo's GL context and Mesa loaded,
+    ~0.75 s with TensorFlow (measured, 2 cores). Logs and standard streams are flushed first."""
+    logging.shutdown()
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except Exception:  # noqa: BLE001 - leaving anyway
+            pass
+    os._exit(code)
+
+
 def _die_with_parent(parent_pid: int) -> None:
     """``PR_SET_PDEATHSIG``: SIGKILL when the parent goes; a no-op where Linux's prctl is absent
     (the workers' pipe checks still notice a dead parent, after their imports)."""

@@ -21,7 +21,8 @@ from multiprocessing.connection import Connection
 from typing import Any, Callable, List, Optional, Tuple
 
 from async_plotter.channel.base import ChannelAddress, ParamReader, ParamUpdate, ParentGone
-from async_plotter.processes import (become_background_child, keep_side_effects_out_of_user_folders)
+from async_plotter.processes import (become_background_child, exit_now,
+                                     keep_side_effects_out_of_user_folders)
 from async_plotter.worker.config import WorkerConfig
 from async_plotter.worker.history import HistoryRecorder
 from async_plotter.worker.parameters import ParameterClient, UpdateFanOut
@@ -79,19 +80,10 @@ def main(config: WorkerConfig, address: ChannelAddress, frames_out: Connection,
         # The supervisor's SIGTERM: a stop, not an error. The env and runtime are closed (in
         # ``_run``); the interpreter's teardown is skipped, as the sampler workers do: with
         # TensorFlow loaded it takes ~1.1 s (measured), and the supervisor kills after 1 s.
-        _exit_now(0)
+        exit_now(0)
     except BaseException:  # noqa: BLE001 - report everything else
         status.error("rollout")
         sys.exit(1)
-
-
-def _exit_now(code: int) -> None:
-    for stream in (sys.stdout, sys.stderr):
-        try:
-            stream.flush()
-        except Exception:  # noqa: BLE001 - leaving anyway
-            pass
-    os._exit(code)
 
 
 def _run(config: WorkerConfig, reader: ParamReader, frames_out: Connection,
