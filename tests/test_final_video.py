@@ -79,17 +79,20 @@ def test_close_does_not_draw_an_older_policy_queued_behind_the_video_being_drawn
     episode is not drawn (it was a cut fragment kept as a short video, which close() waited
     for; the run's history keeps that policy whole)."""
     policy = LinearPolicy(8, 2)
+    # A fixed priority: on a loaded machine the budget would hold both processes for a while,
+    # which this test is not about.
     plotter = Plotter("Swimmer-v5",
                       policy,
-                      max_path_length=200,
-                      video_length=200,
+                      max_path_length=300,
+                      video_length=300,
                       min_video_seconds=0.4,
                       frame_size=(64, 64),
+                      priority="normal",
                       video_dir=str(tmp_path),
                       seed=0).start()
     wait_for(lambda: plotter.stats["videos"] >= 1, 120, message="the initial policy's video")
     policy.fill(0.1)
-    plotter.update_plot(policy, iteration=0)  # update 1: its video plays 8 s at real speed
+    plotter.update_plot(policy, iteration=0)  # update 1: its video plays 12 s at real speed
     wait_for(lambda: plotter.stats["last_applied_update"] == 1, 60, message="update 1 applied")
     policy.fill(0.2)
     plotter.update_plot(policy, iteration=1)  # taken once update 1's steps are all sent
@@ -102,7 +105,7 @@ def test_close_does_not_draw_an_older_policy_queued_behind_the_video_being_drawn
     plotter.close()
     assert videos_in(tmp_path) == ["iter_0000.mp4", "iter_0002.mp4", "update_0000.mp4"]
     log = {entry["iteration"]: entry for entry in plotter.stats["video_log"]}
-    assert log[0]["frames"] == 201 and log[0]["whole"], log[0]
+    assert log[0]["frames"] == 301 and log[0]["whole"], log[0]
     assert plotter.stats["final_video"] == str(tmp_path / "iter_0002.mp4")
 
 
