@@ -7,8 +7,8 @@ per step for envs that draw themselves, and ``(END, EpisodeEnd)``; in a live vie
 ``continued``, finishes a short video for the sinks that keep rollouts only
 (``worker/video_chain.py``). From the trainer, on the lifeline: ``(METRICS, (iteration,
 metrics))``, ``(HISTORY, HistoryPoint)`` (a history recording's point on the curve of what was
-shown), ``(FINAL, update)`` (training is over: ``update`` is the final policy's) and ``(FAILED, None)``. The render process hands each kind to its
-handler through one table. The types live here so that sinks and the live page depend on this
+shown), ``(FINAL, update)`` (training is over; ``update`` is the final policy's) and ``(FAILED,
+None)``. The render process hands each kind to its handler through one table. The types live here so that sinks and the live page depend on this
 module, not on the worker that builds them.
 """
 import dataclasses

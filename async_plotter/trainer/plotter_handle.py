@@ -298,8 +298,8 @@ class Plotter:
         """Stop the worker. First, when no video shows the newest parameters yet, the worker
         finishes the video it is drawing, skips older policies' episodes queued behind it (the
         history keeps those policies) and records the newest at full speed (at most
-        ``final_video_timeout`` seconds; ``final_video=False`` skips it); then it exits. Bounded by ``timeout``
-        seconds in all (default: the final video's limit plus 10 s, and a worker still starting
+        ``final_video_timeout`` seconds; ``final_video=False`` skips it); then it exits.
+        Bounded by ``timeout`` seconds in all (default: the final video's limit plus 10 s, and a worker still starting
         may first take up to ``hang_timeout`` to finish), after which the worker is
         terminated, then killed. A trainer that only publishes (``channel=...``) waits for its
         final policy's history recording instead of a video (within the same limits), then at

@@ -404,6 +404,8 @@ class _Stream:
         handler = _HANDLERS.get(kind)
         if handler is None:
             raise UnknownMessage(f"{kind} in the middle of the stream")
+        if self._passing and kind in _PASSED_OVER:
+            return  # an older policy's episode begun once training was over (``_superseded``)
         handler(self, body)
 
     def _rollout_gone(self) -> None:
@@ -446,8 +448,6 @@ class _Stream:
         self._rollout_gone()
 
     def _on_catch_up(self, live_end: Optional[EpisodeEnd]) -> None:
-        if self._passing:
-            return  # sent before the rollout process saw that training is over: nothing to finish
         # The live sinks leave the open episode here, cut short as by a newer policy (which
         # is what they see next); the recordings go on with it.
         if live_end is not None and self._episode is not None:
@@ -490,8 +490,6 @@ class _Stream:
         # behind it is stale for the live outputs; within a chunk a step whose successor is due
         # already is skipped, and the rest once a newer policy's steps have come. A catch-up is
         # for the recordings alone: every step, at once (``_show``).
-        if self._passing:
-            return
         if self._catching_up:
             for step in chunk.steps():
                 self._on_state(step)
@@ -574,8 +572,6 @@ class _Stream:
 
     def _on_frame(self, frame: Any) -> None:
         # Envs that draw their own frames send one per message, each when it is due.
-        if self._passing:
-            return
         if self._anchor():
             self._skip(None, frame)
             return
@@ -624,6 +620,10 @@ class _Stream:
 
 #: the messages that carry shown steps
 _SHOWN = (StreamKind.STATES, StreamKind.FRAME)
+#: what an episode that is not drawn is read and dropped of: its steps, and a catch-up sent
+#: before the rollout process saw that training was over (nothing to finish); its END still
+#: comes to ``_on_end``
+_PASSED_OVER = (StreamKind.STATES, StreamKind.FRAME, StreamKind.CATCH_UP)
 
 #: what the render process does with each kind of message after the scene (``SCENE`` is not in
 #: it: the scene comes once, first)

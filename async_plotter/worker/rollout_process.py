@@ -78,8 +78,9 @@ def main(config: WorkerConfig, address: ChannelAddress, frames_out: Connection,
         pass  # the render process is gone; the supervisor decides what happens next
     except _Stopped:
         # The supervisor's SIGTERM: a stop, not an error. The env and runtime are closed (in
-        # ``_run``); the interpreter's teardown is skipped, as the sampler workers do: with
-        # TensorFlow loaded it takes ~1.1 s (measured), and the supervisor kills after 1 s.
+        # ``_run``); the interpreter's teardown is skipped, as the sampler workers do
+        # (``exit_now``: with TensorFlow loaded it takes longer than the 1 s the supervisor
+        # waits before it kills).
         exit_now(0)
     except BaseException:  # noqa: BLE001 - report everything else
         status.error("rollout")
