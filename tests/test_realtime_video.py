@@ -168,7 +168,8 @@ def test_a_frame_goes_to_the_encoder_while_ffmpeg_is_still_busy(tmp_path):
     """The render process hands a whole frame to ffmpeg without waiting for ffmpeg to read it,
     so drawing the next frame overlaps encoding this one: through Linux's default 64 KiB pipe a
     320x320 frame (300 KiB) waited on ffmpeg several times, ~15% of each frame's wall time
-    (benchmarks/encoder_pipe.py). Here ffmpeg is stopped outright: the write must still return."""
+    (``benchmarks/frame_cost.py --compare pipe``). Here ffmpeg is stopped outright: the write
+    must still return."""
     encoder = Encoder(str(tmp_path / "busy.mp4"), 320, 320, 25.0)
     frame = np.full((320, 320, 3), 128, np.uint8)
     written = threading.Event()

@@ -4,12 +4,13 @@ Software GL (Mesa llvmpipe) spends most of a frame on shadows and reflections: m
 per 480x480 frame with default visuals against ~9-18 ms with shadows, reflections and skybox off,
 and half of what is left on multisampling (4 samples by default), which the cheap preset also
 turns off.
-The cheap preset also draws floors in coarser grids (Swimmer's took 45% of its frame). On a real
-GPU the full visuals cost ~3 ms. So ``quality="auto"`` turns them off only on software.
+The cheap preset also draws floors in coarser grids (Swimmer's took 45% of its frame) and round
+geoms with half MuJoCo's default slices and stacks (a fifth of what was left). On a real GPU the
+full visuals cost ~3 ms. So ``quality="auto"`` turns them off only on software.
 """
 import logging
 import pickle
-from typing import Any, Dict, Optional
+from typing import Any, Dict, Optional, Tuple
 
 import numpy as np
 
@@ -20,6 +21,12 @@ _SOFTWARE_RENDERERS = ("llvmpipe", "softpipe", "swrast", "software", "mesa offsc
 #: 320x320 for Gymnasium's 480x480, ~2.2x fewer pixels to draw and encode (measured on llvmpipe:
 #: Swimmer 5.5 ms a frame instead of 8.0 ms, HalfCheetah 2.5 ms instead of 4.8 ms)
 CHEAP_SCALE = 2 / 3
+#: the cheap preset's tessellation of spheres, capsules and cylinders (``numslices``,
+#: ``numstacks``; MuJoCo's defaults are 28 and 16): measured on llvmpipe at 320x320, 20-30% less
+#: CPU a frame drawn (Swimmer, HalfCheetah, Hopper), the pictures 0.15-0.2 of a colour level
+#: apart on average, under 1% of pixels (along the bodies' outlines) more than 8 levels
+#: (``benchmarks/frame_cost.py --compare detail``)
+CHEAP_TESSELLATION: Tuple[int, int] = (14, 8)
 
 
 class MujocoScene:
@@ -75,6 +82,7 @@ class MujocoScene:
             # shadows: 10.4 ms instead of 21.2 ms with the default 4 samples).
             self.model.vis.quality.offsamples = 0
             _coarsen_floor_grids(mujoco, self.model)
+            _coarsen_round_geoms(self.model)
             if not self.size_chosen:
                 width, height = _even(width * CHEAP_SCALE), _even(height * CHEAP_SCALE)
         self._renderer = mujoco.Renderer(self.model, height=height, width=width)
@@ -126,6 +134,15 @@ def _coarsen_floor_grids(mujoco: Any, model: Any) -> None:
         if half_x > 0 and half_y > 0 and spacing > 0:
             coarse = 2 * max(half_x, half_y) / FLOOR_GRID_CELLS
             model.geom_size[geom][2] = max(spacing, coarse)
+
+
+def _coarsen_round_geoms(model: Any) -> None:
+    """Fewer slices and stacks for round geoms, where the model asks for more
+    (``CHEAP_TESSELLATION``); read when the renderer's GL context is made."""
+    quality = model.vis.quality
+    slices, stacks = CHEAP_TESSELLATION
+    quality.numslices = min(int(quality.numslices), slices)
+    quality.numstacks = min(int(quality.numstacks), stacks)
 
 
 def _gl_renderer_name(mujoco: Any) -> str:

@@ -96,8 +96,8 @@ def widen_pipe(fd: int, wanted: int) -> int:
 
     Linux's default pipe holds 64 KiB, a fifth of a 320x320 frame: each write then waited several
     times for ffmpeg to read. A pipe that takes whole frames lets drawing and encoding overlap
-    (benchmarks/encoder_pipe.py, Swimmer, HalfCheetah, Hopper: 12-18% less wall time a frame,
-    5-12% less of the render process's CPU, 8-14% less of ffmpeg's)."""
+    (``benchmarks/frame_cost.py --compare pipe``, Swimmer, HalfCheetah, Hopper: 12-18% less
+    wall time a frame, 5-12% less of the render process's CPU, 8-14% less of ffmpeg's)."""
     try:
         import fcntl
         set_size = fcntl.F_SETPIPE_SZ
