@@ -135,6 +135,12 @@ class ProtocolAdapter(PolicyAdapter):
         policy.set_param_values(flat)
 
     def act(self, policy: Any, observation: np.ndarray, deterministic: bool) -> np.ndarray:
+        if deterministic:
+            # The RL host's policies give the distribution's own without drawing an action
+            # (``rl/numpy_mlp.ActsOnDistInfo``); below is what it equals.
+            direct = getattr(policy, "deterministic_output", None)
+            if callable(direct):
+                return np.asarray(direct(observation))
         action, info = policy.get_action(observation)
         if deterministic and isinstance(info, dict):
             if "mean" in info:

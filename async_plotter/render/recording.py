@@ -13,6 +13,7 @@ Files are written whole under a hidden temporary name and renamed, as the videos
 meanwhile: ``render/partial_files.py``).
 """
 import dataclasses
+import functools
 import io
 import json
 import os
@@ -85,19 +86,39 @@ def model_from_mjb(mjb: bytes) -> Any:
 
 
 def recording_bytes(recording: StateRecording) -> bytes:
-    """``recording`` as the bytes of its file."""
+    """``recording`` as the bytes of its file: the archive of its model (compressed once per
+    model, ``_model_archive``) with its steps and ``meta`` added."""
     meta = json.dumps(recording.meta, separators=(",", ":"), allow_nan=False)
-    buffer = io.BytesIO()
-    np.savez_compressed(buffer,
-                        format=np.array(FORMAT),
-                        meta=np.array(meta),
-                        model_mjb=np.frombuffer(recording.model_mjb, dtype=np.uint8),
-                        state=np.asarray(recording.states, dtype=np.float64),
-                        time=recording.times,
-                        action=np.asarray(recording.actions, dtype=np.float32),
-                        reward=np.asarray(recording.rewards, dtype=np.float32),
-                        episode=np.asarray(recording.episodes, dtype=np.int32))
+    buffer = io.BytesIO(_model_archive(recording.model_mjb))
+    with zipfile.ZipFile(buffer, "a", zipfile.ZIP_DEFLATED) as archive:
+        for name, array in (("meta", np.array(meta)), ("state",
+                                                       np.asarray(recording.states,
+                                                                  dtype=np.float64)),
+                            ("time", recording.times), ("action",
+                                                        np.asarray(recording.actions,
+                                                                   dtype=np.float32)),
+                            ("reward", np.asarray(recording.rewards, dtype=np.float32)),
+                            ("episode", np.asarray(recording.episodes, dtype=np.int32))):
+            _add_array(archive, name, array)
     return buffer.getvalue()
+
+
+@functools.lru_cache(maxsize=2)
+def _model_archive(model_mjb: bytes) -> bytes:
+    """A numpy zip of the format and the model alone. Deflating the MJB (~0.5 MB, to ~15 KB)
+    took half of each recording's write, 4-6 ms, for the same bytes every time: each
+    recording of a run now copies this archive and adds its own arrays."""
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w", zipfile.ZIP_DEFLATED) as archive:
+        _add_array(archive, "format", np.array(FORMAT))
+        _add_array(archive, "model_mjb", np.frombuffer(model_mjb, dtype=np.uint8))
+    return buffer.getvalue()
+
+
+def _add_array(archive: zipfile.ZipFile, name: str, array: np.ndarray) -> None:
+    """``array`` as ``name.npy`` in ``archive``, as ``np.savez_compressed`` writes it."""
+    with archive.open(name + ".npy", "w") as member:
+        np.lib.format.write_array(member, array, allow_pickle=False)
 
 
 def compact_bytes(recording: StateRecording) -> bytes:

@@ -117,6 +117,28 @@ def test_the_categorical_numpy_copy_gives_the_same_probabilities():
     assert np.array_equal(actions, policy.get_actions(observations, np.random.default_rng(3))[0])
 
 
+@pytest.mark.parametrize("kind", ["gaussian", "categorical"])
+def test_the_worker_acts_deterministically_without_drawing_an_action(kind):
+    """The plot worker's deterministic action (every step of the history's recordings) is what
+    ``get_action``'s info reports, the Gaussian's mean or the categorical's probabilities, for
+    the TensorFlow policy and its numpy copy alike; drawing an action first, then throwing it
+    away, took a third of the copy's step."""
+    from async_plotter.policy.adapters import ProtocolAdapter
+
+    if kind == "gaussian":
+        policy = GaussianMLPPolicy(obs_dim=5, action_dim=2, hidden_sizes=(8, ), seed=0)
+    else:
+        policy = CategoricalMLPPolicy(obs_dim=5, action_dim=3, hidden_sizes=(8, ), seed=0)
+    policy.set_param_values(np.random.default_rng(0).normal(0, 1, policy.num_params))
+    observation = np.random.default_rng(1).normal(0, 2, 5).astype(np.float32)
+    key = "mean" if kind == "gaussian" else "prob"
+    for acting in (policy, _numpy_copy_of(policy)):
+        drawn_before = acting._rng.bit_generator.state
+        shown = ProtocolAdapter().act(acting, observation, deterministic=True)
+        assert acting._rng.bit_generator.state == drawn_before, "no action was drawn"
+        np.testing.assert_allclose(shown, acting.get_action(observation)[1][key], rtol=1e-6)
+
+
 def test_no_numpy_copy_where_numpy_would_compute_something_else():
     """A TensorFlow callable as nonlinearity, or a subclass with its own dist_info: the worker
     then rebuilds the policy itself, rather than acting as the class's own network would."""
