@@ -14,6 +14,8 @@ their ratios now / before. ``--compare`` picks the change:
   stacks) against the preset's own (``CHEAP_TESSELLATION``), with how far the frames drawn
   apart are (mean absolute difference in colour levels, and the share of pixels more than 8
   levels apart). Writes ``benchmarks/results/frame_cost_detail.json``.
+* ``x264``: the encoder's ``superfast`` preset against ``ultrafast`` (the files' sizes
+  beside). Writes ``benchmarks/results/frame_cost_x264.json``.
 
     python benchmarks/frame_cost.py --compare detail [--envs Swimmer-v5,HalfCheetah-v5] [--rounds 5]
 
@@ -39,7 +41,11 @@ from benchmarks.machine import machine_facts  # noqa: E402
 RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
 DEFAULT_PIPE_BYTES = 64 * 1024
 #: per comparison, its two arms: before, then now
-COMPARISONS = {"pipe": ("64 KiB", "widened"), "detail": ("28/16 slices", "cheap preset")}
+COMPARISONS = {
+    "pipe": ("64 KiB", "widened"),
+    "detail": ("28/16 slices", "cheap preset"),
+    "x264": ("superfast", "ultrafast"),
+}
 MUJOCO_TESSELLATION = (28, 16)  # MuJoCo's defaults of numslices, numstacks
 
 
@@ -69,16 +75,24 @@ def recorded_states(env_id: str, steps: int) -> tuple:
     return model_bytes, states
 
 
-def encode_once(scene, states: list, path: str, fps: float, narrow_pipe: bool) -> dict:
-    """Draw and encode ``states`` into ``path`` (through Linux's default pipe if
-    ``narrow_pipe``); wall and CPU per frame."""
+def encode_once(scene, states: list, path: str, fps: float, arm: tuple) -> dict:
+    """Draw and encode ``states`` into ``path`` as ``arm`` says (through Linux's default pipe;
+    with which x264 preset); wall and CPU per frame."""
     import fcntl
 
     from async_plotter.sinks.encoder import Encoder
 
     wall, own, children = time.perf_counter(), _cpu(resource.RUSAGE_SELF), _cpu(
         resource.RUSAGE_CHILDREN)
-    encoder = Encoder(path, scene.width, scene.height, fps)
+    from async_plotter.sinks import encoder as encoder_module
+
+    _, narrow_pipe, preset = arm
+    params = encoder_module._ENCODER_PARAMS  # "-preset", its name, then the rest
+    encoder_module._ENCODER_PARAMS = ["-preset", preset or params[1]] + params[2:]
+    try:
+        encoder = Encoder(path, scene.width, scene.height, fps)
+    finally:
+        encoder_module._ENCODER_PARAMS = params
     pipe = encoder._process.stdin.fileno()
     if narrow_pipe:
         fcntl.fcntl(pipe, fcntl.F_SETPIPE_SZ, DEFAULT_PIPE_BYTES)
@@ -96,20 +110,23 @@ def encode_once(scene, states: list, path: str, fps: float, narrow_pipe: bool) -
     }
 
 
-def make_scenes(compare: str, model_bytes: bytes) -> dict:
-    """Each arm's scene (and whether it writes through the narrow pipe)."""
+def make_arms(compare: str, model_bytes: bytes) -> dict:
+    """Each arm: its scene, whether it writes through the narrow pipe, its x264 preset (None:
+    the encoder's own)."""
     from async_plotter.render import mujoco_scene
 
     before, now = COMPARISONS[compare]
     scene = mujoco_scene.MujocoScene(model_bytes, None, -1, 480, 480, "auto")
     if compare == "pipe":
-        return {before: (scene, True), now: (scene, False)}
+        return {before: (scene, True, None), now: (scene, False, None)}
+    if compare == "x264":
+        return {before: (scene, False, before), now: (scene, False, now)}
     own, mujoco_scene.CHEAP_TESSELLATION = mujoco_scene.CHEAP_TESSELLATION, MUJOCO_TESSELLATION
     try:
         detailed = mujoco_scene.MujocoScene(model_bytes, None, -1, 480, 480, "auto")
     finally:
         mujoco_scene.CHEAP_TESSELLATION = own
-    return {before: (detailed, False), now: (scene, False)}
+    return {before: (detailed, False, None), now: (scene, False, None)}
 
 
 def picture_difference(scenes: list, states: list) -> dict:
@@ -129,19 +146,18 @@ def picture_difference(scenes: list, states: list) -> dict:
 
 def measure_env(compare: str, env_id: str, frames: int, rounds: int, folder: str) -> dict:
     model_bytes, states = recorded_states(env_id, frames)
-    scenes = make_scenes(compare, model_bytes)
+    scenes = make_arms(compare, model_bytes)  # arm name: (scene, narrow pipe, preset)
     arms = COMPARISONS[compare]
     model = pickle.loads(model_bytes)
     fps = 1.0 / (model.opt.timestep * 4)  # a rate for the file; it does not change the cost
     path = os.path.join(folder, f"{env_id}.mp4")
-    for scene, narrow in scenes.values():  # warm-up: GL, ffmpeg's first start
-        encode_once(scene, states[:30], path, fps, narrow)
+    for arm in scenes.values():  # warm-up: GL, ffmpeg's first start
+        encode_once(arm[0], states[:30], path, fps, arm)
     runs = {arm: [] for arm in arms}
     for round_number in range(rounds):
         # Alternating which goes first: a machine that gets busier mid-round hits both.
         for arm in (arms if round_number % 2 == 0 else arms[::-1]):
-            scene, narrow = scenes[arm]
-            runs[arm].append(encode_once(scene, states, path, fps, narrow))
+            runs[arm].append(encode_once(scenes[arm][0], states, path, fps, scenes[arm]))
             runs[arm][-1]["mp4_bytes"] = os.path.getsize(path)
     summary = {}
     for arm, results in runs.items():
@@ -158,7 +174,7 @@ def measure_env(compare: str, env_id: str, frames: int, rounds: int, folder: str
     summary["frame_size"] = [first.width, first.height]
     if compare == "detail":
         summary["difference"] = picture_difference([scenes[arm][0] for arm in arms], states)
-    for scene in {id(scene): scene for scene, _ in scenes.values()}.values():
+    for scene in {id(arm[0]): arm[0] for arm in scenes.values()}.values():
         scene.close()
     summary["runs"] = runs
     return summary

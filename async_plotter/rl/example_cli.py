@@ -30,6 +30,10 @@ def example_parser(doc: str,
                    batch_size: int = 5000,
                    n_parallel: int = 2) -> argparse.ArgumentParser:
     """A parser with the training and plotting flags; ``doc``'s first paragraph describes it."""
+    # TensorFlow's C++ INFO lines (oneDNN, CPU features: four lines before the first row of
+    # `make demo`) say nothing about the run; its warnings and errors still show. Set before
+    # TensorFlow is imported, after the flags.
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
     parser = argparse.ArgumentParser(description=doc.split("\n\n")[0],
                                      formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     parser.add_argument("--n-parallel", type=int, default=n_parallel, help="sampling processes")
