@@ -22,7 +22,6 @@ their ratios now / before. ``--compare`` picks the change:
 Takes ~40 s on 2 cores.
 """
 import argparse
-import json
 import os
 import pickle
 import resource
@@ -36,7 +35,7 @@ os.environ.setdefault("LP_NUM_THREADS", "0")  # as the render process draws file
 
 import numpy as np  # noqa: E402
 
-from benchmarks.machine import machine_facts  # noqa: E402
+from benchmarks.machine import write_results  # noqa: E402
 
 RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
 DEFAULT_PIPE_BYTES = 64 * 1024
@@ -216,17 +215,7 @@ def main() -> None:
             print(f"{env_id}: frames {difference['mean_levels']:.3f} colour levels apart on "
                   f"average, {100 * difference['pixels_over_8_levels']:.2f}% of pixels more "
                   "than 8 levels")
-    os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
-    with open(args.out, "w") as out:
-        json.dump(
-            {
-                "settings": vars(args),
-                "machine": machine_facts(load_before, os.getloadavg()),
-                "results": results
-            },
-            out,
-            indent=1)
-    print(f"\nwrote {args.out}")
+    write_results(args.out, args, load_before, results=results)
 
 
 if __name__ == "__main__":

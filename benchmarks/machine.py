@@ -1,4 +1,5 @@
 """The facts about the machine each benchmark's JSON records beside its figures."""
+import json
 import os
 import platform
 from typing import Any, Dict, Sequence
@@ -14,3 +15,16 @@ def machine_facts(load_before: Sequence[float], load_after: Sequence[float]) -> 
         "load_average_before": list(load_before),
         "load_average_after": list(load_after),
     }
+
+
+def write_results(path: str, settings: Any, load_before: Sequence[float], **sections: Any) -> None:
+    """Write a benchmark's JSON: its settings (``argparse`` arguments), the machine's facts and
+    ``sections``; then say where."""
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    with open(path, "w") as out:
+        json.dump(dict(settings=vars(settings),
+                       machine=machine_facts(load_before, os.getloadavg()),
+                       **sections),
+                  out,
+                  indent=1)
+    print(f"\nwrote {path}")

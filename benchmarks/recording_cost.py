@@ -96,7 +96,7 @@ def main() -> None:
     sys.path.insert(0, HERE)
     import numpy as np
 
-    from benchmarks.machine import machine_facts
+    from benchmarks.machine import write_results
 
     trees = {"now": HERE}
     if args.before_tree:
@@ -121,17 +121,7 @@ def main() -> None:
             summary[env_id]["ratio"] = medians["now"] / medians["before"]
             row += f" | {summary[env_id]['ratio']:.2f}x"
         print(f"| {env_id} | {row} |")
-    with open(args.out, "w") as out:
-        json.dump(
-            {
-                "settings": vars(args),
-                "trees": trees,
-                "machine": machine_facts(load_before, os.getloadavg()),
-                "results": summary
-            },
-            out,
-            indent=1)
-    print(f"\nwrote {args.out}")
+    write_results(args.out, args, load_before, trees=trees, results=summary)
 
 
 if __name__ == "__main__":

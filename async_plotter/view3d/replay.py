@@ -19,7 +19,7 @@ import os
 import threading
 import time
 from http import HTTPStatus
-from typing import Any, Dict, List, Optional, Sequence
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from aiohttp import web
 
@@ -260,21 +260,9 @@ class Replay:
     def _add_controls(self) -> None:
         gui = self.scene.server.gui
         meta = self.recording.meta
+        ghost_buttons = None
         if self.many:
-            self._summary = gui.add_markdown("")
-            self._curve = gui.add_html("")
-            entries = self.history.entries
-            self._iteration = gui.add_slider("iteration", entries[0].x,
-                                             max(entries[-1].x, entries[0].x + 1), 1, self.entry.x)
-            self._shown = gui.add_markdown("")
-            self._follow = gui.add_checkbox("follow the newest", self.entry == entries[-1])
-            self._onward = gui.add_checkbox("then the next iteration", False)
-            with gui.add_folder("ghosts"):
-                self._ghost_text = gui.add_text("iterations", "")
-                add = gui.add_button("add the one shown")
-                spread = gui.add_button("spread over the run")
-                clear = gui.add_button("clear")
-            self._note = gui.add_markdown("")
+            ghost_buttons = self._add_history_widgets(gui)
         else:
             policy = (f"iteration {meta['iteration']}"
                       if meta.get("iteration") is not None else f"update {meta.get('update')}")
@@ -301,8 +289,30 @@ class Replay:
         def _(_event: Any) -> None:
             self.speed = float(self._speed.value)
 
-        if not self.many:
-            return
+        if ghost_buttons is not None:
+            self._wire_history_controls(*ghost_buttons)
+            self._refresh_shown()
+
+    def _add_history_widgets(self, gui: Any) -> Tuple[Any, Any, Any]:
+        """A run's controls above the playback's: its curve, the iteration scrubber, following
+        the newest, the ghosts; returns the ghosts' three buttons (add, spread, clear)."""
+        self._summary = gui.add_markdown("")
+        self._curve = gui.add_html("")
+        entries = self.history.entries
+        self._iteration = gui.add_slider("iteration", entries[0].x,
+                                         max(entries[-1].x, entries[0].x + 1), 1, self.entry.x)
+        self._shown = gui.add_markdown("")
+        self._follow = gui.add_checkbox("follow the newest", self.entry == entries[-1])
+        self._onward = gui.add_checkbox("then the next iteration", False)
+        with gui.add_folder("ghosts"):
+            self._ghost_text = gui.add_text("iterations", "")
+            buttons = (gui.add_button("add the one shown"), gui.add_button("spread over the run"),
+                       gui.add_button("clear"))
+        self._note = gui.add_markdown("")
+        return buttons
+
+    def _wire_history_controls(self, add: Any, spread: Any, clear: Any) -> None:
+        """What the scrubber and the ghosts' controls do when a browser moves them."""
 
         @self._iteration.on_update
         def _(event: Any) -> None:
@@ -342,8 +352,6 @@ class Replay:
         @clear.on_click
         def _(_event: Any) -> None:
             self.set_ghosts([])
-
-        self._refresh_shown()
 
     def _parse_ghosts(self, text: str) -> List[Entry]:
         """The recordings at the iterations listed in ``text`` (``"10, 20"``)."""
