@@ -30,9 +30,9 @@ def example_parser(doc: str,
                    batch_size: int = 5000,
                    n_parallel: int = 2) -> argparse.ArgumentParser:
     """A parser with the training and plotting flags; ``doc``'s first paragraph describes it."""
-    # TensorFlow's C++ INFO lines (oneDNN, CPU features: four lines before the first row of
-    # `make demo`) say nothing about the run; its warnings and errors still show. Set before
-    # TensorFlow is imported, after the flags.
+    # TensorFlow's C++ INFO lines on the CPU's instructions say nothing about the run; its
+    # warnings and errors still show. (Its oneDNN line comes before its logging reads this, and
+    # turning oneDNN off would change the training's speed.) Set before TensorFlow is imported.
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
     parser = argparse.ArgumentParser(description=doc.split("\n\n")[0],
                                      formatter_class=argparse.ArgumentDefaultsHelpFormatter)
