@@ -117,7 +117,7 @@ def _model_archive(model_mjb: bytes) -> bytes:
 
 def _add_array(archive: zipfile.ZipFile, name: str, array: np.ndarray) -> None:
     """``array`` as ``name.npy`` in ``archive``, as ``np.savez_compressed`` writes it."""
-    with archive.open(name + ".npy", "w") as member:
+    with archive.open(name + ".npy", "w", force_zip64=True) as member:  # as numpy does
         np.lib.format.write_array(member, array, allow_pickle=False)
 
 
