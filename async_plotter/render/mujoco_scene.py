@@ -5,8 +5,8 @@ per 480x480 frame with default visuals against ~9-18 ms with shadows, reflection
 and half of what is left on multisampling (4 samples by default), which the cheap preset also
 turns off.
 The cheap preset also draws floors in coarser grids (Swimmer's took 45% of its frame) and round
-geoms with half MuJoCo's default slices and stacks (a fifth of what was left). On a real GPU the
-full visuals cost ~3 ms. So ``quality="auto"`` turns them off only on software.
+geoms with half MuJoCo's default slices and stacks (a fifth to a third of what was left). On a
+real GPU the full visuals cost ~3 ms. So ``quality="auto"`` turns them off only on software.
 """
 import logging
 import pickle
@@ -22,8 +22,8 @@ _SOFTWARE_RENDERERS = ("llvmpipe", "softpipe", "swrast", "software", "mesa offsc
 #: Swimmer 5.5 ms a frame instead of 8.0 ms, HalfCheetah 2.5 ms instead of 4.8 ms)
 CHEAP_SCALE = 2 / 3
 #: the cheap preset's tessellation of spheres, capsules and cylinders (``numslices``,
-#: ``numstacks``; MuJoCo's defaults are 28 and 16): measured on llvmpipe at 320x320, 20-30% less
-#: CPU a frame drawn (Swimmer, HalfCheetah, Hopper), the pictures 0.15-0.2 of a colour level
+#: ``numstacks``; MuJoCo's defaults are 28 and 16): measured on llvmpipe at 320x320, 17-35% less
+#: CPU a frame drawn (six envs, Swimmer to Humanoid), the pictures 0.07-0.35 of a colour level
 #: apart on average, under 1% of pixels (along the bodies' outlines) more than 8 levels
 #: (``benchmarks/frame_cost.py --compare detail``)
 CHEAP_TESSELLATION: Tuple[int, int] = (14, 8)

@@ -89,16 +89,17 @@ def recording_bytes(recording: StateRecording) -> bytes:
     """``recording`` as the bytes of its file: the archive of its model (compressed once per
     model, ``_model_archive``) with its steps and ``meta`` added."""
     meta = json.dumps(recording.meta, separators=(",", ":"), allow_nan=False)
+    arrays = {
+        "meta": np.array(meta),
+        "state": np.asarray(recording.states, dtype=np.float64),
+        "time": recording.times,
+        "action": np.asarray(recording.actions, dtype=np.float32),
+        "reward": np.asarray(recording.rewards, dtype=np.float32),
+        "episode": np.asarray(recording.episodes, dtype=np.int32),
+    }
     buffer = io.BytesIO(_model_archive(recording.model_mjb))
     with zipfile.ZipFile(buffer, "a", zipfile.ZIP_DEFLATED) as archive:
-        for name, array in (("meta", np.array(meta)), ("state",
-                                                       np.asarray(recording.states,
-                                                                  dtype=np.float64)),
-                            ("time", recording.times), ("action",
-                                                        np.asarray(recording.actions,
-                                                                   dtype=np.float32)),
-                            ("reward", np.asarray(recording.rewards, dtype=np.float32)),
-                            ("episode", np.asarray(recording.episodes, dtype=np.int32))):
+        for name, array in arrays.items():
             _add_array(archive, name, array)
     return buffer.getvalue()
 
