@@ -81,6 +81,31 @@ def test_video_log_counts_the_frames_the_file_holds(tmp_path, no_leftovers):
     assert entry["whole"] is True
 
 
+def test_a_video_is_reported_after_its_frames_are_counted(tmp_path, no_leftovers):
+    """When the worker says a video is written, ``stats["frames"]`` already holds its frames.
+    The render process reports its frame count every half second; the first video, drawn
+    without the cap, took less than that, and the video's report came before its frames': a
+    budget test then saw its 101 frames land in the next 8 s and read 22.7 frames/s under a 15
+    frames/s cap."""
+    seen, plotter = [], {}
+
+    def on_event(kind, payload):
+        if kind == "video":
+            seen.append((payload["frames"], plotter["it"].stats["frames"]))
+
+    policy = LinearPolicy(8, 2)
+    policy.fill(0.3)
+    with Plotter("Swimmer-v5",
+                 policy,
+                 max_path_length=200,
+                 video_dir=str(tmp_path),
+                 final_video_timeout=0,
+                 on_event=on_event) as plotter["it"]:
+        wait_for(lambda: seen, 90, message="the first video")
+    in_video, counted = seen[0]
+    assert in_video > 50 and counted >= in_video, seen
+
+
 def test_old_gym_style_env_through_the_adapter(tmp_path, no_leftovers):
     policy = LinearPolicy(2, 1)
     policy.set_param_values(np.array([0.5, -0.5], np.float32))

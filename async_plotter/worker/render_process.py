@@ -478,12 +478,14 @@ class _Stream:
             self._passing = False
             return
         _open_episode = None
+        # Before the sinks end it: a video they write is then reported after its frames (a
+        # whole first video, drawn without the cap, fits between two reports).
+        self._report_frames()
         for sink in self._targets():
             sink.end_episode(self._episode, end)
         if not end.continued:
             self._catching_up = False
             self._first_video = False
-        self._report_frames()  # an idle worker would otherwise never report the tail
 
     def _on_states(self, chunk: StateChunk) -> None:
         # docs/design.md, "A late renderer skips to the present": a chunk with a newer one
