@@ -17,6 +17,8 @@ over rounds (A B C D E A B C D E ...) so that machine drift hits every mode alik
   videos as ``defaults`` did in the same round.
 * ``no-history``: the defaults without the run's history (``history=False``), to see what
   recording every policy once more costs (not run by default).
+* ``uncapped``: the defaults with ``fps=1000``: videos drawn as fast as the budget and the idle
+  CPU allow rather than at most at the frame cap's rate of wall time (not run by default).
 * ``before``: ``defaults`` of another checkout of this library (``--before-tree``, e.g. a
   ``git worktree`` of an earlier commit), to compare what a change bought in the same round.
 
@@ -100,6 +102,11 @@ MODES = {
     # The defaults without the run's history (every policy recorded once more, undrawn).
     "no-history": {
         "history": False
+    },
+    # The defaults with no frame-rate cap to speak of: videos drawn as fast as the budget and
+    # the idle CPU allow, instead of at most at the cap's rate of wall time.
+    "uncapped": {
+        "fps": 1000
     },
 }
 DEFAULT_MODES = ["off", "defaults", "budget-0.02", "budget-0.10", "sync"]
