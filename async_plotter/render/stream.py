@@ -8,8 +8,8 @@ per step for envs that draw themselves, and ``(END, EpisodeEnd)``; in a live vie
 (``worker/video_chain.py``). From the trainer, on the lifeline: ``(METRICS, (iteration,
 metrics))``, ``(HISTORY, HistoryPoint)`` (a history recording's point on the curve of what was
 shown), ``(FINAL, update)`` (training is over; ``update`` is the final policy's) and ``(FAILED,
-None)``. The render process hands each kind to its handler through one table. The types live here so that sinks and the live page depend on this
-module, not on the worker that builds them.
+None)``. The render process hands each kind to its handler through one table. The types live
+here so that sinks and the live page depend on this module, not on the worker that builds them.
 """
 import dataclasses
 import enum

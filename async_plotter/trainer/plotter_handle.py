@@ -299,9 +299,9 @@ class Plotter:
         finishes the video it is drawing, skips older policies' episodes queued behind it (the
         history keeps those policies) and records the newest at full speed (at most
         ``final_video_timeout`` seconds; ``final_video=False`` skips it); then it exits.
-        Bounded by ``timeout`` seconds in all (default: the final video's limit plus 10 s, and a worker still starting
-        may first take up to ``hang_timeout`` to finish), after which the worker is
-        terminated, then killed. A trainer that only publishes (``channel=...``) waits for its
+        Bounded by ``timeout`` seconds in all (default: the final video's limit plus 10 s, and a
+        worker still starting may first take up to ``hang_timeout`` to finish), after which the
+        worker is terminated, then killed. A trainer that only publishes (``channel=...``) waits for its
         final policy's history recording instead of a video (within the same limits), then at
         most 2 s for the last of it to reach Redis, whatever the server does.
         Logs a one-line summary of the videos. Calling it again does nothing."""
