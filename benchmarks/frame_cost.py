@@ -16,6 +16,9 @@ their ratios now / before. ``--compare`` picks the change:
   levels apart). Writes ``benchmarks/results/frame_cost_detail.json``.
 * ``x264``: the encoder's ``superfast`` preset against ``ultrafast`` (the files' sizes
   beside). Writes ``benchmarks/results/frame_cost_x264.json``.
+* ``texture``: the cheap preset with MuJoCo's trilinear texture filtering against its own
+  (``_sample_one_mipmap_level``: the nearest mipmap level), with how far the frames are apart as
+  for ``detail``. Writes ``benchmarks/results/frame_cost_texture.json``.
 
     python benchmarks/frame_cost.py --compare detail [--envs Swimmer-v5,HalfCheetah-v5] [--rounds 5]
 
@@ -44,6 +47,7 @@ COMPARISONS = {
     "pipe": ("64 KiB", "widened"),
     "detail": ("28/16 slices", "cheap preset"),
     "x264": ("superfast", "ultrafast"),
+    "texture": ("trilinear", "one mipmap level"),
 }
 MUJOCO_TESSELLATION = (28, 16)  # MuJoCo's defaults of numslices, numstacks
 
@@ -120,12 +124,17 @@ def make_arms(compare: str, model_bytes: bytes) -> dict:
         return {before: (scene, True, None), now: (scene, False, None)}
     if compare == "x264":
         return {before: (scene, False, before), now: (scene, False, now)}
-    own, mujoco_scene.CHEAP_TESSELLATION = mujoco_scene.CHEAP_TESSELLATION, MUJOCO_TESSELLATION
+    if compare == "texture":
+        name, value = "_sample_one_mipmap_level", lambda renderer: None  # MuJoCo's own filter
+    else:
+        name, value = "CHEAP_TESSELLATION", MUJOCO_TESSELLATION
+    own = getattr(mujoco_scene, name)
+    setattr(mujoco_scene, name, value)
     try:
-        detailed = mujoco_scene.MujocoScene(model_bytes, None, -1, 480, 480, "auto")
+        other = mujoco_scene.MujocoScene(model_bytes, None, -1, 480, 480, "auto")
     finally:
-        mujoco_scene.CHEAP_TESSELLATION = own
-    return {before: (detailed, False, None), now: (scene, False, None)}
+        setattr(mujoco_scene, name, own)
+    return {before: (other, False, None), now: (scene, False, None)}
 
 
 def picture_difference(scenes: list, states: list) -> dict:
@@ -171,7 +180,7 @@ def measure_env(compare: str, env_id: str, frames: int, rounds: int, folder: str
     }
     first = next(iter(scenes.values()))[0]
     summary["frame_size"] = [first.width, first.height]
-    if compare == "detail":
+    if compare in ("detail", "texture"):
         summary["difference"] = picture_difference([scenes[arm][0] for arm in arms], states)
     for scene in {id(arm[0]): arm[0] for arm in scenes.values()}.values():
         scene.close()

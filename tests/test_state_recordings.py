@@ -100,54 +100,86 @@ def test_render_draws_the_original_video_again_at_the_same_preset(recorded, tmp_
     assert max(differences) < 2.0, differences
 
 
-# Draws one recording's states twice in a process of its own (GL beside a TensorFlow another test
-# file imported in this worker could crash it): the cheap preset as it is, and with round geoms at
-# the model's own tessellation.
-_DRAW_BOTH_WAYS = """
+# Draws one recording's states three ways in a process of its own (GL beside a TensorFlow another
+# test file imported in this worker could crash it): the cheap preset as it is, with round geoms at
+# the model's own tessellation, and with MuJoCo's own trilinear texture filtering.
+_DRAW_THREE_WAYS = """
 import json, pickle, sys
 from async_plotter.sinks.rerender import prepare_gl
 prepare_gl()  # before MuJoCo is imported, as the render process
 import numpy as np
+from OpenGL import GL
 from async_plotter.render import mujoco_scene
 from async_plotter.render.recording import read_recording
 
 recording = read_recording(sys.argv[1])
 model = recording.load_model()
 own = (int(model.vis.quality.numslices), int(model.vis.quality.numstacks))
-frames, drawn_with = [], []
-for tessellation in (mujoco_scene.CHEAP_TESSELLATION, own):
-    mujoco_scene.CHEAP_TESSELLATION = tessellation
+cheap_tessellation, one_level = mujoco_scene.CHEAP_TESSELLATION, mujoco_scene._sample_one_mipmap_level
+arms = {"cheap": (cheap_tessellation, one_level), "own tessellation": (own, one_level),
+        "trilinear": (cheap_tessellation, lambda renderer: None)}
+frames, drawn = {}, {}
+for name, (tessellation, filtering) in arms.items():
+    mujoco_scene.CHEAP_TESSELLATION, mujoco_scene._sample_one_mipmap_level = tessellation, filtering
     scene = mujoco_scene.MujocoScene(pickle.dumps(model), None, -1, 480, 480, "cheap")
     quality = scene.model.vis.quality
-    drawn_with.append([int(quality.numslices), int(quality.numstacks)])
     pictures = []
     for state in recording.states:
         scene.set_state(state)
         pictures.append(scene.render().astype(np.int16))
-    frames.append(np.stack(pictures))
+    frames[name] = np.stack(pictures)
+    context = scene._renderer._mjr_context
+    floor = [int(context.texture[index]) for index in range(context.ntexture)
+             if context.textureType[index] == 0]  # mjTEXTURE_2D: the checkered floor
+    GL.glBindTexture(GL.GL_TEXTURE_2D, floor[0])
+    drawn[name] = {"tessellation": [int(quality.numslices), int(quality.numstacks)],
+                   "floor_filter": int(GL.glGetTexParameteriv(GL.GL_TEXTURE_2D,
+                                                              GL.GL_TEXTURE_MIN_FILTER))}
     scene.close()
-difference = np.abs(frames[0] - frames[1])
-print(json.dumps({"own": own, "drawn_with": drawn_with, "mean": float(difference.mean()),
-                  "far": float((difference.max(axis=-1) > 8).mean())}))
+for name in ("own tessellation", "trilinear"):
+    difference = np.abs(frames[name] - frames["cheap"])
+    drawn[name].update(mean=float(difference.mean()),
+                       far=float((difference.max(axis=-1) > 8).mean()))
+print(json.dumps({"own": own, "drawn": drawn,
+                  "one_level": GL.GL_LINEAR_MIPMAP_NEAREST, "two_levels": GL.GL_LINEAR_MIPMAP_LINEAR}))
 """
 
 
-def test_the_cheap_preset_draws_round_geoms_coarser_with_the_same_picture(recorded):
-    """Halving MuJoCo's slices and stacks cut 20-35% of the CPU a frame on llvmpipe
-    (``benchmarks/frame_cost.py --compare detail``); at 320x320 the bodies look the same."""
+@pytest.fixture(scope="module")
+def drawn_three_ways(recorded):
     folder, _, _ = recorded
     result = subprocess.run(
-        [sys.executable, "-c", _DRAW_BOTH_WAYS,
+        [sys.executable, "-c", _DRAW_THREE_WAYS,
          str(folder / "update_0000.npz")],
         capture_output=True,
         text=True,
         timeout=120)
     assert result.returncode == 0, result.stderr
-    drawn = json.loads(result.stdout.strip().splitlines()[-1])
-    cheap, full = drawn["drawn_with"]
-    assert full == drawn["own"] and cheap[0] < full[0] and cheap[1] < full[1], drawn
+    return json.loads(result.stdout.strip().splitlines()[-1])
+
+
+def test_the_cheap_preset_draws_round_geoms_coarser_with_the_same_picture(drawn_three_ways):
+    """Halving MuJoCo's slices and stacks cut 20-35% of the CPU a frame on llvmpipe
+    (``benchmarks/frame_cost.py --compare detail``); at 320x320 the bodies look the same."""
+    cheap, full = (drawn_three_ways["drawn"][arm]["tessellation"]
+                   for arm in ("cheap", "own tessellation"))
+    assert full == drawn_three_ways["own"] and cheap[0] < full[0] and cheap[1] < full[1]
     # Measured here: 0.21 of a colour level on average, 0.9% of pixels (outlines) over 8 levels.
-    assert drawn["mean"] < 0.5 and drawn["far"] < 0.02, drawn
+    apart = drawn_three_ways["drawn"]["own tessellation"]
+    assert apart["mean"] < 0.5 and apart["far"] < 0.02, apart
+
+
+def test_the_cheap_preset_samples_one_mipmap_level_with_the_same_picture(drawn_three_ways):
+    """Trilinear filtering of the checkered floor was 13-22% of a frame's CPU on llvmpipe
+    (``benchmarks/frame_cost.py --compare texture``); one mipmap level changes only the far
+    checker edges."""
+    drawn = drawn_three_ways["drawn"]
+    assert drawn["cheap"]["floor_filter"] == drawn_three_ways["one_level"], drawn
+    assert drawn["trilinear"]["floor_filter"] == drawn_three_ways["two_levels"], drawn
+    # Measured on HalfCheetah: 0.9 of a colour level on average, 4.4% of pixels (the far
+    # checker edges, a little sharper) over 8 levels. Without mipmaps: 8.9 and 14%.
+    apart = drawn["trilinear"]
+    assert apart["mean"] < 2.0 and apart["far"] < 0.08, apart
 
 
 def test_render_says_once_what_it_wrote_and_nothing_of_other_libraries(recorded, tmp_path):

@@ -5,8 +5,10 @@ per 480x480 frame with default visuals against ~9-18 ms with shadows, reflection
 and half of what is left on multisampling (4 samples by default), which the cheap preset also
 turns off.
 The cheap preset also draws floors in coarser grids (Swimmer's took 45% of its frame) and round
-geoms with half MuJoCo's default slices and stacks (a fifth to a third of what was left). On a
-real GPU the full visuals cost ~3 ms. So ``quality="auto"`` turns them off only on software.
+geoms with half MuJoCo's default slices and stacks (a fifth to a third of what was left), and
+samples textures from one mipmap level instead of blending two (a seventh to a fifth of what was
+left after that). On a real GPU the full visuals cost ~3 ms. So ``quality="auto"`` turns them
+off only on software.
 """
 import logging
 import pickle
@@ -91,6 +93,7 @@ class MujocoScene:
             for flag in (mujoco.mjtRndFlag.mjRND_SHADOW, mujoco.mjtRndFlag.mjRND_REFLECTION,
                          mujoco.mjtRndFlag.mjRND_SKYBOX):
                 flags[flag] = 0
+            _sample_one_mipmap_level(self._renderer)
         self.width, self.height = width, height
 
     def _make_camera(self, plan: Dict[str, Any], camera_id: int) -> Any:
@@ -143,6 +146,32 @@ def _coarsen_round_geoms(model: Any) -> None:
     slices, stacks = CHEAP_TESSELLATION
     quality.numslices = min(int(quality.numslices), slices)
     quality.numstacks = min(int(quality.numstacks), stacks)
+
+
+def _sample_one_mipmap_level(renderer: Any) -> None:
+    """Make the uploaded textures sample the nearest mipmap level (``GL_LINEAR_MIPMAP_NEAREST``)
+    instead of blending the two nearest (MuJoCo's ``GL_LINEAR_MIPMAP_LINEAR``): on llvmpipe the
+    checkered floor's trilinear filtering was 13-22% of a frame's CPU (Swimmer to HalfCheetah,
+    320x320), and the frames differ only along the far checker edges (measured by
+    ``benchmarks/frame_cost.py --compare texture``). The filter is a property of each texture
+    object, set once here while the renderer's context is current; MuJoCo does not set it again
+    unless a texture is uploaded anew."""
+    # mujoco.Renderer keeps its MjrContext private; without it the frames stay trilinear.
+    context = getattr(renderer, "_mjr_context", None)
+    if context is None:
+        logger.debug("textures keep trilinear filtering: this mujoco.Renderer has no context")
+        return
+    try:
+        from OpenGL import GL
+
+        for index in range(int(context.ntexture)):
+            flat = int(context.textureType[index]) == 0  # mjTEXTURE_2D, else a cube or skybox
+            target = GL.GL_TEXTURE_2D if flat else GL.GL_TEXTURE_CUBE_MAP
+            GL.glBindTexture(target, int(context.texture[index]))
+            GL.glTexParameteri(target, GL.GL_TEXTURE_MIN_FILTER, GL.GL_LINEAR_MIPMAP_NEAREST)
+            GL.glBindTexture(target, 0)
+    except Exception as error:  # noqa: BLE001 - a cheaper filter is worth no failed video
+        logger.debug("textures keep trilinear filtering: %s", error)
 
 
 def _gl_renderer_name(mujoco: Any) -> str:
