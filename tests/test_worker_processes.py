@@ -91,3 +91,38 @@ def test_the_rollout_process_closes_its_env_when_the_rollout_fails(tmp_path, no_
         plotter.close()
     assert "env.step exploded (test)" in last_error, "the close did not mask the real error"
     assert str(rollout) in closes_recorded(marker)
+
+
+_IMPORT_AS_A_WORKER = """
+import json, sys
+import async_plotter.worker.render_process, async_plotter.worker.rollout_process
+loaded = sorted(name for name in sys.modules if name.startswith("async_plotter."))
+import async_plotter
+public = {}
+exec("from async_plotter import *", public)
+print(json.dumps({"loaded": loaded, "tensorflow": "tensorflow" in sys.modules, "public": sorted(k for k in public if k != "__builtins__"),
+                  "all": sorted(async_plotter.__all__)}))
+"""
+
+
+def test_the_worker_processes_load_none_of_the_trainers_side():
+    """A worker process imports the package on its way to its own module; the Plotter, its
+    checks and its supervisor cost each process ~50 ms of CPU at start-up (while the trainer's
+    first iterations want both cores) and were imported for nothing."""
+    import json
+    import subprocess
+    import sys
+
+    result = subprocess.run([sys.executable, "-c", _IMPORT_AS_A_WORKER],
+                            capture_output=True,
+                            text=True,
+                            timeout=120)
+    assert result.returncode == 0, result.stderr
+    found = json.loads(result.stdout.strip().splitlines()[-1])
+    trainers = [
+        name for name in found["loaded"] if name.split(".")[1] in ("trainer", "supervision")
+    ]
+    assert not trainers, trainers
+    assert not found["tensorflow"]
+    # Every public name is still there for the trainer, from `import *` too.
+    assert found["public"] == found["all"] and "Plotter" in found["all"], found
