@@ -83,3 +83,13 @@ def offscreen_gl_backend() -> str:
     offscreen one (``egl`` or ``osmesa``), else ``egl`` (Mesa's llvmpipe or a GPU's driver)."""
     requested = os.environ.get("MUJOCO_GL", "").lower()
     return requested if requested in ("egl", "osmesa") else "egl"
+
+
+def osmesa_fallback_allowed() -> bool:
+    """Whether a render process that gets no EGL context may draw with OSMesa instead: EGL was
+    this library's default (``$MUJOCO_GL`` names no offscreen backend) and Mesa's OSMesa
+    library is installed. Whoever set ``MUJOCO_GL=egl`` keeps it, and its error."""
+    import ctypes.util
+
+    return offscreen_gl_backend() == "egl" and os.environ.get("MUJOCO_GL", "").lower() != "egl" \
+        and ctypes.util.find_library("OSMesa") is not None

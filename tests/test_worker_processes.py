@@ -1,6 +1,7 @@
 """What the worker's processes start with and leave behind: GPUs hidden from the rollout
 process's TensorFlow (not from the render process, nor the trainer), and the env closed however
 the rollout process ends."""
+import logging
 import os
 
 import pytest
@@ -126,3 +127,54 @@ def test_the_worker_processes_load_none_of_the_trainers_side():
     assert not found["tensorflow"]
     # Every public name is still there for the trainer, from `import *` too.
     assert found["public"] == found["all"] and "Plotter" in found["all"], found
+
+
+def _without_egl(monkeypatch, tmp_path):
+    """EGL as on a machine with no EGL driver: glvnd, which libEGL is, reads the drivers from
+    this list, and it names none."""
+    monkeypatch.setenv("__EGL_VENDOR_LIBRARY_FILENAMES", str(tmp_path / "no_egl_vendor.json"))
+
+
+def test_without_an_egl_driver_the_worker_draws_with_osmesa(tmp_path, monkeypatch, caplog,
+                                                            no_leftovers):
+    """EGL is only our default: where it makes no context and OSMesa is installed, the worker
+    draws with OSMesa instead (the same llvmpipe) rather than failing four times and stopping."""
+    _without_egl(monkeypatch, tmp_path)
+    monkeypatch.delenv("MUJOCO_GL", raising=False)
+    policy = LinearPolicy(8, 2)
+    with caplog.at_level(logging.WARNING, logger="async_plotter"):
+        with Plotter("Swimmer-v5",
+                     policy,
+                     max_path_length=20,
+                     video_dir=str(tmp_path / "videos"),
+                     min_video_seconds=0) as plotter:
+            plotter.update_plot(policy)
+            wait_for(lambda: plotter.stats["videos"] >= 1 or plotter.stats["disabled"],
+                     120,
+                     message="a video")
+            stats = plotter.stats
+    assert stats["videos"] >= 1 and not stats["disabled"], stats["last_error"]
+    assert stats["restarts"] == 0, "a fallback is not a failure of the worker"
+    assert "llvmpipe" in stats["gl_renderer"]
+    said = [r.getMessage() for r in caplog.records if "no EGL context" in r.getMessage()]
+    assert len(said) == 1 and "drawing with OSMesa instead" in said[0], said
+    assert "Cannot initialize a EGL" in said[0], "it says what EGL answered"
+    assert stats["last_error"].startswith("no EGL context, drawn with OSMesa instead")
+
+
+def test_an_egl_the_user_asked_for_is_kept_and_its_failure_named(tmp_path, monkeypatch,
+                                                                 no_leftovers):
+    _without_egl(monkeypatch, tmp_path)
+    monkeypatch.setenv("MUJOCO_GL", "egl")
+    policy = LinearPolicy(8, 2)
+    with Plotter("Swimmer-v5",
+                 policy,
+                 max_path_length=20,
+                 video_dir=str(tmp_path / "videos"),
+                 max_restarts=0) as plotter:
+        plotter.update_plot(policy)
+        wait_for(lambda: plotter.stats["disabled"], 120, message="plotting disabled")
+        stats = plotter.stats
+    assert stats["videos"] == 0
+    assert "no offscreen GL context through MUJOCO_GL=egl" in stats["last_error"]
+    assert "libegl-mesa0" in stats["last_error"] and "OSMesa" in stats["last_error"]

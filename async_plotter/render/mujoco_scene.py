@@ -11,6 +11,7 @@ left after that). On a real GPU the full visuals cost ~3 ms. So ``quality="auto"
 off only on software.
 """
 import logging
+import os
 import pickle
 from typing import Any, Dict, Optional, Tuple
 
@@ -29,6 +30,16 @@ CHEAP_SCALE = 2 / 3
 #: apart on average, under 1% of pixels (along the bodies' outlines) more than 8 levels
 #: (``benchmarks/frame_cost.py --compare detail``)
 CHEAP_TESSELLATION: Tuple[int, int] = (14, 8)
+
+
+class OffscreenGLError(RuntimeError):
+    """No offscreen GL context could be made through ``backend`` (``egl`` or ``osmesa``)."""
+
+    def __init__(self, backend: str, reason: BaseException) -> None:
+        self.backend, self.reason = backend, f"{type(reason).__name__}: {reason}"
+        super().__init__(f"no offscreen GL context through MUJOCO_GL={backend} ({self.reason}); "
+                         "install Mesa's EGL driver (libegl-mesa0) or OSMesa (libosmesa6), or "
+                         "set MUJOCO_GL to the one that works here")
 
 
 class MujocoScene:
@@ -176,20 +187,22 @@ def _sample_one_mipmap_level(renderer: Any) -> None:
 
 def _gl_renderer_name(mujoco: Any) -> str:
     """The name of the GL renderer this process gets, e.g. ``llvmpipe (LLVM 15.0.6, 256 bits)``
-    for Mesa's software one; ``"unknown"`` when it cannot be asked."""
-    context = None
+    for Mesa's software one; ``"unknown"`` when it cannot be asked. ``OffscreenGLError`` when
+    no context can be made at all (no EGL driver, say): nothing could be drawn."""
+    try:
+        context = mujoco.GLContext(1, 1)
+        context.make_current()
+    except Exception as error:  # noqa: BLE001 - MuJoCo raises ImportError, PyOpenGL its own
+        raise OffscreenGLError(os.environ.get("MUJOCO_GL", "egl"), error) from error
     try:
         from OpenGL import GL
 
-        context = mujoco.GLContext(1, 1)
-        context.make_current()
         name = GL.glGetString(GL.GL_RENDERER)
         return name.decode() if isinstance(name, bytes) else str(name)
     except Exception:  # noqa: BLE001 - the name is only for choosing a preset and logging
         return "unknown"
     finally:
-        if context is not None:
-            context.free()
+        context.free()
 
 
 def _even(value: float) -> int:

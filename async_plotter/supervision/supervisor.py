@@ -4,6 +4,7 @@ them after a crash or a hang, and stops them within a deadline.
 It runs in one daemon thread that sleeps in ``multiprocessing.connection.wait`` on the children's
 status pipes and process sentinels, so it costs the trainer nothing while all is well.
 """
+import dataclasses
 import fcntl
 import logging
 import os
@@ -25,7 +26,7 @@ from async_plotter.worker import render_process, rollout_process
 from async_plotter.supervision.budget import CpuGovernor, Phase
 from async_plotter.render.history import HistoryPoint
 from async_plotter.render.stream import StreamKind
-from async_plotter.display import x_display_available
+from async_plotter.display import osmesa_fallback_allowed, x_display_available
 from async_plotter.worker.config import WorkerConfig
 from async_plotter.supervision.ledger import VideoLedger
 from async_plotter.supervision.metrics_relay import MetricsRelay
@@ -58,6 +59,8 @@ class _Pair:
         self.started = time.monotonic()
         self.last_progress = {"rollout": self.started, "render": self.started}
         self.errors: Dict[str, str] = {}
+        #: the render process's GL backend that made no context, and why (``backend``, ``reason``)
+        self.offscreen_gl_failed: Optional[Dict[str, str]] = None
         self.ready: Set[str] = set()  # roles that reported ready
         self.booted: Optional[float] = None  # when both had
         # CPU-seconds both processes (with their children: the encoder) had used when last
@@ -200,6 +203,8 @@ class WorkerSupervisor:
                     self._stats.disabled = True
                     return
                 continue  # without the window: not a failure of the worker
+            if self._draw_with_osmesa(pair):
+                continue  # another GL backend: not a failure of the worker
             if failures >= self._max_restarts:
                 self._stats.disabled = True
                 logger.error(
@@ -233,6 +238,23 @@ class WorkerSupervisor:
         self._stats.last_error = f"the display went away: {culprit}"
         with self._lock:
             self._config = self._config.with_sinks(others)
+        return True
+
+    def _draw_with_osmesa(self, pair: _Pair) -> bool:
+        """After a failure: if the render process got no EGL context (no EGL driver, a broken
+        vendor file) where EGL was only our default, start the next one with OSMesa, which
+        draws the same frames on the CPU (Mesa's llvmpipe either way); one warning."""
+        failed = pair.offscreen_gl_failed
+        if not failed or failed["backend"] != "egl" or self._config.mujoco_gl != "egl":
+            return False
+        if not osmesa_fallback_allowed():
+            return False
+        logger.warning(
+            "the plot worker got no EGL context (%s); drawing with OSMesa instead "
+            "(MUJOCO_GL=osmesa skips the try)", failed["reason"])
+        self._stats.last_error = f"no EGL context, drawn with OSMesa instead: {failed['reason']}"
+        with self._lock:
+            self._config = dataclasses.replace(self._config, mujoco_gl="osmesa")
         return True
 
     def _watch(self, pair: _Pair) -> Optional[str]:
@@ -456,6 +478,7 @@ class WorkerSupervisor:
 
     def _on_error(self, payload: dict, pair: _Pair) -> None:
         pair.errors[payload["role"]] = payload["traceback"]
+        pair.offscreen_gl_failed = payload.get("offscreen_gl") or pair.offscreen_gl_failed
         self._stats.last_error = payload["traceback"]
 
     def _on_video(self, payload: dict, pair: _Pair) -> None:

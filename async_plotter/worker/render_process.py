@@ -22,6 +22,7 @@ from async_plotter.worker.sink_builders import SinkContext, build_sinks
 from async_plotter.worker.status import StatusKind, StatusSender
 from async_plotter.sinks.base import ShownStep
 from async_plotter.sinks.recorded import RecordedSink
+from async_plotter.render.mujoco_scene import OffscreenGLError
 from async_plotter.render.stream import (EpisodeEnd, EpisodeInfo, SceneInfo, StateChunk, StepState,
                                          StreamKind, UnknownMessage)
 from async_plotter.render.timeline import Timeline, now, wait_until
@@ -66,9 +67,11 @@ def main(config: WorkerConfig,
             _finishing = True
     except _Terminated:
         pass
-    except BaseException:  # noqa: BLE001 - report everything to the trainer
+    except BaseException as error:  # noqa: BLE001 - report everything to the trainer
         if not _terminated:
-            status.error("render")
+            # The supervisor may start the next one with another GL backend.
+            gl = vars(error) if isinstance(error, OffscreenGLError) else None  # backend, reason
+            status.error("render", offscreen_gl=gl)
             failed = True
     _end_failed_episode(lifeline, sinks)
     _close_all(sinks)

@@ -27,7 +27,7 @@ class StatusKind(str, enum.Enum):
     HTTP = "http"  # render: the live page's URL
     STORAGE = "storage"  # render: the video folder's device is full, has space again, or the
     # folder was made again (state, directory, free)
-    ERROR = "error"  # an exception (where, traceback); the process exits after it
+    ERROR = "error"  # an exception (where, traceback, offscreen_gl); the process exits after it
 
 
 class UnknownReport(Exception):
@@ -71,6 +71,7 @@ class StatusSender:
             self._last_beat = now
             self.send(StatusKind.BEAT)
 
-    def error(self, where: str) -> None:
-        """Report the exception being handled, with its traceback."""
-        self.send(StatusKind.ERROR, where=where, traceback=traceback.format_exc())
+    def error(self, where: str, **details: Any) -> None:
+        """Report the exception being handled, with its traceback (and ``details`` the
+        supervisor acts on, e.g. ``offscreen_gl``: the GL backend that made no context, and why)."""
+        self.send(StatusKind.ERROR, where=where, traceback=traceback.format_exc(), **details)
