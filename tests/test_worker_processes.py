@@ -129,30 +129,32 @@ def test_the_worker_processes_load_none_of_the_trainers_side():
     assert found["public"] == found["all"] and "Plotter" in found["all"], found
 
 
-def _without_egl(monkeypatch, tmp_path):
-    """EGL as on a machine with no EGL driver: glvnd, which libEGL is, reads the drivers from
-    this list, and it names none."""
+def _run_without_egl(tmp_path, monkeypatch, mujoco_gl, until, **kwargs):
+    """A plotter's stats once ``until`` holds, with EGL as on a machine with no EGL driver:
+    glvnd, which libEGL is, reads the drivers from a list, and this one names none."""
     monkeypatch.setenv("__EGL_VENDOR_LIBRARY_FILENAMES", str(tmp_path / "no_egl_vendor.json"))
+    if mujoco_gl is None:
+        monkeypatch.delenv("MUJOCO_GL", raising=False)
+    else:
+        monkeypatch.setenv("MUJOCO_GL", mujoco_gl)
+    policy = LinearPolicy(8, 2)
+    with Plotter("Swimmer-v5",
+                 policy,
+                 max_path_length=20,
+                 video_dir=str(tmp_path / "videos"),
+                 min_video_seconds=0,
+                 **kwargs) as plotter:
+        plotter.update_plot(policy)
+        wait_for(lambda: until(plotter.stats) or plotter.stats["disabled"], 120, message="it")
+        return plotter.stats
 
 
 def test_without_an_egl_driver_the_worker_draws_with_osmesa(tmp_path, monkeypatch, caplog,
                                                             no_leftovers):
     """EGL is only our default: where it makes no context and OSMesa is installed, the worker
     draws with OSMesa instead (the same llvmpipe) rather than failing four times and stopping."""
-    _without_egl(monkeypatch, tmp_path)
-    monkeypatch.delenv("MUJOCO_GL", raising=False)
-    policy = LinearPolicy(8, 2)
     with caplog.at_level(logging.WARNING, logger="async_plotter"):
-        with Plotter("Swimmer-v5",
-                     policy,
-                     max_path_length=20,
-                     video_dir=str(tmp_path / "videos"),
-                     min_video_seconds=0) as plotter:
-            plotter.update_plot(policy)
-            wait_for(lambda: plotter.stats["videos"] >= 1 or plotter.stats["disabled"],
-                     120,
-                     message="a video")
-            stats = plotter.stats
+        stats = _run_without_egl(tmp_path, monkeypatch, None, lambda stats: stats["videos"])
     assert stats["videos"] >= 1 and not stats["disabled"], stats["last_error"]
     assert stats["restarts"] == 0, "a fallback is not a failure of the worker"
     assert "llvmpipe" in stats["gl_renderer"]
@@ -164,17 +166,11 @@ def test_without_an_egl_driver_the_worker_draws_with_osmesa(tmp_path, monkeypatc
 
 def test_an_egl_the_user_asked_for_is_kept_and_its_failure_named(tmp_path, monkeypatch,
                                                                  no_leftovers):
-    _without_egl(monkeypatch, tmp_path)
-    monkeypatch.setenv("MUJOCO_GL", "egl")
-    policy = LinearPolicy(8, 2)
-    with Plotter("Swimmer-v5",
-                 policy,
-                 max_path_length=20,
-                 video_dir=str(tmp_path / "videos"),
-                 max_restarts=0) as plotter:
-        plotter.update_plot(policy)
-        wait_for(lambda: plotter.stats["disabled"], 120, message="plotting disabled")
-        stats = plotter.stats
-    assert stats["videos"] == 0
+    stats = _run_without_egl(tmp_path,
+                             monkeypatch,
+                             "egl",
+                             lambda stats: stats["disabled"],
+                             max_restarts=0)
+    assert stats["disabled"] and stats["videos"] == 0
     assert "no offscreen GL context through MUJOCO_GL=egl" in stats["last_error"]
     assert "libegl-mesa0" in stats["last_error"] and "OSMesa" in stats["last_error"]
