@@ -41,6 +41,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     """Entry point of the ``async-plotter`` console script; returns the exit code."""
     parser = _parser()
     args = parser.parse_args(argv)
+    args.is_the_command = argv is None  # sys.argv: it may run itself again (render)
     if args.command is None:
         parser.print_help(sys.stderr)
         return EXIT_USAGE
@@ -179,8 +180,11 @@ def _render(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
         parser.error(f"no state recordings (*.npz) in {args.path}")
     folder = args.path if os.path.isdir(args.path) else os.path.dirname(args.path) or "."
     out = args.out or os.path.join(folder, "rendered")
+    from async_plotter.display import osmesa_fallback_allowed
+    from async_plotter.render.mujoco_scene import OffscreenGLError
     from async_plotter.sinks.rerender import prepare_gl, rerender, text_progress
 
+    may_fall_back = args.is_the_command and osmesa_fallback_allowed()  # before MUJOCO_GL is set
     prepare_gl()
     failed = 0
     for path in paths:
@@ -191,8 +195,25 @@ def _render(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
             logger.error("%s", error)
             failed += 1
             continue
+        except OffscreenGLError as error:
+            if may_fall_back and error.backend == "egl":
+                _run_again_with_osmesa(error.reason)
+            raise
         logger.debug("rendered %s into %s", path, video)  # the video sink said "wrote ..."
     return 1 if failed else 0
+
+
+def _run_again_with_osmesa(reason: str) -> None:
+    """EGL made no context at the first frame, where EGL was only our default: run this command
+    (``sys.argv``) again with OSMesa, as the plot worker does (PyOpenGL keeps the platform it was
+    first imported with, so it takes a new process)."""
+    logger.warning(
+        "no EGL context (%s); drawing with OSMesa instead (MUJOCO_GL=osmesa skips the "
+        "try)", reason)
+    for stream in (sys.stdout, sys.stderr):
+        stream.flush()
+    os.environ["MUJOCO_GL"] = "osmesa"
+    os.execv(sys.executable, [sys.executable, "-m", "async_plotter.cli", *sys.argv[1:]])
 
 
 def _replay_parser(commands: Any) -> argparse.ArgumentParser:

@@ -204,6 +204,28 @@ def test_render_says_once_what_it_wrote_and_nothing_of_other_libraries(recorded,
     assert len(lines) == 2 and "61/61 frames" in lines[0], lines
 
 
+def test_render_draws_with_osmesa_where_egl_makes_no_context(recorded, tmp_path):
+    """As the plot worker does: EGL is only the default. glvnd (libEGL) reads its drivers from
+    this list, and it names none, as on a machine without an EGL driver."""
+    folder, _, _ = recorded
+    environment = dict(os.environ,
+                       __EGL_VENDOR_LIBRARY_FILENAMES=str(tmp_path / "no_egl_vendor.json"))
+    environment.pop("MUJOCO_GL", None)
+    result = subprocess.run([
+        sys.executable, "-m", "async_plotter.cli", "render",
+        str(folder / "update_0000.npz"), "--out",
+        str(tmp_path)
+    ],
+                            capture_output=True,
+                            text=True,
+                            timeout=120,
+                            env=environment)
+    assert result.returncode == 0, result.stderr
+    assert "no EGL context (ImportError: Cannot initialize a EGL" in result.stderr
+    assert "drawing with OSMesa instead" in result.stderr
+    assert len(frames_of(str(tmp_path / "update_0000.mp4"))) == STEPS + 1
+
+
 def test_render_changes_the_size(recorded, tmp_path):
     folder, _, _ = recorded
     result = subprocess.run([
