@@ -46,6 +46,15 @@ def frames_of(path):
         reader.close()
 
 
+def render_command(*arguments, env=None):
+    """``async-plotter render ARGUMENTS`` in a process of its own: what it printed and returned."""
+    return subprocess.run([sys.executable, "-m", "async_plotter.cli", "render", *arguments],
+                          capture_output=True,
+                          text=True,
+                          timeout=120,
+                          env=env)
+
+
 def test_each_video_has_a_recording_beside_it_that_holds_every_shown_step(recorded):
     folder, stats, episodes = recorded
     names = sorted(os.listdir(folder))
@@ -84,13 +93,7 @@ def test_a_recording_replays_without_the_env(recorded):
 def test_render_draws_the_original_video_again_at_the_same_preset(recorded, tmp_path):
     folder, _, _ = recorded
     out = tmp_path / "again"
-    result = subprocess.run(
-        [sys.executable, "-m", "async_plotter.cli", "render",
-         str(folder), "--out",
-         str(out)],
-        capture_output=True,
-        text=True,
-        timeout=120)
+    result = render_command(str(folder), "--out", str(out))
     assert result.returncode == 0, result.stderr
     assert "61/61 frames" in result.stderr  # the progress bar's last state
     original = frames_of(str(folder / "update_0000.mp4"))
@@ -186,14 +189,7 @@ def test_render_says_once_what_it_wrote_and_nothing_of_other_libraries(recorded,
     """It printed PyOpenGL's "INFO No OpenGL_accelerate module loaded" and its "wrote ..." line
     twice (the video sink's and its own)."""
     folder, _, _ = recorded
-    result = subprocess.run([
-        sys.executable, "-m", "async_plotter.cli", "render",
-        str(folder / "update_0000.npz"), "--out",
-        str(tmp_path)
-    ],
-                            capture_output=True,
-                            text=True,
-                            timeout=120)
+    result = render_command(str(folder / "update_0000.npz"), "--out", str(tmp_path))
     assert result.returncode == 0, result.stderr
     lines = [line for line in (result.stdout + result.stderr).splitlines() if line.strip()]
     wrote = [line for line in lines if " wrote " in line]
@@ -211,14 +207,9 @@ def test_render_draws_with_osmesa_where_egl_makes_no_context(recorded, tmp_path)
     environment = dict(os.environ,
                        __EGL_VENDOR_LIBRARY_FILENAMES=str(tmp_path / "no_egl_vendor.json"))
     environment.pop("MUJOCO_GL", None)
-    result = subprocess.run([
-        sys.executable, "-m", "async_plotter.cli", "render",
-        str(folder / "update_0000.npz"), "--out",
-        str(tmp_path)
-    ],
-                            capture_output=True,
-                            text=True,
-                            timeout=120,
+    result = render_command(str(folder / "update_0000.npz"),
+                            "--out",
+                            str(tmp_path),
                             env=environment)
     assert result.returncode == 0, result.stderr
     assert "no EGL context (ImportError: Cannot initialize a EGL" in result.stderr
@@ -228,14 +219,8 @@ def test_render_draws_with_osmesa_where_egl_makes_no_context(recorded, tmp_path)
 
 def test_render_changes_the_size(recorded, tmp_path):
     folder, _, _ = recorded
-    result = subprocess.run([
-        sys.executable, "-m", "async_plotter.cli", "render",
-        str(folder / "update_0000.npz"), "--size", "160", "--quality", "cheap", "--out",
-        str(tmp_path)
-    ],
-                            capture_output=True,
-                            text=True,
-                            timeout=120)
+    result = render_command(str(folder / "update_0000.npz"), "--size", "160", "--quality", "cheap",
+                            "--out", str(tmp_path))
     assert result.returncode == 0, result.stderr
     frames = frames_of(str(tmp_path / "update_0000.mp4"))
     assert frames[0].shape == (160, 160, 3) and len(frames) == STEPS + 1
@@ -251,13 +236,7 @@ def test_what_is_not_a_recording_is_refused_and_runs_no_code(tmp_path):
     with pytest.raises(RecordingError):
         read_recording(str(pickled))  # object arrays need pickle, which is never allowed
     assert recordings_in(str(tmp_path)) == [str(pickled), str(plain)]
-    result = subprocess.run(
-        [sys.executable, "-m", "async_plotter.cli", "render",
-         str(plain), "--out",
-         str(tmp_path)],
-        capture_output=True,
-        text=True,
-        timeout=60)
+    result = render_command(str(plain), "--out", str(tmp_path))
     assert result.returncode == 1 and "not an async_plotter state recording" in result.stderr
 
 
