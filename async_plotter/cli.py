@@ -196,7 +196,7 @@ def _render(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
             failed += 1
             continue
         except OffscreenGLError as error:
-            if may_fall_back and error.backend == "egl":
+            if may_fall_back:  # then it was our default, EGL, that failed
                 _run_again_with_osmesa(error.reason)
             raise
         logger.debug("rendered %s into %s", path, video)  # the video sink said "wrote ..."

@@ -91,5 +91,5 @@ def osmesa_fallback_allowed() -> bool:
     library is installed. Whoever set ``MUJOCO_GL=egl`` keeps it, and its error."""
     import ctypes.util
 
-    return offscreen_gl_backend() == "egl" and os.environ.get("MUJOCO_GL", "").lower() != "egl" \
-        and ctypes.util.find_library("OSMesa") is not None
+    chosen = os.environ.get("MUJOCO_GL", "").lower() in ("egl", "osmesa")
+    return not chosen and ctypes.util.find_library("OSMesa") is not None

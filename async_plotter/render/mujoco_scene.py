@@ -41,10 +41,6 @@ class OffscreenGLError(RuntimeError):
                          "install Mesa's EGL driver (libegl-mesa0) or OSMesa (libosmesa6), or "
                          "set MUJOCO_GL to the one that works here")
 
-    def report(self) -> Dict[str, str]:
-        """What the supervisor needs to try another backend: this one, and why it failed."""
-        return {"backend": self.backend, "reason": self.reason}
-
 
 class MujocoScene:
     """Owns a copy of the model, an ``MjData`` to pose, and an offscreen renderer."""

@@ -59,8 +59,8 @@ class _Pair:
         self.started = time.monotonic()
         self.last_progress = {"rollout": self.started, "render": self.started}
         self.errors: Dict[str, str] = {}
-        #: the render process's GL backend that made no context, and why (``backend``, ``reason``)
-        self.offscreen_gl_failed: Optional[Dict[str, str]] = None
+        #: why the render process's GL backend (the config's ``mujoco_gl``) made no context
+        self.offscreen_gl_failed: Optional[str] = None
         self.ready: Set[str] = set()  # roles that reported ready
         self.booted: Optional[float] = None  # when both had
         # CPU-seconds both processes (with their children: the encoder) had used when last
@@ -244,15 +244,13 @@ class WorkerSupervisor:
         """After a failure: if the render process got no EGL context (no EGL driver, a broken
         vendor file) where EGL was only our default, start the next one with OSMesa, which
         draws the same frames on the CPU (Mesa's llvmpipe either way); one warning."""
-        failed = pair.offscreen_gl_failed
-        if not failed or failed["backend"] != "egl" or self._config.mujoco_gl != "egl":
-            return False
-        if not osmesa_fallback_allowed():
+        reason = pair.offscreen_gl_failed
+        if reason is None or self._config.mujoco_gl != "egl" or not osmesa_fallback_allowed():
             return False
         logger.warning(
             "the plot worker got no EGL context (%s); drawing with OSMesa instead "
-            "(MUJOCO_GL=osmesa skips the try)", failed["reason"])
-        self._stats.last_error = f"no EGL context, drawn with OSMesa instead: {failed['reason']}"
+            "(MUJOCO_GL=osmesa skips the try)", reason)
+        self._stats.last_error = f"no EGL context, drawn with OSMesa instead: {reason}"
         with self._lock:
             self._config = dataclasses.replace(self._config, mujoco_gl="osmesa")
         return True

@@ -70,7 +70,7 @@ def main(config: WorkerConfig,
     except BaseException as error:  # noqa: BLE001 - report everything to the trainer
         if not _terminated:
             # The supervisor may start the next one with another GL backend.
-            gl = error.report() if isinstance(error, OffscreenGLError) else None
+            gl = error.reason if isinstance(error, OffscreenGLError) else None
             status.error("render", offscreen_gl=gl)
             failed = True
     _end_failed_episode(lifeline, sinks)

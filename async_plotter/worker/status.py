@@ -73,5 +73,5 @@ class StatusSender:
 
     def error(self, where: str, **details: Any) -> None:
         """Report the exception being handled, with its traceback (and ``details`` the
-        supervisor acts on, e.g. ``offscreen_gl``: the GL backend that made no context, and why)."""
+        supervisor acts on, e.g. ``offscreen_gl``: why the GL backend made no context)."""
         self.send(StatusKind.ERROR, where=where, traceback=traceback.format_exc(), **details)
