@@ -22,6 +22,7 @@ import tempfile
 import unicodedata
 from typing import Any, List, Optional, Sequence
 
+from async_plotter.console import configure_command_logging
 from async_plotter.channel.redis.refusals import explain_failure
 from async_plotter.channel.redis.urls import redact, url_problem
 from async_plotter.channel.redis.signing import (SECRET_ENV, read_secret_file, resolve_secret,
@@ -136,13 +137,8 @@ def _checked_url(parser: argparse.ArgumentParser, url: Optional[str]) -> str:
 
 
 def _configure_logging(verbose: bool, quiet: bool) -> None:
-    # Other libraries show only their warnings: their INFO lines are noise here (PyOpenGL's
-    # "No OpenGL_accelerate module loaded", websockets' "server listening on" for viser's
-    # internal port, which is not the address to open).
-    logging.basicConfig(level=logging.WARNING,
-                        format="%(asctime)s %(levelname)s %(message)s",
-                        datefmt="%H:%M:%S")
-    logger.setLevel(logging.WARNING if quiet else logging.DEBUG if verbose else logging.INFO)
+    configure_command_logging(
+        logging.WARNING if quiet else logging.DEBUG if verbose else logging.INFO)
 
 
 # ---------------------------------------------------------------------------------- render
@@ -165,6 +161,11 @@ def _render_parser(commands: Any) -> argparse.ArgumentParser:
     render.add_argument("--out",
                         help="where the videos go (default: <folder>/rendered; an existing "
                         "video of the same name there is replaced)")
+    render.add_argument("--jobs",
+                        "-j",
+                        type=int,
+                        help="how many recordings are drawn at once, each in a process of its "
+                        "own (default: one per usable core)")
     return render
 
 
@@ -173,6 +174,8 @@ def _render(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
 
     if args.size is not None and not 16 <= args.size <= 4096:
         parser.error(f"--size must be between 16 and 4096 pixels, got {args.size}")
+    if args.jobs is not None and args.jobs < 1:
+        parser.error(f"--jobs must be at least 1, got {args.jobs}")
     if not os.path.exists(args.path):
         parser.error(f"{args.path} does not exist")
     paths = recordings_in(args.path)
@@ -180,27 +183,49 @@ def _render(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
         parser.error(f"no state recordings (*.npz) in {args.path}")
     folder = args.path if os.path.isdir(args.path) else os.path.dirname(args.path) or "."
     out = args.out or os.path.join(folder, "rendered")
+    from async_plotter.cpu import usable_cores
     from async_plotter.display import osmesa_fallback_allowed
     from async_plotter.render.mujoco_scene import OffscreenGLError
-    from async_plotter.sinks.rerender import prepare_gl, rerender, text_progress
+    from async_plotter.sinks.rerender import prepare_gl, rerender_each, text_progress
 
     may_fall_back = args.is_the_command and osmesa_fallback_allowed()  # before MUJOCO_GL is set
     prepare_gl()
+    jobs = min(args.jobs or usable_cores(), len(paths))
+    outcomes = rerender_each(paths, out, args.quality, args.size, jobs,
+                             None if args.quiet else text_progress)
     failed = 0
-    for path in paths:
+    for path, outcome in outcomes:
         try:
-            video = rerender(path, out, args.quality, args.size,
-                             text_progress(os.path.basename(path)))
+            video = outcome()
         except RecordingError as error:
             logger.error("%s", error)
             failed += 1
             continue
         except OffscreenGLError as error:
+            outcomes.close()  # the other processes fail alike: let them end first
             if may_fall_back:  # then it was our default, EGL, that failed
                 _run_again_with_osmesa(error.reason)
             raise
         logger.debug("rendered %s into %s", path, video)  # the video sink said "wrote ..."
     return 1 if failed else 0
+
+
+def _check_offscreen_gl(args: argparse.Namespace) -> None:
+    """Choose the GL backend and make one context now, for a command that draws later (in a
+    thread, when recordings come): where EGL was only our default and makes none, run the
+    command again with OSMesa before anything is served."""
+    from async_plotter.display import osmesa_fallback_allowed
+    from async_plotter.render.mujoco_scene import OffscreenGLError, check_offscreen_gl
+    from async_plotter.sinks.rerender import prepare_gl
+
+    may_fall_back = args.is_the_command and osmesa_fallback_allowed()  # before MUJOCO_GL is set
+    prepare_gl()
+    try:
+        check_offscreen_gl()
+    except OffscreenGLError as error:
+        if may_fall_back:
+            _run_again_with_osmesa(error.reason)
+        raise
 
 
 def _run_again_with_osmesa(reason: str) -> None:
@@ -290,7 +315,10 @@ def _replay_from_redis(parser: argparse.ArgumentParser, args: argparse.Namespace
     video_dir = _checked_video_dir(parser, args.video_dir)
     from async_plotter.sinks.rerender import NewestRenderer, prepare_gl
 
-    prepare_gl()  # before anything imports mujoco
+    if video_dir:
+        _check_offscreen_gl(args)  # which also chooses the backend
+    else:
+        prepare_gl()  # before anything imports mujoco
     from async_plotter.channel.redis.signing import Verifier
     from async_plotter.channel.redis.states import RecordingFetcher
     from async_plotter.view3d.replay import serve_replay

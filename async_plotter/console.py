@@ -46,3 +46,14 @@ def tell(logger: logging.Logger, verbose: int, message: str, *args: Any) -> None
     if verbose and not logging_configured(logger):
         _handler.handle(
             logger.makeRecord(logger.name, logging.INFO, "(async_plotter)", 0, message, args, None))
+
+
+def configure_command_logging(level: int) -> None:
+    """Logging for the ``async-plotter`` command and the processes it starts: our lines from
+    ``level`` on, other libraries' warnings only (their INFO lines are noise there: PyOpenGL's
+    "No OpenGL_accelerate module loaded", websockets' "server listening on" for viser's internal
+    port, which is not the address to open)."""
+    logging.basicConfig(level=logging.WARNING,
+                        format="%(asctime)s %(levelname)s %(message)s",
+                        datefmt="%H:%M:%S")
+    logging.getLogger("async_plotter").setLevel(level)

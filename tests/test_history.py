@@ -151,6 +151,66 @@ def test_render_draws_a_history_recording_at_any_quality(run, tmp_path):
     assert frames[0].std() > 5, "a blank picture"
 
 
+def render_folder(folder, out, *arguments, env=None):
+    return subprocess.run([
+        sys.executable, "-m", "async_plotter.cli", "render",
+        str(folder), "--size", "64", "--out",
+        str(out), *arguments
+    ],
+                          capture_output=True,
+                          text=True,
+                          timeout=300,
+                          env=env)
+
+
+def test_render_draws_a_whole_history_in_processes_of_its_own(run, tmp_path):
+    """A run's folder at once, a process a job: every recording, each video as one process
+    alone draws it, the ``wrote`` line once each, and the work spread over the processes."""
+    folder, _, _ = run
+    history = folder / "history"
+    result = render_folder(history, tmp_path / "all", "--jobs", "2", "--verbose")
+    assert result.returncode == 0, result.stderr
+    names = sorted(os.listdir(history))
+    assert sorted(os.listdir(tmp_path / "all")) == [name[:-4] + ".mp4" for name in names]
+    lines = result.stderr.splitlines()
+    assert any(f"drawing {len(names)} recordings in 2 processes" in line for line in lines)
+    assert sum(" wrote " in line for line in lines) == len(names), lines
+    drawers = {line.split(" process ")[1].split()[0] for line in lines if " drew " in line}
+    assert len(drawers) == 2, lines
+    alone = render_folder(history / "iter_0007.npz", tmp_path / "alone")
+    assert alone.returncode == 0, alone.stderr
+    together = frames_of(tmp_path / "all" / "iter_0007.mp4")
+    assert len(together) == len(read_recording(str(history / "iter_0007.npz")).states)
+    assert all(
+        np.array_equal(a, b)
+        for a, b in zip(together, frames_of(tmp_path / "alone" / "iter_0007.mp4")))
+
+
+def test_render_jobs_draw_with_osmesa_where_egl_makes_no_context(run, tmp_path):
+    """The processes that draw meet EGL's failure; the command runs again with OSMesa once."""
+    folder, _, _ = run
+    two = tmp_path / "two"
+    two.mkdir()
+    for name in ("iter_0003.npz", "iter_0004.npz"):
+        (two / name).write_bytes((folder / "history" / name).read_bytes())
+    environment = dict(os.environ,
+                       __EGL_VENDOR_LIBRARY_FILENAMES=str(tmp_path / "no_egl_vendor.json"))
+    environment.pop("MUJOCO_GL", None)
+    result = render_folder(two, tmp_path / "out", "--jobs", "2", env=environment)
+    assert result.returncode == 0, result.stderr
+    assert result.stderr.count("drawing with OSMesa instead") == 1, result.stderr
+    assert "Traceback" not in result.stderr, result.stderr
+    assert sorted(os.listdir(tmp_path / "out")) == ["iter_0003.mp4", "iter_0004.mp4"]
+
+
+def frames_of(path):
+    reader = imageio.get_reader(str(path))
+    try:
+        return [frame for frame in reader]
+    finally:
+        reader.close()
+
+
 def test_newest_wins_while_a_recording_runs_and_the_running_one_finishes(tmp_path):
     """Each action takes 10 ms: a 200-step recording lasts 2 s. Five updates sent within it:
     the one waiting is replaced by each newer one; the newest is recorded."""

@@ -287,6 +287,49 @@ def test_recordings_written_while_redis_is_away_are_sent_once_it_is_back(
     assert sorted(os.listdir(fetched)) == ["iter_0000.npz", "iter_0001.npz", "iter_0002.npz"]
 
 
+class _Replay:
+    """``async-plotter replay URL --experiment NAME --http 0 ARGUMENTS`` in a session of its
+    own, its output read line by line; stopped with SIGINT (``stop``), killed if a test fails."""
+
+    def __init__(self, url, experiment, *arguments, env):
+        self.process = subprocess.Popen([
+            sys.executable, "-m", "async_plotter.cli", "replay", url, "--experiment", experiment,
+            "--http", "0", *arguments
+        ],
+                                        env=env,
+                                        stdout=subprocess.PIPE,
+                                        stderr=subprocess.STDOUT,
+                                        text=True,
+                                        start_new_session=True,
+                                        preexec_fn=default_sigint)
+        self.lines = []
+
+    def read_until(self, text):
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            line = self.process.stdout.readline()
+            self.lines.append(line)
+            if text in line or not line:
+                break
+        assert any(text in line for line in self.lines), "".join(self.lines)
+
+    def stop(self):
+        """Ctrl-C: it must end at once with exit code 0; every line it printed."""
+        self.process.send_signal(signal.SIGINT)
+        assert self.process.wait(30) == 0
+        self.lines.extend(self.process.stdout.readlines())
+        return self.lines
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc_info):
+        if self.process.poll() is None:
+            self.process.kill()
+            self.process.wait(10)
+        self.process.stdout.close()
+
+
 def test_replay_waits_for_a_trainers_history_then_shows_and_draws_it(redis_server,
                                                                      tmp_path):  # noqa: F811
     """End to end, the viewer first: ``replay redis://... --video-dir`` waits (no warning) until
@@ -294,48 +337,47 @@ def test_replay_waits_for_a_trainers_history_then_shows_and_draws_it(redis_serve
     TensorFlow, and ends at Ctrl-C."""
     into, drawn = tmp_path / "into", tmp_path / "drawn"
     environment = dict(os.environ, ASYNC_PLOTTER_SECRET=SECRET.decode())
-    replay = subprocess.Popen([
-        sys.executable, "-m", "async_plotter.cli", "replay", redis_server.url, "--experiment",
-        "shown", "--into",
-        str(into), "--video-dir",
-        str(drawn), "--http", "0"
-    ],
-                              env=environment,
-                              stdout=subprocess.PIPE,
-                              stderr=subprocess.STDOUT,
-                              text=True,
-                              start_new_session=True,
-                              preexec_fn=default_sigint)  # stopped with SIGINT
-    lines = []
-
-    def read_until(text):
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline:
-            line = replay.stdout.readline()
-            lines.append(line)
-            if text in line or not line:
-                break
-        assert any(text in line for line in lines), "".join(lines)
-
-    try:
-        read_until("waiting for experiment 'shown'")
+    with _Replay(redis_server.url,
+                 "shown",
+                 "--into",
+                 str(into),
+                 "--video-dir",
+                 str(drawn),
+                 env=environment) as replay:
+        replay.read_until("waiting for experiment 'shown'")
         _train(redis_server.url, "shown", tmp_path / "trainer", 3)
         kept = sorted(os.listdir(tmp_path / "trainer" / "history"))
-        read_until(" at http://")
+        replay.read_until(" at http://")
         wait_for(lambda: sorted(os.listdir(into)) == kept, 20, message=f"{kept} fetched")
         # The newest is drawn (older ones that came meanwhile may be skipped).
         wait_for(lambda: (drawn / "iter_0002.mp4").exists(), 60, message="iter_0002.mp4 drawn")
-        with open(f"/proc/{replay.pid}/maps") as maps:
+        with open(f"/proc/{replay.process.pid}/maps") as maps:
             assert "tensorflow" not in maps.read()
-        replay.send_signal(signal.SIGINT)
-        assert replay.wait(30) == 0
-        lines.extend(replay.stdout.readlines())
-        assert not any("refused" in line or "Traceback" in line for line in lines), lines
-    finally:
-        if replay.poll() is None:
-            replay.kill()
-            replay.wait(10)
-        replay.stdout.close()
+        lines = replay.stop()
+    assert not any("refused" in line or "Traceback" in line for line in lines), lines
+
+
+def test_replay_draws_with_osmesa_where_egl_makes_no_context(redis_server, tmp_path):  # noqa: F811
+    """``replay redis://... --video-dir`` draws later, in a thread: where EGL (only our
+    default) makes no context, it runs itself again with OSMesa before serving, as ``render``
+    does, and then draws what it fetches (a recording that does not say how it was drawn: the
+    worker's size and real time); before, every recording failed with a warning."""
+    drawn = tmp_path / "drawn"
+    environment = dict(os.environ,
+                       ASYNC_PLOTTER_SECRET=SECRET.decode(),
+                       __EGL_VENDOR_LIBRARY_FILENAMES=str(tmp_path / "no_egl_vendor.json"))
+    environment.pop("MUJOCO_GL", None)
+    with _Replay(redis_server.url, "fallback", "--video-dir", str(drawn),
+                 env=environment) as replay:
+        replay.read_until("waiting for experiment 'fallback'")
+        assert any("drawing with OSMesa instead" in line for line in replay.lines), replay.lines
+        publisher = RecordingPublisher(
+            RunTarget(redis_server.url, "fallback", SECRET, (11, 1000), 60.0))
+        publisher.add(_recordings(tmp_path / "run", 1)[0], 1, 0)
+        publisher.close(10)
+        wait_for(lambda: (drawn / "iter_0000.mp4").exists(), 60, message="iter_0000.mp4 drawn")
+        lines = replay.stop()
+    assert not any("could not draw" in line or "Traceback" in line for line in lines), lines
 
 
 def test_replay_names_what_a_redis_source_needs(tmp_path, capsys, monkeypatch):

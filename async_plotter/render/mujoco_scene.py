@@ -13,7 +13,7 @@ off only on software.
 import logging
 import os
 import pickle
-from typing import Any, Dict, Optional, Tuple
+from typing import Any, Dict, Optional, Tuple, Union
 
 import numpy as np
 
@@ -35,11 +35,16 @@ CHEAP_TESSELLATION: Tuple[int, int] = (14, 8)
 class OffscreenGLError(RuntimeError):
     """No offscreen GL context could be made through ``backend`` (``egl`` or ``osmesa``)."""
 
-    def __init__(self, backend: str, reason: BaseException) -> None:
-        self.backend, self.reason = backend, f"{type(reason).__name__}: {reason}"
+    def __init__(self, backend: str, reason: Union[BaseException, str]) -> None:
+        self.backend = backend
+        self.reason = reason if isinstance(reason, str) else f"{type(reason).__name__}: {reason}"
         super().__init__(f"no offscreen GL context through MUJOCO_GL={backend} ({self.reason}); "
                          "install Mesa's EGL driver (libegl-mesa0) or OSMesa (libosmesa6), or "
                          "set MUJOCO_GL to the one that works here")
+
+    def __reduce__(self) -> Tuple[Any, Tuple[str, str]]:
+        # Raised in a drawing process of ``async-plotter render --jobs``, read in its parent.
+        return OffscreenGLError, (self.backend, self.reason)
 
 
 class MujocoScene:
@@ -183,6 +188,15 @@ def _sample_one_mipmap_level(renderer: Any) -> None:
             GL.glBindTexture(target, 0)
     except Exception as error:  # noqa: BLE001 - a cheaper filter is worth no failed video
         logger.debug("textures keep trilinear filtering: %s", error)
+
+
+def check_offscreen_gl() -> str:
+    """Make a throwaway offscreen GL context through ``MUJOCO_GL`` (set it first): the GL
+    renderer's name, or ``OffscreenGLError`` where none can be made. For a command that draws
+    later and wants to know now (PyOpenGL keeps the platform it was first imported with)."""
+    import mujoco
+
+    return _gl_renderer_name(mujoco)
 
 
 def _gl_renderer_name(mujoco: Any) -> str:

@@ -54,9 +54,19 @@ class StateRecording:
         return self.states[:, 0].copy()
 
     @property
+    def frame_rate(self) -> float:
+        """Frames per second of its video: as written, else real time from the simulated times
+        of its steps (a recording written elsewhere), else 30."""
+        if self.meta.get("fps"):
+            return float(self.meta["fps"])
+        steps = np.diff(self.times) if len(self.states) > 1 else np.zeros(0)
+        steps = steps[steps > 0]
+        return 1.0 / float(np.median(steps)) if steps.size else 30.0
+
+    @property
     def seconds(self) -> float:
         """Seconds of motion, as the video plays them (frames over the frame rate)."""
-        return len(self.states) / float(self.meta.get("fps") or 30.0)
+        return len(self.states) / self.frame_rate
 
     def load_model(self) -> Any:
         """The ``mujoco.MjModel`` (from the MJB bytes; MuJoCo reads them from a file)."""

@@ -5,21 +5,26 @@ A recording is drawn through the same scene and video sink the render process us
 still between them, so that at the recording's own preset the frames match the original video.
 Never imports TensorFlow; call :func:`prepare_gl` before anything imports ``mujoco``.
 """
+import functools
 import logging
+import multiprocessing
 import os
 import pickle
 import sys
 import threading
-from typing import Callable, Optional, TextIO
+from concurrent.futures import Future, ProcessPoolExecutor, as_completed
+from typing import Callable, Generator, Optional, Sequence, TextIO, Tuple
 
 from async_plotter.newest import Newest
 from async_plotter.render.recording import StateRecording, read_recording
-from async_plotter.render.stream import EpisodeEnd, EpisodeInfo
+from async_plotter.render.stream import EpisodeEnd, EpisodeInfo, SceneInfo
 
 logger = logging.getLogger("async_plotter")
 
 #: ``progress(done, total)`` after each frame
 Progress = Callable[[int, int], None]
+#: one recording drawn: calling it gives the video's path, or raises what drawing it raised
+Outcome = Callable[[], str]
 
 
 def prepare_gl() -> None:
@@ -30,6 +35,10 @@ def prepare_gl() -> None:
     backend = offscreen_gl_backend()
     os.environ["MUJOCO_GL"] = backend
     os.environ["PYOPENGL_PLATFORM"] = backend
+    # As for the render process's videos: llvmpipe draws in the calling thread. Its own threads
+    # cost more than they save beside ffmpeg (2 cores: 1.10-1.15x the wall time of a folder
+    # drawn in one process, benchmarks/render_jobs.py), and with ``jobs`` each has a core.
+    os.environ.setdefault("LP_NUM_THREADS", "0")
 
 
 def rerender(path: str,
@@ -51,7 +60,11 @@ def rerender(path: str,
 
     recording = read_recording(path)
     meta = recording.meta
-    width, height, chosen = int(meta["width"]), int(meta["height"]), bool(meta["size_chosen"])
+    # A recording written elsewhere may leave out how its video was drawn: the worker's
+    # defaults then (480x480 before the preset's scale; ``frame_rate``: real time).
+    width = int(meta.get("width") or SceneInfo.width)
+    height = int(meta.get("height") or SceneInfo.height)
+    chosen = bool(meta.get("size_chosen", False))
     if size is not None:
         scale = size / max(width, height)
         width, height = _even(width * scale), _even(height * scale)
@@ -63,7 +76,7 @@ def rerender(path: str,
     os.makedirs(out_dir, exist_ok=True)
     written = []
     sink = VideoSink(out_dir,
-                     float(meta["fps"]),
+                     recording.frame_rate,
                      on_written=lambda video, *_: written.append(video))
     try:
         _play(recording, scene, sink, progress)
@@ -73,6 +86,57 @@ def rerender(path: str,
     if not written:
         raise RuntimeError(f"no video was written for {path}")
     return written[0]
+
+
+def rerender_each(
+    paths: Sequence[str],
+    out_dir: str,
+    quality: str = "same",
+    size: Optional[int] = None,
+    jobs: int = 1,
+    progress_for: Optional[Callable[[str], Progress]] = None
+) -> Generator[Tuple[str, Outcome], None, None]:
+    """Draw every recording in ``paths`` as :func:`rerender` does; yields ``(path, outcome)``
+    as each is done (calling ``outcome`` raises what drawing that one raised, a
+    ``RecordingError`` or ``OffscreenGLError`` say; the others go on).
+
+    With ``jobs`` > 1, that many spawned processes draw at once, each with a GL context of its
+    own: llvmpipe draws a frame on one core, and threads would share one interpreter lock (two
+    GL contexts in two threads were 1.12x slower than one, measured). They log their own
+    ``wrote ...`` lines, at this process's level; ``progress_for(name)`` (a per-frame bar) is
+    used with one job only. Closing the iterator early cancels what has not started.
+    """
+    if jobs <= 1:
+        for path in paths:
+            progress = progress_for(os.path.basename(path)) if progress_for else None
+            yield path, functools.partial(rerender, path, out_dir, quality, size, progress)
+        return
+    from async_plotter.console import configure_command_logging
+
+    pool = ProcessPoolExecutor(max_workers=jobs,
+                               mp_context=multiprocessing.get_context("spawn"),
+                               initializer=configure_command_logging,
+                               initargs=(logger.getEffectiveLevel(), ))
+    logger.info("drawing %d recordings in %d processes", len(paths), jobs)
+    try:
+        futures = {
+            pool.submit(_rerender_here, path, out_dir, quality, size): path
+            for path in paths
+        }
+        for future in as_completed(futures):
+            yield futures[future], functools.partial(_drawn_by, future)
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)
+
+
+def _rerender_here(path: str, out_dir: str, quality: str, size: Optional[int]) -> Tuple[str, int]:
+    return rerender(path, out_dir, quality, size), os.getpid()
+
+
+def _drawn_by(future: Future) -> str:
+    video, pid = future.result()
+    logger.debug("process %d drew %s", pid, video)
+    return video
 
 
 def _play(recording: StateRecording, scene, sink, progress: Optional[Progress]) -> None:
