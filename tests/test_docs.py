@@ -106,8 +106,7 @@ def test_linked_files_exist():
 def test_the_headline_figures_are_the_measured_ones():
     table = _section(README, "## Headline figures")
     whole_runs = []
-    for name in ("plot_overhead_one_mipmap_level.json",
-                 "plot_overhead_one_mipmap_level_long_itr.json"):
+    for name in ("plot_overhead_cut_at_close.json", "plot_overhead_cut_at_close_long_itr.json"):
         runs = _results(name)["summary"]
         swimmer, cheetah_run = runs["Swimmer-v5"]["defaults"], runs["HalfCheetah-v5"]["defaults"]
         whole_runs.append(

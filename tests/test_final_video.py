@@ -71,13 +71,14 @@ def test_videos_while_training_stop_at_video_length_and_the_final_one_is_whole(
     assert frame_count(plotter.stats["final_video"]) == 91, "the final video is a whole rollout"
 
 
-def test_close_does_not_draw_an_older_policy_queued_behind_the_video_being_drawn(
+def test_close_cuts_the_video_being_drawn_and_skips_an_older_policy_queued_behind_it(
         tmp_path, no_leftovers):
-    """The rollout process runs ahead of the drawing: when training ends, the episode it began
-    for the next video, of a policy older than the final one, waits in the pipe behind the video
-    being drawn. close() finishes that video, then draws the final policy's at once; the older
-    episode is not drawn (it was a cut fragment kept as a short video, which close() waited
-    for; the run's history keeps that policy whole)."""
+    """The rollout process runs ahead of the drawing: when training ends, the rest of the video
+    being drawn (played at real speed) and the episode it began for the next video, of a policy
+    older than the final one, wait in the pipe. close() cuts the video being drawn there (kept,
+    cut short: it holds min_video_seconds), skips the older episode and draws the final
+    policy's at once. Before, it drew the rest of that video (all 301 frames) and, before that,
+    the older episode too; the run's history keeps both policies whole."""
     policy = LinearPolicy(8, 2)
     # A fixed priority: on a loaded machine the budget would hold both processes for a while,
     # which this test is not about.
@@ -105,7 +106,9 @@ def test_close_does_not_draw_an_older_policy_queued_behind_the_video_being_drawn
     plotter.close()
     assert videos_in(tmp_path) == ["iter_0000.mp4", "iter_0002.mp4", "update_0000.mp4"]
     log = {entry["iteration"]: entry for entry in plotter.stats["video_log"]}
-    assert log[0]["frames"] == 301 and log[0]["whole"], log[0]
+    assert 10 <= log[0]["frames"] < 301 and not log[0]["whole"], log[0]  # 0.4 s at 25 frames/s
+    assert frame_count(str(tmp_path / "iter_0000.mp4")) == log[0]["frames"]
+    assert log[2]["frames"] == 301 and log[2]["whole"], log[2]
     assert plotter.stats["final_video"] == str(tmp_path / "iter_0002.mp4")
 
 

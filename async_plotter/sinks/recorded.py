@@ -86,6 +86,11 @@ class RecordedSink(FrameSink):
     def close(self) -> None:
         self._finish()
 
+    def cut_here(self) -> None:
+        """Keep the recording as it is now, cut short (not ``whole``: its rollout went on), and
+        nothing more of it: training ended while it was drawn (``worker/render_process.py``)."""
+        self._finish()
+
     def _finish(self) -> None:
         if self._recording is None:
             return

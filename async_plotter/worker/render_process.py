@@ -320,6 +320,14 @@ class _Stream:
         self._passing = False
         #: the update of the last episode dropped so (episodes chained to it are dropped too)
         self._passed_update: Optional[int] = None
+        #: steps handed to the sinks of the video now drawn (its chained episodes included), and
+        #: what a video cut once training is over keeps at least (``_cut_once_training_is_over``)
+        self._video_steps = 0
+        self._min_video_steps = int(config.min_video_seconds * (scene_info.fps or config.fps))
+        #: the shown steps and reward of the episode now drawn
+        self._episode_steps, self._episode_reward = 0, 0.0
+        #: the trainer's end of the lifeline: a wait for the frame cap ends when it speaks
+        self._lifeline: Optional[Connection] = None
         #: what comes finishes a short video (``worker/video_chain.py``): only the sinks that
         #: keep rollouts get it, drawn without the cap, until an episode's end not continued
         self._catching_up = False
@@ -340,6 +348,7 @@ class _Stream:
 
     def run(self, lifeline: Connection) -> None:
         """Handle messages until the trainer closes the lifeline or the rollout process goes."""
+        self._lifeline = lifeline
         while True:
             # What was read ahead comes first, unless the trainer has something to say (it may
             # be closing: a render process that keeps reading ahead must still hear it).
@@ -432,12 +441,38 @@ class _Stream:
     def _on_final(self, update: Optional[int]) -> None:
         self._final = True
         self._final_update = update
+        self._cut_once_training_is_over()
+
+    def _cut_once_training_is_over(self) -> None:
+        """Training is over and the video being drawn is an older policy's: end it here once it
+        holds ``min_video_seconds`` (it is kept, shorter), and drop the rest of its steps. The
+        rollout process ran ahead of the drawing (a budgeted video's steps wait in the pipe
+        whole), and ``close()`` waits for this and the final video after it: drawing the rest
+        took 0.1-0.7 s of it. The history keeps that policy's whole episode."""
+        global _open_episode
+        episode, final = _open_episode, self._final_update
+        if (not self._final or episode is None or final is None or episode.update >= final
+                or self._passing or self._video_steps < self._min_video_steps):
+            return
+        logger.debug("update %d's video cut at close after %d steps", episode.update,
+                     self._video_steps)
+        _open_episode = None
+        self._report_frames()
+        end = EpisodeEnd(self._episode_steps, self._episode_reward, completed=False)
+        for sink in self._targets():
+            if isinstance(sink, RecordedSink):
+                sink.cut_here()  # kept, marked cut short, as by close()
+            else:
+                sink.end_episode(episode, end)
+        self._passing, self._passed_update = True, episode.update
+        self._catching_up = self._first_video = False
 
     def _superseded(self, episode: EpisodeInfo) -> bool:
         """Whether ``episode`` is an older policy's that begins after training ended (the
         rollout process was ahead of the drawing, and cut it for the final policy): not drawn,
         since the final video comes next and ``close()`` waits for it; the history keeps that
-        policy whole. The video being drawn is still finished (a chained episode of it too)."""
+        policy whole. The video being drawn is cut too (``_cut_once_training_is_over``), unless
+        it is short of ``min_video_seconds`` (a chained episode of it is then drawn)."""
         final = self._final_update
         if final is None or episode.update >= final:
             return False
@@ -472,6 +507,9 @@ class _Stream:
                 "for", episode.update)
             return
         self._episode = _open_episode = episode
+        self._episode_steps, self._episode_reward = 0, 0.0
+        if episode.part == 0:
+            self._video_steps = 0
         for sink in self._targets():
             sink.begin_episode(episode)
 
@@ -497,12 +535,16 @@ class _Stream:
         # for the recordings alone: every step, at once (``_show``).
         if self._catching_up:
             for step in chunk.steps():
+                if self._passing:
+                    return  # cut once training was over
                 self._on_state(step)
             return
         stale = self._anchor()
         steps = chunk.steps()
         last = len(steps) - 1
         for index, step in enumerate(steps):
+            if self._passing:
+                return  # cut once training was over
             if not stale and self._live and index and self._newer_policy_waiting():
                 stale = True
             if stale:
@@ -569,6 +611,10 @@ class _Stream:
                           due)
         for sink in sinks:
             sink.add_step(frame, shown)
+        self._video_steps += 1
+        self._episode_steps += 1
+        self._episode_reward += 0.0 if step is None else step.reward
+        self._cut_once_training_is_over()
 
     def _on_state(self, step: StepState) -> None:
         self._scene.set_state(step.state)
@@ -591,13 +637,27 @@ class _Stream:
         if self._uncapped:
             return
         if not self._live:
-            wait_until(deadline)
+            self._wait_for_cap(deadline)
             return
         while not self._newer_waiting():
             delay = deadline - now()
             if delay <= 0 or (self._ahead and self._ahead[-1][0] is _GONE):
                 return
             wait([self._frames_in], delay)
+
+    def _wait_for_cap(self, deadline: float) -> None:
+        """Sleep until ``deadline``, handling what the trainer says meanwhile: its ``FINAL``
+        ends the wait (``close()`` waits for what comes next); a closed lifeline too (``run``
+        then ends)."""
+        while not self._final and self._lifeline is not None:
+            delay = deadline - now()
+            if delay <= 0 or not wait([self._lifeline], delay):
+                return
+            try:
+                message = _checked(self._lifeline.recv())
+            except (EOFError, OSError):
+                return
+            self.handle(*message)
 
     def _show(self, frame: Any, step: Optional[StepState]) -> None:
         # The frame-rate cap bounds the worker's CPU; the final video and a catch-up have none
