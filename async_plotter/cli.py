@@ -20,7 +20,7 @@ import shutil
 import sys
 import tempfile
 import unicodedata
-from typing import Any, List, Optional, Sequence
+from typing import Any, List, NoReturn, Optional, Sequence
 
 from async_plotter.console import configure_command_logging
 from async_plotter.channel.redis.refusals import explain_failure
@@ -184,12 +184,10 @@ def _render(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
     folder = args.path if os.path.isdir(args.path) else os.path.dirname(args.path) or "."
     out = args.out or os.path.join(folder, "rendered")
     from async_plotter.cpu import usable_cores
-    from async_plotter.display import osmesa_fallback_allowed
     from async_plotter.render.mujoco_scene import OffscreenGLError
-    from async_plotter.sinks.rerender import prepare_gl, rerender_each, text_progress
+    from async_plotter.sinks.rerender import rerender_each, text_progress
 
-    may_fall_back = args.is_the_command and osmesa_fallback_allowed()  # before MUJOCO_GL is set
-    prepare_gl()
+    may_fall_back = _choose_gl(args)
     jobs = min(args.jobs or usable_cores(), len(paths))
     outcomes = rerender_each(paths, out, args.quality, args.size, jobs,
                              None if args.quiet else text_progress)
@@ -203,9 +201,7 @@ def _render(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
             continue
         except OffscreenGLError as error:
             outcomes.close()  # the other processes fail alike: let them end first
-            if may_fall_back:  # then it was our default, EGL, that failed
-                _run_again_with_osmesa(error.reason)
-            raise
+            _answer_gl_error(error, may_fall_back)
         logger.debug("rendered %s into %s", path, video)  # the video sink said "wrote ..."
     return 1 if failed else 0
 
@@ -214,27 +210,36 @@ def _check_offscreen_gl(args: argparse.Namespace) -> None:
     """Choose the GL backend and make one context now, for a command that draws later (in a
     thread, when recordings come): where EGL was only our default and makes none, run the
     command again with OSMesa before anything is served."""
-    from async_plotter.display import osmesa_fallback_allowed
     from async_plotter.render.mujoco_scene import OffscreenGLError, check_offscreen_gl
-    from async_plotter.sinks.rerender import prepare_gl
 
-    may_fall_back = args.is_the_command and osmesa_fallback_allowed()  # before MUJOCO_GL is set
-    prepare_gl()
+    may_fall_back = _choose_gl(args)
     try:
         check_offscreen_gl()
     except OffscreenGLError as error:
-        if may_fall_back:
-            _run_again_with_osmesa(error.reason)
-        raise
+        _answer_gl_error(error, may_fall_back)
 
 
-def _run_again_with_osmesa(reason: str) -> None:
-    """EGL made no context at the first frame, where EGL was only our default: run this command
-    (``sys.argv``) again with OSMesa, as the plot worker does (PyOpenGL keeps the platform it was
-    first imported with, so it takes a new process)."""
+def _choose_gl(args: argparse.Namespace) -> bool:
+    """Set the offscreen GL backend for this process (before anything imports mujoco); whether
+    EGL's failure may be answered with OSMesa (``_answer_gl_error``): EGL was only our default,
+    as read before ``MUJOCO_GL`` is set here, and this is the command itself (it runs again)."""
+    from async_plotter.display import osmesa_fallback_allowed
+    from async_plotter.sinks.rerender import prepare_gl
+
+    may_fall_back = args.is_the_command and osmesa_fallback_allowed()
+    prepare_gl()
+    return may_fall_back
+
+
+def _answer_gl_error(error: Exception, may_fall_back: bool) -> NoReturn:
+    """EGL made no context: run this command (``sys.argv``) again with OSMesa where that is
+    allowed, as the plot worker does (PyOpenGL keeps the platform it was first imported with,
+    so it takes a new process); else raise ``error``."""
+    if not may_fall_back:
+        raise error
     logger.warning(
         "no EGL context (%s); drawing with OSMesa instead (MUJOCO_GL=osmesa skips the "
-        "try)", reason)
+        "try)", getattr(error, "reason", error))
     for stream in (sys.stdout, sys.stderr):
         stream.flush()
     os.environ["MUJOCO_GL"] = "osmesa"

@@ -240,10 +240,10 @@ def _run(config: WorkerConfig,
                         http_listener=http_listener)))
     for sink in sinks:
         sink.attach(scene)
-    stream = _Stream(config, scene_info, scene, sinks, status, frames_in)
+    stream = _Stream(config, scene_info, scene, sinks, status, frames_in, lifeline)
     for kind, body in early:
         stream.handle(kind, body)
-    stream.run(lifeline)
+    stream.run()
 
 
 def _await_scene(frames_in: Connection, lifeline: Connection,
@@ -292,7 +292,7 @@ class _Stream:
     """The loop after the handshake: each message goes to its handler in ``_HANDLERS``."""
 
     def __init__(self, config: WorkerConfig, scene_info: SceneInfo, scene: Any, sinks: List[Any],
-                 status: StatusSender, frames_in: Connection) -> None:
+                 status: StatusSender, frames_in: Connection, lifeline: Connection) -> None:
         self._scene = scene
         self._sinks = sinks
         self._status = status
@@ -327,7 +327,7 @@ class _Stream:
         #: the shown steps and reward of the episode now drawn
         self._episode_steps, self._episode_reward = 0, 0.0
         #: the trainer's end of the lifeline: a wait for the frame cap ends when it speaks
-        self._lifeline: Optional[Connection] = None
+        self._lifeline = lifeline
         #: what comes finishes a short video (``worker/video_chain.py``): only the sinks that
         #: keep rollouts get it, drawn without the cap, until an episode's end not continued
         self._catching_up = False
@@ -346,9 +346,9 @@ class _Stream:
             sink for spec, sink in zip(config.sinks, sinks) if not getattr(spec, "draws", True)
         ]
 
-    def run(self, lifeline: Connection) -> None:
+    def run(self) -> None:
         """Handle messages until the trainer closes the lifeline or the rollout process goes."""
-        self._lifeline = lifeline
+        lifeline = self._lifeline
         while True:
             # What was read ahead comes first, unless the trainer has something to say (it may
             # be closing: a render process that keeps reading ahead must still hear it).
@@ -649,7 +649,7 @@ class _Stream:
         """Sleep until ``deadline``, handling what the trainer says meanwhile: its ``FINAL``
         ends the wait (``close()`` waits for what comes next); a closed lifeline too (``run``
         then ends)."""
-        while not self._final and self._lifeline is not None:
+        while not self._final:
             delay = deadline - now()
             if delay <= 0 or not wait([self._lifeline], delay):
                 return
