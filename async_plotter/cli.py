@@ -30,6 +30,7 @@ from async_plotter.channel.redis.signing import (SECRET_ENV, read_secret_file, r
 from async_plotter.channel.redis.wire import valid_experiment
 from async_plotter.supervision.budget import DEFAULT_BUDGET
 from async_plotter.supervision.priorities import PRIORITIES
+from async_plotter.until_stopped import until_interrupted
 
 logger = logging.getLogger("async_plotter")
 
@@ -304,7 +305,8 @@ def _replay(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
     http = _checked_http(parser, args.http, args.http_token)
     from async_plotter.view3d.replay import serve_replay
 
-    serve_replay(args.path, http)
+    with until_interrupted(lambda: None) as stop:
+        serve_replay(args.path, http, stop)
     return 0
 
 
@@ -332,18 +334,20 @@ def _replay_from_redis(parser: argparse.ArgumentParser, args: argparse.Namespace
     renderer = NewestRenderer(video_dir) if video_dir else None
     fetcher = RecordingFetcher(args.path, args.experiment, Verifier(secret, args.trust_unsigned),
                                folder, renderer.offer if renderer else None)
-    try:
-        logger.info("waiting for experiment %r's history on %s", args.experiment, redact(args.path))
-        fetcher.first_written.wait()
-        serve_replay(folder, http)
-    except KeyboardInterrupt:
-        pass
-    finally:
+
+    def close() -> None:
         fetcher.close()
         if renderer is not None:
             renderer.close(30.0)
         if not args.into:
             shutil.rmtree(folder, ignore_errors=True)
+
+    with until_interrupted(close) as stop:
+        logger.info("waiting for experiment %r's history on %s", args.experiment, redact(args.path))
+        while not stop.is_set() and not fetcher.first_written.wait(0.25):
+            pass
+        if not stop.is_set():
+            serve_replay(folder, http, stop)
     return 0
 
 

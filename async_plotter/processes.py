@@ -233,26 +233,6 @@ def _die_with_parent(parent_pid: int) -> None:
         os._exit(1)
 
 
-@contextlib.contextmanager
-def until_interrupted(stop: Callable[[], None]) -> Iterator[None]:
-    """Run the block until Ctrl-C or SIGTERM (both end it as a ``KeyboardInterrupt``, which goes
-    no further), then call ``stop`` with both signals ignored: a second Ctrl-C must not cut a
-    bounded shutdown short and orphan worker processes. For commands that run until stopped."""
-    signal.signal(signal.SIGTERM, _raise_keyboard_interrupt)
-    try:
-        yield
-    except KeyboardInterrupt:
-        logging.getLogger("async_plotter").info("stopping")
-    finally:
-        signal.signal(signal.SIGINT, signal.SIG_IGN)
-        signal.signal(signal.SIGTERM, signal.SIG_IGN)
-        stop()
-
-
-def _raise_keyboard_interrupt(signum: int, frame: Any) -> None:
-    raise KeyboardInterrupt()
-
-
 def stop_process(process: multiprocessing.process.BaseProcess, timeout: float) -> Optional[int]:
     """Join ``process`` for up to ``timeout`` s, then SIGTERM, then SIGKILL. Never hangs.
 

@@ -376,8 +376,7 @@ def test_replay_draws_with_osmesa_where_egl_makes_no_context(redis_server, tmp_p
         publisher.add(_recordings(tmp_path / "run", 1)[0], 1, 0)
         publisher.close(10)
         wait_for(lambda: (drawn / "iter_0000.mp4").exists(), 60, message="iter_0000.mp4 drawn")
-        # Served, as in the test above: a Ctrl-C while viser starts is another matter.
-        replay.read_until(" at http://")
+        # Stopped at once, most often while viser starts: a Ctrl-C there ends it cleanly too.
         lines = replay.stop()
     assert not any("could not draw" in line or "Traceback" in line for line in lines), lines
 

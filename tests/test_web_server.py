@@ -342,3 +342,28 @@ def test_close_ends_streams_promptly(live):
     assert sum(1 for _ in events) < 100
     with pytest.raises(OSError):
         socket.create_connection(("127.0.0.1", sink.port), timeout=1).close()
+
+
+def test_a_server_closed_as_its_thread_starts_ends_it_without_an_error():
+    """``replay`` logs its address, starts the server's thread and may be stopped (Ctrl-C) at
+    once: close() before the thread's loop runs used to close the listener under it, and the
+    thread died with ``Invalid file descriptor: -1``. Whatever the timing, the thread ends
+    without an error, close() returns, and the port is free."""
+    from async_plotter.view3d.replay import ReplayServer
+
+    errors = []
+    hook, threading.excepthook = threading.excepthook, lambda crash: errors.append(crash)
+    try:
+        for attempt in range(60):
+            server = ReplayServer(parse_http_address(0, None), replay=None)
+            thread = threading.Thread(target=server.serve_forever, daemon=True)
+            thread.start()
+            time.sleep((attempt % 3) * 0.002)  # at once, as the loop starts, once it runs
+            server.close()
+            thread.join(10)
+            assert not thread.is_alive(), f"attempt {attempt}: the server's thread still runs"
+            with pytest.raises(OSError):
+                socket.create_connection(("127.0.0.1", server.port), timeout=1).close()
+    finally:
+        threading.excepthook = hook
+    assert not errors, [repr(crash.exc_value) for crash in errors]

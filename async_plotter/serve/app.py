@@ -9,7 +9,7 @@ from typing import Any, Dict, Optional, Tuple
 
 from async_plotter.channel.redis.urls import redact
 from async_plotter.channel.redis.signing import Verifier
-from async_plotter.processes import until_interrupted
+from async_plotter.until_stopped import until_interrupted
 from async_plotter.serve.catalog import Catalog
 from async_plotter.serve.history import History
 from async_plotter.serve.live import LiveManager
@@ -93,9 +93,9 @@ class ServeApp:
 
     def run(self) -> int:
         """Serve until Ctrl-C or SIGTERM; returns the exit code."""
-        with until_interrupted(self.close):
+        with until_interrupted(self.close) as stop:
             self.start()
-            threading.Event().wait()
+            stop.wait()
         return 0
 
     # ---------------------------------------------------------------------------- inside

@@ -21,7 +21,7 @@ from async_plotter.channel.redis.signing import PayloadRejected, Verifier
 from async_plotter.channel.redis.wire import MetricsEntry, Structure
 from async_plotter.display import offscreen_gl_backend
 from async_plotter.learning_curve import MAX_POINTS
-from async_plotter.processes import until_interrupted
+from async_plotter.until_stopped import until_interrupted
 from async_plotter.worker.config import WorkerConfig
 from async_plotter.sinks.specs import SinkSpec
 from async_plotter.supervision.budget import DEFAULT_BUDGET
@@ -156,9 +156,9 @@ class ExperimentViewer:
                     redact(options.url))
         disabled_logged = False
         hint_at = time.monotonic() + _WAITING_HINT_AFTER
-        with until_interrupted(self.stop):
+        with until_interrupted(self.stop) as stop:
             self.start()
-            while self.refused is None:
+            while self.refused is None and not stop.is_set():
                 before = self._current
                 self.poll(0.5)
                 if self._current is not before:

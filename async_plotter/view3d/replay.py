@@ -24,6 +24,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 from aiohttp import web
 
 from async_plotter.render.recording import RecordingError, StateRecording
+from async_plotter.until_stopped import StopRequest
 from async_plotter.view3d import INSTALL_HINT, missing_modules
 from async_plotter.view3d.curve import curve_svg
 from async_plotter.view3d.front import View3DFront
@@ -484,15 +485,14 @@ def open_replay(path: str, config: HttpConfig) -> Replay:
     return load_replay(path).serve(config)
 
 
-def serve_replay(path: str, config: HttpConfig, stop: Optional[threading.Event] = None) -> None:
-    """Serve ``path``'s replay until ``stop`` is set (or Ctrl-C)."""
+def serve_replay(path: str, config: HttpConfig, stop: StopRequest) -> None:
+    """Serve ``path``'s replay until asked to ``stop``."""
     replay = open_replay(path, config)
-    logger.info("replay of %s at %s%s", path, replay.url,
-                " (token required: ?token=...)" if config.token else "")
     try:
-        (stop or threading.Event()).wait()
-    except KeyboardInterrupt:
-        pass
+        if not stop.is_set():
+            logger.info("replay of %s at %s%s", path, replay.url,
+                        " (token required: ?token=...)" if config.token else "")
+        stop.wait()
     finally:
         replay.close()
 

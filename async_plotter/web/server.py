@@ -182,7 +182,11 @@ class HttpServer:
         self.loop: Optional[asyncio.AbstractEventLoop] = None
         self._stop: Optional["asyncio.Future[None]"] = None
         self._stopping = False
-        self._started = threading.Event()
+        # Whether serve_forever has begun, decided against close() under this lock: close
+        # before it began closes the listener and serve_forever returns at once; after, the
+        # loop owns the listener and close() waits for it to end.
+        self._state_lock = threading.Lock()
+        self._began = False
         self._stopped = threading.Event()
         self._open: Dict[Any, None] = {}  # every connection, in order
         self._pending: "collections.OrderedDict[int, _Waiting]" = collections.OrderedDict()
@@ -215,7 +219,11 @@ class HttpServer:
     # ------------------------------------------------------------------------ the loop
 
     def serve_forever(self) -> None:
-        """Serve until ``close``."""
+        """Serve until ``close`` (at once if it was called first)."""
+        with self._state_lock:
+            if self._stopping:
+                return
+            self._began = True
         loop = asyncio.new_event_loop()
         asyncio.set_event_loop(loop)  # this thread's
         self.loop = loop
@@ -236,7 +244,8 @@ class HttpServer:
 
     async def _serve(self) -> None:
         loop = asyncio.get_running_loop()
-        self._stop = loop.create_future()
+        with self._state_lock:  # close() sees either the future or, below, _stopping set
+            self._stop = loop.create_future()
         self._bind(loop)
         app = web.Application(middlewares=[self._guard])
         app.on_response_prepare.append(_secure)
@@ -246,7 +255,6 @@ class HttpServer:
         manager = runner.server
         self._handler = lambda head: _Connection(self, manager, head, loop=loop, **_CONNECTION)
         loop.add_reader(self._listener.fileno(), self._accept)
-        self._started.set()
         try:
             if not self._stopping:
                 await self._stop
@@ -531,17 +539,18 @@ class HttpServer:
     def close(self) -> None:
         """Stop accepting, end every stream, release the port. Call from another thread than
         ``serve_forever``'s."""
-        self._stopping = True
-        loop, stop = self.loop, self._stop
-        if loop is not None and stop is not None:
+        with self._state_lock:
+            self._stopping = True
+            began, stop = self._began, self._stop
+        if not began:
+            self._listener.close()
+            return
+        if stop is not None:
             try:
-                loop.call_soon_threadsafe(lambda: stop.done() or stop.set_result(None))
+                stop.get_loop().call_soon_threadsafe(lambda: stop.done() or stop.set_result(None))
             except RuntimeError:  # already closed
                 pass
-        if self._started.is_set() or loop is not None:
-            self._stopped.wait(5.0)
-        else:
-            self._listener.close()
+        self._stopped.wait(5.0)
 
 
 class LiveServer(HttpServer):

@@ -1,0 +1,81 @@
+"""Commands that run until stopped (``replay``, ``view``, ``serve``) stop on one Ctrl-C or
+SIGTERM, whenever it comes, through ``until_stopped.until_interrupted``."""
+import signal
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from tests.conftest import default_sigint
+
+# A Ctrl-C while ``replay`` started: in a finalizer, Python printed its KeyboardInterrupt and lost
+# it (the command then served for ever); in trimesh's import guard, which keeps any error for
+# later, it became a TypeError (exit 1).
+_SIGNAL_INSIDE = textwrap.dedent("""
+    import os, signal, sys, time
+    from async_plotter.until_stopped import until_interrupted
+
+    def signal_me():
+        os.kill(os.getpid(), signal.{signal})
+        time.sleep(1.0)  # a handler runs here
+
+    class Finalized:
+        def __del__(self):
+            signal_me()
+
+    def guarded_import():
+        try:
+            signal_me()
+            return "module"
+        except BaseException as error:
+            return error
+
+    with until_interrupted(lambda: print("stopped", flush=True)) as stop:
+        {inside}
+        print("started", flush=True)
+        stop.wait()
+    """)
+
+
+@pytest.mark.parametrize("inside", ["Finalized()", "assert guarded_import() == 'module'"],
+                         ids=["finalizer", "import-guard"])
+@pytest.mark.parametrize("name", ["SIGINT", "SIGTERM"])
+def test_a_signal_inside_a_library_still_stops_the_command_cleanly(name, inside):
+    process = subprocess.run(
+        [sys.executable, "-c",
+         _SIGNAL_INSIDE.format(signal=name, inside=inside)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        preexec_fn=default_sigint)
+    assert process.stdout.split() == ["started", "stopped"], (process.stdout, process.stderr)
+    assert process.returncode == 0, process.stderr
+    assert not process.stderr.strip(), process.stderr
+
+
+def test_a_background_jobs_ignored_ctrl_c_stays_ignored_and_sigterm_stops_it():
+    """A command started with SIGINT ignored (``cmd &`` in a script) is not stopped by the
+    script's Ctrl-C, as without this library; SIGTERM still stops it cleanly."""
+    process = subprocess.Popen([
+        sys.executable, "-c",
+        textwrap.dedent("""
+            from async_plotter.until_stopped import until_interrupted
+            with until_interrupted(lambda: print("stopped", flush=True)) as stop:
+                print("started", flush=True)
+                stop.wait()
+            """)
+    ],
+                               stdout=subprocess.PIPE,
+                               text=True,
+                               preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))
+    try:
+        assert process.stdout.readline() == "started\n"
+        process.send_signal(signal.SIGINT)
+        with pytest.raises(subprocess.TimeoutExpired):
+            process.wait(1.5)
+        process.send_signal(signal.SIGTERM)
+        assert process.communicate(timeout=30)[0] == "stopped\n"
+        assert process.returncode == 0
+    finally:
+        process.kill()
