@@ -71,36 +71,39 @@ def test_videos_while_training_stop_at_video_length_and_the_final_one_is_whole(
     assert frame_count(plotter.stats["final_video"]) == 91, "the final video is a whole rollout"
 
 
-def test_close_cuts_the_video_being_drawn_and_skips_an_older_policy_queued_behind_it(
-        tmp_path, no_leftovers):
-    """The rollout process runs ahead of the drawing: when training ends, the rest of the video
-    being drawn (played at real speed) and the episode it began for the next video, of a policy
-    older than the final one, wait in the pipe. close() cuts the video being drawn there (kept,
-    cut short: it holds min_video_seconds), skips the older episode and draws the final
-    policy's at once. Before, it drew the rest of that video (all 301 frames) and, before that,
-    the older episode too; the run's history keeps both policies whole."""
-    policy = LinearPolicy(8, 2)
-    # A fixed priority: on a loaded machine the budget would hold both processes for a while,
-    # which this test is not about.
+def _real_speed_plotter(policy, steps, video_dir):
+    """A started Swimmer plotter whose videos (after the initial policy's, which is drawn
+    without the cap and waited for here) play ``steps`` steps at real speed, 25 a second. A
+    fixed priority: on a loaded machine the budget would hold both processes for a while,
+    which the tests using it are not about."""
     plotter = Plotter("Swimmer-v5",
                       policy,
-                      max_path_length=300,
-                      video_length=300,
+                      max_path_length=steps,
+                      video_length=steps,
                       min_video_seconds=0.4,
                       frame_size=(64, 64),
                       priority="normal",
-                      video_dir=str(tmp_path),
+                      video_dir=str(video_dir),
                       seed=0).start()
     wait_for(lambda: plotter.stats["videos"] >= 1, 120, message="the initial policy's video")
+    return plotter
+
+
+def test_close_cuts_the_video_being_drawn_and_shows_the_final_policy_next(tmp_path, no_leftovers):
+    """When training ends, the video being drawn (played at real speed) is cut there: kept, cut
+    short (it holds min_video_seconds), and the final policy's video is drawn at once. Before,
+    close() waited for the rest of it (all 301 frames); the run's history keeps that policy
+    whole. Iteration 1 is never drawn: the next video waits for the drawing
+    (``test_the_next_video_shows_the_policy_newest_when_the_previous_one_is_drawn``), and the
+    final policy is newer by then."""
+    policy = LinearPolicy(8, 2)
+    plotter = _real_speed_plotter(policy, 300, tmp_path)
     policy.fill(0.1)
     plotter.update_plot(policy, iteration=0)  # update 1: its video plays 12 s at real speed
     wait_for(lambda: plotter.stats["last_applied_update"] == 1, 60, message="update 1 applied")
     policy.fill(0.2)
-    plotter.update_plot(policy, iteration=1)  # taken once update 1's steps are all sent
-    wait_for(lambda: plotter.stats["last_applied_update"] == 2,
-             60,
-             message="the rollout process to begin iteration 1's episode")
-    time.sleep(1.0)  # its first steps reach the pipe, behind iteration 0's
+    plotter.update_plot(policy, iteration=1)
+    time.sleep(1.5)  # iteration 0's video is being drawn
     policy.fill(0.3)
     plotter.update_plot(policy, iteration=2)
     plotter.close()
@@ -110,6 +113,37 @@ def test_close_cuts_the_video_being_drawn_and_skips_an_older_policy_queued_behin
     assert frame_count(str(tmp_path / "iter_0000.mp4")) == log[0]["frames"]
     assert log[2]["frames"] == 301 and log[2]["whole"], log[2]
     assert plotter.stats["final_video"] == str(tmp_path / "iter_0002.mp4")
+
+
+def test_the_next_video_shows_the_policy_newest_when_the_previous_one_is_drawn(
+        tmp_path, no_leftovers):
+    """A video recorded while training plays at real speed (or as fast as the budget allows)
+    and its steps wait in the pipe whole; the rollout process took the next video's policy as
+    soon as they were sent, so each video showed the policy of when the previous one *began*
+    to be drawn (the demo's iteration-35 video was half drawn 24 iterations later). It now
+    takes the policy newest when the previous video has been drawn."""
+    policy = LinearPolicy(8, 2)
+    plotter = _real_speed_plotter(policy, 100, tmp_path)
+    newest_when_drawn = None  # the iteration published when iteration 0's video was written
+    iteration = 0
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        policy.fill(0.001 * iteration)
+        plotter.update_plot(policy, iteration=iteration)
+        drawn = {entry["iteration"] for entry in plotter.stats["video_log"]}
+        if newest_when_drawn is None and 0 in drawn:
+            newest_when_drawn = iteration
+        if len(drawn - {None, 0}) >= 1:
+            break  # the video after iteration 0's is written
+        iteration += 1
+        time.sleep(0.1)
+    plotter.close()
+    log = [entry for entry in plotter.stats["video_log"] if entry["iteration"] is not None]
+    assert newest_when_drawn is not None and len(log) >= 2, log
+    # Iteration 0's video plays 4 s: some 40 iterations are published meanwhile. The next video
+    # shows one of the last of them (a chunk of 16 steps, 0.64 s, is read ahead), not iteration 1.
+    assert newest_when_drawn >= 15, f"iteration 0's video was written at iteration {newest_when_drawn}"
+    assert log[1]["iteration"] >= newest_when_drawn - 10, (newest_when_drawn, log)
 
 
 def test_close_with_a_final_video_already_there_does_not_wait(tmp_path, no_leftovers):

@@ -29,7 +29,7 @@ from async_plotter.worker.parameters import ParameterClient, UpdateFanOut
 from async_plotter.worker.playback import Playback, plan_playback
 from async_plotter.worker.shown_steps import ShownSteps
 from async_plotter.worker.status import StatusKind, StatusSender
-from async_plotter.worker.video_chain import VideoChain
+from async_plotter.worker.video_chain import VideoChain, wait_until_read
 from async_plotter.render.stream import EpisodeEnd, EpisodeInfo, SceneInfo, StreamKind
 from async_plotter.env.stepper import EnvStepper
 
@@ -191,6 +191,8 @@ def _play(config: WorkerConfig,
         chained = params.current is not None and part > 0
         fresh = not chained and (params.current is None or not config.live
                                  or params.newer_available())
+        if fresh and not config.live and params.current is not None:
+            _wait_for_the_drawing(rollout)
         if fresh:
             if not params.update(timeout=1.0):
                 continue
@@ -216,6 +218,24 @@ def _play(config: WorkerConfig,
                     part=info.part,
                     iteration=info.iteration,
                     nonfinite_actions=stepper.take_nonfinite())
+
+
+def _wait_for_the_drawing(rollout: "_Rollout") -> None:
+    """Before a new video: until the render process has read the previous one's steps (it draws
+    their last chunk meanwhile), or the final video is asked for. The pipe holds a whole
+    budgeted video, whose drawing takes many iterations at short ones; taken without this wait,
+    the next video's policy was the newest when the previous video began to be drawn, not when
+    it can be drawn itself."""
+
+    def beat() -> None:
+        rollout.status.beat()
+        if rollout.history is not None:
+            rollout.history.check()
+
+    wait_until_read(rollout.frames_out,
+                    stop=rollout.params.final_requested,
+                    beat=beat,
+                    interval=0.1)
 
 
 def _record_only(params: ParameterClient,
@@ -357,8 +377,11 @@ def _run_episode(rollout: _Rollout, info: EpisodeInfo, limits: Tuple[int, int],
     unsent_reward = 0.0  # since the previous shown step (a recording keeps it per shown step)
     shown.add()
     for steps in range(1, max_path_length + 1):
-        # A viewer should see the newest policy now, not in 30 s; so should the final video.
+        # A viewer should see the newest policy now, not in 30 s; so should the final video,
+        # once a recorded video begun before it holds min_video_seconds (the render process
+        # cuts it there; cut sooner, it was too short to keep and the run lost a video).
         if ((config.live or params.final_requested()) and params.newer_available()
+                and (config.live or steps - 1 >= video_steps_wanted)
                 and not chain.keeps_going(steps - 1, video_steps_wanted, total_reward, params)):
             completed = False
             if config.live:

@@ -7,10 +7,12 @@ only (``StreamKind.CATCH_UP``); the live sinks see the newer policy next.
 """
 import array
 import fcntl
+import math
+import select
 import termios
 import time
 from multiprocessing.connection import Connection
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 from async_plotter.render.stream import EpisodeEnd, StreamKind
 
@@ -90,7 +92,7 @@ class VideoChain:
             # The live view's steps are paced from now. Sent while the render process still
             # draws the catch-up, they would queue behind it, and since no step of a recorded
             # rollout is dropped, the live view would lag by every catch-up for good.
-            _wait_until_read(self._out, DRAIN_WAIT_SECONDS)
+            wait_until_read(self._out, DRAIN_WAIT_SECONDS)
             self._shown_steps.catch_up(False)
 
     def _start(self, live_end: Optional[EpisodeEnd]) -> None:
@@ -100,16 +102,30 @@ class VideoChain:
         self.catching_up = True
 
 
-def _wait_until_read(connection: Connection, limit: float) -> None:
-    """Until the other end has read everything sent on ``connection`` (a pipe), at most
-    ``limit`` seconds; at once where the pipe's fill cannot be read (FIONREAD: Linux)."""
+def wait_until_read(connection: Any,
+                    limit: float = math.inf,
+                    stop: Callable[[], bool] = lambda: False,
+                    beat: Callable[[], None] = lambda: None,
+                    interval: float = 0.005) -> None:
+    """Until the other end has read everything sent on ``connection`` (a pipe), ``stop()`` is
+    true or ``limit`` seconds have passed, calling ``beat()`` at every look; at once where the
+    pipe's fill cannot be read (FIONREAD: Linux; not a pipe) or its reader is gone."""
     deadline = time.monotonic() + limit
     unread = array.array("i", [0])
+    try:
+        descriptor = connection.fileno()
+    except (AttributeError, OSError):
+        return
+    gone = select.poll()
+    gone.register(descriptor, select.POLLOUT)  # POLLERR comes with it once the reader is gone
     while True:
         try:
-            fcntl.ioctl(connection.fileno(), termios.FIONREAD, unread, True)
+            fcntl.ioctl(descriptor, termios.FIONREAD, unread, True)
         except OSError:
             return
-        if unread[0] == 0 or time.monotonic() > deadline:
+        if unread[0] == 0 or stop() or time.monotonic() > deadline:
             return
-        time.sleep(0.005)
+        if any(events & (select.POLLERR | select.POLLHUP) for _, events in gone.poll(0)):
+            return
+        beat()
+        time.sleep(interval)
