@@ -141,8 +141,9 @@ def test_the_next_video_shows_the_policy_newest_when_the_previous_one_is_drawn(
     log = [entry for entry in plotter.stats["video_log"] if entry["iteration"] is not None]
     assert newest_when_drawn is not None and len(log) >= 2, log
     # Iteration 0's video plays 4 s: some 40 iterations are published meanwhile. The next video
-    # shows one of the last of them (a chunk of 16 steps, 0.64 s, is read ahead), not iteration 1.
-    assert newest_when_drawn >= 15, f"iteration 0's video was written at iteration {newest_when_drawn}"
+    # shows one of the last of them, not iteration 1 (the slack: the wait looks every 0.1 s,
+    # and the video's report takes a moment to reach the trainer).
+    assert newest_when_drawn >= 15, f"iteration 0's video written at iteration {newest_when_drawn}"
     assert log[1]["iteration"] >= newest_when_drawn - 10, (newest_when_drawn, log)
 
 

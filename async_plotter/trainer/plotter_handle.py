@@ -296,13 +296,14 @@ class Plotter:
 
     def close(self, timeout: Optional[float] = None, *, final_video: bool = True) -> None:
         """Stop the worker. First, when no video shows the newest parameters yet, the worker
-        cuts the video it is drawing (kept, at least ``min_video_seconds``), skips older
-        policies' episodes queued behind it (the history keeps those policies whole) and
-        records the newest at full speed (at most ``final_video_timeout`` seconds; ``final_video=False`` skips it); then it exits.
-        Bounded by ``timeout`` seconds in all (default: the final video's limit plus 10 s, and a
-        worker still starting may first take up to ``hang_timeout`` to finish), after which the
-        worker is terminated, then killed. A trainer that only publishes (``channel=...``) waits for its
-        final policy's history recording instead of a video (within the same limits), then at
+        cuts the video it is drawing (kept, at least ``min_video_seconds``; the history keeps
+        that policy whole), skips an older policy's episode begun meanwhile and records the
+        newest at full speed (at most ``final_video_timeout`` seconds; ``final_video=False``
+        skips it); then it exits. Bounded by ``timeout`` seconds in all (default: the final
+        video's limit plus 10 s, and a worker still starting may first take up to
+        ``hang_timeout`` to finish), after which the worker is terminated, then killed. A
+        trainer that only publishes (``channel=...``) waits for its final policy's history
+        recording instead of a video (within the same limits), then at
         most 2 s for the last of it to reach Redis, whatever the server does.
         Logs a one-line summary of the videos. Calling it again does nothing."""
         if self._state is PlotterState.CLOSED:

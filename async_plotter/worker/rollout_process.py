@@ -377,11 +377,8 @@ def _run_episode(rollout: _Rollout, info: EpisodeInfo, limits: Tuple[int, int],
     unsent_reward = 0.0  # since the previous shown step (a recording keeps it per shown step)
     shown.add()
     for steps in range(1, max_path_length + 1):
-        # A viewer should see the newest policy now, not in 30 s; so should the final video,
-        # once a recorded video begun before it holds min_video_seconds (the render process
-        # cuts it there; cut sooner, it was too short to keep and the run lost a video).
+        # A viewer should see the newest policy now, not in 30 s; so should the final video.
         if ((config.live or params.final_requested()) and params.newer_available()
-                and (config.live or steps - 1 >= video_steps_wanted)
                 and not chain.keeps_going(steps - 1, video_steps_wanted, total_reward, params)):
             completed = False
             if config.live:

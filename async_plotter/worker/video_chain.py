@@ -64,10 +64,16 @@ class VideoChain:
 
     def keeps_going(self, done: int, wanted: int, reward: float, reader: Any) -> bool:
         """Newer parameters arrived after ``done`` steps of an episode the video wants
-        ``wanted`` of: whether the episode goes on (caught up from here, for the recordings)
-        rather than being cut for the newer policy. Never once the final video is asked for,
-        which shows the newest parameters without delay."""
-        if not self._live or done >= wanted or reader.final_requested():
+        ``wanted`` of: whether the episode goes on rather than being cut for the newer policy.
+        Live, it is caught up from here, for the recordings, but never once the final video is
+        asked for, which shows the newest parameters without delay. Recorded only (the final
+        video asked for), it goes on to ``min_video_seconds`` uncut: the render process cuts it
+        there; cut sooner, it was too short to keep and the run lost a video."""
+        if done >= wanted:
+            return False
+        if not self._live:
+            return True
+        if reader.final_requested():
             return False
         if not self.catching_up:
             self._start(EpisodeEnd(done, reward, completed=False))
