@@ -2,7 +2,11 @@
 
 Whole runs as users run them: ``run_experiment_lite`` with TRPO, ``n_parallel=2``, batch 5000
 (``--batch-size``), 500-step training paths, 60 iterations, each run a fresh Python process, the modes interleaved
-over rounds (A B C D E A B C D E ...) so that machine drift hits every mode alike. Modes:
+over rounds and rotated by one each round (A B C, B C A, C A B, ...: ``--order rotate``, the
+default; ``fixed`` runs A B C every round), so that over as many rounds as modes each mode runs
+once in each place and neither machine drift nor the order within a round favours one mode (in
+fixed order the mode run second had the higher steady ratio in 6 of 8 pairs, and the lower in 6
+of 8 with the order swapped: ``docs/benchmarks.md``). Modes:
 
 * ``off``: no plotting.
 * ``defaults``: ``plot=True`` and nothing else (the library's CPU budget, 0.03, 200-step videos
@@ -437,6 +441,17 @@ def measure(run: dict, off: dict) -> dict:
     }
 
 
+def round_order(modes: list, round_number: int, rotate: bool) -> list:
+    """The modes in the order one round runs them: rotated by one place a round (``rotate``),
+    else as given; ``sync`` last either way, since it needs the defaults' video count of its
+    round."""
+    plain = [m for m in modes if m != "sync"]
+    if rotate:
+        shift = round_number % len(plain)
+        plain = plain[shift:] + plain[:shift]
+    return plain + (["sync"] if "sync" in modes else [])
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--child",
@@ -459,6 +474,10 @@ def main():
                         type=int,
                         default=2,
                         help="sampler processes (2: both cores busy; 1 leaves a core to plotting)")
+    parser.add_argument("--order",
+                        choices=("rotate", "fixed"),
+                        default="rotate",
+                        help="the modes' order in each round: rotated by one a round, or as given")
     parser.add_argument("--quick", action="store_true", help="tiny settings: a smoke run")
     parser.add_argument("--out", default=os.path.join(RESULTS, "plot_overhead.json"))
     args = parser.parse_args()
@@ -477,15 +496,13 @@ def main():
                      "'off' is needed as the reference")
     if "before" in modes and not args.before_tree:
         parser.error("the mode 'before' needs --before-tree PATH (another checkout)")
-    # "sync" needs the defaults' video count of the same round: run it after them.
-    modes = [m for m in modes if m != "sync"] + (["sync"] if "sync" in modes else [])
     runs, measured = [], []
     total = args.rounds * len(envs) * len(modes)
     started = time.time()
     for round_number in range(args.rounds):
         for env_id in envs:
             done = {}
-            for mode in modes:
+            for mode in round_order(modes, round_number, args.order == "rotate"):
                 sync_every = 0
                 if mode == "sync":
                     reference = done.get("defaults") or done.get("budget-0.10")
@@ -499,11 +516,13 @@ def main():
                     f"{run['iteration_ends'][-1] - run['started']:.0f} s training, "
                     f"{len(run['videos'])} videos ({time.time() - started:.0f} s elapsed)",
                     flush=True)
-            for mode in modes:
+            for place, mode in enumerate(done):
                 figures = measure(done[mode], done["off"])
-                measured.append(dict(figures, env=env_id, mode=mode, round=round_number + 1))
+                measured.append(
+                    dict(figures, env=env_id, mode=mode, round=round_number + 1, place=place + 1))
     summary = _summarize(measured, envs, modes)
     _print_table(summary, envs, modes)
+    _print_by_place(measured, envs, modes)
     report = {"settings": vars(args), "summary": summary, "per_run": measured, "runs": runs}
     os.makedirs(os.path.dirname(args.out), exist_ok=True)
     with open(args.out, "w") as out:
@@ -594,6 +613,19 @@ def _print_table(summary, envs, modes):
         idle = summary[env_id]["off"]["machine_idle_share"]
         print(f"\n{env_id}: {idle * 100:.1f}% of the machine's CPU was idle during the `off` "
               "runs' training (all a worker could use without taking it from training)")
+
+
+def _print_by_place(measured, envs, modes):
+    """Each round's steady ratio with the place the mode ran in that round: what the order
+    did, next to what the mode did."""
+    for env_id in envs:
+        print(f"\n{env_id}, steady / off by round (the mode's place in its round):")
+        for mode in modes:
+            if mode == "off":
+                continue
+            rows = [m for m in measured if m["env"] == env_id and m["mode"] == mode]
+            print(f"  {mode}: " + ", ".join(f"{m['steady_ratio']:.3f} ({m['place']})"
+                                            for m in rows))
 
 
 def _chart(summary, envs, modes, path, args):
