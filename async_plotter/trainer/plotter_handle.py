@@ -303,9 +303,9 @@ class Plotter:
         video's limit plus 10 s, and a worker still starting may first take up to
         ``hang_timeout`` to finish), after which the worker is terminated, then killed. A
         trainer that only publishes (``channel=...``) waits for its final policy's history
-        recording instead of a video (within the same limits), then at
-        most 2 s for the last of it to reach Redis, whatever the server does.
-        Logs a one-line summary of the videos. Calling it again does nothing."""
+        recording instead of a video (within the same limits), then at most 2 s for the last of
+        it to reach Redis, whatever the server does. Logs a one-line summary of the videos.
+        Calling it again does nothing."""
         if self._state is PlotterState.CLOSED:
             return
         # With every limit at its default, a worker still starting gets to finish first (up
