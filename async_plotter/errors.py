@@ -1,4 +1,5 @@
-"""Named errors. Each is raised in the trainer, at the call that was wrong, before any work is lost."""
+"""Named errors. Each is raised in the trainer, at the call that was wrong, before any work is
+lost."""
 
 
 class PlotterError(Exception):

@@ -1,9 +1,10 @@
-"""Where MuJoCo's warnings go when the plotter's own copies of an env make MuJoCo warn: DEBUG records
-of the ``async_plotter.mujoco`` logger, not stdout and ``MUJOCO_LOG.TXT`` in the user's folder
-(what the user's own env says, it says in the user's process; docs/design.md). A child process
-calls ``route_to_log()`` first thing; the trainer-side check runs inside ``kept_to_log()``,
-which puts the handler in force back after (and, where ``mujoco`` is not imported yet, hands it
-the handler the moment it is, so a trainer that never uses MuJoCo does not import it).
+"""Where MuJoCo's warnings go when the plotter's own copies of an env make MuJoCo warn: DEBUG
+records of the ``async_plotter.mujoco`` logger, not stdout and ``MUJOCO_LOG.TXT`` in the user's
+folder (what the user's own env says, it says in the user's process; docs/design.md). A child
+process calls ``route_to_log()`` first thing; the trainer-side check runs inside
+``kept_to_log()``, which puts the handler in force back after (and, where ``mujoco`` is not
+imported yet, hands it the handler the moment it is, so a trainer that never uses MuJoCo does not
+import it).
 """
 import contextlib
 import importlib.abc

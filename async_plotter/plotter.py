@@ -26,7 +26,8 @@ _plotter: Optional[Plotter] = None
 
 def init_worker(**plotter_options: Any) -> None:
     """Prepare plotting. Keyword arguments are passed to ``Plotter`` (``video_dir``, ``window``,
-    ``fps``, ``budget``, ...). Without ``video_dir``, ``$ASYNC_PLOTTER_VIDEO_DIR`` is used if set."""
+    ``fps``, ``budget``, ...). Without ``video_dir``, ``$ASYNC_PLOTTER_VIDEO_DIR`` is used if
+    set."""
     _options.clear()
     _options.update(plotter_options)
     if "video_dir" not in _options and os.environ.get("ASYNC_PLOTTER_VIDEO_DIR"):

@@ -174,7 +174,8 @@ class SharedMemoryWriter:
 
 
 class SharedMemoryReader:
-    """Worker side: attaches to the segment, sleeps until woken, reads only whole, newest updates."""
+    """Worker side: attaches to the segment, sleeps until woken, reads only whole, newest
+    updates."""
 
     def __init__(self, name: str, wake_reader: multiprocessing.connection.Connection) -> None:
         self._shm = _attach_untracked(name)

@@ -8,7 +8,8 @@ trainer's env, whose statistics therefore stay untouched. What each wrapper give
 wrapper whose attributes change while it transforms observations holds running state, and must
 be one whose state travels. A difference is an ``EnvMismatchError`` naming the wrapper.
 
-Runs in the trainer, inside ``Plotter(...)``'s checks (``trainer/preflight.py``); needs no TensorFlow.
+Runs in the trainer, inside ``Plotter(...)``'s checks (``trainer/preflight.py``); needs no
+TensorFlow.
 """
 import copy
 import logging

@@ -128,7 +128,8 @@ class PolicyRuntime:
         self.adapter.set_flat(self.policy, flat)
 
     def act(self, observation: np.ndarray) -> np.ndarray:
-        """The action for one observation (the mean, if deterministic and the policy reports one)."""
+        """The action for one observation (the mean, if deterministic and the policy reports
+        one)."""
         return self.adapter.act(self.policy, observation, self.deterministic)
 
     def warm_up(self, observation: np.ndarray) -> str:

@@ -1,11 +1,11 @@
 """A mixin that lets an object be rebuilt in another process from its constructor arguments.
 
-TensorFlow objects (variables, sessions, graphs) cannot be pickled, but the *recipe* that built them
-can: the class and the arguments its constructor received. ``Serializable`` records that recipe, and
-pickling a ``Serializable`` object stores only the recipe. Unpickling calls the constructor again, so
-the copy is built fresh in whatever TensorFlow runtime (eager, or a graph and session) is current in
-the receiving process. Parameters are not part of the recipe; they travel separately as a flat
-vector (``get_param_values`` / ``set_param_values``).
+TensorFlow objects (variables, sessions, graphs) cannot be pickled, but the *recipe* that built
+them can: the class and the arguments its constructor received. ``Serializable`` records that
+recipe, and pickling a ``Serializable`` object stores only the recipe. Unpickling calls the
+constructor again, so the copy is built fresh in whatever TensorFlow runtime (eager, or a graph
+and session) is current in the receiving process. Parameters are not part of the recipe; they
+travel separately as a flat vector (``get_param_values`` / ``set_param_values``).
 
 Two ways to record the arguments, as in rllab::
 
@@ -26,7 +26,8 @@ _KWARGS = "_serializable_kwargs"
 
 
 class Serializable:
-    """Records constructor arguments so that pickling rebuilds the object by calling its constructor."""
+    """Records constructor arguments so that pickling rebuilds the object by calling its
+    constructor."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         self.__dict__[_ARGS] = args
@@ -76,7 +77,8 @@ class Serializable:
 
     @classmethod
     def clone(cls, obj: "Serializable", **overrides: Any) -> "Serializable":
-        """A new object of ``obj``'s class built with its arguments, some of them replaced by name."""
+        """A new object of ``obj``'s class built with its arguments, some of them replaced by
+        name."""
         args, kwargs = obj.constructor_args
         signature = inspect.signature(type(obj).__init__)
         bound = signature.bind(obj, *args, **kwargs)

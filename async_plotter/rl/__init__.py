@@ -1,4 +1,5 @@
-"""TensorFlow reinforcement learning that uses :mod:`async_plotter` (the reference user of the core).
+"""TensorFlow reinforcement learning that uses :mod:`async_plotter` (the reference user of the
+core).
 
 Policies, baselines, samplers (serial and multi-process), VPG, TRPO and ``run_experiment_lite``::
 

@@ -21,7 +21,8 @@ _TINY = 1e-8
 
 
 class Distribution:
-    """Common interface; ``dim`` is the action dimension (Box) or the number of actions (Discrete)."""
+    """Common interface; ``dim`` is the action dimension (Box) or the number of actions
+    (Discrete)."""
 
     #: numpy dtype of a sampled action, and per-step action shape (without the batch axis).
     action_dtype = "float32"

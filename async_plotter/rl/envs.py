@@ -1,10 +1,10 @@
 """Picklable descriptions of environments: what a policy needs to know, and how to build one.
 
 A policy is rebuilt in other processes from its constructor arguments (see
-:class:`async_plotter.policy.serializable.Serializable`), so those arguments must be small and picklable. A
-live environment is neither (a MuJoCo env holds a simulator, maybe a window), so policies take an
-:class:`EnvSpec` (the two spaces) or a gymnasium id, and samplers take an :class:`EnvMaker` recipe and
-build their own environments where they run.
+:class:`async_plotter.policy.serializable.Serializable`), so those arguments must be small and
+picklable. A live environment is neither (a MuJoCo env holds a simulator, maybe a window), so
+policies take an :class:`EnvSpec` (the two spaces) or a gymnasium id, and samplers take an
+:class:`EnvMaker` recipe and build their own environments where they run.
 """
 import dataclasses
 from typing import Any, Callable, Dict, Optional, Union

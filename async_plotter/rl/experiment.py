@@ -1,8 +1,9 @@
-"""``run_experiment_lite``: run an algorithm with logging, snapshots, parallel sampling and plotting.
+"""``run_experiment_lite``: run an algorithm with logging, snapshots, parallel sampling and
+plotting.
 
-rllab's function of the same name launched a stub through a subprocess; this one runs in the calling
-process and hands its settings to the algorithm through :mod:`async_plotter.rl.context`, which also
-reaches algorithms that the user's function builds and trains itself.
+rllab's function of the same name launched a stub through a subprocess; this one runs in the
+calling process and hands its settings to the algorithm through :mod:`async_plotter.rl.context`,
+which also reaches algorithms that the user's function builds and trains itself.
 """
 import dataclasses
 import inspect

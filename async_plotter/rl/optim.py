@@ -57,7 +57,8 @@ def conjugate_gradient(matrix_vector: Callable[[np.ndarray], np.ndarray],
                        b: np.ndarray,
                        iterations: int = 10,
                        residual_tol: float = 1e-10) -> np.ndarray:
-    """Approximately solve ``A x = b`` for symmetric positive definite ``A`` given only ``A @ v``."""
+    """Approximately solve ``A x = b`` for symmetric positive definite ``A``, given only
+    ``A @ v``."""
     x = np.zeros_like(b)
     residual = b.copy()
     direction = b.copy()

@@ -51,7 +51,8 @@ def _resolve_seed(seed: Optional[int]) -> int:
 
 
 class _MLP:
-    """Dense layers as plain ``tf.Variable`` pairs, in a fixed order (that order is the flat one)."""
+    """Dense layers as plain ``tf.Variable`` pairs, in a fixed order (that order is the flat
+    one)."""
 
     def __init__(self, sizes: Sequence[int], activation: Activation, output_scale: float,
                  rng: np.random.Generator, name: str) -> None:
@@ -158,7 +159,7 @@ class MLPPolicy(Serializable, ActsOnDistInfo):
             v.assign(flat[offset:offset + size].reshape(shape))
             offset += size
 
-    # ---- inference --------------------------------------------------------------------------------
+    # ---- inference ----------------------------------------------------------------------------
 
     def dist_info(self, observations: tf.Tensor) -> Dict[str, tf.Tensor]:
         """Distribution parameters for a batch of observations, as differentiable tensors."""

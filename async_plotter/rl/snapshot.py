@@ -1,4 +1,5 @@
-"""Writing snapshots so that an interruption never leaves a truncated file, and reading them back."""
+"""Writing snapshots so that an interruption never leaves a truncated file, and reading them
+back."""
 import os
 import uuid
 from typing import Any, Dict, Union

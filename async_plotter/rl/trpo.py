@@ -1,4 +1,5 @@
-"""Trust Region Policy Optimization (Schulman et al. 2015), natural-gradient step with a line search.
+"""Trust Region Policy Optimization (Schulman et al. 2015): a natural-gradient step with a line
+search.
 
 One update, top to bottom:
 
@@ -66,7 +67,8 @@ class TRPO(BatchPolopt):
         self.backtrack_ratio = float(backtrack_ratio)
         self.max_backtracks = positive_int("max_backtracks", max_backtracks)
         self.subsample_factor = float(subsample_factor)
-        # Unseeded, subsampling draws from numpy's global generator (which run_experiment_lite seeds).
+        # Unseeded, subsampling draws from numpy's global generator (run_experiment_lite seeds
+        # it).
         rng_seed = self.seed if self.seed is not None else np.random.randint(2**31 - 1)
         self._rng = np.random.default_rng(rng_seed)
         self._functions = None

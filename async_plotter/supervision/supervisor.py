@@ -36,7 +36,8 @@ from async_plotter.worker.status import StatusKind, UnknownReport, report_kind
 
 logger = logging.getLogger("async_plotter")
 
-_F_SETPIPE_SZ = 1031  # Linux: shrink the rollout->render pipe so it cannot hold seconds of stale steps
+# Linux: shrink the rollout->render pipe so that it cannot hold seconds of stale steps
+_F_SETPIPE_SZ = 1031
 _STREAM_PIPE_BYTES = 16384
 
 #: start-up, unbudgeted, lasts until the first video exists, or this long after the processes

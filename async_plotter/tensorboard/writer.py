@@ -37,7 +37,8 @@ def event_file_name(wall_time: float, suffix: str = "") -> str:
     the pid and ``n`` keep the files of processes and writers sharing a folder apart."""
     with _file_numbers_lock:
         number = next(_file_numbers)
-    return f"{FILE_PREFIX}{int(wall_time):010d}.{socket.gethostname()}.{os.getpid()}.{number}{suffix}"
+    host = socket.gethostname()
+    return f"{FILE_PREFIX}{int(wall_time):010d}.{host}.{os.getpid()}.{number}{suffix}"
 
 
 class _Records(RecordWriter):

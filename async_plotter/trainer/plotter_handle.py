@@ -71,7 +71,8 @@ class Plotter:
             are written (no window, page, ``on_frame`` or user sink): start-up and the end of
             training are not held to the budget, and the cap would only make them later.
         deterministic: show the policy's mean action when it reports one.
-        quality: ``"auto"`` (cheap visuals on software GL, full on a GPU), ``"cheap"`` or ``"full"``.
+        quality: ``"auto"`` (cheap visuals on software GL, full on a GPU), ``"cheap"`` or
+            ``"full"``.
         budget: the fraction of the machine's CPU plotting may take from a busy trainer
             (``0.05``: 5%) beyond idle CPU, which it uses freely; start-up and the final video
             are not held to it. Default ``DEFAULT_BUDGET``; see the README's "Cost and knobs".

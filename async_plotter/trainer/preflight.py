@@ -314,7 +314,8 @@ def _show(action: Any) -> str:
     if isinstance(action, (int, np.integer)):
         return repr(int(action))
     array = np.asarray(action)
-    return f"{np.array2string(array, precision=4, threshold=8)} ({array.dtype}, shape {array.shape})"
+    values = np.array2string(array, precision=4, threshold=8)
+    return f"{values} ({array.dtype}, shape {array.shape})"
 
 
 def _copy(observation: Any) -> Any:

@@ -46,7 +46,8 @@ def parse_http_address(http: Union[int, str], token: Optional[str]) -> HttpConfi
     """Check ``Plotter(http=..., http_token=...)`` and turn it into an ``HttpConfig``.
 
     ``http`` is a port (``8080``, ``"8080"``; ``0`` picks a free one) served on 127.0.0.1, or
-    ``"host:port"`` (``"[::1]:8080"`` for IPv6). ``token`` defaults to ``$ASYNC_PLOTTER_HTTP_TOKEN``.
+    ``"host:port"`` (``"[::1]:8080"`` for IPv6). ``token`` defaults to
+    ``$ASYNC_PLOTTER_HTTP_TOKEN``.
 
     Raises:
         InvalidArgumentError: wrong type, malformed address, port out of range, an empty or

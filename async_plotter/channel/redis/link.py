@@ -267,8 +267,9 @@ def run_subscription(url: str,
     seconds. The wait is on the socket itself: a notification wakes the thread at once.
 
     When the server refuses this connection's settings (``refusal``: a command outside the
-    viewer's ACL role; the user or password; the TLS certificate), ``on_refused(message)`` is called and the subscription ends; without
-    ``on_refused`` it warns once and retries every ``REFUSED_RETRY`` seconds.
+    viewer's ACL role; the user or password; the TLS certificate), ``on_refused(message)`` is
+    called and the subscription ends; without ``on_refused`` it warns once and retries every
+    ``REFUSED_RETRY`` seconds.
     """
     import redis
 

@@ -3,13 +3,13 @@
 A daemon thread holds the pub/sub subscription, to the experiment's events and to its readers'
 channel, whose subscribers the trainer counts: it sends the parameters only while there are
 some, and its header alone otherwise (``wire.FLAG_WITHHELD``), which the reader skips until the
-whole update comes (at most a second after it subscribed). On each burst of notifications (and after every
-reconnect) it reads the newest update through ``probed.ProbedKey`` (bounded before download,
-verified) and hands it over if it is newer (``wire.RunKey``, then the update number): ``wait``
-wakes with it already verified, ``newer_available`` reads one flag (it runs every env step), and a
-garbage, forged or replayed value costs one log line. With no lifeline to the trainer, the reader
-watches its parent: once the viewer that started the worker dies, ``wait`` and
-``newer_available`` raise ``ParentGone`` within about a second.
+whole update comes (at most a second after it subscribed). On each burst of notifications (and
+after every reconnect) it reads the newest update through ``probed.ProbedKey`` (bounded before
+download, verified) and hands it over if it is newer (``wire.RunKey``, then the update number):
+``wait`` wakes with it already verified, ``newer_available`` reads one flag (it runs every env
+step), and a garbage, forged or replayed value costs one log line. With no lifeline to the
+trainer, the reader watches its parent: once the viewer that started the worker dies, ``wait``
+and ``newer_available`` raise ``ParentGone`` within about a second.
 """
 import dataclasses
 import logging
