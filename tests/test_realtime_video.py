@@ -127,15 +127,49 @@ def test_videos_while_training_show_the_same_simulated_time_on_every_env(env_id,
         env.close()
     update = types.SimpleNamespace(max_path_length=5000)
 
-    def clip(video_length, live=False):
+    def clip(video_length, live=False, first=False, min_video_seconds=3.0):
         length, seconds = _video_span(video_length)
-        config = types.SimpleNamespace(live=live, video_length=length, video_seconds=seconds)
-        return _clip_steps(update, config, playback)
+        config = types.SimpleNamespace(live=live,
+                                       video_length=length,
+                                       video_seconds=seconds,
+                                       min_video_seconds=min_video_seconds)
+        return _clip_steps(update, config, playback, first)
 
     assert DEFAULT_VIDEO_SECONDS == 8
     assert clip("auto") == steps
     assert clip(30) == 30
     assert clip(None) == clip("auto", live=True) == 5000
+    # The run's first video, drawn at start-up: 3 s (min_video_seconds if longer, up to 8 s);
+    # a length the user gave stays what they gave.
+    assert clip("auto", first=True) == clip("auto", first=True,
+                                            min_video_seconds=0) == steps * 3 // 8
+    assert clip("auto", first=True, min_video_seconds=5) == steps * 5 // 8
+    assert clip("auto", first=True, min_video_seconds=60) == steps
+    assert clip(30, first=True) == 30 and clip(None, first=True) == 5000
+    assert clip("auto", live=True, first=True) == 5000
+
+
+@pytest.mark.slow
+def test_the_first_video_shows_3_s_of_the_untrained_policy_and_the_next_ones_8(
+        tmp_path, no_leftovers):
+    """The first video is drawn while the worker starts, at the trainer's priority: at the
+    default length it shows 3 s of the policy it started with, then videos show 8 s."""
+    policy = LinearPolicy(8, 2)
+    with Plotter("Swimmer-v5",
+                 policy,
+                 max_path_length=1000,
+                 video_dir=str(tmp_path),
+                 frame_size=(64, 64),
+                 priority="normal",
+                 history=False,
+                 final_video_timeout=0) as plotter:
+        wait_for(lambda: plotter.stats["videos"] >= 1, 120, message="the first video")
+        policy.fill(0.3)
+        plotter.update_plot(policy)
+        wait_for(lambda: plotter.stats["videos"] >= 2, 120, message="the second video")
+        log = plotter.stats["video_log"]
+    assert [entry["frames"] for entry in log[:2]] == [1 + 75, 1 + 200]
+    assert [read_video(entry["path"]) for entry in log[:2]] == [(25, 76), (25, 201)]
 
 
 @pytest.mark.slow

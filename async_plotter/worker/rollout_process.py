@@ -45,6 +45,12 @@ _THREAD_LIMITS = {
     "TF_ENABLE_ONEDNN_OPTS": "0",
 }
 
+#: seconds of simulated time the run's first video shows at most under the default video length
+#: (``video_length="auto"``; ``min_video_seconds`` if longer): it shows the untrained policy and
+#: is drawn while the worker starts, at the trainer's priority and uncharged, where its 8 s of
+#: frames were a third of start-up's CPU (the history keeps that policy's whole episode)
+FIRST_VIDEO_SECONDS = 3.0
+
 
 class _Stopped(SystemExit):
     """SIGTERM: the supervisor is stopping this process (how a run of it normally ends)."""
@@ -201,7 +207,9 @@ def _play(config: WorkerConfig,
         chain.before_episode(chained, params)
         info = EpisodeInfo(current.number, current.iteration, episode_index, part)
         episode_index += 1
-        full, clip = current.max_path_length, _clip_steps(current, config, playback)
+        # The run's first episode is clipped shorter; episodes chained to it stay whole.
+        full = current.max_path_length
+        clip = _clip_steps(current, config, playback, first=info.episode == 0)
         steps_left = max(full - shown, 1) if part else full
         clip_left = max(clip - shown, 1) if part else clip
         wanted = chain.steps_wanted(fresh or chained, shown)  # by the video of ``current``
@@ -342,18 +350,25 @@ def _with_live(rollout: _Rollout, live: bool) -> _Rollout:
     return dataclasses.replace(rollout, config=dataclasses.replace(rollout.config, live=live))
 
 
-def _clip_steps(update: ParamUpdate, config: WorkerConfig, playback: Playback) -> int:
+def _clip_steps(update: ParamUpdate,
+                config: WorkerConfig,
+                playback: Playback,
+                first: bool = False) -> int:
     """Where a video recorded while training stops: ``video_length`` steps, else
     ``video_seconds`` of simulated time in this env's steps (most of a video's CPU is its
-    frames, and the budget buys more, fresher videos when each is shorter). Live views get
-    whole rollouts, and so does the final policy's video (``_run_episode`` goes on past the
-    clip once the final video is asked for)."""
+    frames, and the budget buys more, fresher videos when each is shorter), at most
+    ``FIRST_VIDEO_SECONDS`` for the run's ``first`` video. Live views get whole rollouts, and
+    so does the final policy's video (``_run_episode`` goes on past the clip once the final
+    video is asked for)."""
     if config.live:
         return update.max_path_length
     if config.video_length is not None:
         return min(update.max_path_length, config.video_length)
     if config.video_seconds is not None:
-        return min(update.max_path_length, playback.steps(config.video_seconds))
+        seconds = config.video_seconds
+        if first:
+            seconds = min(seconds, max(FIRST_VIDEO_SECONDS, config.min_video_seconds))
+        return min(update.max_path_length, playback.steps(seconds))
     return update.max_path_length
 
 
