@@ -9,7 +9,9 @@ fixed order the mode run second had the higher steady ratio in 6 of 8 pairs, and
 of 8 with the order swapped: ``docs/benchmarks.md``). Modes:
 
 * ``off``: no plotting.
-* ``defaults``: ``plot=True`` and nothing else (the library's CPU budget, 0.03, 200-step videos
+* ``off-again``: no plotting, a second time in the round: the A/A control. Its ratios against
+  ``off`` are what the machine's noise alone makes of two identical runs (not run by default).
+* ``defaults``: ``plot=True`` and nothing else (the library's CPU budget, 0.03, 8-s videos
   while training, a whole rollout of the final policy).
 * ``budget-0.05`` / ``budget-0.10``: larger budgets; ``budget-0.02`` / ``budget-0.01``: the floor.
 * ``long-videos``: the defaults with whole 500-step videos while training (``video_length=None``,
@@ -77,6 +79,9 @@ sys.path.insert(0, os.environ.get("PLOT_OVERHEAD_LIBRARY") or ROOT)
 #: mode -> plotter keyword arguments (None: no plotting). "sync" is handled by the child.
 MODES = {
     "off": None,
+    # Plotting off once more in the same round: the A/A control, whose ratios against `off`
+    # are what this machine's noise alone makes of two identical runs.
+    "off-again": None,
     "defaults": {},
     "budget-0.01": {
         "budget": 0.01
