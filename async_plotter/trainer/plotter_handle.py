@@ -87,9 +87,10 @@ class Plotter:
             playback time): an episode that ends sooner is followed by more of the same
             parameters in the same file (up to ``max_path_length`` steps in all).
         video_length: how much a video recorded while training shows at most. ``"auto"``
-            (default): ``DEFAULT_VIDEO_SECONDS`` (8) seconds of simulated time on every env; an
-            int: that many steps; None: whole rollouts. The final video and live views show
-            whole rollouts of up to ``max_path_length`` steps.
+            (default): ``DEFAULT_VIDEO_SECONDS`` (8) seconds of simulated time on every env,
+            3 for the run's first video (the untrained policy, drawn at start-up); an int:
+            that many steps; None: whole rollouts. The final video and live views show whole
+            rollouts of up to ``max_path_length`` steps.
         policy_device: where the worker's TensorFlow runs the policy: ``"cpu"`` (default: it
             sees no GPU, whose memory TensorFlow would reserve) or ``"gpu"`` (with memory
             growth). The render process draws with the GPU (EGL) either way.
