@@ -16,7 +16,7 @@ import time
 import async_plotter.trainer.plotter_handle
 from async_plotter.channel import shm
 from async_plotter.rl import GaussianMLPPolicy, TRPO, run_experiment_lite
-from async_plotter.rl import batch_polopt, recorder, samplers
+from async_plotter.rl import batch_polopt, recorder, sample_processing, samplers
 
 STAGE, LOG_DIR = sys.argv[1], sys.argv[2]
 ITERATION = 1  # hook the second iteration, so that a snapshot is already on disk
@@ -91,8 +91,10 @@ shm.SharedMemoryWriter.__init__ = reporting_writer_init
 wrap(samplers.ParallelSampler, "start", "startup", always, repeat=False)
 # Sampling: the trainer waits for paths from the workers (same iteration: the same batch again).
 wrap(samplers.ParallelSampler, "obtain_samples", "sampling", current_iteration)
-# Sample processing: returns, advantages, fitting the baseline (batch_polopt calls it by this name).
-wrap(batch_polopt, "process_samples", "processing", current_iteration)
+# Sample processing: returns, advantages, fitting the baseline. Held at its advantages, inside
+# process_samples: the whole call takes a millisecond, so a hold around it (the way other stages
+# are held) let the signal land between two calls, in this script's loop, now and then.
+wrap(sample_processing, "gae_advantages", "processing", current_iteration)
 # Writing params.pkl (atomically; an interruption must leave the previous file whole).
 wrap(recorder.RunRecorder, "save_snapshot", "snapshot", current_iteration)
 # Handing the new parameters to the plot worker.
