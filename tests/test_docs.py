@@ -54,6 +54,20 @@ def test_the_default_budget_is_the_same_everywhere():
     assert re.findall(r"a (\d+)% CPU budget", comment) == [percent[:-1]]
 
 
+def test_the_video_lengths_are_the_same_everywhere():
+    """``video_length="auto"``: the README's knob table and ``Plotter``'s docstring state the
+    seconds the worker clips videos to, its first one included."""
+    from async_plotter.trainer.config import DEFAULT_VIDEO_SECONDS
+    from async_plotter.trainer.plotter_handle import Plotter
+    from async_plotter.worker.rollout_process import FIRST_VIDEO_SECONDS
+
+    assert f"shows {DEFAULT_VIDEO_SECONDS:g} s of the env's own time on every env" in README
+    assert f"shows {FIRST_VIDEO_SECONDS:g} s (`min_video_seconds` if longer)" in README
+    docstring = " ".join(Plotter.__doc__.split())
+    assert (f"``DEFAULT_VIDEO_SECONDS`` ({DEFAULT_VIDEO_SECONDS:g}) seconds of simulated time on "
+            f"every env, {FIRST_VIDEO_SECONDS:g} for the run's first video") in docstring
+
+
 @pytest.mark.parametrize("command", ["view", "serve"])
 def test_the_command_line_help_states_the_default_budget(command):
     out = io.StringIO()

@@ -45,10 +45,11 @@ _THREAD_LIMITS = {
     "TF_ENABLE_ONEDNN_OPTS": "0",
 }
 
-#: seconds of simulated time the run's first video shows at most under the default video length
-#: (``video_length="auto"``; ``min_video_seconds`` if longer): it shows the untrained policy and
-#: is drawn while the worker starts, at the trainer's priority and uncharged, where its 8 s of
-#: frames were a third of start-up's CPU (the history keeps that policy's whole episode)
+#: seconds of simulated time a worker's first video shows at most under the default video length
+#: (``video_length="auto"``; ``min_video_seconds`` if longer). The run's first video shows the
+#: untrained policy; it (and the first after a restart) is drawn while the worker starts, at the
+#: trainer's priority and uncharged, where its 8 s of frames were a third of start-up's CPU (the
+#: history keeps that policy's whole episode)
 FIRST_VIDEO_SECONDS = 3.0
 
 
@@ -207,7 +208,7 @@ def _play(config: WorkerConfig,
         chain.before_episode(chained, params)
         info = EpisodeInfo(current.number, current.iteration, episode_index, part)
         episode_index += 1
-        # The run's first episode is clipped shorter; episodes chained to it stay whole.
+        # This process's first episode is clipped shorter; episodes chained to it stay whole.
         full = current.max_path_length
         clip = _clip_steps(current, config, playback, first=info.episode == 0)
         steps_left = max(full - shown, 1) if part else full
@@ -357,7 +358,7 @@ def _clip_steps(update: ParamUpdate,
     """Where a video recorded while training stops: ``video_length`` steps, else
     ``video_seconds`` of simulated time in this env's steps (most of a video's CPU is its
     frames, and the budget buys more, fresher videos when each is shorter), at most
-    ``FIRST_VIDEO_SECONDS`` for the run's ``first`` video. Live views get whole rollouts, and
+    ``FIRST_VIDEO_SECONDS`` for this process's ``first`` video. Live views get whole rollouts, and
     so does the final policy's video (``_run_episode`` goes on past the clip once the final
     video is asked for)."""
     if config.live:
