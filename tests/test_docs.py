@@ -168,6 +168,16 @@ def _structure():
     return structure
 
 
+def test_the_pooled_cost_is_the_measured_one():
+    """The README's cost of a Swimmer run at the defaults is the pooled figure
+    (``benchmarks/pooled_overhead.py``), beyond the A/A control."""
+    pooled = _results("pooled_overhead_50s_runs.json")["pooled"]["defaults"]
+    steady, error = pooled["over_control"]["steady_ratio"]
+    gaps = " ".join(_section(README, "## Known gaps").split())
+    assert (f"{pooled['runs']} runs pooled by `benchmarks/pooled_overhead.py`, "
+            f"+{steady * 100:.1f} ± {error * 100:.1f}% an iteration beyond the noise") in gaps
+
+
 def test_the_layout_shows_the_house_as_it_is():
     """docs/design.md's Layout states the figures ``scripts/structure.py`` measures and has a
     row for every room, so that a move that leaves it stale fails here."""
