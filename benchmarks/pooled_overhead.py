@@ -6,7 +6,9 @@ Each ``--set`` names a result file (a path, or a name under ``benchmarks/results
 modes to take from it, each optionally under another name: ``before=defaults`` counts a set's
 ``before`` runs as ``defaults`` (where the tree measured as ``before`` is what the defaults are
 now), ``defaults=on-demand`` keeps a tried change apart. It prints, per mode, the runs' mean and
-its standard error, and each mode's difference from the A/A control (``off-again``).
+its standard error, each mode's difference from the A/A control (``off-again``), and each
+mode's steady ratio against ``--reference`` (``defaults``) in the same round of the same set,
+where a set's swing cancels: the fair comparison of changes measured in different sets.
 
     python benchmarks/pooled_overhead.py --env Swimmer-v5 \\
         --set plot_overhead_aa_control.json:defaults,off-again \\
@@ -19,7 +21,7 @@ import json
 import math
 import os
 import sys
-from typing import Dict, List, Tuple
+from typing import Dict, List, Optional, Tuple
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -32,6 +34,8 @@ FIGURES = (("steady_ratio", "steady / off", ".3f"), ("end_to_end_ratio", "end to
             ".2f"), ("history_share", "history recorded", ".2f"), ("videos_per_10_itr",
                                                                    "videos / 10 itr", ".2f"))
 CONTROL = "off-again"
+#: the mode every other is compared with round by round, unless ``--reference`` names another
+REFERENCE = "defaults"
 
 
 def parse_set(text: str) -> Tuple[str, Dict[str, str]]:
@@ -58,7 +62,9 @@ def mean_and_error(values: List[float]) -> Tuple[float, float]:
     return mean, math.sqrt(variance / count)
 
 
-def pool(sets: List[Tuple[str, Dict[str, str]]], env: str) -> Dict[str, dict]:
+def pool(sets: List[Tuple[str, Dict[str, str]]],
+         env: str,
+         reference: str = REFERENCE) -> Dict[str, dict]:
     """Every pooled mode's runs and figures."""
     runs: Dict[str, List[dict]] = {}
     for path, renames in sets:
@@ -82,6 +88,8 @@ def pool(sets: List[Tuple[str, Dict[str, str]]], env: str) -> Dict[str, dict]:
                             for row in rows}),
             "figures": figures
         }
+    for name, entry in pooled.items():
+        entry["against_reference"] = _paired(runs.get(name, []), runs.get(reference, []))
     control = pooled.get(CONTROL)
     for name, entry in pooled.items():
         if control is None or name == CONTROL:
@@ -93,7 +101,27 @@ def pool(sets: List[Tuple[str, Dict[str, str]]], env: str) -> Dict[str, dict]:
     return pooled
 
 
-def print_table(pooled: Dict[str, dict], env: str) -> None:
+def _paired(rows: List[dict], references: List[dict]) -> Optional[dict]:
+    """The steady ratio's difference from the reference mode's run of the same round of the same
+    set (a set's swing cancels): mean ± standard error, and in how many rounds it was lower."""
+    if rows is references:
+        return None
+    by_round = {(row["set"], row["round"]): row["steady_ratio"] for row in references}
+    differences = [
+        row["steady_ratio"] - by_round[(row["set"], row["round"])] for row in rows
+        if (row["set"], row["round"]) in by_round
+    ]
+    if not differences:
+        return None
+    mean, error = mean_and_error(differences)
+    return {
+        "steady_difference": (mean, error),
+        "rounds": len(differences),
+        "rounds_lower": sum(difference < 0 for difference in differences)
+    }
+
+
+def print_table(pooled: Dict[str, dict], env: str, reference: str) -> None:
     print(f"\n{env}: mean ± standard error over the pooled runs")
     print("| mode | runs (sets) | " + " | ".join(label for _, label, _ in FIGURES) +
           f" | steady - {CONTROL} | end to end - {CONTROL} |")
@@ -108,6 +136,13 @@ def print_table(pooled: Dict[str, dict], env: str) -> None:
             value = entry.get("over_control", {}).get(key)
             cells.append("-" if value is None else f"{value[0]:+.3f} ± {value[1]:.3f}")
         print(f"| {name} | {entry['runs']} ({len(entry['sets'])}) | " + " | ".join(cells) + " |")
+    print(f"\nagainst {reference} in the same round of the same set (steady / off):")
+    for name, entry in pooled.items():
+        paired = entry.get("against_reference")
+        if paired is not None:
+            mean, error = paired["steady_difference"]
+            print(f"  {name}: {mean:+.3f} ± {error:.3f} over {paired['rounds']} rounds, lower "
+                  f"in {paired['rounds_lower']}")
 
 
 def main() -> None:
@@ -119,13 +154,16 @@ def main() -> None:
                         type=parse_set,
                         required=True,
                         help="FILE:mode[=name],... (repeat for each result file)")
+    parser.add_argument("--reference",
+                        default=REFERENCE,
+                        help="the mode the others are compared with round by round")
     parser.add_argument("--out", default=os.path.join(RESULTS, "pooled_overhead.json"))
     args = parser.parse_args()
     load_before = os.getloadavg()
-    pooled = pool(args.sets, args.env)
+    pooled = pool(args.sets, args.env, args.reference)
     if not pooled:
         parser.error(f"no run of {args.env} in those modes")
-    print_table(pooled, args.env)
+    print_table(pooled, args.env, args.reference)
     write_results(args.out, args, load_before, pooled=pooled)
 
 

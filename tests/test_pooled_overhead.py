@@ -10,10 +10,12 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def result_file(path, runs):
-    """A ``plot_overhead.py`` result holding ``runs``: (mode, env, steady, end to end)."""
+    """A ``plot_overhead.py`` result holding ``runs``: (mode, env, steady, end to end), all of
+    one round."""
     per_run = [{
         "mode": mode,
         "env": env,
+        "round": 1,
         "steady_ratio": steady,
         "end_to_end_ratio": whole,
         "fixed_extra_s": 2.0,
@@ -51,6 +53,11 @@ def test_runs_are_pooled_under_the_names_asked_for_against_the_control(tmp_path)
     over, over_error = pooled["defaults"]["over_control"]["steady_ratio"]
     assert math.isclose(over, 0.05) and math.isclose(over_error, math.hypot(0.02, 0.01))
     assert "| defaults | 2 (2) | 1.040 ± 0.020 |" in printed
+    # Round by round against `defaults` of the same set: A/A lower by 0.02 and by 0.08.
+    paired = pooled["off-again"]["against_reference"]
+    assert paired["rounds"] == 2 and paired["rounds_lower"] == 2
+    assert math.isclose(paired["steady_difference"][0], -0.05)
+    assert "off-again: -0.050 ± 0.030 over 2 rounds, lower in 2" in printed
 
 
 def test_a_set_without_modes_is_refused_by_name(tmp_path):
