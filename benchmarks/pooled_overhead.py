@@ -20,6 +20,7 @@ import argparse
 import json
 import math
 import os
+import statistics
 import sys
 from typing import Dict, List, Optional, Tuple
 
@@ -29,10 +30,13 @@ from benchmarks.machine import write_results  # noqa: E402 - after the path
 
 RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
 #: the per-run figures pooled: (key in ``per_run``, label, format)
-FIGURES = (("steady_ratio", "steady / off", ".3f"), ("end_to_end_ratio", "end to end / off", ".3f"),
-           ("fixed_extra_s", "start-up + close extra (s)",
-            ".2f"), ("history_share", "history recorded", ".2f"), ("videos_per_10_itr",
-                                                                   "videos / 10 itr", ".2f"))
+FIGURES = (
+    ("steady_ratio", "steady / off", ".3f"),
+    ("end_to_end_ratio", "end to end / off", ".3f"),
+    ("fixed_extra_s", "start-up + close extra (s)", ".2f"),
+    ("history_share", "history recorded", ".2f"),
+    ("videos_per_10_itr", "videos / 10 itr", ".2f"),
+)
 CONTROL = "off-again"
 #: the mode every other is compared with round by round, unless ``--reference`` names another
 REFERENCE = "defaults"
@@ -54,12 +58,9 @@ def parse_set(text: str) -> Tuple[str, Dict[str, str]]:
 
 def mean_and_error(values: List[float]) -> Tuple[float, float]:
     """The mean, and its standard error (0 with one value)."""
-    count = len(values)
-    mean = sum(values) / count
-    if count < 2:
-        return mean, 0.0
-    variance = sum((value - mean)**2 for value in values) / (count - 1)
-    return mean, math.sqrt(variance / count)
+    if len(values) < 2:
+        return statistics.fmean(values), 0.0
+    return statistics.fmean(values), statistics.stdev(values) / math.sqrt(len(values))
 
 
 def pool(sets: List[Tuple[str, Dict[str, str]]],
@@ -89,7 +90,8 @@ def pool(sets: List[Tuple[str, Dict[str, str]]],
             "figures": figures
         }
     for name, entry in pooled.items():
-        entry["against_reference"] = _paired(runs.get(name, []), runs.get(reference, []))
+        entry["against_reference"] = (None if name == reference else _paired(
+            runs[name], runs.get(reference, [])))
     control = pooled.get(CONTROL)
     for name, entry in pooled.items():
         if control is None or name == CONTROL:
@@ -104,8 +106,6 @@ def pool(sets: List[Tuple[str, Dict[str, str]]],
 def _paired(rows: List[dict], references: List[dict]) -> Optional[dict]:
     """The steady ratio's difference from the reference mode's run of the same round of the same
     set (a set's swing cancels): mean ± standard error, and in how many rounds it was lower."""
-    if rows is references:
-        return None
     by_round = {(row["set"], row["round"]): row["steady_ratio"] for row in references}
     differences = [
         row["steady_ratio"] - by_round[(row["set"], row["round"])] for row in rows
