@@ -2,15 +2,15 @@
 policy acting once, the worker's copy of policy and env compared with the trainer's) for each
 kind of policy and env, side by side with building and resetting the env alone.
 
-    .venv/bin/python benchmarks/plotter_init.py [--rounds 5]
+    .venv/bin/python benchmarks/plotter_init.py [--rounds 5] [--before-tree DIR]
 
 Each case runs in a fresh process (the first Plotter of a process is the one users wait for),
 the cases interleaved round by round; what is timed is the ``Plotter(...)`` call alone, after
-what a trainer has done before it: its imports (TensorFlow for the Keras case) and its own env
-built and reset. Goal
-(issue 26): a numpy policy on Swimmer well under 0.5 s with TensorFlow never imported, a Keras
-2x64 MLP under 0.3 s, on a quiet machine. Prints a table; writes
-benchmarks/results/plotter_init.json.
+what a trainer has done before it: its imports (TensorFlow for the Keras and RL host cases) and
+its own env built and reset. With ``--before-tree`` (an older checkout) every case also runs
+from there in the same rounds, and the table gives now / before. Goal (issue 26): a numpy policy
+on Swimmer well under 0.5 s with TensorFlow never imported, a Keras 2x64 MLP under 0.3 s, on a
+quiet machine. Prints a table; writes benchmarks/results/plotter_init.json.
 """
 import argparse
 import json
@@ -63,7 +63,17 @@ CASES = {
     "Keras 2x64 MLP, Swimmer-v5 id (TF imported)":
     (_TRAINER_ENV + _KERAS_POLICY + "from async_plotter import Plotter",
      "Plotter('Swimmer-v5', policy, video_dir=VIDEOS)"),
+    "RL host's GaussianMLPPolicy (32, 32), Swimmer-v5 id":
+    (_TRAINER_ENV + "from async_plotter.rl import GaussianMLPPolicy\n"
+     "policy = GaussianMLPPolicy('Swimmer-v5', hidden_sizes=(32, 32), seed=1)\n"
+     "from async_plotter import Plotter", "Plotter('Swimmer-v5', policy, video_dir=VIDEOS)"),
 }
+
+# The tree's package is the one imported, or the comparison is of nothing.
+_CHECK_TREE = """
+import async_plotter
+assert async_plotter.__file__.startswith({tree!r}), async_plotter.__file__
+"""
 
 _RUNNER = """
 import os, sys, time
@@ -77,14 +87,21 @@ print("RESULT", elapsed, int("tensorflow" in sys.modules))
 """
 
 
-def run_case(setup: str, timed: str, videos: str) -> tuple:
-    code = _RUNNER.format(setup=setup, timed=timed)
+def run_case(setup: str, timed: str, videos: str, tree: str = None) -> tuple:
+    """Seconds the timed statement took in a fresh process, and whether TensorFlow was imported;
+    ``tree``: the checkout whose ``async_plotter`` it imports (None: this one). Both are imported
+    through ``PYTHONPATH``, since an editable install's finder makes the imports inside the
+    timed call ~2 ms slower."""
+    tree = os.path.abspath(tree or ROOT)
+    code = _CHECK_TREE.format(tree=tree) + _RUNNER.format(setup=setup, timed=timed)
+    environment = dict(os.environ, PYTHONPATH=tree)
     result = subprocess.run([sys.executable, "-c", code, videos],
-                            cwd=ROOT,
+                            cwd=tree,
                             capture_output=True,
                             text=True,
                             timeout=600,
-                            check=True)
+                            check=True,
+                            env=environment)
     line = [line for line in result.stdout.splitlines() if line.startswith("RESULT")][-1]
     _, seconds, tensorflow = line.split()
     return float(seconds), bool(int(tensorflow))
@@ -93,23 +110,32 @@ def run_case(setup: str, timed: str, videos: str) -> tuple:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--before-tree", default=None, help="an older checkout to compare with")
     parser.add_argument("--out", default=os.path.join(RESULTS, "plotter_init.json"))
     args = parser.parse_args()
     load_before = os.getloadavg()
     videos = os.path.join("/tmp", f"plotter_init_videos_{os.getpid()}")
     times = {name: [] for name in CASES}
+    before = {name: [] for name in CASES}
     tensorflow = {}
     for round_number in range(args.rounds):
         for name, (setup, timed) in CASES.items():
-            seconds, imported = run_case(setup, timed, videos)
-            times[name].append(seconds)
-            tensorflow[name] = imported
+            # Alternated, which goes first turning each round.
+            trees = [None, args.before_tree] if args.before_tree else [None]
+            for tree in (trees if round_number % 2 == 0 else trees[::-1]):
+                seconds, imported = run_case(setup, timed, videos, tree)
+                if tree is None:
+                    times[name].append(seconds)
+                    tensorflow[name] = imported
+                else:
+                    before[name].append(seconds)
         print(f"  round {round_number + 1}/{args.rounds} done", flush=True)
     baseline = statistics.median(times["gymnasium.make + reset, a second env (baseline)"])
     rows = []
     print(f"\nPlotter(...) in a fresh process, median of {args.rounds} (cases interleaved)")
-    print("| case | median s | max s | / make+reset | TensorFlow imported |")
-    print("| --- | ---: | ---: | ---: | --- |")
+    print("| case | median s | max s | / make+reset | before: median s | now / before | "
+          "TensorFlow imported |")
+    print("| --- | ---: | ---: | ---: | ---: | ---: | --- |")
     for name, values in times.items():
         row = {
             "case": name,
@@ -119,15 +145,23 @@ def main() -> None:
             "tensorflow_imported": tensorflow[name],
             "all_s": [round(v, 4) for v in values],
         }
+        old = before[name]
+        if old:
+            row["before_median_s"] = round(statistics.median(old), 4)
+            row["before_all_s"] = [round(v, 4) for v in old]
+            row["over_before"] = round(statistics.median(values) / statistics.median(old), 2)
         rows.append(row)
+        then = f"{row['before_median_s']:.3f} | {row['over_before']:.2f}x" if old else "- | -"
         print(f"| {name} | {row['median_s']:.3f} | {row['max_s']:.3f} | "
-              f"{row['over_make_reset']:.1f}x | {'yes' if row['tensorflow_imported'] else 'no'} |")
+              f"{row['over_make_reset']:.1f}x | {then} | "
+              f"{'yes' if row['tensorflow_imported'] else 'no'} |")
     os.makedirs(os.path.dirname(args.out), exist_ok=True)
     with open(args.out, "w") as out:
         json.dump(
             {
                 "rows": rows,
                 "rounds": args.rounds,
+                "before_tree": args.before_tree,
                 "machine": machine_facts(load_before, os.getloadavg())
             },
             out,

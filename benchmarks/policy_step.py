@@ -1,14 +1,17 @@
-"""CPU per policy step in the worker: each policy form called eagerly against the compiled path the
-worker uses (``async_plotter.policy.compiled_call``: one traced function per observation shape, XLA
-where it compiles), side by side in one process with the worker's own thread limits.
+"""CPU per policy step in the worker: each policy form called eagerly, through the compiled path
+(``async_plotter.policy.compiled_call``: one traced function per observation shape, XLA where it
+compiles), and as the worker calls it (rebuilt from its recipe, as ``PolicyRuntime`` does), side
+by side in one process with the worker's own thread limits.
 
     .venv/bin/python benchmarks/policy_step.py [--steps 3000]
 
-Forms: a Keras Sequential and a functional 17-64-64-6 MLP (HalfCheetah's sizes), a ``tf.Module``
-of the same shape, and the RL host's ``GaussianMLPPolicy`` (64, 64), whose ``get_action`` calls
-its own concrete function (its "eager" column) and which the worker calls as its numpy copy
-(``rl/numpy_mlp.py``). Goal (issue 21): compiled <= 0.3 ms a step for the 2x64
-MLP and >= 10x below eager Keras. Prints a table; writes benchmarks/results/policy_step.json.
+Forms: a Keras Sequential and a functional 17-64-64-6 MLP (HalfCheetah's sizes), which the worker
+calls as their numpy copy (``policy/numpy_copy.py``), the same functional MLP with its input
+joined to the last layer's (a skip connection: compiled in the worker), a ``tf.Module`` of the
+same shape, and the RL host's ``GaussianMLPPolicy`` (64, 64), whose ``get_action`` calls its own
+concrete function (its "eager" column) and which the worker calls as its numpy copy
+(``rl/numpy_mlp.py``). Goal (issue 21): compiled <= 0.3 ms a step for the 2x64 MLP and >= 10x
+below eager Keras. Prints a table; writes benchmarks/results/policy_step.json.
 """
 import argparse
 import json
@@ -59,6 +62,8 @@ def forms():
     hidden = keras.layers.Dense(HIDDEN, activation="tanh")(inputs)
     hidden = keras.layers.Dense(HIDDEN, activation="tanh")(hidden)
     functional = keras.Model(inputs, keras.layers.Dense(ACT)(hidden))
+    joined = keras.layers.Concatenate()([inputs, hidden])
+    skip = keras.Model(inputs, keras.layers.Dense(ACT)(joined))
 
     class MLPModule(tf.Module):
 
@@ -77,7 +82,8 @@ def forms():
 
     gaussian = GaussianMLPPolicy(obs_dim=OBS, action_dim=ACT, hidden_sizes=(HIDDEN, HIDDEN))
     return [("Keras Sequential", sequential), ("Keras functional", functional),
-            ("tf.Module", MLPModule()), ("rl GaussianMLPPolicy", gaussian)]
+            ("Keras functional, skip connection", skip), ("tf.Module", MLPModule()),
+            ("rl GaussianMLPPolicy", gaussian)]
 
 
 def main():
@@ -87,36 +93,55 @@ def main():
     args = parser.parse_args()
     load_before = os.getloadavg()
 
-    from async_plotter.policy.adapters import acting_copy, adapter_for
+    from async_plotter.policy.adapters import adapter_for
+    from async_plotter.policy.recipe import PolicyRuntime, describe_policy
 
     observation = np.random.default_rng(0).normal(size=OBS).astype(np.float32)
     rows = []
     for name, policy in forms():
         adapter = adapter_for(policy)
-        acting = acting_copy(policy)  # what the worker gets (ProtocolAdapter.structure)
-        compiled = cpu_ms_per_call(lambda o: adapter.act(acting, o, True), observation, args.steps)
-        path = "numpy" if acting is not policy else adapter.call_path()
+        # What the worker acts with: rebuilt from the recipe, given the trainer's parameters.
+        worker = PolicyRuntime(describe_policy(policy, adapter), deterministic=True)
+        worker.set_params(adapter.flat(policy))
+        worker_ms = cpu_ms_per_call(worker.act, observation, args.steps)
+        compiled = None
+        if adapter.kind != "protocol":  # the RL host's get_action is its own compiled call
+            compiled = cpu_ms_per_call(lambda o: adapter.act(policy, o, True), observation,
+                                       args.steps)
         eager_steps = max(args.steps // 10, 100)
         eager = cpu_ms_per_call(lambda o: adapter.reference_act(policy, o, True), observation,
                                 eager_steps)
         rows.append({
-            "policy": name,
-            "kind": adapter.kind,
-            "worker_path": path,
-            "eager_ms": round(eager, 4),
-            "worker_ms": round(compiled, 4),
-            "eager_over_worker": round(eager / compiled, 2),
+            "policy":
+            name,
+            "kind":
+            adapter.kind,
+            "worker_path":
+            worker.call_path,
+            "eager_ms":
+            round(eager, 4),
+            "compiled_ms":
+            None if compiled is None else round(compiled, 4),
+            "worker_ms":
+            round(worker_ms, 4),
+            "eager_over_worker":
+            round(eager / worker_ms, 2),
+            "compiled_over_worker":
+            None if compiled is None else round(compiled / worker_ms, 2),
         })
         print(f"  measured {name}", flush=True)
     keras_eager = next(r["eager_ms"] for r in rows if r["policy"] == "Keras Sequential")
     print(f"\nCPU per policy step, {OBS}-{HIDDEN}-{HIDDEN}-{ACT} MLP, one observation, "
           f"{args.steps} steps (eager: {max(args.steps // 10, 100)}); worker thread limits")
-    print("| policy | worker path | eager ms | worker ms | eager / worker | eager Keras / worker |")
-    print("| --- | --- | ---: | ---: | ---: | ---: |")
+    print("| policy | worker path | eager ms | compiled ms | worker ms | eager / worker | "
+          "compiled / worker | eager Keras / worker |")
+    print("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |")
     for row in rows:
         row["eager_keras_over_worker"] = round(keras_eager / row["worker_ms"], 1)
-        print(f"| {row['policy']} | {row['worker_path']} | {row['eager_ms']:.3f} | "
-              f"{row['worker_ms']:.3f} | {row['eager_over_worker']:.1f}x | "
+        compiled = "-" if row["compiled_ms"] is None else f"{row['compiled_ms']:.3f}"
+        ratio = "-" if row["compiled_over_worker"] is None else f"{row['compiled_over_worker']:.1f}x"
+        print(f"| {row['policy']} | {row['worker_path']} | {row['eager_ms']:.3f} | {compiled} | "
+              f"{row['worker_ms']:.3f} | {row['eager_over_worker']:.1f}x | {ratio} | "
               f"{row['eager_keras_over_worker']:.1f}x |")
     os.makedirs(os.path.dirname(args.out), exist_ok=True)
     with open(args.out, "w") as out:

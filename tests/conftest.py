@@ -47,6 +47,17 @@ def wait_for(predicate, timeout, interval=0.1, message="condition"):
     raise AssertionError(f"timed out after {timeout} s waiting for {message}")
 
 
+def mapped_libraries(pid):
+    """The files process ``pid`` has mapped (its shared libraries among them)."""
+    with open(f"/proc/{pid}/maps") as maps:
+        return {line.split()[-1] for line in maps if "/" in line}
+
+
+def loads_tensorflow(libraries):
+    """Whether any of ``libraries`` (``mapped_libraries``) is TensorFlow's."""
+    return any("tensorflow" in path for path in libraries)
+
+
 def worker_children():
     """This test process's live children that belong to plot workers (not the resource tracker)."""
     found = []

@@ -46,6 +46,16 @@ def functional():
     return model, functools.partial(_push, model)
 
 
+def functional_with_skip():
+    """The observation joins the hidden layer's output: not a chain of Dense layers, so the
+    worker rebuilds it from its Keras config and calls it through TensorFlow."""
+    inputs = keras.Input((OBS, ))
+    hidden = keras.layers.Dense(8, activation="tanh")(inputs)
+    joined = keras.layers.Concatenate()([inputs, hidden])
+    model = keras.Model(inputs, keras.layers.Dense(ACTIONS)(joined))
+    return model, functools.partial(_push, model)
+
+
 @keras.saving.register_keras_serializable("async_plotter_tests")
 class TwoLayer(keras.Model):
     """A subclassed, registered model."""

@@ -5,7 +5,9 @@
 * ``KerasAdapter``: a built ``keras.Model``, shipped as its Keras config with its custom classes
   (``keras_support``); its parameters are all its weights in ``get_weights()`` order;
 * ``ModuleAdapter``: a callable ``tf.Module``, shipped by ``cloudpickle``; its parameters are its
-  variables, those of objects it holds from ``tf.saved_model.load`` included.
+  variables, those of objects it holds from ``tf.saved_model.load`` included;
+* ``NumpyCopyAdapter``: the worker's side of a policy shipped as its numpy copy
+  (``numpy_copy``: a Keras chain of ``Dense`` layers), which takes the same flat vector.
 
 Keras models and modules act through one traced function per observation shape
 (``compiled_call``); ``reference_act`` calls the trainer's object the plain way. ``adapter_for``
@@ -19,6 +21,7 @@ from typing import Any, Dict, List, Optional, Tuple, Type
 import numpy as np
 
 from async_plotter.policy.compiled_call import CompiledCall
+from async_plotter.policy.numpy_copy import keras_dense_chain, split_flat
 from async_plotter.errors import PolicyNotRebuildableError, PolicyProtocolError, PolicyShapeError
 
 PROTOCOL_METHODS = ("get_param_values", "set_param_values", "get_action")
@@ -94,6 +97,12 @@ class PolicyAdapter:
     def check_built(self, policy: Any) -> None:
         """Raise ``PolicyNotRebuildableError`` if the policy's structure is not known yet."""
 
+    def numpy_copy(self, policy: Any) -> Optional[Any]:
+        """A copy of the built ``policy`` that acts in numpy and takes the same flat vector
+        (``NumpyCopyAdapter``'s kind), so that the worker never imports TensorFlow; None where
+        there is none."""
+        return None
+
     def call_path(self) -> str:
         """How ``act`` reaches the policy: ``"xla"``, ``"graph"``, ``"eager"`` (traced or not,
         ``compiled_call``), or ``"get_action"`` (the policy's own method)."""
@@ -108,12 +117,7 @@ class PolicyAdapter:
     def _pieces(self, weights: List[Any], flat: np.ndarray) -> List[np.ndarray]:
         if self._shapes is None:
             self._shapes = [tuple(w.shape) for w in weights]
-        pieces, offset = [], 0
-        for shape in self._shapes:
-            count = int(np.prod(shape))
-            pieces.append(flat[offset:offset + count].reshape(shape))
-            offset += count
-        return pieces
+        return split_flat(flat, self._shapes)
 
 
 class ProtocolAdapter(PolicyAdapter):
@@ -211,6 +215,9 @@ class KerasAdapter(PolicyAdapter):
             "config": config,
             "custom_objects": keras_support.custom_objects(policy, config)
         })
+
+    def numpy_copy(self, policy: Any) -> Optional[Any]:
+        return keras_dense_chain(policy, self.flat(policy))
 
     def rebuild(self, how: str, value: Any) -> Any:
         import keras
@@ -329,6 +336,29 @@ def module_variables(module: Any) -> List[Any]:
     return found
 
 
+class NumpyCopyAdapter(PolicyAdapter):
+    """The worker's side of a policy that travels as its numpy copy (``numpy_copy``, a
+    ``DenseChain``): never chosen for a trainer's policy, only from a recipe."""
+
+    kind = "numpy"
+
+    @staticmethod
+    def matches(policy: Any) -> bool:
+        return False
+
+    def flat(self, policy: Any) -> np.ndarray:
+        return policy.get_flat()
+
+    def set_flat(self, policy: Any, flat: np.ndarray) -> None:
+        policy.set_flat(flat)
+
+    def act(self, policy: Any, observation: np.ndarray, deterministic: bool) -> np.ndarray:
+        return policy.act(observation)
+
+    def call_path(self) -> str:
+        return "numpy"
+
+
 def acting_copy(policy: Any) -> Any:
     """What acts for ``policy`` outside the trainer (the plot worker, the samplers): its
     ``numpy_copy()`` where it offers one that takes the same parameters (the RL host's MLPs: the
@@ -355,7 +385,10 @@ def _one_output(output: Any, label: str) -> Any:
 
 #: in the order they are tried: a Keras model with rllab's methods is used through them
 ADAPTERS: Tuple[Type[PolicyAdapter], ...] = (ProtocolAdapter, KerasAdapter, ModuleAdapter)
-_BY_KIND: Dict[str, Type[PolicyAdapter]] = {adapter.kind: adapter for adapter in ADAPTERS}
+_BY_KIND: Dict[str, Type[PolicyAdapter]] = {
+    adapter.kind: adapter
+    for adapter in ADAPTERS + (NumpyCopyAdapter, )
+}
 
 
 def adapter_for(policy: Any) -> PolicyAdapter:

@@ -152,7 +152,7 @@ def _compare(runtime: PolicyRuntime, expected: Optional[np.ndarray], flat: np.nd
 
 
 def _why(policy: Any, runtime: PolicyRuntime, adapter: PolicyAdapter, observation: Any) -> str:
-    if isinstance(adapter, KerasAdapter):
+    if isinstance(adapter, KerasAdapter) and isinstance(runtime.adapter, KerasAdapter):
         from async_plotter.policy.keras_support import first_layer_that_differs
 
         batch = np.asarray(observation, np.float32)[None]

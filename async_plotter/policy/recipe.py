@@ -13,14 +13,14 @@ import cloudpickle
 import numpy as np
 
 from async_plotter.errors import PolicyNotRebuildableError
-from async_plotter.policy.adapters import PolicyAdapter, adapter_named
+from async_plotter.policy.adapters import NumpyCopyAdapter, PolicyAdapter, adapter_named
 
 
 @dataclasses.dataclass(frozen=True)
 class PolicyRecipe:
     """Everything a worker needs to rebuild a policy; parameters are sent separately."""
 
-    kind: str  # "protocol" | "keras" | "module"
+    kind: str  # "protocol" | "keras" | "module" | "numpy" (a copy acting in numpy)
     payload: bytes
     graph_mode: bool
     description: str
@@ -49,9 +49,15 @@ def describe_policy(policy: Any,
                 f"policy_factory must be a zero-argument callable, got {type(factory).__name__}")
         adapter.check_built(policy)
         payload = _dumps(("factory", factory), factory)
-    else:
-        payload = _dumps(adapter.structure(policy), policy)
-    return PolicyRecipe(kind, payload, graph_mode, description, settings)
+        return PolicyRecipe(kind, payload, graph_mode, description, settings)
+    adapter.check_built(policy)
+    copy = None if graph_mode else adapter.numpy_copy(policy)
+    if copy is not None:
+        # Acts in numpy in the worker: no TensorFlow (nor the trainer's Keras settings) there.
+        return PolicyRecipe(NumpyCopyAdapter.kind, _dumps(("object", copy), copy), False,
+                            f"{description}, acting as its numpy copy", None)
+    return PolicyRecipe(kind, _dumps(adapter.structure(policy), policy), graph_mode, description,
+                        settings)
 
 
 def _dumps(recipe: Tuple[str, Any], obj: Any) -> bytes:

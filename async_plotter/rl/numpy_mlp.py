@@ -13,13 +13,16 @@ from typing import Any, Callable, Dict, Optional, Sequence, Tuple
 
 import numpy as np
 
-#: The hidden nonlinearities numpy computes as TensorFlow does (float32 in, float32 out).
+from async_plotter.policy.numpy_copy import ACTIVATIONS as _NUMPY_ACTIVATIONS, split_flat
+
+#: The hidden nonlinearities the MLPs take by name (``rl/policies._activation``), as numpy
+#: computes them (float32 in, float32 out); None is none.
 ACTIVATIONS: Dict[Optional[str], Callable[[np.ndarray], np.ndarray]] = {
-    None: lambda x: x,
-    "tanh": np.tanh,
-    "relu": lambda x: np.maximum(x, 0),
-    "elu": lambda x: np.where(x > 0, x, np.expm1(np.minimum(x, 0))),
-    "softplus": lambda x: np.logaddexp(np.float32(0), x),
+    None: _NUMPY_ACTIVATIONS["linear"],
+    **{
+        name: _NUMPY_ACTIVATIONS[name]
+        for name in ("tanh", "relu", "elu", "softplus")
+    },
 }
 
 
@@ -140,11 +143,7 @@ class NumpyMLPPolicy(ActsOnDistInfo):
         if flat.size != self.num_params:
             raise ValueError(f"this MLP has {self.num_params} parameters, got a vector of "
                              f"{flat.size}")
-        pieces, offset = [], 0
-        for shape in self._shapes:
-            count = int(np.prod(shape))
-            pieces.append(flat[offset:offset + count].reshape(shape))
-            offset += count
+        pieces = split_flat(flat, self._shapes)
         self._layers = list(
             zip(pieces[0:len(self._layers) * 2:2], pieces[1:len(self._layers) * 2:2]))
         if self.head == "gaussian" and self.learn_std:

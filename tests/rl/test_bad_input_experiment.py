@@ -49,7 +49,7 @@ CHECKED_UP_FRONT = [
     ("fn-unknown-parameter", needs_foo, {}, TypeError,
      f"'needs_foo' needs 'foo', which run_experiment_lite does not supply; {SETTINGS}"),
     ("fn-positional-only", positional_only_seed, {}, TypeError,
-     f"'positional_only_seed' needs 'seed', which run_experiment_lite does not supply"),
+     "'positional_only_seed' needs 'seed', which run_experiment_lite does not supply"),
     ("n_parallel-0", ALGO, dict(n_parallel=0), ValueError,
      "n_parallel must be a positive int, got 0"),
     ("n_parallel-negative", ALGO, dict(n_parallel=-2), ValueError, "got -2"),

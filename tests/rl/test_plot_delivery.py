@@ -87,28 +87,3 @@ def test_an_example_names_its_videos_and_final_policy(tmp_path):
     assert f"final policy:   {final}" in completed.stdout
     assert "videos:         " in completed.stdout and " in " in completed.stdout
     assert os.path.exists(final)
-
-
-def test_the_worker_of_an_mlp_policy_runs_without_tensorflow(tmp_path):
-    """The RL host's MLP policies travel as their numpy copy: the rollout process never loads
-    TensorFlow (its start-up and memory), and what it shows passed the trainer-side check."""
-    from async_plotter import Plotter
-    from tests.conftest import wait_for
-
-    policy = GaussianMLPPolicy("Swimmer-v5", hidden_sizes=(16, ), seed=2)
-    with Plotter("Swimmer-v5",
-                 policy,
-                 max_path_length=50,
-                 video_dir=str(tmp_path),
-                 min_video_seconds=0,
-                 deterministic=True) as plotter:
-        plotter.update_plot(policy, iteration=0)
-        wait_for(lambda: plotter.stats["video_log"], 120, message="the first video")
-        rollout = plotter.stats["worker_pids"]["rollout"]
-        with open(f"/proc/{rollout}/maps") as maps:
-            libraries = {line.split()[-1] for line in maps if "/" in line}
-        stats = plotter.stats
-    assert stats["policy_call"] == "numpy"
-    assert stats["last_error"] is None and stats["restarts"] == 0
-    assert not [path for path in libraries if "tensorflow" in path], "TensorFlow loaded"
-    assert any("mujoco" in path for path in libraries)  # the maps were read: the env is there

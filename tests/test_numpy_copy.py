@@ -1,0 +1,181 @@
+"""A Keras model that is a chain of Dense layers acts in numpy in the worker: it computes what
+Keras computes, for every nonlinearity it takes, at any flat vector the trainer sends; a model
+numpy would compute differently travels as its Keras config; and the worker then never loads
+TensorFlow."""
+import numpy as np
+import pytest
+
+from async_plotter import Plotter, PolicyMismatchError
+from async_plotter.policy.adapters import KerasAdapter
+from async_plotter.policy.numpy_copy import ACTIVATIONS, keras_dense_chain
+from async_plotter.policy.recipe import describe_policy
+from tests import policy_forms
+from tests.conftest import loads_tensorflow, mapped_libraries, wait_for
+
+
+def _copy(model):
+    return keras_dense_chain(model, KerasAdapter().flat(model))
+
+
+def _same_output(chain, model, adapter, flat):
+    """The chain given ``flat`` as the worker gets it, against the model given it as
+    ``update_plot`` reads it, on observations a few units from zero."""
+    observations = np.random.default_rng(1).normal(0.0, 1.5, (16, chain.inputs))
+    observations = observations.astype(chain.dtype)
+    adapter.set_flat(model, flat)
+    chain.set_flat(flat)
+    expected = np.asarray(model(observations, training=False))
+    scale = max(1.0, float(np.abs(expected).max()))
+    np.testing.assert_allclose(chain.forward(observations), expected, rtol=1e-4, atol=1e-6 * scale)
+    np.testing.assert_allclose(chain.act(observations[3]),
+                               expected[3],
+                               rtol=1e-4,
+                               atol=1e-6 * scale)
+
+
+@pytest.mark.parametrize("activation", sorted(ACTIVATIONS))
+def test_every_nonlinearity_it_takes_computes_what_keras_does(activation):
+    import keras
+
+    model = keras.Sequential([
+        keras.Input((5, )),
+        keras.layers.Dense(7, activation=activation),
+        keras.layers.Dropout(0.5),  # nothing at inference
+        keras.layers.Dense(3),
+        keras.layers.Activation(activation),
+    ])
+    chain = _copy(model)
+    assert chain is not None
+    adapter = KerasAdapter()
+    flat = adapter.flat(model)
+    _same_output(chain, model, adapter, flat)
+    _same_output(chain, model, adapter, (flat * 1.5 + 0.1).astype(flat.dtype))  # an update
+
+
+def test_functional_float64_and_bias_free_chains_are_taken():
+    import keras
+
+    inputs = keras.Input((4, ), dtype="float64")
+    hidden = keras.layers.Dense(6, activation="relu", dtype="float64")(inputs)
+    outputs = keras.layers.Dense(2, use_bias=False, dtype="float64")(hidden)
+    model = keras.Model(inputs, outputs)
+    chain = _copy(model)
+    assert chain is not None and chain.dtype == np.float64
+    adapter = KerasAdapter()
+    _same_output(chain, model, adapter, adapter.flat(model) * 0.5)
+    with pytest.raises(ValueError, match="has 42 parameters, got a vector of 41"):
+        chain.set_flat(np.zeros(41))
+
+
+def _skip_connection():
+    return policy_forms.functional_with_skip()[0]
+
+
+def _shared_layer():
+    import keras
+
+    inputs = keras.Input((4, ))
+    square = keras.layers.Dense(4, activation="tanh")
+    return keras.Model(inputs, square(square(inputs)))
+
+
+def _dense(**kwargs):
+    import keras
+
+    return keras.Sequential([keras.Input((4, )), keras.layers.Dense(2, **kwargs)])
+
+
+def _lora():
+    model = _dense()
+    model.layers[-1].enable_lora(1)
+    return model
+
+
+def _sequence_input():
+    import keras
+
+    return keras.Sequential([keras.Input((3, 4)), keras.layers.Dense(2)])
+
+
+NOT_TAKEN = {
+    "skip connection": _skip_connection,
+    "a layer used twice": _shared_layer,
+    "gelu (no numpy twin)": lambda: _dense(activation="gelu"),
+    "a nonlinearity of your own": lambda: _dense(activation=lambda x: 2 * x),
+    "subclassed": lambda: policy_forms.subclassed()[0],
+    "adapted Normalization": lambda: policy_forms.normalization()[0],
+    "mixed precision": lambda: policy_forms.mixed_precision()[0],
+    "LoRA": _lora,
+    "input of rank 3": _sequence_input,
+}
+
+
+@pytest.mark.parametrize("case", sorted(NOT_TAKEN))
+def test_a_model_numpy_would_compute_differently_travels_as_its_config(case):
+    model = NOT_TAKEN[case]()
+    assert _copy(model) is None
+    recipe = describe_policy(model, KerasAdapter())
+    assert recipe.kind == "keras"
+
+
+def test_a_chain_travels_as_its_numpy_copy_without_keras_settings():
+    model, _ = policy_forms.sequential()
+    recipe = describe_policy(model, KerasAdapter())
+    assert recipe.kind == "numpy" and recipe.keras_settings is None
+    assert "numpy copy" in recipe.description
+
+
+def test_the_trainer_side_check_still_catches_a_copy_that_acts_differently(tmp_path, monkeypatch):
+    # Were the copy's own comparison with the model ever wrong, the check that compares every
+    # worker copy with the trainer's policy stops it: here tanh is computed as the identity.
+    from async_plotter.policy import numpy_copy
+
+    monkeypatch.setattr(numpy_copy, "_differs", lambda chain, model, keras: None)
+    monkeypatch.setitem(numpy_copy.ACTIVATIONS, "tanh", lambda x: x)
+    model, _ = policy_forms.sequential()
+    # Whatever the first observation, every hidden unit gets 5: tanh gives 1, the identity 5.
+    model.layers[0].set_weights([np.zeros((4, 8), np.float32), np.full(8, 5.0, np.float32)])
+    model.layers[-1].set_weights([np.ones((8, 2), np.float32), np.zeros(2, np.float32)])
+    with pytest.raises(PolicyMismatchError, match="would not act like the trainer's"):
+        Plotter("CartPole-v1", model, video_dir=str(tmp_path))
+
+
+def _keras_chain():
+    import keras
+
+    return keras.Sequential([
+        keras.Input((8, )),
+        keras.layers.Dense(16, activation="tanh"),
+        keras.layers.Dense(2, activation="tanh"),
+    ])
+
+
+def _rl_mlp():
+    from async_plotter.rl import GaussianMLPPolicy
+
+    return GaussianMLPPolicy("Swimmer-v5", hidden_sizes=(16, ), seed=2)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("make", [_keras_chain, _rl_mlp], ids=["keras-chain", "rl-mlp"])
+def test_a_numpy_copy_on_mujoco_is_shown_with_no_tensorflow_in_the_worker(
+        make, tmp_path, no_leftovers):
+    """A Keras chain and the RL host's MLP policies travel as their numpy copy: the rollout
+    process never loads TensorFlow (its start-up and memory), and what it shows passed the
+    trainer-side check."""
+    policy = make()
+    with Plotter("Swimmer-v5",
+                 policy,
+                 max_path_length=50,
+                 video_dir=str(tmp_path),
+                 min_video_seconds=0,
+                 deterministic=True) as plotter:
+        plotter.update_plot(policy, iteration=0)
+        wait_for(lambda: plotter.stats["video_log"], 120, message="the first video")
+        libraries = mapped_libraries(plotter.stats["worker_pids"]["rollout"])
+    stats = plotter.stats
+    assert stats["policy_call"] == "numpy"
+    assert stats["last_error"] is None and stats["restarts"] == 0
+    assert not loads_tensorflow(libraries), "TensorFlow loaded"
+    assert any("mujoco" in path for path in libraries)  # the maps were read: the env is there
+    assert stats["final_video"] and stats["history"], "a video and a history recording"
