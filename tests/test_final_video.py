@@ -395,6 +395,33 @@ def test_a_final_video_cut_by_its_timeout_leaves_a_whole_recording_and_says_how_
     assert frame_count(str(tmp_path / "rendered" / "iter_0005.mp4")) == steps + 1
 
 
+def test_a_video_cut_by_close_without_the_final_video_is_said_to_be(tmp_path, caplog, no_leftovers):
+    """``close(final_video=False)`` cuts the newest policy's video being drawn. The close line
+    said it was cut at final_video_timeout and advised raising it, a knob that had no part."""
+    policy = LinearPolicy(17, 6)
+    policy.fill(0.3)
+    plotter = Plotter("HalfCheetah-v5",
+                      policy,
+                      max_path_length=200,
+                      video_length=None,
+                      min_video_seconds=0,
+                      video_dir=str(tmp_path),
+                      seed=0).start()
+    wait_for(lambda: plotter.stats["videos"] >= 1, 120, message="the initial policy's video")
+    policy.fill(-0.3)
+    plotter.update_plot(policy, iteration=5)  # 201 frames at the frame cap: ~7 s to draw
+    drawn = plotter.stats["frames"]
+    wait_for(lambda: plotter.stats["frames"] > drawn + 5, 120, message="its video begun")
+    with caplog.at_level(logging.INFO, logger="async_plotter"):
+        plotter.close(final_video=False)
+    entry = plotter.stats["video_log"][-1]
+    assert entry["path"] == str(tmp_path / "iter_0005.mp4") and entry["whole"] is False, entry
+    summary = [r.getMessage() for r in caplog.records if r.getMessage().startswith("plotter: ")]
+    assert len(summary) == 1, summary
+    assert "iter_0005.mp4, shows the final policy, cut short by close()" in summary[0], summary
+    assert "final_video_timeout" not in summary[0], summary
+
+
 def test_the_close_line_says_why_the_initial_policy_has_no_video(tmp_path, caplog, no_leftovers):
     """Updates sent while the worker starts win over the initial policy: its update_0000.mp4
     never exists, and the close line listed "iterations 4, ..." without saying why."""

@@ -3,8 +3,8 @@ with for such a model, so that its rollout process never imports TensorFlow.
 
 TensorFlow's import is most of a worker's boot (3.4 of 4.8 CPU-seconds for a 2x64 Keras MLP on
 Swimmer, taken while the trainer's first iterations want every core), and a traced call costs
-~0.3-0.7 ms a step against ~0.02 ms in numpy, which is most of a history recording's CPU
-(``benchmarks/policy_step.py``, ``benchmarks/plotter_init.py``). The RL host's MLP policies have
+~0.2-0.7 ms a step against ~0.01 ms in numpy, which was most of a history recording's CPU
+(``benchmarks/policy_step.py``; whole runs in ``benchmarks/plot_overhead.py``'s Keras env). The RL host's MLP policies have
 their own numpy twin (``rl/numpy_mlp.py``); this one is for the Keras models users write.
 
 Taken only where numpy computes what Keras does: a ``Sequential`` or functional model with one

@@ -50,7 +50,8 @@ def describe_policy(policy: Any,
         adapter.check_built(policy)
         payload = _dumps(("factory", factory), factory)
         return PolicyRecipe(kind, payload, graph_mode, description, settings)
-    adapter.check_built(policy)
+    # A model that is not built, or not a chain numpy computes, has no copy: structure() says
+    # what is wrong with one that cannot travel either.
     copy = None if graph_mode else adapter.numpy_copy(policy)
     if copy is not None:
         # Acts in numpy in the worker: no TensorFlow (nor the trainer's Keras settings) there.

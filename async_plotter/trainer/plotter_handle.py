@@ -333,7 +333,7 @@ class Plotter:
                 logger, self._config.verbose, "%s",
                 summarize_videos(self._stats.snapshot(), self._iterations_given,
                                  time.monotonic() - (self._started_at or 0.0),
-                                 self._config.worker.budget, self.video_dir))
+                                 self._config.worker.budget, self.video_dir, final_video))
 
     def __enter__(self) -> "Plotter":
         return self.start()

@@ -9,12 +9,17 @@ from async_plotter.cpu import usable_cores
 _ITERATIONS_PER_VIDEO_EXPECTED = 10
 
 
-def summarize_videos(stats: Dict[str, Any], iterations: int, elapsed: float,
-                     budget: Optional[float], video_dir: Optional[str]) -> str:
+def summarize_videos(stats: Dict[str, Any],
+                     iterations: int,
+                     elapsed: float,
+                     budget: Optional[float],
+                     video_dir: Optional[str],
+                     final_video_asked: bool = True) -> str:
     """``plotter: 7 videos in runs/x/videos of iterations 0, 9, ... 59; the newest,
     iter_0059.mp4, shows the final policy`` -- plus the reason and the knob when there were
     fewer than one per 10 iterations. ``stats``: ``Plotter.stats``; ``iterations``: how many
-    updates came with an iteration."""
+    updates came with an iteration; ``final_video_asked``: False after ``close(final_video=False)``,
+    which cuts the video being drawn without waiting for it."""
     log: List[Dict[str, Any]] = list(stats.get("video_log") or [])
     if not video_dir:
         return (f"plotter: {stats.get('frames', 0)} frames shown live, "
@@ -27,7 +32,8 @@ def summarize_videos(stats: Dict[str, Any], iterations: int, elapsed: float,
         final = ("shows the final policy" if stats.get("final_video") or _is_newest(log, stats) else
                  "does not show the final policy")
         text = (f"plotter: {len(log)} video{'s' if len(log) != 1 else ''} in {video_dir} of "
-                f"{_compact(shown)}; the newest, {newest}, {final}{_cut_short(log[-1], stats)}")
+                f"{_compact(shown)}; the newest, {newest}, {final}"
+                f"{_cut_short(log[-1], stats, final_video_asked)}")
     notes = [
         _no_initial_video(log, stats),
         _why_few(stats, len(log), iterations, elapsed, budget),
@@ -52,12 +58,12 @@ def _history(stats: Dict[str, Any]) -> str:
             f"episode each from one start state ({ret}; this env keeps no states)")
 
 
-def _cut_short(entry: Dict[str, Any], stats: Dict[str, Any]) -> str:
+def _cut_short(entry: Dict[str, Any], stats: Dict[str, Any], final_video_asked: bool) -> str:
     """Where ``close()`` stopped the newest video before its rollout ended: what the user can
     do about it (the state recording of the final rollout is whole where there is one)."""
     if entry.get("whole", True):
         return ""
-    if stats.get("final_video") != entry.get("path"):
+    if not final_video_asked or stats.get("final_video") != entry.get("path"):
         return ", cut short by close()"
     recording = stats.get("final_state_recording")
     if recording:
