@@ -86,9 +86,23 @@ def reporting_writer_init(self, *args, **kwargs):
 shm.SharedMemoryWriter.__init__ = reporting_writer_init
 
 # Start-up: the plot worker is booting (Plotter.start returned at once) while the trainer waits for
-# the sampler workers to import TensorFlow and build their environments. Starting is not repeated:
-# one start takes seconds.
+# the sampler workers to build their environments. Starting is not repeated (it starts processes);
+# instead start() is held where it waits for the first worker's "ready", the pipe polled as it
+# polls it. The workers are ready within ~2 s, and on a loaded machine the test's signal once
+# came later than that, after start() had returned.
 wrap(samplers.ParallelSampler, "start", "startup", always, repeat=False)
+original_receive = samplers.ParallelSampler._receive
+
+
+def receive_when_held(self, index):
+    if STAGE == "startup" and index == 0:
+        deadline = time.monotonic() + HOLD_SECONDS
+        while time.monotonic() < deadline:
+            self._conns[index].poll(0.05)
+    return original_receive(self, index)
+
+
+samplers.ParallelSampler._receive = receive_when_held
 # Sampling: the trainer waits for paths from the workers (same iteration: the same batch again).
 wrap(samplers.ParallelSampler, "obtain_samples", "sampling", current_iteration)
 # Sample processing: returns, advantages, fitting the baseline. Held at its advantages, inside
