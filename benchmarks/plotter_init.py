@@ -87,12 +87,11 @@ print("RESULT", elapsed, int("tensorflow" in sys.modules))
 """
 
 
-def run_case(setup: str, timed: str, videos: str, tree: str = None) -> tuple:
+def run_case(setup: str, timed: str, videos: str, tree: str) -> tuple:
     """Seconds the timed statement took in a fresh process, and whether TensorFlow was imported;
-    ``tree``: the checkout whose ``async_plotter`` it imports (None: this one). Both are imported
-    through ``PYTHONPATH``, since an editable install's finder makes the imports inside the
-    timed call ~2 ms slower."""
-    tree = os.path.abspath(tree or ROOT)
+    ``tree``: the checkout whose ``async_plotter`` it imports, through ``PYTHONPATH`` (this one
+    too: an editable install's finder makes the imports inside the timed call ~2 ms slower)."""
+    tree = os.path.abspath(tree)
     code = _CHECK_TREE.format(tree=tree) + _RUNNER.format(setup=setup, timed=timed)
     environment = dict(os.environ, PYTHONPATH=tree)
     result = subprocess.run([sys.executable, "-c", code, videos],
@@ -115,21 +114,18 @@ def main() -> None:
     args = parser.parse_args()
     load_before = os.getloadavg()
     videos = os.path.join("/tmp", f"plotter_init_videos_{os.getpid()}")
-    times = {name: [] for name in CASES}
-    before = {name: [] for name in CASES}
+    trees = {"now": ROOT, **({"before": args.before_tree} if args.before_tree else {})}
+    seconds = {tree: {name: [] for name in CASES} for tree in trees}
     tensorflow = {}
     for round_number in range(args.rounds):
+        # Which tree goes first turns each round.
+        order = list(trees) if round_number % 2 == 0 else list(trees)[::-1]
         for name, (setup, timed) in CASES.items():
-            # Alternated, which goes first turning each round.
-            trees = [None, args.before_tree] if args.before_tree else [None]
-            for tree in (trees if round_number % 2 == 0 else trees[::-1]):
-                seconds, imported = run_case(setup, timed, videos, tree)
-                if tree is None:
-                    times[name].append(seconds)
-                    tensorflow[name] = imported
-                else:
-                    before[name].append(seconds)
+            for tree in order:
+                elapsed, tensorflow[name, tree] = run_case(setup, timed, videos, trees[tree])
+                seconds[tree][name].append(elapsed)
         print(f"  round {round_number + 1}/{args.rounds} done", flush=True)
+    times, before = seconds["now"], seconds.get("before", {})
     baseline = statistics.median(times["gymnasium.make + reset, a second env (baseline)"])
     rows = []
     print(f"\nPlotter(...) in a fresh process, median of {args.rounds} (cases interleaved)")
@@ -142,10 +138,10 @@ def main() -> None:
             "median_s": round(statistics.median(values), 4),
             "max_s": round(max(values), 4),
             "over_make_reset": round(statistics.median(values) / baseline, 2),
-            "tensorflow_imported": tensorflow[name],
+            "tensorflow_imported": tensorflow[name, "now"],
             "all_s": [round(v, 4) for v in values],
         }
-        old = before[name]
+        old = before.get(name)
         if old:
             row["before_median_s"] = round(statistics.median(old), 4)
             row["before_all_s"] = [round(v, 4) for v in old]

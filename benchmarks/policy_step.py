@@ -111,24 +111,15 @@ def main():
         eager_steps = max(args.steps // 10, 100)
         eager = cpu_ms_per_call(lambda o: adapter.reference_act(policy, o, True), observation,
                                 eager_steps)
-        rows.append({
-            "policy":
-            name,
-            "kind":
-            adapter.kind,
-            "worker_path":
-            worker.call_path,
-            "eager_ms":
-            round(eager, 4),
-            "compiled_ms":
-            None if compiled is None else round(compiled, 4),
-            "worker_ms":
-            round(worker_ms, 4),
-            "eager_over_worker":
-            round(eager / worker_ms, 2),
-            "compiled_over_worker":
-            None if compiled is None else round(compiled / worker_ms, 2),
-        })
+        rows.append(
+            dict(policy=name,
+                 kind=adapter.kind,
+                 worker_path=worker.call_path,
+                 eager_ms=round(eager, 4),
+                 compiled_ms=None if compiled is None else round(compiled, 4),
+                 worker_ms=round(worker_ms, 4),
+                 eager_over_worker=round(eager / worker_ms, 2),
+                 compiled_over_worker=None if compiled is None else round(compiled / worker_ms, 2)))
         print(f"  measured {name}", flush=True)
     keras_eager = next(r["eager_ms"] for r in rows if r["policy"] == "Keras Sequential")
     print(f"\nCPU per policy step, {OBS}-{HIDDEN}-{HIDDEN}-{ACT} MLP, one observation, "

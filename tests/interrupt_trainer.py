@@ -95,7 +95,7 @@ original_receive = samplers.ParallelSampler._receive
 
 
 def receive_when_held(self, index):
-    if STAGE == "startup" and index == 0:
+    if STAGE == "startup" and self._ready == 0:  # inside start(), before the first "ready"
         deadline = time.monotonic() + HOLD_SECONDS
         while time.monotonic() < deadline:
             self._conns[index].poll(0.05)
