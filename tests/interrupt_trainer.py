@@ -16,7 +16,7 @@ import time
 import async_plotter.trainer.plotter_handle
 from async_plotter.channel import shm
 from async_plotter.rl import GaussianMLPPolicy, TRPO, run_experiment_lite
-from async_plotter.rl import batch_polopt, recorder, sample_processing, samplers
+from async_plotter.rl import batch_polopt, recorder, sample_processing, samplers, trpo
 
 STAGE, LOG_DIR = sys.argv[1], sys.argv[2]
 ITERATION = 1  # hook the second iteration, so that a snapshot is already on disk
@@ -109,6 +109,10 @@ wrap(samplers.ParallelSampler, "obtain_samples", "sampling", current_iteration)
 # process_samples: the whole call takes a millisecond, so a hold around it (the way other stages
 # are held) let the signal land between two calls, in this script's loop, now and then.
 wrap(sample_processing, "gae_advantages", "processing", current_iteration)
+# Optimisation: held at its conjugate gradient (TensorFlow's Fisher-vector products), inside
+# optimize_policy. Held around the whole call, the signal once landed in this script's loop between
+# two calls: its handler ran at the first check Python made after TensorFlow's last op of a call.
+wrap(trpo, "conjugate_gradient", "optimisation", current_iteration)
 # Writing params.pkl (atomically; an interruption must leave the previous file whole).
 wrap(recorder.RunRecorder, "save_snapshot", "snapshot", current_iteration)
 # Handing the new parameters to the plot worker.
@@ -121,27 +125,17 @@ wrap(async_plotter.trainer.plotter_handle.Plotter,
 wrap(batch_polopt.BatchPolopt, "_close_plotter", "shutdown", always, repeat=False, rendering=True)
 
 
-class HookedTRPO(TRPO):
-
-    def optimize_policy(self, itr, samples):
-        # Optimisation: conjugate gradient and line search in TensorFlow (repeated steps are fine).
-        if STAGE == "optimisation" and itr == ITERATION:
-            return hold("optimisation",
-                        lambda: super(HookedTRPO, self).optimize_policy(itr, samples))
-        return super().optimize_policy(itr, samples)
-
-
 def slow_frame(frame, info):
     # Runs in the render process: while it draws a frame, close() has to wait for it, so the test's
     # Ctrl-C finds the trainer inside close() (closing otherwise takes only a fraction of a second).
     time.sleep(2.0)
 
 
-algo = HookedTRPO("Swimmer-v5",
-                  GaussianMLPPolicy("Swimmer-v5", hidden_sizes=(8, )),
-                  batch_size=200,
-                  max_path_length=50,
-                  n_itr=ITERATION + 1)
+algo = TRPO("Swimmer-v5",
+            GaussianMLPPolicy("Swimmer-v5", hidden_sizes=(8, )),
+            batch_size=200,
+            max_path_length=50,
+            n_itr=ITERATION + 1)
 plot_kwargs = {"on_frame": slow_frame} if STAGE == "shutdown" else {}
 run_experiment_lite(algo, n_parallel=2, plot=True, seed=0, log_dir=LOG_DIR, fps=60, **plot_kwargs)
 print("FINISHED", flush=True)
