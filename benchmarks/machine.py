@@ -1,8 +1,9 @@
-"""The facts about the machine each benchmark's JSON records beside its figures."""
+"""The facts about the machine each benchmark's JSON records beside its figures, and what the
+benchmarks that compare two checkouts side by side share."""
 import json
 import os
 import platform
-from typing import Any, Dict, Sequence
+from typing import Any, Dict, List, Optional, Sequence
 
 
 def machine_facts(load_before: Sequence[float], load_after: Sequence[float]) -> Dict[str, Any]:
@@ -28,3 +29,25 @@ def write_results(path: str, settings: Any, load_before: Sequence[float], **sect
                   out,
                   indent=1)
     print(f"\nwrote {path}")
+
+
+def checkouts(here: str, before_tree: Optional[str]) -> Dict[str, str]:
+    """The checkouts a benchmark compares, by name: ``"now"`` (``here``) and, where given,
+    ``"before"`` (``--before-tree``, e.g. a ``git worktree`` of an older commit)."""
+    trees = {"now": os.path.abspath(here)}
+    if before_tree:
+        trees["before"] = os.path.abspath(before_tree)
+    return trees
+
+
+def library_env(tree: str, **extra: str) -> Dict[str, str]:
+    """The environment of a child process that imports ``async_plotter`` from the checkout
+    ``tree``: first on ``PYTHONPATH``, ahead of the editable install (whose import finder also
+    made the library's own imports ~2 ms slower)."""
+    return dict(os.environ, PYTHONPATH=os.path.abspath(tree), **extra)
+
+
+def in_turn(names: Sequence[str], round_number: int) -> List[str]:
+    """``names`` in order in even rounds and reversed in odd ones, so that no checkout or case
+    always goes first (the first of a round finds the machine calmest)."""
+    return list(names) if round_number % 2 == 0 else list(names)[::-1]

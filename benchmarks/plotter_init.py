@@ -21,7 +21,7 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from benchmarks.machine import machine_facts  # noqa: E402
+from benchmarks.machine import checkouts, in_turn, library_env, machine_facts  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 RESULTS = os.path.join(ROOT, "benchmarks", "results")
@@ -93,7 +93,7 @@ def run_case(setup: str, timed: str, videos: str, tree: str) -> tuple:
     too: an editable install's finder makes the imports inside the timed call ~2 ms slower)."""
     tree = os.path.abspath(tree)
     code = _CHECK_TREE.format(tree=tree) + _RUNNER.format(setup=setup, timed=timed)
-    environment = dict(os.environ, PYTHONPATH=tree)
+    environment = library_env(tree)
     result = subprocess.run([sys.executable, "-c", code, videos],
                             cwd=tree,
                             capture_output=True,
@@ -114,12 +114,11 @@ def main() -> None:
     args = parser.parse_args()
     load_before = os.getloadavg()
     videos = os.path.join("/tmp", f"plotter_init_videos_{os.getpid()}")
-    trees = {"now": ROOT, **({"before": args.before_tree} if args.before_tree else {})}
+    trees = checkouts(ROOT, args.before_tree)
     seconds = {tree: {name: [] for name in CASES} for tree in trees}
     tensorflow = {}
     for round_number in range(args.rounds):
-        # Which tree goes first turns each round.
-        order = list(trees) if round_number % 2 == 0 else list(trees)[::-1]
+        order = in_turn(trees, round_number)
         for name, (setup, timed) in CASES.items():
             for tree in order:
                 elapsed, tensorflow[name, tree] = run_case(setup, timed, videos, trees[tree])

@@ -5,7 +5,8 @@ by side in one process with the worker's own thread limits.
 
     .venv/bin/python benchmarks/policy_step.py [--steps 3000]
 
-Forms: a Keras Sequential and a functional 17-64-64-6 MLP (HalfCheetah's sizes), which the worker
+Forms: a Keras Sequential and a functional 17-64-64-6 MLP (HalfCheetah's sizes), and the
+Sequential one with its input normalized and each hidden layer layer-normalized, which the worker
 calls as their numpy copy (``policy/numpy_copy.py``), the same functional MLP with its input
 joined to the last layer's (a skip connection: compiled in the worker), a ``tf.Module`` of the
 same shape, and the RL host's ``GaussianMLPPolicy`` (64, 64), whose ``get_action`` calls its own
@@ -58,6 +59,17 @@ def forms():
         keras.layers.Dense(HIDDEN, activation="tanh"),
         keras.layers.Dense(ACT)
     ])
+    normalized = keras.Sequential([
+        keras.Input((OBS, )),
+        keras.layers.Normalization(mean=np.zeros(OBS), variance=np.ones(OBS)),
+        keras.layers.Dense(HIDDEN),
+        keras.layers.LayerNormalization(),
+        keras.layers.Activation("tanh"),
+        keras.layers.Dense(HIDDEN),
+        keras.layers.LayerNormalization(),
+        keras.layers.Activation("tanh"),
+        keras.layers.Dense(ACT)
+    ])
     inputs = keras.Input((OBS, ))
     hidden = keras.layers.Dense(HIDDEN, activation="tanh")(inputs)
     hidden = keras.layers.Dense(HIDDEN, activation="tanh")(hidden)
@@ -82,6 +94,7 @@ def forms():
 
     gaussian = GaussianMLPPolicy(obs_dim=OBS, action_dim=ACT, hidden_sizes=(HIDDEN, HIDDEN))
     return [("Keras Sequential", sequential), ("Keras functional", functional),
+            ("Keras Sequential, normalized", normalized),
             ("Keras functional, skip connection", skip), ("tf.Module", MLPModule()),
             ("rl GaussianMLPPolicy", gaussian)]
 

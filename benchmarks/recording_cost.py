@@ -66,13 +66,15 @@ def child(env_id: str, episodes: int, folder: str) -> None:
 
 
 def measure(tree: str, env_id: str, episodes: int) -> float:
+    from benchmarks.machine import library_env
+
     with tempfile.TemporaryDirectory(prefix="recording_cost_") as folder:
         result = subprocess.run([
             sys.executable,
             os.path.abspath(__file__), "--child", env_id, "--episodes",
             str(episodes), "--folder", folder
         ],
-                                env=dict(os.environ, PYTHONPATH=tree),
+                                env=library_env(tree),
                                 capture_output=True,
                                 text=True,
                                 check=True,
@@ -96,15 +98,13 @@ def main() -> None:
     sys.path.insert(0, HERE)
     import numpy as np
 
-    from benchmarks.machine import write_results
+    from benchmarks.machine import checkouts, in_turn, write_results
 
-    trees = {"now": HERE}
-    if args.before_tree:
-        trees = {"before": os.path.abspath(args.before_tree), "now": HERE}
+    trees = checkouts(HERE, args.before_tree)
     load_before = os.getloadavg()
     runs = {env_id: {name: [] for name in trees} for env_id in args.envs.split(",")}
     for round_number in range(args.rounds):
-        order = list(trees) if round_number % 2 == 0 else list(trees)[::-1]
+        order = in_turn(trees, round_number)
         for env_id in runs:
             for name in order:
                 runs[env_id][name].append(measure(trees[name], env_id, args.episodes))

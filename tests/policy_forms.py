@@ -79,23 +79,46 @@ def subclassed():
     return model, functools.partial(_push, model)
 
 
-def normalization():
-    """Adapted on cart positions around +10; the output reads the normalized position only, so
-    the trainer's copy (which subtracts 10) pushes one way and a copy without the adapted mean
-    another."""
+def _adapted_normalization():
     layer = keras.layers.Normalization()
     data = np.random.default_rng(0).normal(0.0, 1.0, (256, OBS)).astype(np.float32)
     data[:, 0] += _SHIFT
     layer.adapt(data)
-    model = keras.Sequential([keras.Input((OBS, )), layer, keras.layers.Dense(ACTIONS)])
+    return layer
+
+
+def _push_on_position(dense, inputs):
+    """Make ``dense`` (the output layer, ``inputs`` wide) read only the normalized position: it is
+    about -10, so the logits are about [-10, 10] * direction."""
 
     def push(direction):
-        # The normalized position is about -10, so the logits are about [-10, 10] * direction.
-        kernel = np.zeros((OBS, ACTIONS), np.float32)
+        kernel = np.zeros((inputs, ACTIONS), np.float32)
         kernel[0] = [direction, -direction]
-        model.layers[-1].set_weights([kernel, np.zeros(ACTIONS, np.float32)])
+        dense.set_weights([kernel, np.zeros(ACTIONS, np.float32)])
 
-    return model, push
+    return push
+
+
+def normalization():
+    """Adapted on cart positions around +10; the output reads the normalized position only, so
+    the trainer's copy (which subtracts 10) pushes one way and a copy without the adapted mean
+    another. A chain the worker computes in numpy."""
+    model = keras.Sequential(
+        [keras.Input((OBS, )),
+         _adapted_normalization(),
+         keras.layers.Dense(ACTIONS)])
+    return model, _push_on_position(model.layers[-1], OBS)
+
+
+def normalization_with_skip():
+    """As ``normalization()``, with the normalized observation joined to itself: not a chain, so
+    the worker rebuilds it from its Keras config and acts through TensorFlow, where the layer's
+    derived state must be remade after every update."""
+    inputs = keras.Input((OBS, ))
+    normalized = _adapted_normalization()(inputs)
+    joined = keras.layers.Concatenate()([normalized, normalized])
+    dense = keras.layers.Dense(ACTIONS)
+    return keras.Model(inputs, dense(joined)), _push_on_position(dense, 2 * OBS)
 
 
 def mixed_precision():

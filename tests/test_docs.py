@@ -144,6 +144,7 @@ def test_the_headline_figures_are_the_measured_ones():
     mlp_init = init["RL host's GaussianMLPPolicy (32, 32), Swimmer-v5 id"]
     step = {row["policy"]: row for row in _results("policy_step.json")["rows"]}
     keras_step, mlp_step = step["Keras Sequential"], step["rl GaussianMLPPolicy"]
+    normalized_step = step["Keras Sequential, normalized"]
     keras_run = _results("plot_overhead_keras_numpy.json")["summary"]["Hopper-v5-keras"]
     now, then = keras_run["defaults"], keras_run["before"]
     expected = [
@@ -151,7 +152,9 @@ def test_the_headline_figures_are_the_measured_ones():
         f"{keras_init['median_s'] * 1000:.0f} ms ({keras_init['over_before']:.2f}x the previous "
         f"commit for Keras, {mlp_init['over_before']:.2f}x for our MLP policies",
         f"numpy copy {keras_step['worker_ms']:.3f} ms, {keras_step['compiled_over_worker']:.0f}x "
-        f"less CPU than its traced call, our MLP policies' {mlp_step['worker_ms']:.3f} ms",
+        f"less CPU than its traced call, our MLP policies' {mlp_step['worker_ms']:.3f} ms; with "
+        f"`Normalization` and two `LayerNormalization` layers {normalized_step['worker_ms']:.3f} ms "
+        f"({normalized_step['compiled_over_worker']:.0f}x)",
         f"{now['training_ratio']:.2f}x of plotting off (was {then['training_ratio']:.2f}x; end to "
         f"end {now['end_to_end_ratio']:.2f}x, was {then['end_to_end_ratio']:.2f}x)",
         f"booted in {now['boot_seconds']:.1f} s ({then['boot_seconds']:.1f} s), "

@@ -1,5 +1,6 @@
-"""A Keras model that is a chain of Dense layers acts in numpy in the worker: it computes what
-Keras computes, for every nonlinearity it takes, at any flat vector the trainer sends; a model
+"""A Keras model that is a chain of layers numpy computes acts in numpy in the worker: it computes
+what Keras computes, for every nonlinearity and layer it takes, at any flat vector the trainer
+sends; a model
 numpy would compute differently travels as its Keras config; and the worker then never loads
 TensorFlow."""
 import numpy as np
@@ -7,14 +8,14 @@ import pytest
 
 from async_plotter import Plotter, PolicyMismatchError
 from async_plotter.policy.adapters import KerasAdapter
-from async_plotter.policy.numpy_copy import ACTIVATIONS, keras_dense_chain
+from async_plotter.policy.numpy_copy import ACTIVATIONS, keras_layer_chain
 from async_plotter.policy.recipe import describe_policy
 from tests import policy_forms
 from tests.conftest import loads_tensorflow, mapped_libraries, wait_for
 
 
 def _copy(model):
-    return keras_dense_chain(model, KerasAdapter().flat(model))
+    return keras_layer_chain(model, KerasAdapter().flat(model))
 
 
 def _same_output(chain, model, adapter, flat):
@@ -25,12 +26,14 @@ def _same_output(chain, model, adapter, flat):
     adapter.set_flat(model, flat)
     chain.set_flat(flat)
     expected = np.asarray(model(observations, training=False))
+    # float32 rounding, which a LayerNormalization of a few values magnifies to ~1e-6 of the
+    # output's scale; a wrong formula is off by far more
     scale = max(1.0, float(np.abs(expected).max()))
-    np.testing.assert_allclose(chain.forward(observations), expected, rtol=1e-4, atol=1e-6 * scale)
+    np.testing.assert_allclose(chain.forward(observations), expected, rtol=1e-4, atol=1e-5 * scale)
     np.testing.assert_allclose(chain.act(observations[3]),
                                expected[3],
                                rtol=1e-4,
-                               atol=1e-6 * scale)
+                               atol=1e-5 * scale)
 
 
 @pytest.mark.parametrize("activation", sorted(ACTIVATIONS))
@@ -50,6 +53,75 @@ def test_every_nonlinearity_it_takes_computes_what_keras_does(activation):
     flat = adapter.flat(model)
     _same_output(chain, model, adapter, flat)
     _same_output(chain, model, adapter, (flat * 1.5 + 0.1).astype(flat.dtype))  # an update
+
+
+def _adapted():
+    import keras
+
+    layer = keras.layers.Normalization()
+    layer.adapt(np.random.default_rng(0).normal(3.0, 2.0, (64, 5)).astype(np.float32))
+    return layer
+
+
+def _chain(*layers):
+    import keras
+
+    return keras.Sequential([keras.Input((5, )), *layers, keras.layers.Dense(3)])
+
+
+def _layer(name, *args, **kwargs):
+    import keras
+
+    return getattr(keras.layers, name)(*args, **kwargs)
+
+
+#: models of every layer the copy takes besides Dense, Activation and Dropout (each ends in a
+#: Dense layer of 3 outputs)
+LAYERS = {
+    "Normalization, adapted":
+    lambda: _chain(_adapted()),
+    "Normalization, given":
+    lambda: _chain(_layer("Normalization", mean=[1, 2, 3, 4, 5.0], variance=[1, 4, 9, 0.5, 2.0])),
+    "Normalization, inverted":
+    lambda: _chain(
+        _layer("Normalization", mean=[1, 2, 3, 4, 5.0], variance=[1, 4, 9, 0.5, 2.0], invert=True)),
+    "Normalization, one scalar":
+    lambda: _chain(_layer("Normalization", axis=None, mean=2.0, variance=3.0)),
+    "LayerNormalization":
+    lambda: _chain(_layer("Dense", 8), _layer("LayerNormalization")),
+    "LayerNormalization, plain":
+    lambda: _chain(_layer("Dense", 8), _layer("LayerNormalization", center=False, scale=False)),
+    "BatchNormalization":
+    lambda: _chain(_layer("Dense", 8), _layer("BatchNormalization")),
+    "ReLU with its arguments":
+    lambda: _chain(_layer("Dense", 8),
+                   _layer("ReLU", max_value=1.5, negative_slope=0.1, threshold=0.3)),
+    "ReLU capped":
+    lambda: _chain(_layer("Dense", 8), _layer("ReLU", max_value=6.0)),
+    "LeakyReLU":
+    lambda: _chain(_layer("Dense", 8), _layer("LeakyReLU")),
+    "Softmax":
+    lambda: _chain(_layer("Dense", 8), _layer("Softmax")),
+    "Rescaling, noise and Flatten":
+    lambda: _chain(_layer("Rescaling", 0.5, offset=-1.0), _layer("Flatten"),
+                   _layer("GaussianNoise", 0.3), _layer("GaussianDropout", 0.3), _layer("Identity")
+                   ),
+}
+
+
+@pytest.mark.parametrize("case", sorted(LAYERS))
+def test_every_layer_it_takes_computes_what_keras_does(case):
+    model = LAYERS[case]()
+    adapter = KerasAdapter()
+    flat = adapter.flat(model)
+    # Weights away from their initial values (ones, zeros): a variance of 1 and a mean of 0 hide
+    # a step that leaves them out. Positive, as a variance is.
+    moved = np.abs(flat * 1.5 + np.random.default_rng(2).normal(0.3, 0.2, flat.shape))
+    adapter.set_flat(model, moved.astype(flat.dtype))
+    chain = _copy(model)
+    assert chain is not None, case
+    _same_output(chain, model, adapter, adapter.flat(model))
+    _same_output(chain, model, adapter, (moved * 0.5 + 0.2).astype(flat.dtype))  # an update
 
 
 def test_functional_float64_and_bias_free_chains_are_taken():
@@ -97,13 +169,24 @@ def _sequence_input():
     return keras.Sequential([keras.Input((3, 4)), keras.layers.Dense(2)])
 
 
+def _stale_normalization():
+    # Keras computes with the statistics of its last finalize_state(), the copy with the weights
+    # the trainer sends: the two differ, so the model travels as its config.
+    model = _chain(_adapted())
+    layer = model.layers[0]
+    layer.set_weights([w + 1.0 for w in layer.get_weights()])
+    return model
+
+
 NOT_TAKEN = {
     "skip connection": _skip_connection,
     "a layer used twice": _shared_layer,
     "gelu (no numpy twin)": lambda: _dense(activation="gelu"),
     "a nonlinearity of your own": lambda: _dense(activation=lambda x: 2 * x),
     "subclassed": lambda: policy_forms.subclassed()[0],
-    "adapted Normalization": lambda: policy_forms.normalization()[0],
+    "Normalization whose weights were set without finalize_state()": _stale_normalization,
+    "a layer it does not compute (PReLU)": lambda: _chain(_layer("PReLU")),
+    "a Softmax over the batch": lambda: _chain(_layer("Softmax", axis=0)),
     "mixed precision": lambda: policy_forms.mixed_precision()[0],
     "LoRA": _lora,
     "input of rank 3": _sequence_input,
@@ -143,9 +226,13 @@ def test_the_trainer_side_check_still_catches_a_copy_that_acts_differently(tmp_p
 def _keras_chain():
     import keras
 
+    # A policy as people write them now: normalized input, layer-normalized hidden layer.
     return keras.Sequential([
         keras.Input((8, )),
-        keras.layers.Dense(16, activation="tanh"),
+        keras.layers.Normalization(mean=np.zeros(8), variance=np.full(8, 4.0)),
+        keras.layers.Dense(16),
+        keras.layers.LayerNormalization(),
+        keras.layers.Activation("tanh"),
         keras.layers.Dense(2, activation="tanh"),
     ])
 
@@ -160,7 +247,7 @@ def _rl_mlp():
 @pytest.mark.parametrize("make", [_keras_chain, _rl_mlp], ids=["keras-chain", "rl-mlp"])
 def test_a_numpy_copy_on_mujoco_is_shown_with_no_tensorflow_in_the_worker(
         make, tmp_path, no_leftovers):
-    """A Keras chain and the RL host's MLP policies travel as their numpy copy: the rollout
+    """A Keras chain of layers and the RL host's MLP policies travel as their numpy copy: the rollout
     process never loads TensorFlow (its start-up and memory), and what it shows passed the
     trainer-side check."""
     policy = make()

@@ -17,6 +17,7 @@ FORMS = {
     "keras-functional-skip": lambda tmp: policy_forms.functional_with_skip(),
     "keras-subclassed-registered": lambda tmp: policy_forms.subclassed(),
     "keras-adapted-normalization": lambda tmp: policy_forms.normalization(),
+    "keras-adapted-normalization-skip": lambda tmp: policy_forms.normalization_with_skip(),
     "keras-mixed-precision": lambda tmp: policy_forms.mixed_precision(),
     "keras-float64": lambda tmp: policy_forms.float64(),
     "keras-loaded-from-file": policy_forms.loaded_from_file,
@@ -26,8 +27,11 @@ FORMS = {
     "protocol-with-tf-function": lambda tmp: policy_forms.protocol_tf_function(),
 }
 KERAS_OR_MODULE = {name for name in FORMS if not name.startswith("protocol")}
-#: Keras models that are a chain of Dense layers: the worker acts with their numpy copy
-NUMPY_CHAINS = {"keras-sequential", "keras-functional", "keras-float64", "keras-loaded-from-file"}
+#: Keras models that are a chain of layers numpy computes: the worker acts with their numpy copy
+NUMPY_CHAINS = {
+    "keras-sequential", "keras-functional", "keras-float64", "keras-loaded-from-file",
+    "keras-adapted-normalization"
+}
 
 
 @pytest.fixture
@@ -160,7 +164,7 @@ def _keep_traces(monkeypatch):
     ids=["normalization-state-dropped", "stale-trace-after-an-update"])
 def test_the_check_catches_a_wrong_copy_by_itself(bug, expected, tmp_path, monkeypatch):
     bug(monkeypatch)
-    model, push = policy_forms.normalization()
+    model, push = policy_forms.normalization_with_skip()  # acts through TensorFlow
     push(policy_forms.RIGHT)
     with pytest.raises(PolicyMismatchError, match=expected):
         Plotter("CartPole-v1", model, video_dir=str(tmp_path))

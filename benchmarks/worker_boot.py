@@ -1,0 +1,142 @@
+"""What the plot worker's start-up costs for each kind of Keras policy: the seconds until it is
+ready, the CPU its processes spend booting (``stats["boot_seconds"]``,
+``stats["boot_cpu_seconds"]``: TensorFlow's import where the policy acts through it, the policy's
+rebuild, the env, GL) and the seconds from ``start()`` to the first video, this checkout against
+another in the same rounds.
+
+    .venv/bin/python benchmarks/worker_boot.py --before-tree DIR [--rounds 3]
+
+Each measurement is a fresh trainer process (its own TensorFlow imported first, as a trainer's
+is) that plots a Keras model on Swimmer-v5 into a scratch folder until its first video, then
+closes. Policies: a 2x64 MLP of Dense layers, the same with its input normalized and each hidden
+layer layer-normalized, and the 2x64 MLP with its input joined to the last layer's (a skip
+connection: the worker acts through TensorFlow). Checkouts alternate which goes first; medians
+over ``--rounds``. Takes ~2 minutes on 2 cores. Prints a table; writes
+benchmarks/results/worker_boot.json.
+"""
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+RESULTS = os.path.join(ROOT, "benchmarks", "results")
+POLICIES = ("2x64 MLP", "2x64 MLP, normalized", "2x64 MLP, skip connection")
+
+
+def build(name: str):
+    """The Keras policy ``name`` for Swimmer-v5 (8 observations, 2 actions)."""
+    import keras
+    import numpy as np
+
+    layers = keras.layers
+    inputs = keras.Input((8, ))
+    if name == "2x64 MLP, normalized":
+        hidden = layers.Normalization(mean=np.zeros(8), variance=np.ones(8))(inputs)
+        for _ in range(2):
+            hidden = layers.Activation("tanh")(layers.LayerNormalization()(
+                layers.Dense(64)(hidden)))
+        return keras.Model(inputs, layers.Dense(2)(hidden))
+    hidden = layers.Dense(64, activation="tanh")(inputs)
+    hidden = layers.Dense(64, activation="tanh")(hidden)
+    if name == "2x64 MLP, skip connection":
+        hidden = layers.Concatenate()([inputs, hidden])
+    return keras.Model(inputs, layers.Dense(2)(hidden))
+
+
+def child(name: str) -> None:
+    """In a process that imports ``async_plotter`` from the measured checkout: one start-up."""
+    from async_plotter import Plotter
+
+    model = build(name)
+    with tempfile.TemporaryDirectory(prefix="worker_boot_") as folder:
+        started = time.monotonic()
+        with Plotter("Swimmer-v5",
+                     model,
+                     max_path_length=100,
+                     video_dir=folder,
+                     min_video_seconds=0) as plotter:
+            plotter.update_plot(model, iteration=0)
+            while not plotter.stats["video_log"] and time.monotonic() - started < 300:
+                time.sleep(0.02)
+            first_video = time.monotonic() - started
+    stats = plotter.stats
+    print(
+        json.dumps(
+            dict(policy_call=stats["policy_call"],
+                 boot_s=stats["boot_seconds"],
+                 boot_cpu_s=stats["boot_cpu_seconds"],
+                 first_video_s=round(first_video, 3))))
+
+
+def measure(tree: str, name: str) -> dict:
+    from benchmarks.machine import library_env
+
+    result = subprocess.run(
+        [sys.executable, os.path.abspath(__file__), "--child", name],
+        env=library_env(tree, TF_CPP_MIN_LOG_LEVEL="2", CUDA_VISIBLE_DEVICES=""),
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=600)
+    return json.loads(result.stdout.strip().splitlines()[-1])
+
+
+FIGURES = ("boot_s", "boot_cpu_s", "first_video_s")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--before-tree", help="another checkout of async_plotter to compare")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--out", default=os.path.join(RESULTS, "worker_boot.json"))
+    parser.add_argument("--child", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.child:
+        child(args.child)
+        return
+    sys.path.insert(0, ROOT)
+    from benchmarks.machine import checkouts, in_turn, write_results
+
+    load_before = os.getloadavg()
+    trees = checkouts(ROOT, args.before_tree)
+    runs = {name: {tree: [] for tree in trees} for name in POLICIES}
+    for round_number in range(args.rounds):
+        for name in POLICIES:
+            for tree in in_turn(trees, round_number):
+                runs[name][tree].append(measure(trees[tree], name))
+        print(f"  round {round_number + 1}/{args.rounds} done", flush=True)
+    rows = []
+    print(f"\nThe plot worker's start-up, Keras policies on Swimmer-v5, medians of {args.rounds}")
+    print("| policy | checkout | worker acts with | ready after s | boot CPU-s | first video s |")
+    print("| --- | --- | --- | ---: | ---: | ---: |")
+    for name, by_tree in runs.items():
+        for tree, measured in by_tree.items():
+            row = dict(policy=name,
+                       checkout=tree,
+                       policy_call=measured[-1]["policy_call"],
+                       runs=measured,
+                       **{f: statistics.median(m[f] for m in measured)
+                          for f in FIGURES})
+            rows.append(row)
+            print(f"| {name} | {tree} | {row['policy_call']} | {row['boot_s']:.2f} | "
+                  f"{row['boot_cpu_s']:.2f} | {row['first_video_s']:.2f} |")
+    ratios = {}
+    if "before" in trees:
+        print(
+            "\n| policy | ready now / before | boot CPU now / before | first video now / before |")
+        print("| --- | ---: | ---: | ---: |")
+        for name in POLICIES:
+            now, then = (next(r for r in rows if r["policy"] == name and r["checkout"] == tree)
+                         for tree in ("now", "before"))
+            ratios[name] = {f: round(now[f] / then[f], 3) for f in FIGURES}
+            print(f"| {name} | " + " | ".join(f"{ratios[name][f]:.2f}x" for f in FIGURES) + " |")
+    write_results(args.out, args, load_before, trees=trees, rows=rows, ratios=ratios)
+
+
+if __name__ == "__main__":
+    main()
