@@ -55,63 +55,49 @@ def test_every_nonlinearity_it_takes_computes_what_keras_does(activation):
     _same_output(chain, model, adapter, (flat * 1.5 + 0.1).astype(flat.dtype))  # an update
 
 
-def _adapted():
-    import keras
-
-    layer = keras.layers.Normalization()
-    layer.adapt(np.random.default_rng(0).normal(3.0, 2.0, (64, 5)).astype(np.float32))
-    return layer
-
-
 def _chain(*layers):
+    """A model of ``layers`` (each ``(name, kwargs)`` of ``keras.layers``; ``"adapted"``: a
+    Normalization adapted to data around 3) ending in a Dense layer of 3 outputs."""
     import keras
 
-    return keras.Sequential([keras.Input((5, )), *layers, keras.layers.Dense(3)])
+    built = []
+    for name, kwargs in layers:
+        if name == "adapted":
+            layer = keras.layers.Normalization()
+            layer.adapt(np.random.default_rng(0).normal(3.0, 2.0, (64, 5)).astype(np.float32))
+        else:
+            layer = getattr(keras.layers, name)(**kwargs)
+        built.append(layer)
+    return keras.Sequential([keras.Input((5, )), *built, keras.layers.Dense(3)])
 
 
-def _layer(name, *args, **kwargs):
-    import keras
-
-    return getattr(keras.layers, name)(*args, **kwargs)
-
-
-#: models of every layer the copy takes besides Dense, Activation and Dropout (each ends in a
-#: Dense layer of 3 outputs)
+HIDDEN = ("Dense", dict(units=8))
+STATISTICS = dict(mean=[1, 2, 3, 4, 5.0], variance=[1, 4, 9, 0.5, 2.0])
+#: every layer the copy takes besides Dense, Activation and Dropout, as ``_chain``'s arguments
 LAYERS = {
-    "Normalization, adapted":
-    lambda: _chain(_adapted()),
-    "Normalization, given":
-    lambda: _chain(_layer("Normalization", mean=[1, 2, 3, 4, 5.0], variance=[1, 4, 9, 0.5, 2.0])),
-    "Normalization, inverted":
-    lambda: _chain(
-        _layer("Normalization", mean=[1, 2, 3, 4, 5.0], variance=[1, 4, 9, 0.5, 2.0], invert=True)),
-    "Normalization, one scalar":
-    lambda: _chain(_layer("Normalization", axis=None, mean=2.0, variance=3.0)),
-    "LayerNormalization":
-    lambda: _chain(_layer("Dense", 8), _layer("LayerNormalization")),
-    "LayerNormalization, plain":
-    lambda: _chain(_layer("Dense", 8), _layer("LayerNormalization", center=False, scale=False)),
-    "BatchNormalization":
-    lambda: _chain(_layer("Dense", 8), _layer("BatchNormalization")),
+    "Normalization, adapted": [("adapted", {})],
+    "Normalization, given": [("Normalization", STATISTICS)],
+    "Normalization, inverted": [("Normalization", dict(STATISTICS, invert=True))],
+    "Normalization, one scalar": [("Normalization", dict(axis=None, mean=2.0, variance=3.0))],
+    "LayerNormalization": [HIDDEN, ("LayerNormalization", {})],
+    "LayerNormalization, plain": [HIDDEN, ("LayerNormalization", dict(center=False, scale=False))],
+    "BatchNormalization": [HIDDEN, ("BatchNormalization", {})],
     "ReLU with its arguments":
-    lambda: _chain(_layer("Dense", 8),
-                   _layer("ReLU", max_value=1.5, negative_slope=0.1, threshold=0.3)),
-    "ReLU capped":
-    lambda: _chain(_layer("Dense", 8), _layer("ReLU", max_value=6.0)),
-    "LeakyReLU":
-    lambda: _chain(_layer("Dense", 8), _layer("LeakyReLU")),
-    "Softmax":
-    lambda: _chain(_layer("Dense", 8), _layer("Softmax")),
-    "Rescaling, noise and Flatten":
-    lambda: _chain(_layer("Rescaling", 0.5, offset=-1.0), _layer("Flatten"),
-                   _layer("GaussianNoise", 0.3), _layer("GaussianDropout", 0.3), _layer("Identity")
-                   ),
+    [HIDDEN, ("ReLU", dict(max_value=1.5, negative_slope=0.1, threshold=0.3))],
+    "ReLU capped": [HIDDEN, ("ReLU", dict(max_value=6.0))],
+    "LeakyReLU": [HIDDEN, ("LeakyReLU", {})],
+    "PReLU": [HIDDEN, ("PReLU", {})],
+    "ELU with its alpha": [HIDDEN, ("ELU", dict(alpha=0.5))],
+    "Softmax": [HIDDEN, ("Softmax", {})],
+    "Rescaling, noise and Flatten": [("Rescaling", dict(scale=0.5, offset=-1.0)), ("Flatten", {}),
+                                     ("GaussianNoise", dict(stddev=0.3)),
+                                     ("GaussianDropout", dict(rate=0.3)), ("Identity", {})],
 }
 
 
 @pytest.mark.parametrize("case", sorted(LAYERS))
 def test_every_layer_it_takes_computes_what_keras_does(case):
-    model = LAYERS[case]()
+    model = _chain(*LAYERS[case])
     adapter = KerasAdapter()
     flat = adapter.flat(model)
     # Weights away from their initial values (ones, zeros): a variance of 1 and a mean of 0 hide
@@ -172,7 +158,7 @@ def _sequence_input():
 def _stale_normalization():
     # Keras computes with the statistics of its last finalize_state(), the copy with the weights
     # the trainer sends: the two differ, so the model travels as its config.
-    model = _chain(_adapted())
+    model = _chain(("adapted", {}))
     layer = model.layers[0]
     layer.set_weights([w + 1.0 for w in layer.get_weights()])
     return model
@@ -181,12 +167,12 @@ def _stale_normalization():
 NOT_TAKEN = {
     "skip connection": _skip_connection,
     "a layer used twice": _shared_layer,
-    "gelu (no numpy twin)": lambda: _dense(activation="gelu"),
+    "celu (no numpy twin)": lambda: _dense(activation="celu"),
     "a nonlinearity of your own": lambda: _dense(activation=lambda x: 2 * x),
     "subclassed": lambda: policy_forms.subclassed()[0],
     "Normalization whose weights were set without finalize_state()": _stale_normalization,
-    "a layer it does not compute (PReLU)": lambda: _chain(_layer("PReLU")),
-    "a Softmax over the batch": lambda: _chain(_layer("Softmax", axis=0)),
+    "a layer it does not compute (UnitNormalization)": lambda: _chain(("UnitNormalization", {})),
+    "a Softmax over the batch": lambda: _chain(("Softmax", dict(axis=0))),
     "mixed precision": lambda: policy_forms.mixed_precision()[0],
     "LoRA": _lora,
     "input of rank 3": _sequence_input,

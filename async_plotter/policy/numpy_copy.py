@@ -11,7 +11,8 @@ models users write.
 
 Taken only where numpy computes what Keras does: a ``Sequential`` or functional model with one
 input of shape ``(batch, n)`` and one output, all in float32 or all in float64, whose layers are
-each one of ``LAYERS`` (at inference: ``Dropout`` and the noise layers do nothing); and only once
+each of a class ``_layer_steps`` names (at inference ``Dropout`` and the noise layers do nothing)
+with nonlinearities of ``ACTIVATIONS``; and only once
 the chain, applied to random inputs, gives the model's own output (a functional model with a skip
 connection does not). Anything else travels as its Keras config and acts through TensorFlow, as
 before. The trainer-side check then compares the copy with the model like any worker copy.
@@ -24,6 +25,7 @@ Nothing here imports TensorFlow or Keras at module level: the rollout process un
 ``LayerChain`` with numpy alone.
 """
 import logging
+import math
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
@@ -82,6 +84,32 @@ def _selu(x: np.ndarray) -> np.ndarray:
     return _SELU_SCALE * np.where(x > 0, x, _SELU_ALPHA * np.expm1(np.minimum(x, 0)))
 
 
+#: ``math.erf`` elementwise: numpy has no erf, and a hidden layer's few dozen values take
+#: microseconds this way, exactly
+_erf = np.frompyfunc(math.erf, 1, 1)
+
+
+def _gelu(x: np.ndarray) -> np.ndarray:
+    # Keras's default, approximate=False: x * P(X <= x) for a standard normal X
+    return 0.5 * x * (1 + _erf(x / np.sqrt(x.dtype.type(2))).astype(x.dtype))
+
+
+def _mish(x: np.ndarray) -> np.ndarray:
+    return x * np.tanh(_softplus(x))
+
+
+def _hard_silu(x: np.ndarray) -> np.ndarray:
+    return x * _hard_sigmoid(x)
+
+
+def _log_sigmoid(x: np.ndarray) -> np.ndarray:
+    return -np.logaddexp(0, -x)
+
+
+def _hard_tanh(x: np.ndarray) -> np.ndarray:
+    return np.clip(x, -1, 1)
+
+
 def _log_softmax(x: np.ndarray) -> np.ndarray:
     shifted = x - x.max(axis=-1, keepdims=True)
     return shifted - np.log(np.exp(shifted).sum(axis=-1, keepdims=True))
@@ -101,6 +129,11 @@ ACTIVATIONS: Dict[str, Callable[[np.ndarray], np.ndarray]] = {
     "sigmoid": _sigmoid,
     "hard_sigmoid": _hard_sigmoid,
     "silu": _silu,
+    "gelu": _gelu,
+    "mish": _mish,
+    "hard_silu": _hard_silu,
+    "log_sigmoid": _log_sigmoid,
+    "hard_tanh": _hard_tanh,
     "softplus": _softplus,
     "softsign": _softsign,
     "elu": _elu,
@@ -155,6 +188,26 @@ class Rectifier:
         return out
 
 
+class Parametric:
+    """``max(x, 0) - alpha * max(-x, 0)`` with a learned ``alpha`` per unit (``PReLU``)."""
+
+    def __init__(self, alpha: int) -> None:
+        self.alpha = alpha
+
+    def __call__(self, x: np.ndarray, pieces: Sequence[np.ndarray]) -> np.ndarray:
+        return np.maximum(x, 0) - pieces[self.alpha] * np.maximum(-x, 0)
+
+
+class Exponential:
+    """``x`` where positive, else ``alpha * (exp(x) - 1)`` (the ``ELU`` layer)."""
+
+    def __init__(self, alpha: float) -> None:
+        self.alpha = alpha
+
+    def __call__(self, x: np.ndarray, pieces: Sequence[np.ndarray]) -> np.ndarray:
+        return np.where(x > 0, x, x.dtype.type(self.alpha) * np.expm1(np.minimum(x, 0)))
+
+
 class Normalize:
     """``(x - mean) / max(sqrt(variance), epsilon)``, or its inverse (``Normalization``)."""
 
@@ -203,7 +256,7 @@ class Rescale:
         return x * self.scale + self.offset
 
 
-Step = Union[Dense, Rectifier, Normalize, Standardize, Rescale]
+Step = Union[Dense, Rectifier, Parametric, Exponential, Normalize, Standardize, Rescale]
 
 
 class LayerChain:
@@ -357,6 +410,8 @@ def _layer_steps(keras: Any) -> Dict[type, Callable[[Any, _Weights, Any], Option
         layers.Softmax: _softmax,
         layers.ReLU: _relu,
         layers.LeakyReLU: _leaky_relu,
+        layers.PReLU: _prelu,
+        layers.ELU: _elu_layer,
         layers.Normalization: _normalization,
         layers.LayerNormalization: _layer_normalization,
         layers.BatchNormalization: _batch_normalization,
@@ -403,6 +458,15 @@ def _relu(layer: Any, weights: _Weights, keras: Any) -> Step:
 
 def _leaky_relu(layer: Any, weights: _Weights, keras: Any) -> Step:
     return Rectifier(float(layer.negative_slope), None, 0.0)
+
+
+def _prelu(layer: Any, weights: _Weights, keras: Any) -> Step:
+    # Its alpha broadcasts over the batch as numpy broadcasts it (shared axes leave ones).
+    return Parametric(weights.place(layer, layer.alpha))
+
+
+def _elu_layer(layer: Any, weights: _Weights, keras: Any) -> Step:
+    return Exponential(float(layer.alpha))
 
 
 def _normalization(layer: Any, weights: _Weights, keras: Any) -> Step:
