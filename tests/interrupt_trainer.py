@@ -3,10 +3,11 @@
     python tests/interrupt_trainer.py STAGE LOG_DIR
 
 Like the training scripts users write, it has no ``if __name__ == "__main__":`` guard. The library
-is not edited: the stages are hooked by wrapping its methods here. Each hook prints
-``STAGE <name>`` when the stage begins and then keeps running the real stage for up to
-``HOLD_SECONDS`` (calling it again where that is harmless), so that the test's SIGINT, sent a
-moment after it reads the line, lands inside library code and not in a sleep of this script.
+is not edited: the stages are hooked by wrapping its functions here. Each hook prints
+``STAGE <name>`` when the stage begins and then keeps the stage running for up to
+``HOLD_SECONDS``, from inside the library function the test looks for (calling again something it
+calls where that is harmless, or polling the pipe it waits on), so that the test's SIGINT, sent a
+moment after it reads the line, lands inside that function and not in a sleep of this script.
 Every shared-memory segment created is printed as ``SEGMENT <name>`` so the test can check that
 exactly those are gone afterwards (other processes may create their own meanwhile).
 """
@@ -85,17 +86,29 @@ def reporting_writer_init(self, *args, **kwargs):
 
 shm.SharedMemoryWriter.__init__ = reporting_writer_init
 
+# Every stage is held inside the library function the test looks for, at something it calls:
+# held around the whole call, the signal now and then landed in this script's loop between two
+# calls (its handler runs at the first check Python makes after the call's last C work), seen in
+# CI for sample processing and optimisation.
+#
 # Start-up: the plot worker is booting (Plotter.start returned at once) while the trainer waits for
 # the sampler workers to build their environments. Starting is not repeated (it starts processes);
 # instead start() is held where it waits for the first worker's "ready", the pipe polled as it
 # polls it. The workers are ready within ~2 s, and on a loaded machine the test's signal once
 # came later than that, after start() had returned.
+# Sampling: held the same way where obtain_samples takes the first answer of the iteration.
 wrap(samplers.ParallelSampler, "start", "startup", always, repeat=False)
 original_receive = samplers.ParallelSampler._receive
+sampling_held = []
 
 
 def receive_when_held(self, index):
-    if STAGE == "startup" and self._ready == 0:  # inside start(), before the first "ready"
+    starting = STAGE == "startup" and self._ready == 0  # inside start(), before the first "ready"
+    sampling = STAGE == "sampling" and current_iteration() and not sampling_held
+    if sampling:
+        sampling_held.append(index)
+        announce("sampling")
+    if starting or sampling:
         deadline = time.monotonic() + HOLD_SECONDS
         while time.monotonic() < deadline:
             self._conns[index].poll(0.05)
@@ -103,21 +116,16 @@ def receive_when_held(self, index):
 
 
 samplers.ParallelSampler._receive = receive_when_held
-# Sampling: the trainer waits for paths from the workers (same iteration: the same batch again).
-wrap(samplers.ParallelSampler, "obtain_samples", "sampling", current_iteration)
-# Sample processing: returns, advantages, fitting the baseline. Held at its advantages, inside
-# process_samples: the whole call takes a millisecond, so a hold around it (the way other stages
-# are held) let the signal land between two calls, in this script's loop, now and then.
+# Sample processing: returns, advantages, fitting the baseline; held at its advantages.
 wrap(sample_processing, "gae_advantages", "processing", current_iteration)
-# Optimisation: held at its conjugate gradient (TensorFlow's Fisher-vector products), inside
-# optimize_policy. Held around the whole call, the signal once landed in this script's loop between
-# two calls: its handler ran at the first check Python made after TensorFlow's last op of a call.
+# Optimisation: held at its conjugate gradient (TensorFlow's Fisher-vector products).
 wrap(trpo, "conjugate_gradient", "optimisation", current_iteration)
-# Writing params.pkl (atomically; an interruption must leave the previous file whole).
-wrap(recorder.RunRecorder, "save_snapshot", "snapshot", current_iteration)
-# Handing the new parameters to the plot worker.
+# Writing params.pkl (atomically; an interruption must leave the previous file whole): held at the
+# write inside RunRecorder.save_snapshot.
+wrap(recorder, "save_snapshot", "snapshot", current_iteration)
+# Handing the new parameters to the plot worker: held at update_plot's read of the parameters.
 wrap(async_plotter.trainer.plotter_handle.Plotter,
-     "update_plot",
+     "_flat",
      "update_plot",
      current_iteration,
      rendering=True)
