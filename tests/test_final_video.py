@@ -26,6 +26,24 @@ def frame_count(path):
         reader.close()
 
 
+def rendered(recording):
+    """The video ``async-plotter render`` draws of ``recording`` (what a close line tells users to
+    run), at the cheap preset; it is written to ``rendered/`` beside the recording."""
+    import subprocess
+    import sys
+
+    drawn = subprocess.run(
+        [sys.executable, "-m", "async_plotter.cli", "render", recording, "--quality", "cheap"],
+        capture_output=True,
+        text=True,
+        timeout=300)
+    assert drawn.returncode == 0, drawn.stderr
+    name = os.path.splitext(os.path.basename(recording))[0] + ".mp4"
+    video = os.path.join(os.path.dirname(recording), "rendered", name)
+    assert os.path.exists(video), (video, drawn.stderr)
+    return video
+
+
 def videos_in(directory):
     return sorted(name for name in os.listdir(directory) if name.endswith(".mp4"))
 
@@ -69,6 +87,8 @@ def test_videos_while_training_stop_at_video_length_and_the_final_one_is_whole(
     assert frame_count(str(tmp_path / "iter_0000.mp4")) == 31  # the reset pose and 30 steps
     assert plotter.stats["final_video"] == str(tmp_path / "iter_0001.mp4")
     assert frame_count(plotter.stats["final_video"]) == 91, "the final video is a whole rollout"
+    clipped = {entry["iteration"]: entry["clipped"] for entry in plotter.stats["video_log"]}
+    assert clipped[0] is True and clipped[1] is False, plotter.stats["video_log"]
 
 
 def _real_speed_plotter(policy, steps, video_dir):
@@ -343,6 +363,46 @@ def test_a_calm_end_names_the_final_video(tmp_path, no_leftovers):
     finally:
         plotter.close()
     assert plotter.stats["final_video"] == newest
+    assert plotter.stats["video_log"][-1]["clipped"] is False  # 20 steps: within the video's 8 s
+
+
+def test_a_calm_end_whose_final_video_is_a_clip_says_so_and_where_the_whole_episode_is(
+        tmp_path, caplog, no_leftovers):
+    """After a calm end the final video is the clip made during training, not the whole rollout
+    that close() records otherwise. The clip is marked in video_log, and the close line says so
+    and gives the command that draws the policy's whole episode from the history."""
+    policy = LinearPolicy(8, 2)
+    policy.fill(0.1)
+    plotter = Plotter("Swimmer-v5",
+                      policy,
+                      max_path_length=60,
+                      video_length=20,
+                      video_dir=str(tmp_path),
+                      priority="normal",
+                      seed=0).start()
+    try:
+        plotter.update_plot(policy, iteration=2)
+        newest = str(tmp_path / "iter_0002.mp4")
+        wait_for(lambda: plotter.stats["last_video"] == newest, 120, message="iter_0002.mp4")
+        wait_for(lambda: any(item["update"] == plotter.stats["video_log"][-1]["update"]
+                             for item in plotter.stats["history"]),
+                 120,
+                 message="its history recording")
+    finally:
+        with caplog.at_level(logging.INFO, logger="async_plotter"):
+            plotter.close()
+    stats = plotter.stats
+    entry = stats["video_log"][-1]
+    assert stats["final_video"] == entry["path"] == newest
+    assert entry["clipped"] is True and entry["whole"] is True, entry
+    assert entry["frames"] == frame_count(newest) == 21, entry  # the reset pose and 20 steps
+    summary = [r.getMessage() for r in caplog.records if r.getMessage().startswith("plotter: ")]
+    assert len(summary) == 1, summary
+    assert "iter_0002.mp4, shows the final policy, a 21-frame clip; the history holds a whole " \
+        "episode of that policy: async-plotter render " in summary[0], summary
+    command = summary[0].split("async-plotter render ")[1].split(" draws it")[0]
+    assert command == str(tmp_path / "history" / "iter_0002.npz"), summary
+    assert frame_count(rendered(command)) == 61  # the whole episode
 
 
 def test_a_final_video_cut_by_its_timeout_leaves_a_whole_recording_and_says_how_to_draw_it(
@@ -351,9 +411,6 @@ def test_a_final_video_cut_by_its_timeout_leaves_a_whole_recording_and_says_how_
     a whole rollout". The drawing is still cut there, but the rollout is simulated to its end
     (5-20x cheaper than drawing it): the state recording beside the video holds all of it, and
     the close line says so with the command that draws the whole video from it."""
-    import subprocess
-    import sys
-
     from async_plotter.render.recording import read_recording
 
     steps = 200
@@ -386,13 +443,9 @@ def test_a_final_video_cut_by_its_timeout_leaves_a_whole_recording_and_says_how_
             "final_video_timeout" in summary[0]), summary
     command = summary[0].split("async-plotter render ")[1].split(" draws all of it")[0]
     assert command == recording, summary
-    drawn = subprocess.run(
-        [sys.executable, "-m", "async_plotter.cli", "render", command, "--quality", "cheap"],
-        capture_output=True,
-        text=True,
-        timeout=300)
-    assert drawn.returncode == 0, drawn.stderr
-    assert frame_count(str(tmp_path / "rendered" / "iter_0005.mp4")) == steps + 1
+    video = rendered(command)
+    assert video == str(tmp_path / "rendered" / "iter_0005.mp4")
+    assert frame_count(video) == steps + 1
 
 
 def test_a_video_cut_by_close_without_the_final_video_is_said_to_be(tmp_path, caplog, no_leftovers):

@@ -124,3 +124,6 @@ class EpisodeEnd:
     continued: bool = False
     #: the rollout process failed during the episode: nothing of it is worth keeping
     failed: bool = False
+    #: stopped at the video's length while the episode went on (a clip: the history, where
+    #: there is one, keeps the policy's whole episode)
+    clipped: bool = False

@@ -39,6 +39,10 @@ class RecordedSink(FrameSink):
         #: the recording being saved stops before its rollout ended (it was closed mid-episode:
         #: ``close()`` of the plotter, the worker stopping); ``_save`` may read it
         self.cut_short = False
+        #: the recording's last episode stopped while the episode went on (the video's length,
+        #: newer parameters): a clip of it; ``_save`` may read it
+        self.clipped = False
+        self._last_clipped = False
 
     def wants_real_time(self) -> bool:
         return False  # kept, not shown: frames may come ahead of time
@@ -60,7 +64,7 @@ class RecordedSink(FrameSink):
         if episode.update == self._last_kept_update or not self._accepting():
             return
         self._recording = episode
-        self._episodes, self._frames = 1, 0
+        self._episodes, self._frames, self._last_clipped = 1, 0, False
         self._episode_open = True
         self._start(episode)
 
@@ -74,6 +78,7 @@ class RecordedSink(FrameSink):
         if self._recording is None:
             return
         self._episode_open = False
+        self._last_clipped = end.clipped or not end.completed
         if end.failed:
             self._discard("its rollout failed")
         elif not end.completed and self._frames < self._min_frames and self._episodes == 1:
@@ -96,6 +101,7 @@ class RecordedSink(FrameSink):
             return
         recording, self._recording = self._recording, None
         self.cut_short, self._episode_open = self._episode_open, False
+        self.clipped = self._last_clipped and not self.cut_short
         if self._save(recording):
             self._last_kept_update = recording.update
 

@@ -27,10 +27,11 @@ _LOW_FREE_BYTES = 64 << 10
 #: while the device is full, how often its free space is looked at
 _SPACE_CHECK_SECONDS = 1.0
 
-#: ``on_written(path, first_episode, episodes, frames, whole)``: ``frames`` is what the file
-#: holds (the stills between chained episodes included); ``whole`` is False for a video cut
-#: short by ``close()`` before its rollout ended
-WrittenCallback = Callable[[str, EpisodeInfo, int, int, bool], None]
+#: ``on_written(path, first_episode, episodes, frames, whole, clipped)``: ``frames`` is what the
+#: file holds (the stills between chained episodes included); ``whole`` is False for a video cut
+#: short by ``close()`` before its rollout ended; ``clipped`` is True where its last episode
+#: stopped at the video's length (or for newer parameters) while the episode went on
+WrittenCallback = Callable[[str, EpisodeInfo, int, int, bool, bool], None]
 #: ``on_storage(state, directory, free_bytes)``: ``"full"`` (videos stop), ``"writable"``
 #: (they resume) or ``"recreated"`` (the folder was removed and is made again)
 StorageCallback = Callable[[str, str, Optional[int]], None]
@@ -191,10 +192,10 @@ class VideoSink(RecordedSink):
         self._largest_video = max(self._largest_video, _size(self._final_path))
         logger.info("wrote %s (%d frames, %d episode%s%s)", self._final_path, self._file_frames,
                     self._episodes, "" if self._episodes == 1 else "s",
-                    ", cut short" if self.cut_short else "")
+                    ", cut short" if self.cut_short else ", a clip" if self.clipped else "")
         if self._on_written is not None:
             self._on_written(self._final_path, recording, self._episodes, self._file_frames,
-                             not self.cut_short)
+                             not self.cut_short, self.clipped)
         return True
 
     def _drop(self, why: str) -> None:

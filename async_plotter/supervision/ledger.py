@@ -12,7 +12,7 @@ from async_plotter.supervision.stats import WorkerStats
 
 #: how many videos ``stats["video_log"]`` remembers (the newest)
 VIDEO_LOG_LENGTH = 1000
-_LOGGED_KEYS = ("path", "update", "iteration", "episodes", "frames", "whole", "time")
+_LOGGED_KEYS = ("path", "update", "iteration", "episodes", "frames", "whole", "clipped", "time")
 
 
 class VideoLedger:

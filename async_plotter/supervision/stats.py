@@ -49,7 +49,9 @@ class WorkerStats:
     video_dir_full: bool = False
     #: path, update, iteration, episodes, frames (what the file holds: the stills between
     #: chained episodes included), whole (False: cut short by ``close()`` before its rollout
-    #: ended) and time of each video (the newest 1000)
+    #: ended), clipped (True: its last episode stopped at the video's length, or for newer
+    #: parameters, while the episode went on; the history keeps a whole episode of the policy)
+    #: and time of each video (the newest 1000)
     video_log: List[Dict[str, Any]] = dataclasses.field(default_factory=list)
     #: rollouts written into TensorBoard as images
     tensorboard_images: int = 0

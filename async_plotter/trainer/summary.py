@@ -33,7 +33,7 @@ def summarize_videos(stats: Dict[str, Any],
                  "does not show the final policy")
         text = (f"plotter: {len(log)} video{'s' if len(log) != 1 else ''} in {video_dir} of "
                 f"{_compact(shown)}; the newest, {newest}, {final}"
-                f"{_cut_short(log[-1], stats, final_video_asked)}")
+                f"{_cut_short(log[-1], stats, final_video_asked)}{_clip(log[-1], stats)}")
     notes = [
         _no_initial_video(log, stats),
         _why_few(stats, len(log), iterations, elapsed, budget),
@@ -70,6 +70,21 @@ def _cut_short(entry: Dict[str, Any], stats: Dict[str, Any], final_video_asked: 
         return (f", cut short at final_video_timeout; its state recording holds the whole "
                 f"rollout: async-plotter render {shlex.quote(recording)} draws all of it")
     return ", cut short at final_video_timeout (raise it to wait for the whole rollout)"
+
+
+def _clip(entry: Dict[str, Any], stats: Dict[str, Any]) -> str:
+    """Where the newest video is a clip of its episode (a calm end: the final policy's video was
+    made during training, at the video's length): where the policy's whole episode is."""
+    if not entry.get("clipped"):
+        return ""
+    whole = [
+        item["path"] for item in stats.get("history") or ()
+        if item.get("update") == entry.get("update") and item.get("path")
+    ]
+    if whole:
+        return (f", a {entry.get('frames')}-frame clip; the history holds a whole episode of that "
+                f"policy: async-plotter render {shlex.quote(whole[-1])} draws it")
+    return f", a {entry.get('frames')}-frame clip of its episode"
 
 
 def _no_initial_video(log: List[Dict[str, Any]], stats: Dict[str, Any]) -> str:

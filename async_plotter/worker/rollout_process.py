@@ -389,7 +389,7 @@ def _run_episode(rollout: _Rollout, info: EpisodeInfo, limits: Tuple[int, int],
     if callable(reset):
         reset()  # as rllab's and garage's rollout(): recurrent policies clear their state here
     rollout.frames_out.send((StreamKind.BEGIN, info))
-    total_reward, steps, completed, ended_early = 0.0, 0, True, False
+    total_reward, steps, completed, ended_early, clipped = 0.0, 0, True, False, False
     unsent_reward = 0.0  # since the previous shown step (a recording keeps it per shown step)
     shown.add()
     for steps in range(1, max_path_length + 1):
@@ -404,9 +404,9 @@ def _run_episode(rollout: _Rollout, info: EpisodeInfo, limits: Tuple[int, int],
         observation = step.observation
         total_reward += step.reward
         unsent_reward += step.reward
-        clipped = ((steps >= clip_length and not params.final_requested())
+        at_clip = ((steps >= clip_length and not params.final_requested())
                    or chain.enough(steps, video_steps_wanted))
-        if step.ended or clipped or steps == max_path_length or steps % rollout.stride == 0:
+        if step.ended or at_clip or steps == max_path_length or steps % rollout.stride == 0:
             shown.add(step.action, unsent_reward)
             unsent_reward = 0.0
         rollout.status.beat()
@@ -415,14 +415,15 @@ def _run_episode(rollout: _Rollout, info: EpisodeInfo, limits: Tuple[int, int],
         if step.ended:
             ended_early = steps < max_path_length
             break
-        if clipped:
+        if at_clip:
+            clipped = steps < max_path_length  # the episode would have gone on
             break
     shown.flush()
     # Chain another episode of these parameters into the same video while it is still short:
     # a video lasts min_video_seconds even when newer parameters wait (a young Hopper falls in
     # 0.1 s), except once the final video is asked for (``worker/video_chain.py``).
     continued = chain.continues(completed and ended_early, steps, video_steps_wanted, params)
-    end = EpisodeEnd(steps, total_reward, completed, continued=continued)
+    end = EpisodeEnd(steps, total_reward, completed, continued=continued, clipped=clipped)
     rollout.frames_out.send((StreamKind.END, end))
     chain.episode_ended(continued)
     return end

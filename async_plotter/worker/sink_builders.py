@@ -62,14 +62,16 @@ def build_sinks(specs: Iterable[SinkSpec], context: SinkContext) -> List[FrameSi
 def _video(spec: VideoSpec, context: SinkContext) -> FrameSink:
     from async_plotter.sinks.video import VideoSink
 
-    def on_written(path: str, recording: Any, episodes: int, frames: int, whole: bool) -> None:
+    def on_written(path: str, recording: Any, episodes: int, frames: int, whole: bool,
+                   clipped: bool) -> None:
         context.status.send(StatusKind.VIDEO,
                             path=path,
                             update=recording.update,
                             iteration=recording.iteration,
                             episodes=episodes,
                             frames=frames,
-                            whole=whole)
+                            whole=whole,
+                            clipped=clipped)
 
     return VideoSink(spec.directory,
                      context.fps,
