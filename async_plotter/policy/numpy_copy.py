@@ -12,10 +12,10 @@ models users write.
 Taken only where numpy computes what Keras does: a ``Sequential`` or functional model with one
 input of shape ``(batch, n)`` and one output, all in float32 or all in float64, whose layers are
 each of a class ``_layer_steps`` names (at inference ``Dropout`` and the noise layers do nothing)
-with nonlinearities of ``ACTIVATIONS``; and only once
-the chain, applied to random inputs, gives the model's own output (a functional model with a skip
-connection does not). Anything else travels as its Keras config and acts through TensorFlow, as
-before. The trainer-side check then compares the copy with the model like any worker copy.
+with nonlinearities of ``ACTIVATIONS``; and only once the chain, applied to random inputs, gives
+the model's own output (a functional model with a skip connection does not). Anything else
+travels as its Keras config and acts through TensorFlow, as before. The trainer-side check then
+compares the copy with the model like any worker copy.
 
 A layer's weights are read from the model's flat vector at every update, as the trainer sends it;
 an adapted ``Normalization`` computes from its ``adapt_mean`` and ``adapt_variance`` as Keras does
@@ -405,17 +405,17 @@ def _layer_steps(keras: Any) -> Dict[type, Callable[[Any, _Weights, Any], Option
             kind: lambda layer, weights, keras: None
             for kind in nothing
         },
-        layers.Dense: _dense,
-        layers.Activation: _activation,
-        layers.Softmax: _softmax,
-        layers.ReLU: _relu,
-        layers.LeakyReLU: _leaky_relu,
-        layers.PReLU: _prelu,
-        layers.ELU: _elu_layer,
-        layers.Normalization: _normalization,
-        layers.LayerNormalization: _layer_normalization,
-        layers.BatchNormalization: _batch_normalization,
-        layers.Rescaling: _rescaling,
+        layers.Dense: _dense_step,
+        layers.Activation: _activation_step,
+        layers.Softmax: _softmax_step,
+        layers.ReLU: _relu_step,
+        layers.LeakyReLU: _leaky_relu_step,
+        layers.PReLU: _prelu_step,
+        layers.ELU: _elu_step,
+        layers.Normalization: _normalization_step,
+        layers.LayerNormalization: _layer_normalization_step,
+        layers.BatchNormalization: _batch_normalization_step,
+        layers.Rescaling: _rescaling_step,
     }
 
 
@@ -428,7 +428,7 @@ def _nonlinearity(layer: Any, keras: Any) -> str:
     return name
 
 
-def _dense(layer: Any, weights: _Weights, keras: Any) -> Step:
+def _dense_step(layer: Any, weights: _Weights, keras: Any) -> Step:
     if layer.lora_enabled or getattr(layer, "quantization_mode", None):
         raise _NotTaken(f"layer {layer.name!r} is LoRA-enabled or quantized")
     activation = _nonlinearity(layer, keras)
@@ -436,7 +436,7 @@ def _dense(layer: Any, weights: _Weights, keras: Any) -> Step:
                  weights.optional(layer, layer.bias, layer.use_bias), activation)
 
 
-def _activation(layer: Any, weights: _Weights, keras: Any) -> Step:
+def _activation_step(layer: Any, weights: _Weights, keras: Any) -> Step:
     return Dense(None, None, _nonlinearity(layer, keras))
 
 
@@ -446,43 +446,42 @@ def _last_axis(layer: Any, axis: Any) -> None:
         raise _NotTaken(f"layer {layer.name!r} works over axis {axis!r}, not the last one")
 
 
-def _softmax(layer: Any, weights: _Weights, keras: Any) -> Step:
+def _softmax_step(layer: Any, weights: _Weights, keras: Any) -> Step:
     _last_axis(layer, layer.axis)
     return Dense(None, None, "softmax")
 
 
-def _relu(layer: Any, weights: _Weights, keras: Any) -> Step:
+def _relu_step(layer: Any, weights: _Weights, keras: Any) -> Step:
     maximum = None if layer.max_value is None else float(layer.max_value)
     return Rectifier(float(layer.negative_slope), maximum, float(layer.threshold))
 
 
-def _leaky_relu(layer: Any, weights: _Weights, keras: Any) -> Step:
+def _leaky_relu_step(layer: Any, weights: _Weights, keras: Any) -> Step:
     return Rectifier(float(layer.negative_slope), None, 0.0)
 
 
-def _prelu(layer: Any, weights: _Weights, keras: Any) -> Step:
+def _prelu_step(layer: Any, weights: _Weights, keras: Any) -> Step:
     # Its alpha broadcasts over the batch as numpy broadcasts it (shared axes leave ones).
     return Parametric(weights.place(layer, layer.alpha))
 
 
-def _elu_layer(layer: Any, weights: _Weights, keras: Any) -> Step:
+def _elu_step(layer: Any, weights: _Weights, keras: Any) -> Step:
     return Exponential(float(layer.alpha))
 
 
-def _normalization(layer: Any, weights: _Weights, keras: Any) -> Step:
+def _normalization_step(layer: Any, weights: _Weights, keras: Any) -> Step:
     # Its statistics broadcast as numpy broadcasts them over the last axis, or are one scalar.
-    epsilon = float(keras.config.epsilon())
     if getattr(layer, "input_mean", None) is not None:  # given, not adapted: constants
-        mean = np.asarray(keras.ops.convert_to_numpy(layer.mean))
-        variance = np.asarray(keras.ops.convert_to_numpy(layer.variance))
-        return Normalize(mean, variance, bool(layer.invert), epsilon)
-    mean = weights.place(layer, layer.adapt_mean)
-    variance = weights.place(layer, layer.adapt_variance)
-    weights.place(layer, layer.count)  # only adapt() reads it
-    return Normalize(mean, variance, bool(layer.invert), epsilon)
+        mean: Ref = np.asarray(keras.ops.convert_to_numpy(layer.mean))
+        variance: Ref = np.asarray(keras.ops.convert_to_numpy(layer.variance))
+    else:
+        mean = weights.place(layer, layer.adapt_mean)
+        variance = weights.place(layer, layer.adapt_variance)
+        weights.place(layer, layer.count)  # only adapt() reads it
+    return Normalize(mean, variance, bool(layer.invert), float(keras.config.epsilon()))
 
 
-def _layer_normalization(layer: Any, weights: _Weights, keras: Any) -> Step:
+def _layer_normalization_step(layer: Any, weights: _Weights, keras: Any) -> Step:
     _last_axis(layer, layer.axis)
     if getattr(layer, "rms_scaling", False):
         raise _NotTaken(f"layer {layer.name!r} scales by RMS")
@@ -490,7 +489,7 @@ def _layer_normalization(layer: Any, weights: _Weights, keras: Any) -> Step:
                        weights.optional(layer, layer.beta, layer.center), float(layer.epsilon))
 
 
-def _batch_normalization(layer: Any, weights: _Weights, keras: Any) -> Step:
+def _batch_normalization_step(layer: Any, weights: _Weights, keras: Any) -> Step:
     _last_axis(layer, layer.axis)
     if getattr(layer, "renorm", False):
         raise _NotTaken(f"layer {layer.name!r} renormalizes")
@@ -500,7 +499,7 @@ def _batch_normalization(layer: Any, weights: _Weights, keras: Any) -> Step:
                        weights.optional(layer, layer.beta, layer.center), float(layer.epsilon))
 
 
-def _rescaling(layer: Any, weights: _Weights, keras: Any) -> Step:
+def _rescaling_step(layer: Any, weights: _Weights, keras: Any) -> Step:
     dtype = layer.dtype_policy.compute_dtype
     return Rescale(np.asarray(layer.scale, dtype), np.asarray(layer.offset, dtype))
 
