@@ -91,6 +91,49 @@ def test_videos_while_training_stop_at_video_length_and_the_final_one_is_whole(
     assert clipped[0] is True and clipped[1] is False, plotter.stats["video_log"]
 
 
+def test_a_clip_of_the_final_policy_still_being_drawn_at_close_is_made_again_whole(
+        tmp_path, caplog, no_leftovers):
+    """close() right after the last update while the worker was idle: the rollout process has
+    sent the final policy's clip (its steps are simulated ahead of the drawing) before close()
+    asks for the final video. That video is still the whole episode, written over the clip."""
+    policy = LinearPolicy(8, 2)
+    plotter = Plotter("Swimmer-v5",
+                      policy,
+                      max_path_length=90,
+                      video_length=30,
+                      video_dir=str(tmp_path),
+                      seed=0).start()
+    policy.fill(0.1)
+    plotter.update_plot(policy, iteration=0)
+    wait_for(lambda: any(v["iteration"] == 0 for v in plotter.stats["video_log"]),
+             90,
+             message="iteration 0's video")
+    render = plotter.stats["worker_pids"]["render"]
+    episodes = plotter.stats["episodes"]
+    os.kill(render, signal.SIGSTOP)  # the clip's steps wait in the pipe, undrawn
+    resume = threading.Timer(1.0, os.kill, (render, signal.SIGCONT))
+    try:
+        policy.fill(0.2)
+        plotter.update_plot(policy, iteration=1)
+        wait_for(lambda: plotter.stats["episodes"] > episodes, 30, message="iteration 1's clip")
+        resume.start()  # once close() has looked: no video of the final policy is finished
+        with caplog.at_level(logging.INFO, logger="async_plotter"):
+            plotter.close()
+    finally:
+        resume.cancel()
+        os.kill(render, signal.SIGCONT) if psutil.pid_exists(render) else None
+    stats = plotter.stats
+    assert stats["final_video"] == str(tmp_path / "iter_0001.mp4")
+    assert frame_count(stats["final_video"]) == 91, "the final video is a whole rollout"
+    final = [entry for entry in stats["video_log"] if entry["iteration"] == 1]
+    assert len(final) == 1 and final[0]["clipped"] is False and final[0]["whole"], final
+    assert frame_count(str(tmp_path / "iter_0000.mp4")) == 31  # videos while training: clips
+    assert stats["videos"] == len(videos_in(tmp_path)) == len(stats["video_log"])
+    summary = [r.getMessage() for r in caplog.records if r.getMessage().startswith("plotter: ")]
+    assert summary and "shows the final policy" in summary[-1], summary
+    assert "-frame clip" not in summary[-1], summary[-1]
+
+
 def _real_speed_plotter(policy, steps, video_dir):
     """A started Swimmer plotter whose videos (after the initial policy's, which is drawn
     without the cap and waited for here) play ``steps`` steps at real speed, 25 a second. A

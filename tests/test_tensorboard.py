@@ -185,9 +185,8 @@ def test_the_sink_writes_what_the_video_sink_keeps(tmp_path):
     sink.on_metrics(None, {"AverageReturn": 4.5})  # numbered by arrival: the 2nd, step 1
     sink.close()
 
-    assert [(tag, step, info.update, frames)
-            for tag, step, info, _, frames in written] == [("rollout/square", 0, 1, 40),
-                                                           ("rollout/square", 4, 4, 40)]
+    kept = [(tag, step, info.update, frames) for tag, step, info, _, frames, _ in written]
+    assert kept == [("rollout/square", 0, 1, 40), ("rollout/square", 4, 4, 40)]
     accumulator = accumulate(tmp_path)
     images = accumulator.Images("rollout/square")
     assert [image.step for image in images] == [0, 4]
@@ -195,6 +194,22 @@ def test_the_sink_writes_what_the_video_sink_keeps(tmp_path):
     assert count == 40
     assert durations[19] > 250, "the pause where the chained episode begins"
     assert [(e.step, e.value) for e in accumulator.Scalars("AverageReturn")] == [(7, 3.5), (1, 4.5)]
+
+
+def test_a_clip_is_kept_once_and_the_final_policys_retake_again_whole(tmp_path):
+    written = []
+    sink = TensorBoardSink(str(tmp_path),
+                           "rollout/square",
+                           fps=30,
+                           on_written=lambda *args: written.append(args))
+    frames = moving_square(40)
+    _play(sink, _episode(1, 0), frames[:10], EpisodeEnd(10, 1.0, True, clipped=True))
+    _play(sink, _episode(1, 0, episode=1), frames, EpisodeEnd(40, 1.0, True))  # a replay
+    retake = EpisodeInfo(update=1, iteration=0, episode=2, retake=True)
+    _play(sink, retake, frames, EpisodeEnd(40, 1.0, True))
+    sink.close()
+    kept = [(step, count, clipped) for _, step, _, _, count, clipped in written]
+    assert kept == [(0, 10, True), (0, 40, False)]
 
 
 def test_the_sink_writes_no_scalars_unless_asked(tmp_path):

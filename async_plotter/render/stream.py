@@ -110,6 +110,9 @@ class EpisodeInfo:
     episode: int  # episodes since the worker started
     #: 0 for an update's first episode; 1, 2, ... for episodes chained into the same video
     part: int = 0
+    #: the final policy's whole episode, asked for by ``close()`` after its video had stopped
+    #: as a clip: the recordings of its update are made again, replacing the clip's
+    retake: bool = False
 
 
 @dataclasses.dataclass(frozen=True)

@@ -4,8 +4,9 @@ TensorBoard image).
 Which episodes make a recording is decided here, once for all of them. The first episode of an
 update starts a recording; the short episodes of the same update that follow it (``part > 0``)
 are chained into it, a still between each; replays of an update already kept are skipped and ask
-for no pixels; a recording whose rollout failed, or one cut short by newer parameters below
-``min_frames`` frames, is discarded. A subclass says only how frames are kept: ``_start``,
+for no pixels, except the final policy's retake (``EpisodeInfo.retake``), which replaces its clip;
+a recording whose rollout failed, or one cut short by newer parameters below ``min_frames``
+frames, is discarded. A subclass says only how frames are kept: ``_start``,
 ``_add``, ``_pause``, ``_save`` and ``_drop``.
 """
 from typing import Optional
@@ -61,7 +62,8 @@ class RecordedSink(FrameSink):
             self._episode_open = True
             return
         self._finish()  # an episode that never got its end message
-        if episode.update == self._last_kept_update or not self._accepting():
+        replay = episode.update == self._last_kept_update and not episode.retake
+        if replay or not self._accepting():
             return
         self._recording = episode
         self._episodes, self._frames, self._last_clipped = 1, 0, False

@@ -17,8 +17,8 @@ from async_plotter.tensorboard.writer import SummaryWriter
 
 logger = logging.getLogger(__name__)
 
-#: ``on_written(tag, step, recording, size_bytes, frames)``
-WrittenCallback = Callable[[str, int, EpisodeInfo, int, int], None]
+#: ``on_written(tag, step, recording, size_bytes, frames, clipped)``: ``clipped`` as for videos
+WrittenCallback = Callable[[str, int, EpisodeInfo, int, int, bool], None]
 
 #: the TensorBoard step of the initial policy's rollout (``Plotter()``'s policy, update 0)
 INITIAL_POLICY_STEP = -1
@@ -128,7 +128,7 @@ class TensorBoardSink(RecordedSink):
                     self.tag, step, len(reel), *reel.frames[0].size, size / 1024,
                     1000 * (time.process_time() - started))
         if self._on_written is not None:
-            self._on_written(self.tag, step, recording, size, len(reel))
+            self._on_written(self.tag, step, recording, size, len(reel), self.clipped)
         return True
 
     def _drop(self, why: str) -> None:

@@ -25,6 +25,8 @@ class VideoLedger:
         self._stats = stats
         self._written = threading.Condition()
         self._newest_update = -1
+        #: the newest update a kept rollout shows that is no clip of its episode
+        self._newest_whole_update = -1
         #: the newest mp4 and the update it shows
         self._newest_video: Optional[str] = None
         self._newest_video_update = -1
@@ -41,17 +43,24 @@ class VideoLedger:
         """The newest update a kept rollout shows (-1: none yet)."""
         return self._newest_update
 
+    @property
+    def newest_whole_update(self) -> int:
+        """The newest update a kept rollout shows that is no clip of its episode (-1: none)."""
+        return self._newest_whole_update
+
     def record(self, payload: Dict[str, Any]) -> None:
-        """A video report from the render process."""
+        """A video report from the render process. A file written again (the final policy's
+        whole episode after its clip, ``EpisodeInfo.retake``) replaces its entry."""
         stats = self._stats
         entry = {key: payload.get(key) for key in _LOGGED_KEYS}
-        stats.update(videos=stats.videos + 1,
+        log = [old for old in stats.video_log if old["path"] != entry["path"]]
+        new_file = len(log) == len(stats.video_log)
+        stats.update(videos=stats.videos + new_file,
                      last_video=payload["path"],
-                     video_log=(stats.video_log + [entry])[-VIDEO_LOG_LENGTH:])
+                     video_log=(log + [entry])[-VIDEO_LOG_LENGTH:])
         with self._written:
             update = payload.get("update")
-            if update is not None and update > self._newest_update:
-                self._newest_update = update
+            self._kept(update, payload.get("clipped", False))
             if update is not None and update >= self._newest_video_update:
                 self._newest_video, self._newest_video_update = payload["path"], update
             self._mark_final()
@@ -63,7 +72,9 @@ class VideoLedger:
         if payload.get("live"):
             stats.update(live_state_recordings=stats.live_state_recordings + 1)
             return
-        stats.update(state_recordings=stats.state_recordings + 1,
+        # The final policy's retake rewrites its clip's file: still one recording.
+        new_file = payload["path"] != stats.last_state_recording
+        stats.update(state_recordings=stats.state_recordings + new_file,
                      last_state_recording=payload["path"])
         update = payload.get("update")
         with self._written:
@@ -96,17 +107,26 @@ class VideoLedger:
         """A TensorBoard image report: a kept rollout too (it may be the final one)."""
         self._stats.tensorboard_images += 1
         with self._written:
-            update = payload.get("update")
-            if update is not None and update > self._newest_update:
-                self._newest_update = update
+            self._kept(payload.get("update"), payload.get("clipped", False))
             self._written.notify_all()
 
-    def ask_for_final(self, update: int) -> bool:
-        """Training is over at ``update``; True if a video of it (or newer) already exists."""
+    def _kept(self, update: Optional[int], clipped: bool) -> None:
+        if update is None:
+            return
+        self._newest_update = max(self._newest_update, update)
+        if not clipped:
+            self._newest_whole_update = max(self._newest_whole_update, update)
+
+    def _newest(self, clips: bool) -> int:
+        return self._newest_update if clips else self._newest_whole_update
+
+    def ask_for_final(self, update: int, clips: bool = True) -> bool:
+        """Training is over at ``update``; True if a video of it (or newer) already exists
+        (with ``clips=False``, one that is no clip of its episode)."""
         with self._written:
             self.final_update = update
             self._mark_final()  # the common case: training ended calmly, its video is there
-            return self._newest_update >= update
+            return self._newest(clips) >= update
 
     def _mark_final(self) -> None:
         if self.final_update is None:
@@ -121,13 +141,15 @@ class VideoLedger:
                  timeout: float,
                  give_up: Callable[[], bool],
                  history: bool = False,
-                 video: bool = True) -> bool:
+                 video: bool = True,
+                 clips: bool = True) -> bool:
         """Wait up to ``timeout`` s for a video of ``update`` or newer (``video=False``: none is
-        made here) and, with ``history``, its history recording; stop early once ``give_up()``
-        (the worker is disabled or gone). True once they exist."""
+        made here; ``clips=False``: one that is no clip of its episode) and, with ``history``,
+        its history recording; stop early once ``give_up()`` (the worker is disabled or gone).
+        True once they exist."""
         deadline = time.monotonic() + timeout
         with self._written:
-            while ((video and self._newest_update < update)
+            while ((video and self._newest(clips) < update)
                    or (history and self.newest_history_update < update)):
                 remaining = deadline - time.monotonic()
                 if remaining <= 0 or give_up():

@@ -534,6 +534,11 @@ class WorkerSupervisor:
         """The newest update a finished video shows (-1: none yet)."""
         return self._videos.newest_update
 
+    @property
+    def newest_whole_video_update(self) -> int:
+        """The newest update a finished video that is no clip of its episode shows (-1: none)."""
+        return self._videos.newest_whole_update
+
     def wait_until_ready(self, timeout: float) -> bool:
         """Wait up to ``timeout`` s for the worker's processes to finish starting; False if
         they did not (or plotting stopped meanwhile)."""
@@ -567,7 +572,10 @@ class WorkerSupervisor:
         speed, and wait up to ``timeout`` s for the video (``video=False``: it exists) and, with
         a history, its history recording. True once they exist."""
         history, makes_videos = self.keeps_history, self._config.records
-        video_there = self._videos.ask_for_final(update) or not makes_videos
+        # Asked for, the final video shows the whole episode: a clip of it, finished since
+        # close() looked, is made again whole (``EpisodeInfo.retake``).
+        clips = not video
+        video_there = self._videos.ask_for_final(update, clips) or not makes_videos
         if video_there and (not history or self.newest_history_update >= update):
             return True
         if self._governor is not None:
@@ -585,7 +593,12 @@ class WorkerSupervisor:
             return (self._stats.disabled or self._stats.video_dir_full
                     or not self._thread.is_alive())
 
-        return self._videos.wait_for(update, timeout, give_up, history, video=makes_videos)
+        return self._videos.wait_for(update,
+                                     timeout,
+                                     give_up,
+                                     history,
+                                     video=makes_videos,
+                                     clips=clips)
 
     def _send_final(self, pair: _Pair) -> None:
         # With the final update's number: an older policy's episode that begins after this is

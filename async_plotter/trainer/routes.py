@@ -135,8 +135,9 @@ class LocalRoute:
             logger.info("close(): no video of the final policy: no space left on the device "
                         "for the videos")
         elif not self._stats.disabled:
-            what = ("video" if self._config.records
-                    and supervisor.newest_video_update < writer.published else "history recording")
+            video_missing = (not video_made
+                             and supervisor.newest_whole_video_update < writer.published)
+            what = "video" if self._config.records and video_missing else "history recording"
             logger.warning(
                 "close(): the %s of the final policy was not finished within %.3g s; what "
                 "was recorded of it is kept. Raise final_video_timeout= (or close(timeout=)) "

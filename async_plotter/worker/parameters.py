@@ -125,7 +125,10 @@ class _MainTaker:
         self._fan_out = fan_out
 
     def newer_available(self) -> bool:
-        return self._fan_out._main.fresh
+        # The channel too: the thread may not have moved its newest update here yet, and a
+        # final video asked for must not be taken for one of the update applied before it.
+        fan_out = self._fan_out
+        return fan_out._main.fresh or fan_out._reader.newer_available()
 
     def final_requested(self) -> bool:
         return self._fan_out._reader.final_requested()

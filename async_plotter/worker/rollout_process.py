@@ -189,6 +189,7 @@ def _play(config: WorkerConfig,
                        max(int(scene.stride), 1), recorder)
     episode_index = 0
     part, shown = 0, 0  # episodes and steps shown of ``params.current`` so far
+    clipped = False  # the last video of ``params.current`` is a clip of its episode
     while True:
         if recorder is not None:
             recorder.check()
@@ -196,27 +197,34 @@ def _play(config: WorkerConfig,
             rollout = _with_live(rollout, remote.before_episode())
             config = rollout.config
         chained = params.current is not None and part > 0
-        fresh = not chained and (params.current is None or not config.live
-                                 or params.newer_available())
+        retake = not chained and clipped and _retake_due(params)
+        fresh = not chained and not retake and (params.current is None or not config.live
+                                                or params.newer_available())
         if fresh and not config.live and params.current is not None:
-            _wait_for_the_drawing(rollout)
+            _wait_for_the_drawing(rollout)  # ended early by the final video's request
+            retake = clipped and _retake_due(params)
+            fresh = not retake
         if fresh:
             if not params.update(timeout=1.0):
                 continue
+        if fresh or retake:
             part, shown = 0, 0
         current = params.current
         chain.before_episode(chained, params)
-        info = EpisodeInfo(current.number, current.iteration, episode_index, part)
+        info = EpisodeInfo(current.number, current.iteration, episode_index, part, retake)
         episode_index += 1
         # This process's first episode is clipped shorter; episodes chained to it stay whole.
         full = current.max_path_length
         clip = _clip_steps(current, config, playback, first=info.episode == 0)
         steps_left = max(full - shown, 1) if part else full
         clip_left = max(clip - shown, 1) if part else clip
-        wanted = chain.steps_wanted(fresh or chained, shown)  # by the video of ``current``
+        in_video = fresh or chained or retake  # not a live view's replay of ``current``
+        wanted = chain.steps_wanted(in_video, shown)  # by the video of ``current``
         end = _run_episode(rollout, info, (steps_left, clip_left), wanted)
         shown += end.steps
         part = part + 1 if end.continued else 0
+        if in_video:
+            clipped = end.clipped
         if recorder is not None and not part and not recorder.started:
             recorder.start()
         status.send(StatusKind.EPISODE,
@@ -227,6 +235,15 @@ def _play(config: WorkerConfig,
                     part=info.part,
                     iteration=info.iteration,
                     nonfinite_actions=stepper.take_nonfinite())
+
+
+def _retake_due(params: ParameterClient) -> bool:
+    """Whether the current update's video, a clip of its episode, is to be made again whole:
+    ``close()`` asked for the final video while that clip was drawn (it asks only where it
+    found no finished video of the final policy), and the current update is the final one.
+    Its steps were all sent before the request came (a rollout runs ahead of the drawing),
+    so the clip could not go on to the episode's end (``_run_episode``)."""
+    return params.final_requested() and not params.newer_available()
 
 
 def _wait_for_the_drawing(rollout: "_Rollout") -> None:

@@ -133,7 +133,8 @@ def _callback(spec: CallbackSpec, context: SinkContext) -> FrameSink:
 def _tensorboard(spec: TensorBoardSpec, context: SinkContext) -> FrameSink:
     from async_plotter.sinks.tensorboard import TensorBoardSink
 
-    def on_written(tag: str, step: int, recording: Any, size: int, frames: int) -> None:
+    def on_written(tag: str, step: int, recording: Any, size: int, frames: int,
+                   clipped: bool) -> None:
         context.status.send(StatusKind.TENSORBOARD,
                             path=spec.logdir,
                             tag=tag,
@@ -141,7 +142,8 @@ def _tensorboard(spec: TensorBoardSpec, context: SinkContext) -> FrameSink:
                             update=recording.update,
                             iteration=recording.iteration,
                             bytes=size,
-                            frames=frames)
+                            frames=frames,
+                            clipped=clipped)
 
     return TensorBoardSink(spec.logdir,
                            spec.tag or f"rollout/{context.title}",
