@@ -62,6 +62,25 @@ def test_policy_device_gpu_lets_the_rollout_process_see_the_trainers_gpus(
     assert "TF_FORCE_GPU_ALLOW_GROWTH" not in os.environ
 
 
+@pytest.mark.parametrize("users", [None, "2"])
+def test_the_workers_numpy_runs_blas_on_one_thread_unless_the_user_said(
+        tmp_path, monkeypatch, users, no_leftovers):
+    """A thread per core started at numpy's import spins after each call: CPU the budget pays
+    for, on arrays too small to split."""
+    if users is None:
+        monkeypatch.delenv("OPENBLAS_NUM_THREADS", raising=False)
+    else:
+        monkeypatch.setenv("OPENBLAS_NUM_THREADS", users)
+    plotter = started_plotter(tmp_path)
+    try:
+        pids = plotter.stats["worker_pids"]
+        seen = [environment_of(pids[name])["OPENBLAS_NUM_THREADS"] for name in pids]
+    finally:
+        plotter.close(final_video=False)
+    assert seen == [users or "1"] * 2
+    assert os.environ.get("OPENBLAS_NUM_THREADS") == users, "the trainer's is untouched"
+
+
 def closes_recorded(marker):
     return marker.read_text().split() if marker.exists() else []
 

@@ -20,7 +20,8 @@ import psutil
 from async_plotter.channel.base import ChannelAddress
 from async_plotter.console import tell
 from async_plotter.cpu import tree_cpu_seconds
-from async_plotter.processes import (spawn_context, start_process, stop_process, worker_environment)
+from async_plotter.processes import (one_blas_thread, spawn_context, start_process, stop_process,
+                                     worker_environment)
 from async_plotter.supervision import priorities
 from async_plotter.worker import render_process, rollout_process
 from async_plotter.supervision.budget import CpuGovernor, Phase
@@ -146,14 +147,18 @@ class WorkerSupervisor:
                 (self._config, frames_in, lifeline_in, render_status_out, self._http_listener),
                 name="async_plotter-render",
                 ignore_sigint=True,
-                die_with_parent=True)
+                die_with_parent=True,
+                env=one_blas_thread())
             rollout = start_process(self._source,
                                     (self._config.for_rollout(), self._channel_address(),
                                      frames_out, rollout_status_out),
                                     name="async_plotter-rollout",
                                     ignore_sigint=True,
                                     die_with_parent=True,
-                                    env=worker_environment(self._config.policy_device))
+                                    env={
+                                        **worker_environment(self._config.policy_device),
+                                        **one_blas_thread()
+                                    })
             # Our copies must go, or end-of-file would never reach the other side when one dies.
             for end in (frames_in, frames_out, lifeline_in, render_status_out, rollout_status_out):
                 end.close()
