@@ -3,7 +3,10 @@ process's TensorFlow (not from the render process, nor the trainer), and the env
 the rollout process ends."""
 import logging
 import os
+import subprocess
+import sys
 
+import cloudpickle
 import pytest
 
 from async_plotter import Plotter
@@ -79,6 +82,41 @@ def test_the_workers_numpy_runs_blas_on_one_thread_unless_the_user_said(
         plotter.close(final_video=False)
     assert seen == [users or "1"] * 2
     assert os.environ.get("OPENBLAS_NUM_THREADS") == users, "the trainer's is untouched"
+
+
+_RENDER_PROCESS_START = """
+import pickle, sys
+from async_plotter.sinks.rerender import prepare_gl
+prepare_gl()  # MuJoCo's GL backend, as the render process chooses it
+import async_plotter.worker.render_process
+config = pickle.loads(sys.stdin.buffer.read())
+import mujoco
+from async_plotter.render.mujoco_scene import MujocoScene
+model = mujoco.MjModel.from_xml_string(
+    "<mujoco><worldbody><geom type='plane' size='1 1 .1'/><body pos='0 0 .5'><freejoint/>"
+    "<geom type='sphere' size='.1'/></body></worldbody></mujoco>")
+scene = MujocoScene(pickle.dumps(model), None, -1, 64, 64, "auto")
+frame = scene.render()
+print(config.env.label, frame.shape[2], scene.gl_renderer.split()[0], sorted(
+    name for name in ("gymnasium", "keras", "tensorflow", "async_plotter.env.recipe",
+                      "async_plotter.policy.recipe", "OpenGL.GL") if name in sys.modules))
+"""
+
+
+def test_the_render_process_starts_without_gymnasium_the_policys_code_or_pyopengls_gl(tmp_path):
+    """What the render process imports before its first frame (its module, the config it is
+    sent, GL) is all start-up CPU, taken from a busy trainer; it builds no env and runs no
+    policy, and PyOpenGL's GL module alone cost 60-100 ms (``render/gl_calls.py``)."""
+    import keras
+
+    model = keras.Sequential([keras.Input((8, )), keras.layers.Dense(2, activation="tanh")])
+    config = cloudpickle.dumps(Plotter("Swimmer-v5", model, video_dir=str(tmp_path))._config.worker)
+    shown = subprocess.run([sys.executable, "-c", _RENDER_PROCESS_START],
+                           input=config,
+                           capture_output=True,
+                           check=True,
+                           timeout=120)
+    assert shown.stdout.decode().split() == ["Swimmer-v5", "3", "llvmpipe", "[]"], shown.stderr
 
 
 def closes_recorded(marker):

@@ -18,16 +18,7 @@ import gymnasium
 
 from async_plotter.errors import EnvSpecError
 from async_plotter.env.gym_compat import GymCompat, uses_old_gym_api, without_passive_checker
-
-
-@dataclasses.dataclass(frozen=True)
-class EnvRecipe:
-    """How to build the environment again in another process."""
-
-    kind: str  # "id" | "spec" | "factory" | "copy" | "chain"
-    payload: bytes
-    label: str
-
+from async_plotter.env.recipe_record import EnvRecipe
 
 #: a wrapper to apply in the worker: its class and keyword arguments (besides the env)
 WrapperRecord = Tuple[type, Dict[str, Any]]

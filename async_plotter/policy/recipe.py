@@ -3,31 +3,17 @@ rebuilding it there (``PolicyRuntime``); what differs between kinds of policy is
 ``adapters``. Graph-mode policies (TF1-style, in a ``tf.compat.v1.Session``) are rebuilt inside
 the worker's own ``tf.Graph`` and session.
 """
-import dataclasses
 import io
 import pickle
 import sys
-from typing import Any, Callable, Dict, Optional, Tuple
+from typing import Any, Callable, Optional, Tuple
 
 import cloudpickle
 import numpy as np
 
 from async_plotter.errors import PolicyNotRebuildableError
 from async_plotter.policy.adapters import NumpyCopyAdapter, PolicyAdapter, adapter_named
-
-
-@dataclasses.dataclass(frozen=True)
-class PolicyRecipe:
-    """Everything a worker needs to rebuild a policy; parameters are sent separately."""
-
-    kind: str  # "protocol" | "keras" | "module" | "numpy" (a copy acting in numpy)
-    payload: bytes
-    graph_mode: bool
-    description: str
-    #: the trainer's Keras settings that differ from Keras's defaults
-    #: (``keras_support.trainer_settings``), applied in the worker before the policy is rebuilt;
-    #: None where there are none (the worker imports Keras only for a Keras policy then)
-    keras_settings: Optional[Dict[str, Any]] = None
+from async_plotter.policy.recipe_record import PolicyRecipe
 
 
 def describe_policy(policy: Any,

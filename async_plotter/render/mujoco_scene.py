@@ -178,14 +178,11 @@ def _sample_one_mipmap_level(renderer: Any) -> None:
         logger.debug("textures keep trilinear filtering: this mujoco.Renderer has no context")
         return
     try:
-        from OpenGL import GL
+        from async_plotter.render.gl_calls import sample_one_mipmap_level
 
         for index in range(int(context.ntexture)):
             flat = int(context.textureType[index]) == 0  # mjTEXTURE_2D, else a cube or skybox
-            target = GL.GL_TEXTURE_2D if flat else GL.GL_TEXTURE_CUBE_MAP
-            GL.glBindTexture(target, int(context.texture[index]))
-            GL.glTexParameteri(target, GL.GL_TEXTURE_MIN_FILTER, GL.GL_LINEAR_MIPMAP_NEAREST)
-            GL.glBindTexture(target, 0)
+            sample_one_mipmap_level(int(context.texture[index]), flat)
     except Exception as error:  # noqa: BLE001 - a cheaper filter is worth no failed video
         logger.debug("textures keep trilinear filtering: %s", error)
 
@@ -209,10 +206,9 @@ def _gl_renderer_name(mujoco: Any) -> str:
     except Exception as error:  # noqa: BLE001 - MuJoCo raises ImportError, PyOpenGL its own
         raise OffscreenGLError(os.environ.get("MUJOCO_GL", "egl"), error) from error
     try:
-        from OpenGL import GL
+        from async_plotter.render.gl_calls import renderer_name
 
-        name = GL.glGetString(GL.GL_RENDERER)
-        return name.decode() if isinstance(name, bytes) else str(name)
+        return renderer_name() or "unknown"
     except Exception:  # noqa: BLE001 - the name is only for choosing a preset and logging
         return "unknown"
     finally:

@@ -2,8 +2,8 @@
 import dataclasses
 from typing import Any, Iterable, Optional, Tuple
 
-from async_plotter.env.recipe import EnvRecipe
-from async_plotter.policy.recipe import PolicyRecipe
+from async_plotter.env.recipe_record import EnvRecipe
+from async_plotter.policy.recipe_record import PolicyRecipe
 from async_plotter.render.history import DEFAULT_KEPT
 from async_plotter.worker.parameters import ParameterLayout
 from async_plotter.sinks.specs import SinkSpec, records, wants_live
