@@ -20,10 +20,9 @@ def _library() -> Any:
 
 
 def _function(name: str, restype: Any, *argtypes: Any) -> Callable[..., Any]:
-    function = getattr(_library(), name)
-    function.restype = restype
-    function.argtypes = list(argtypes)
-    return function
+    # A function object of our own: the library's attribute is shared with whoever else
+    # looked it up, and its types are not ours to set.
+    return ctypes.CFUNCTYPE(restype, *argtypes)((name, _library()))
 
 
 def renderer_name() -> Optional[str]:
