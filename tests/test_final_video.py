@@ -67,20 +67,27 @@ def test_close_records_the_final_policy_and_counts_it(tmp_path, caplog, no_lefto
     assert summary and "shows the final policy" in summary[-1], summary
 
 
-def test_videos_while_training_stop_at_video_length_and_the_final_one_is_whole(
-        tmp_path, no_leftovers):
+def _after_a_30_step_clip(video_dir):
+    """A Swimmer plotter of 90-step rollouts and 30-step videos, once iteration 0's video (a
+    clip) is written; and its policy."""
     policy = LinearPolicy(8, 2)
     plotter = Plotter("Swimmer-v5",
                       policy,
                       max_path_length=90,
                       video_length=30,
-                      video_dir=str(tmp_path),
+                      video_dir=str(video_dir),
                       seed=0).start()
     policy.fill(0.1)
     plotter.update_plot(policy, iteration=0)
     wait_for(lambda: any(v["iteration"] == 0 for v in plotter.stats["video_log"]),
              90,
              message="iteration 0's video")
+    return policy, plotter
+
+
+def test_videos_while_training_stop_at_video_length_and_the_final_one_is_whole(
+        tmp_path, no_leftovers):
+    policy, plotter = _after_a_30_step_clip(tmp_path)
     policy.fill(0.2)
     plotter.update_plot(policy, iteration=1)
     plotter.close()
@@ -96,18 +103,7 @@ def test_a_clip_of_the_final_policy_still_being_drawn_at_close_is_made_again_who
     """close() right after the last update while the worker was idle: the rollout process has
     sent the final policy's clip (its steps are simulated ahead of the drawing) before close()
     asks for the final video. That video is still the whole episode, written over the clip."""
-    policy = LinearPolicy(8, 2)
-    plotter = Plotter("Swimmer-v5",
-                      policy,
-                      max_path_length=90,
-                      video_length=30,
-                      video_dir=str(tmp_path),
-                      seed=0).start()
-    policy.fill(0.1)
-    plotter.update_plot(policy, iteration=0)
-    wait_for(lambda: any(v["iteration"] == 0 for v in plotter.stats["video_log"]),
-             90,
-             message="iteration 0's video")
+    policy, plotter = _after_a_30_step_clip(tmp_path)
     render = plotter.stats["worker_pids"]["render"]
     episodes = plotter.stats["episodes"]
     os.kill(render, signal.SIGSTOP)  # the clip's steps wait in the pipe, undrawn
