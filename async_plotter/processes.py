@@ -71,11 +71,12 @@ def worker_environment(policy_device: str) -> Dict[str, str]:
 
 
 def one_blas_thread() -> Dict[str, str]:
-    """What a plot worker's processes add to their environment: numpy's BLAS (OpenBLAS, in its
-    wheels) on one thread. Otherwise it starts a thread per core at numpy's import, and they
-    spin after calls before they sleep, CPU the budget pays for; a worker's arrays are one
-    observation or one frame, too small for BLAS to split (measured, docs/benchmarks.md: the
-    two processes' start-up 0.1-0.15 CPU-s less). A value the user set wins."""
+    """What the plot worker's processes and the RL host's samplers add to their environment:
+    numpy's BLAS (OpenBLAS, in its wheels) on one thread. Otherwise each starts a thread per
+    core at numpy's import, and they spin after calls before they sleep. A worker's arrays are
+    one observation or one frame, too small for BLAS to split, and each sampler is meant to have
+    one core (measured, docs/benchmarks.md: the plot worker's start-up 0.1-0.15 CPU-s less).
+    A value the user set wins."""
     if "OPENBLAS_NUM_THREADS" in os.environ:
         return {}
     return {"OPENBLAS_NUM_THREADS": "1"}

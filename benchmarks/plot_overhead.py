@@ -27,6 +27,8 @@ of 8 with the order swapped: ``docs/benchmarks.md``). Modes:
   CPU allow rather than at most at the frame cap's rate of wall time (not run by default).
 * ``before``: ``defaults`` of another checkout of this library (``--before-tree``, e.g. a
   ``git worktree`` of an earlier commit), to compare what a change bought in the same round.
+* ``off-before``: plotting off in that checkout: what a change to the RL host itself (its
+  samplers) did to training.
 
 Envs: ``Swimmer-v5`` and ``HalfCheetah-v5`` train with the RL host (above); ``Hopper-v5-keras``
 is the direct route: a Keras policy (11-64-64-3) trained by ``model.fit`` (a regression on fixed
@@ -108,6 +110,7 @@ MODES = {
         "fps": 1000
     },
     "before": {},
+    "off-before": None,
     # The defaults without the run's history (every policy recorded once more, undrawn).
     "no-history": {
         "history": False
@@ -361,7 +364,7 @@ def _make_update_plot_synchronous(batch_polopt, every: int, n_itr: int, waits: l
 def run_child(mode, env_id, args, sync_every=0):
     max_path_length, batch_size = (100, 1000) if args.quick else (500, args.batch_size)
     environment = dict(os.environ)
-    if mode == "before":
+    if mode in ("before", "off-before"):
         environment["PLOT_OVERHEAD_LIBRARY"] = os.path.abspath(args.before_tree)
     command = [
         sys.executable, __file__, "--child", mode, env_id,
@@ -499,8 +502,9 @@ def main():
     if unknown or "off" not in modes:
         parser.error(f"unknown modes/envs {unknown} (modes: {sorted(MODES)}, envs: {ENVS}); "
                      "'off' is needed as the reference")
-    if "before" in modes and not args.before_tree:
-        parser.error("the mode 'before' needs --before-tree PATH (another checkout)")
+    if {"before", "off-before"} & set(modes) and not args.before_tree:
+        parser.error("the modes 'before' and 'off-before' need --before-tree PATH (another "
+                     "checkout)")
     runs, measured = [], []
     total = args.rounds * len(envs) * len(modes)
     started = time.time()

@@ -125,14 +125,18 @@ def _environment_of(pid):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("policy_device,hidden", [("cpu", True), ("gpu", False)])
-def test_sampler_workers_start_with_gpus_hidden_unless_asked(policy_device, hidden, monkeypatch,
-                                                             no_leftover_children):
+def test_sampler_workers_start_with_gpus_hidden_unless_asked_and_one_blas_thread(
+        policy_device, hidden, monkeypatch, no_leftover_children):
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0")
+    monkeypatch.delenv("OPENBLAS_NUM_THREADS", raising=False)
     before = dict(os.environ)
     with ParallelSampler(2, policy_device=policy_device) as parallel:
         parallel.start("InvertedPendulum-v5", rl_child.NumpyLinearPolicy(4, 1), seed=0)
-        seen = [_environment_of(pid)["CUDA_VISIBLE_DEVICES"] for pid in parallel.worker_pids]
+        started = [_environment_of(pid) for pid in parallel.worker_pids]
+    seen = [environment["CUDA_VISIBLE_DEVICES"] for environment in started]
     assert seen == (["", ""] if hidden else ["0", "0"])
+    # numpy's BLAS on one thread: a thread per core in each sampler would only spin
+    assert [environment.get("OPENBLAS_NUM_THREADS") for environment in started] == ["1", "1"]
     assert dict(os.environ) == before, "the trainer's environment is untouched"
 
 
