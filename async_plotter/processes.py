@@ -61,13 +61,15 @@ def worker_environment(policy_device: str) -> Dict[str, str]:
     starts before the trainer builds its model (or four samplers) could take the memory training
     needs; a one-observation policy step is faster on the CPU anyway. ``"gpu"``: the trainer's
     GPUs, with TensorFlow's memory growth on (``TF_FORCE_GPU_ALLOW_GROWTH``) unless already set.
-    The render process gets none of this: it draws with the GPU's EGL where there is one.
+    The render process gets none of this (it draws with the GPU's EGL where there is one), only
+    ``one_blas_thread()``, which is part of this too.
     """
-    if policy_device == "gpu":
-        if "TF_FORCE_GPU_ALLOW_GROWTH" in os.environ:
-            return {}
-        return {"TF_FORCE_GPU_ALLOW_GROWTH": "true"}
-    return {"CUDA_VISIBLE_DEVICES": ""}
+    device: Dict[str, str] = {}
+    if policy_device != "gpu":
+        device = {"CUDA_VISIBLE_DEVICES": ""}
+    elif "TF_FORCE_GPU_ALLOW_GROWTH" not in os.environ:
+        device = {"TF_FORCE_GPU_ALLOW_GROWTH": "true"}
+    return {**device, **one_blas_thread()}
 
 
 def one_blas_thread() -> Dict[str, str]:

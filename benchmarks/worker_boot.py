@@ -133,7 +133,7 @@ def main() -> None:
                 runs[name][tree].append(measure(trees[tree], name))
         print(f"  round {round_number + 1}/{args.rounds} done", flush=True)
     rows = []
-    print(f"\nThe plot worker's start-up, Keras policies on Swimmer-v5, medians of {args.rounds}")
+    print(f"\nThe plot worker's start-up on Swimmer-v5, medians of {args.rounds}")
     print("| policy | checkout | worker acts with | ready after s | CPU-s at ready | boot CPU-s "
           "| first video s |")
     print("| --- | --- | --- | ---: | ---: | ---: | ---: |")

@@ -301,10 +301,7 @@ class ParallelSampler(Sampler):
                     name=f"async_plotter-sampler-{index}",
                     ignore_sigint=True,
                     die_with_parent=True,
-                    env={
-                        **processes.worker_environment(self.policy_device),
-                        **processes.one_blas_thread()
-                    })
+                    env=processes.worker_environment(self.policy_device))
                 # Without our copy of the child's end, the child's exit shows up here as EOF.
                 child_end.close()
                 self._processes.append(process)

@@ -155,10 +155,7 @@ class WorkerSupervisor:
                                     name="async_plotter-rollout",
                                     ignore_sigint=True,
                                     die_with_parent=True,
-                                    env={
-                                        **worker_environment(self._config.policy_device),
-                                        **one_blas_thread()
-                                    })
+                                    env=worker_environment(self._config.policy_device))
             # Our copies must go, or end-of-file would never reach the other side when one dies.
             for end in (frames_in, frames_out, lifeline_in, render_status_out, rollout_status_out):
                 end.close()

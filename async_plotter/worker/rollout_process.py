@@ -197,13 +197,13 @@ def _play(config: WorkerConfig,
             rollout = _with_live(rollout, remote.before_episode())
             config = rollout.config
         chained = params.current is not None and part > 0
-        retake = not chained and clipped and _retake_due(params)
-        fresh = not chained and not retake and (params.current is None or not config.live
-                                                or params.newer_available())
+        fresh = not chained and (params.current is None or not config.live
+                                 or params.newer_available())
         if fresh and not config.live and params.current is not None:
-            _wait_for_the_drawing(rollout)  # ended early by the final video's request
-            retake = clipped and _retake_due(params)
-            fresh = not retake
+            _wait_for_the_drawing(rollout)  # ended at once by the final video's request
+        # After the wait: the final video may have been asked for meanwhile.
+        retake = not chained and clipped and _retake_due(params)
+        fresh = fresh and not retake
         if fresh:
             if not params.update(timeout=1.0):
                 continue
