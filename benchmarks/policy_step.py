@@ -6,10 +6,11 @@ by side in one process with the worker's own thread limits.
     .venv/bin/python benchmarks/policy_step.py [--steps 3000]
 
 Forms: a Keras Sequential and a functional 17-64-64-6 MLP (HalfCheetah's sizes), and the
-Sequential one with its input normalized and each hidden layer layer-normalized, which the worker
-calls as their numpy copy (``policy/numpy_copy.py``), the same functional MLP with its input
-joined to the last layer's (a skip connection: compiled in the worker), a ``tf.Module`` of the
-same shape, and the RL host's ``GaussianMLPPolicy`` (64, 64), whose ``get_action`` calls its own
+Sequential one with its input normalized and each hidden layer layer-normalized, the functional
+MLP with its input joined to the last layer's (a skip connection), and a residual one (two
+blocks of ``x + Dense(relu(Dense(LayerNormalization(x))))``), which the worker calls as their
+numpy copy (``policy/numpy_copy.py``), a ``tf.Module`` of the same shape (compiled in the
+worker), and the RL host's ``GaussianMLPPolicy`` (64, 64), whose ``get_action`` calls its own
 concrete function (its "eager" column) and which the worker calls as its numpy copy
 (``rl/numpy_mlp.py``). Goal (issue 21): compiled <= 0.3 ms a step for the 2x64 MLP and >= 10x
 below eager Keras. Prints a table; writes benchmarks/results/policy_step.json.
@@ -76,6 +77,12 @@ def forms():
     functional = keras.Model(inputs, keras.layers.Dense(ACT)(hidden))
     joined = keras.layers.Concatenate()([inputs, hidden])
     skip = keras.Model(inputs, keras.layers.Dense(ACT)(joined))
+    residual = keras.layers.Dense(HIDDEN)(inputs)
+    for _ in range(2):
+        block = keras.layers.LayerNormalization()(residual)
+        block = keras.layers.Dense(HIDDEN, activation="relu")(block)
+        residual = keras.layers.Add()([residual, keras.layers.Dense(HIDDEN)(block)])
+    residual = keras.Model(inputs, keras.layers.Dense(ACT)(residual))
 
     class MLPModule(tf.Module):
 
@@ -95,7 +102,8 @@ def forms():
     gaussian = GaussianMLPPolicy(obs_dim=OBS, action_dim=ACT, hidden_sizes=(HIDDEN, HIDDEN))
     return [("Keras Sequential", sequential), ("Keras functional", functional),
             ("Keras Sequential, normalized", normalized),
-            ("Keras functional, skip connection", skip), ("tf.Module", MLPModule()),
+            ("Keras functional, skip connection", skip),
+            ("Keras functional, residual blocks", residual), ("tf.Module", MLPModule()),
             ("rl GaussianMLPPolicy", gaussian)]
 
 

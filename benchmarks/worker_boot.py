@@ -11,7 +11,8 @@ Each measurement is a fresh trainer process (its own TensorFlow imported first, 
 is) that plots a policy on Swimmer-v5 into a scratch folder until its first video, then closes.
 Policies: a Keras 2x64 MLP of Dense layers, the same with its input normalized and each hidden
 layer layer-normalized, the 2x64 MLP with its input joined to the last layer's (a skip
-connection: the worker acts through TensorFlow), and the RL host's 32x32 Gaussian MLP.
+connection), the 2x64 MLP with an ``EinsumDense`` output layer (which the numpy copy does not
+compute: the worker acts through TensorFlow), and the RL host's 32x32 Gaussian MLP.
 Checkouts alternate which goes first; medians over ``--rounds``. Takes ~3 minutes on 2 cores.
 Prints a table; writes benchmarks/results/worker_boot.json.
 """
@@ -26,7 +27,8 @@ import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 RESULTS = os.path.join(ROOT, "benchmarks", "results")
-POLICIES = ("2x64 MLP", "2x64 MLP, normalized", "2x64 MLP, skip connection", "RL 32x32 MLP")
+POLICIES = ("2x64 MLP", "2x64 MLP, normalized", "2x64 MLP, skip connection",
+            "2x64 MLP, EinsumDense output", "RL 32x32 MLP")
 
 
 def build(name: str):
@@ -51,6 +53,8 @@ def build(name: str):
     hidden = layers.Dense(64, activation="tanh")(hidden)
     if name == "2x64 MLP, skip connection":
         hidden = layers.Concatenate()([inputs, hidden])
+    if name == "2x64 MLP, EinsumDense output":
+        return keras.Model(inputs, layers.EinsumDense("ab,bc->ac", 2, bias_axes="c")(hidden))
     return keras.Model(inputs, layers.Dense(2)(hidden))
 
 

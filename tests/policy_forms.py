@@ -47,8 +47,8 @@ def functional():
 
 
 def functional_with_skip():
-    """The observation joins the hidden layer's output: not a chain of Dense layers, so the
-    worker rebuilds it from its Keras config and calls it through TensorFlow."""
+    """The observation joins the hidden layer's output (a skip connection): the worker computes
+    the graph in numpy."""
     inputs = keras.Input((OBS, ))
     hidden = keras.layers.Dense(8, activation="tanh")(inputs)
     joined = keras.layers.Concatenate()([inputs, hidden])
@@ -110,15 +110,14 @@ def normalization():
     return model, _push_on_position(model.layers[-1], OBS)
 
 
-def normalization_with_skip():
-    """As ``normalization()``, with the normalized observation joined to itself: not a chain, so
-    the worker rebuilds it from its Keras config and acts through TensorFlow, where the layer's
-    derived state must be remade after every update."""
+def normalization_through_tensorflow():
+    """As ``normalization()``, the output computed by an ``EinsumDense`` layer, which the numpy
+    copy does not compute: the worker rebuilds the model from its Keras config and acts through
+    TensorFlow, where the layer's derived state must be remade after every update."""
     inputs = keras.Input((OBS, ))
     normalized = _adapted_normalization()(inputs)
-    joined = keras.layers.Concatenate()([normalized, normalized])
-    dense = keras.layers.Dense(ACTIONS)
-    return keras.Model(inputs, dense(joined)), _push_on_position(dense, 2 * OBS)
+    output = keras.layers.EinsumDense("ab,bc->ac", output_shape=ACTIONS, bias_axes="c")
+    return keras.Model(inputs, output(normalized)), _push_on_position(output, OBS)
 
 
 def mixed_precision():

@@ -145,6 +145,8 @@ def test_the_headline_figures_are_the_measured_ones():
     step = {row["policy"]: row for row in _results("policy_step.json")["rows"]}
     keras_step, mlp_step = step["Keras Sequential"], step["rl GaussianMLPPolicy"]
     normalized_step = step["Keras Sequential, normalized"]
+    skip_step = step["Keras functional, skip connection"]
+    residual_step = step["Keras functional, residual blocks"]
     keras_run = _results("plot_overhead_keras_numpy.json")["summary"]["Hopper-v5-keras"]
     now, then = keras_run["defaults"], keras_run["before"]
     expected = [
@@ -154,7 +156,10 @@ def test_the_headline_figures_are_the_measured_ones():
         f"numpy copy {keras_step['worker_ms']:.3f} ms, {keras_step['compiled_over_worker']:.0f}x "
         f"less CPU than its traced call, our MLP policies' {mlp_step['worker_ms']:.3f} ms; with "
         f"`Normalization` and two `LayerNormalization` layers {normalized_step['worker_ms']:.3f} ms "
-        f"({normalized_step['compiled_over_worker']:.0f}x)",
+        f"({normalized_step['compiled_over_worker']:.0f}x), with a skip connection "
+        f"{skip_step['worker_ms']:.3f} ms ({skip_step['compiled_over_worker']:.0f}x), with two "
+        f"residual blocks {residual_step['worker_ms']:.3f} ms "
+        f"({residual_step['compiled_over_worker']:.0f}x)",
         f"{now['training_ratio']:.2f}x of plotting off (was {then['training_ratio']:.2f}x; end to "
         f"end {now['end_to_end_ratio']:.2f}x, was {then['end_to_end_ratio']:.2f}x)",
         f"booted in {now['boot_seconds']:.1f} s ({then['boot_seconds']:.1f} s), "

@@ -1,21 +1,20 @@
-"""A Keras model that is a chain of layers numpy computes acts in numpy in the worker: it computes
-what Keras computes, for every nonlinearity and layer it takes, at any flat vector the trainer
-sends; a model
-numpy would compute differently travels as its Keras config; and the worker then never loads
-TensorFlow."""
+"""A Keras model whose layers numpy computes acts in numpy in the worker: it computes what Keras
+computes, for every nonlinearity, layer and graph it takes (skip connections, a layer called
+twice), at any flat vector the trainer sends; a model numpy would compute differently travels as
+its Keras config; and the worker then never loads TensorFlow."""
 import numpy as np
 import pytest
 
 from async_plotter import Plotter, PolicyMismatchError
 from async_plotter.policy.adapters import KerasAdapter
-from async_plotter.policy.numpy_copy import ACTIVATIONS, keras_layer_chain
+from async_plotter.policy.numpy_copy import ACTIVATIONS, keras_layer_graph
 from async_plotter.policy.recipe import describe_policy
 from tests import policy_forms
 from tests.conftest import loads_tensorflow, mapped_libraries, wait_for
 
 
 def _copy(model):
-    return keras_layer_chain(model, KerasAdapter().flat(model))
+    return keras_layer_graph(model, KerasAdapter().flat(model))
 
 
 def _same_output(chain, model, adapter, flat):
@@ -89,6 +88,7 @@ LAYERS = {
     "PReLU": [HIDDEN, ("PReLU", {})],
     "ELU with its alpha": [HIDDEN, ("ELU", dict(alpha=0.5))],
     "Softmax": [HIDDEN, ("Softmax", {})],
+    "UnitNormalization": [HIDDEN, ("UnitNormalization", {})],
     "Rescaling, noise and Flatten": [("Rescaling", dict(scale=0.5, offset=-1.0)), ("Flatten", {}),
                                      ("GaussianNoise", dict(stddev=0.3)),
                                      ("GaussianDropout", dict(rate=0.3)), ("Identity", {})],
@@ -125,16 +125,91 @@ def test_functional_float64_and_bias_free_chains_are_taken():
         chain.set_flat(np.zeros(41))
 
 
-def _skip_connection():
-    return policy_forms.functional_with_skip()[0]
+def _inputs(size=5):
+    import keras
+
+    return keras.Input((size, ))
+
+
+def _residual_blocks():
+    """Blocks as residual RL networks write them (SimBa): x + Dense(relu(Dense(LayerNorm(x))))."""
+    import keras
+
+    inputs = _inputs()
+    x = keras.layers.Dense(8)(inputs)
+    for _ in range(2):
+        y = keras.layers.LayerNormalization()(x)
+        y = keras.layers.Dense(16, activation="relu")(y)
+        x = keras.layers.Add()([x, keras.layers.Dense(8)(y)])
+    x = keras.layers.LayerNormalization()(x)
+    return keras.Model(inputs, keras.layers.Dense(3, activation="tanh")(x))
+
+
+def _input_joined_to_every_layer():
+    """D2RL: the observation concatenated to each hidden layer's input."""
+    import keras
+
+    inputs = _inputs()
+    x = keras.layers.Dense(8, activation="relu")(inputs)
+    for _ in range(2):
+        x = keras.layers.Dense(8, activation="relu")(keras.layers.Concatenate()([x, inputs]))
+    return keras.Model(inputs, keras.layers.Dense(3)(x))
+
+
+def _operators():
+    """``+``, ``-`` and ``*`` of Keras tensors, a number among them."""
+    import keras
+
+    inputs = _inputs()
+    hidden = keras.layers.Dense(5, activation="tanh")(inputs)
+    mixed = (inputs + hidden) * 0.5 - keras.layers.Dropout(0.5)(hidden)
+    return keras.Model(inputs, keras.layers.Dense(3)(mixed))
+
+
+def _every_merge():
+    import keras
+
+    inputs = _inputs()
+    a, b = keras.layers.Dense(6)(inputs), keras.layers.Dense(6)(inputs)
+    merged = [
+        getattr(keras.layers, name)()([a, b])
+        for name in ("Add", "Subtract", "Multiply", "Average", "Maximum", "Minimum")
+    ]
+    return keras.Model(inputs, keras.layers.Dense(3)(keras.layers.Concatenate()(merged)))
 
 
 def _shared_layer():
     import keras
 
-    inputs = keras.Input((4, ))
+    inputs = _inputs(4)
     square = keras.layers.Dense(4, activation="tanh")
     return keras.Model(inputs, square(square(inputs)))
+
+
+def _skip_connection():
+    return policy_forms.functional_with_skip()[0]
+
+
+GRAPHS = {
+    "skip connection (the input joined to the output layer's)": _skip_connection,
+    "residual blocks": _residual_blocks,
+    "the input joined to every layer": _input_joined_to_every_layer,
+    "+, - and * of tensors": _operators,
+    "every merge layer": _every_merge,
+    "a layer called twice": _shared_layer,
+}
+
+
+@pytest.mark.parametrize("case", sorted(GRAPHS))
+def test_every_graph_it_takes_computes_what_keras_does(case):
+    model = GRAPHS[case]()
+    graph = _copy(model)
+    assert graph is not None, case
+    adapter = KerasAdapter()
+    flat = adapter.flat(model)
+    _same_output(graph, model, adapter, flat)
+    moved = flat * 1.5 + np.random.default_rng(3).normal(0.1, 0.2, flat.shape)
+    _same_output(graph, model, adapter, moved.astype(flat.dtype))  # an update
 
 
 def _dense(**kwargs):
@@ -164,15 +239,45 @@ def _stale_normalization():
     return model
 
 
+def _einsum_output():
+    import keras
+
+    inputs = _inputs(4)
+    return keras.Model(inputs, keras.layers.EinsumDense("ab,bc->ac", output_shape=2)(inputs))
+
+
+def _concatenated_over_the_batch():
+    import keras
+
+    inputs = _inputs(4)
+    joined = keras.layers.Concatenate(axis=0)([inputs, inputs])
+    return keras.Model(inputs, keras.layers.Dense(2)(joined))
+
+
+def _times_an_array():
+    import keras
+
+    inputs = _inputs(4)
+    return keras.Model(inputs, keras.layers.Dense(2)(inputs * np.ones(4, np.float32)))
+
+
+def _dropout_kept_on():
+    import keras
+
+    inputs = _inputs(4)
+    dropped = keras.layers.Dropout(0.5)(inputs, training=True)
+    return keras.Model(inputs, keras.layers.Dense(2)(dropped))
+
+
 NOT_TAKEN = {
-    "skip connection": _skip_connection,
-    "a layer used twice": _shared_layer,
-    "celu (no numpy twin)": lambda: _dense(activation="celu"),
     "a nonlinearity of your own": lambda: _dense(activation=lambda x: 2 * x),
     "subclassed": lambda: policy_forms.subclassed()[0],
     "Normalization whose weights were set without finalize_state()": _stale_normalization,
-    "a layer it does not compute (UnitNormalization)": lambda: _chain(("UnitNormalization", {})),
+    "a layer it does not compute (EinsumDense)": _einsum_output,
     "a Softmax over the batch": lambda: _chain(("Softmax", dict(axis=0))),
+    "a Concatenate over the batch": _concatenated_over_the_batch,
+    "an array as operand": _times_an_array,
+    "a Dropout kept on at inference": _dropout_kept_on,
     "mixed precision": lambda: policy_forms.mixed_precision()[0],
     "LoRA": _lora,
     "input of rank 3": _sequence_input,

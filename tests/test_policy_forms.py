@@ -12,25 +12,38 @@ from tests.conftest import loads_tensorflow, mapped_libraries, wait_for
 
 # Every form, built by a function of a scratch folder: (policy, push(direction)[, factory]).
 FORMS = {
-    "keras-sequential": lambda tmp: policy_forms.sequential(),
-    "keras-functional": lambda tmp: policy_forms.functional(),
-    "keras-functional-skip": lambda tmp: policy_forms.functional_with_skip(),
-    "keras-subclassed-registered": lambda tmp: policy_forms.subclassed(),
-    "keras-adapted-normalization": lambda tmp: policy_forms.normalization(),
-    "keras-adapted-normalization-skip": lambda tmp: policy_forms.normalization_with_skip(),
-    "keras-mixed-precision": lambda tmp: policy_forms.mixed_precision(),
-    "keras-float64": lambda tmp: policy_forms.float64(),
-    "keras-loaded-from-file": policy_forms.loaded_from_file,
-    "keras-tfsm-layer": policy_forms.tfsm_layer,
-    "module-wrapping-saved-model": policy_forms.saved_model_module,
-    "module-built-lazily": lambda tmp: policy_forms.lazy_module_built(),
-    "protocol-with-tf-function": lambda tmp: policy_forms.protocol_tf_function(),
+    "keras-sequential":
+    lambda tmp: policy_forms.sequential(),
+    "keras-functional":
+    lambda tmp: policy_forms.functional(),
+    "keras-functional-skip":
+    lambda tmp: policy_forms.functional_with_skip(),
+    "keras-subclassed-registered":
+    lambda tmp: policy_forms.subclassed(),
+    "keras-adapted-normalization":
+    lambda tmp: policy_forms.normalization(),
+    "keras-adapted-normalization-tensorflow":
+    lambda tmp: policy_forms.normalization_through_tensorflow(),
+    "keras-mixed-precision":
+    lambda tmp: policy_forms.mixed_precision(),
+    "keras-float64":
+    lambda tmp: policy_forms.float64(),
+    "keras-loaded-from-file":
+    policy_forms.loaded_from_file,
+    "keras-tfsm-layer":
+    policy_forms.tfsm_layer,
+    "module-wrapping-saved-model":
+    policy_forms.saved_model_module,
+    "module-built-lazily":
+    lambda tmp: policy_forms.lazy_module_built(),
+    "protocol-with-tf-function":
+    lambda tmp: policy_forms.protocol_tf_function(),
 }
 KERAS_OR_MODULE = {name for name in FORMS if not name.startswith("protocol")}
-#: Keras models that are a chain of layers numpy computes: the worker acts with their numpy copy
-NUMPY_CHAINS = {
-    "keras-sequential", "keras-functional", "keras-float64", "keras-loaded-from-file",
-    "keras-adapted-normalization"
+#: Keras models whose layers numpy computes: the worker acts with their numpy copy
+NUMPY_COPIES = {
+    "keras-sequential", "keras-functional", "keras-functional-skip", "keras-float64",
+    "keras-loaded-from-file", "keras-adapted-normalization"
 }
 
 
@@ -83,13 +96,13 @@ def test_the_videos_show_the_trainers_policy(name, tmp_path, unsafe_keras, no_le
     assert stats["final_video"] and stats["final_video"].endswith("iter_0001.mp4")
     assert cart_moves(str(videos / "iter_0000.mp4")) == -1, "the first video should push left"
     assert cart_moves(stats["final_video"]) == 1, "the final video should push right"
-    if name in NUMPY_CHAINS:
+    if name in NUMPY_COPIES:
         expected_call = ("numpy", )
     else:
         expected_call = ("xla", "graph") if name in KERAS_OR_MODULE else ("get_action", )
     assert stats["policy_call"] in expected_call
     # A numpy copy spares the rollout process TensorFlow; every other form needs it there.
-    assert tensorflow_mapped == (name not in NUMPY_CHAINS)
+    assert tensorflow_mapped == (name not in NUMPY_COPIES)
 
 
 @pytest.mark.slow
@@ -164,7 +177,7 @@ def _keep_traces(monkeypatch):
     ids=["normalization-state-dropped", "stale-trace-after-an-update"])
 def test_the_check_catches_a_wrong_copy_by_itself(bug, expected, tmp_path, monkeypatch):
     bug(monkeypatch)
-    model, push = policy_forms.normalization_with_skip()  # acts through TensorFlow
+    model, push = policy_forms.normalization_through_tensorflow()  # acts through TensorFlow
     push(policy_forms.RIGHT)
     with pytest.raises(PolicyMismatchError, match=expected):
         Plotter("CartPole-v1", model, video_dir=str(tmp_path))
@@ -185,7 +198,7 @@ def test_the_check_catches_a_config_emptied_in_place_by_itself(tmp_path, monkeyp
         return how, value
 
     monkeypatch.setattr(KerasAdapter, "structure", emptying_structure)
-    model, _ = policy_forms.functional_with_skip()  # travels as its config
+    model, _ = policy_forms.normalization_through_tensorflow()  # travels as its config
     with pytest.raises(PolicyNotRebuildableError, match="could not rebuild"):
         Plotter("CartPole-v1", model, video_dir=str(tmp_path))
 

@@ -7,7 +7,7 @@
 * ``ModuleAdapter``: a callable ``tf.Module``, shipped by ``cloudpickle``; its parameters are its
   variables, those of objects it holds from ``tf.saved_model.load`` included;
 * ``NumpyCopyAdapter``: the worker's side of a policy shipped as its numpy copy
-  (``numpy_copy``: a Keras chain of layers numpy computes), which takes the same flat vector.
+  (``numpy_copy``: a Keras model whose layers numpy computes), which takes the same flat vector.
 
 Keras models and modules act through one traced function per observation shape
 (``compiled_call``); ``reference_act`` calls the trainer's object the plain way. ``adapter_for``
@@ -21,7 +21,7 @@ from typing import Any, Dict, List, Optional, Tuple, Type
 import numpy as np
 
 from async_plotter.policy.compiled_call import CompiledCall
-from async_plotter.policy.numpy_copy import keras_layer_chain, split_flat
+from async_plotter.policy.numpy_copy import keras_layer_graph, split_flat
 from async_plotter.errors import PolicyNotRebuildableError, PolicyProtocolError, PolicyShapeError
 
 PROTOCOL_METHODS = ("get_param_values", "set_param_values", "get_action")
@@ -217,7 +217,7 @@ class KerasAdapter(PolicyAdapter):
         })
 
     def numpy_copy(self, policy: Any) -> Optional[Any]:
-        return keras_layer_chain(policy, self.flat(policy))
+        return keras_layer_graph(policy, self.flat(policy))
 
     def rebuild(self, how: str, value: Any) -> Any:
         import keras
@@ -338,7 +338,7 @@ def module_variables(module: Any) -> List[Any]:
 
 class NumpyCopyAdapter(PolicyAdapter):
     """The worker's side of a policy that travels as its numpy copy (``numpy_copy``, a
-    ``LayerChain``): never chosen for a trainer's policy, only from a recipe."""
+    ``LayerGraph``): never chosen for a trainer's policy, only from a recipe."""
 
     kind = "numpy"
 

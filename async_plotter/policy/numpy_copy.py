@@ -1,4 +1,4 @@
-"""A Keras model that is a chain of layers numpy computes (``Dense``, normalizations, rectifiers),
+"""A Keras model whose layers numpy computes (``Dense``, normalizations, rectifiers, merges),
 computed in numpy: what the plot worker acts with for such a model, so that its rollout process
 never imports TensorFlow.
 
@@ -12,18 +12,20 @@ models users write.
 Taken only where numpy computes what Keras does: a ``Sequential`` or functional model with one
 input of shape ``(batch, n)`` and one output, all in float32 or all in float64, whose layers are
 each of a class ``_layer_steps`` names (at inference ``Dropout`` and the noise layers do nothing)
-with nonlinearities of ``ACTIVATIONS``; and only once the chain, applied to random inputs, gives
-the model's own output (a functional model with a skip connection does not). Anything else
-travels as its Keras config and acts through TensorFlow, as before. The trainer-side check then
-compares the copy with the model like any worker copy.
+with nonlinearities of ``ACTIVATIONS``. A functional model is computed as its graph: skip
+connections (``Add``, ``Concatenate``, ... or ``+``, ``-``, ``*`` of its tensors) and a layer
+called twice included. And only once the copy, applied to random inputs, gives the model's own
+output. Anything else travels as its Keras config and acts through TensorFlow, as before. The
+trainer-side check then compares the copy with the model like any worker copy.
 
 A layer's weights are read from the model's flat vector at every update, as the trainer sends it;
 an adapted ``Normalization`` computes from its ``adapt_mean`` and ``adapt_variance`` as Keras does
 after ``finalize_state()``, which the Keras path in the worker calls after every update.
 
 Nothing here imports TensorFlow or Keras at module level: the rollout process unpickles a
-``LayerChain`` with numpy alone.
+``LayerGraph`` with numpy alone.
 """
+import functools
 import logging
 import math
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
@@ -94,6 +96,35 @@ def _gelu(x: np.ndarray) -> np.ndarray:
     return 0.5 * x * (1 + _erf(x / np.sqrt(x.dtype.type(2))).astype(x.dtype))
 
 
+def _celu(x: np.ndarray) -> np.ndarray:
+    return np.maximum(x, 0) + np.expm1(np.minimum(x, 0))  # Keras's alpha=1
+
+
+def _squareplus(x: np.ndarray) -> np.ndarray:
+    return (x + np.sqrt(np.square(x) + x.dtype.type(4))) / 2  # Keras's b=4
+
+
+def _soft_shrink(x: np.ndarray) -> np.ndarray:
+    half = x.dtype.type(0.5)  # Keras's threshold
+    return np.where(x > half, x - half, np.where(x < -half, x + half, 0)).astype(x.dtype)
+
+
+def _hard_shrink(x: np.ndarray) -> np.ndarray:
+    return np.where(np.abs(x) > 0.5, x, 0).astype(x.dtype)  # Keras's threshold
+
+
+def _tanh_shrink(x: np.ndarray) -> np.ndarray:
+    return x - np.tanh(x)
+
+
+def _sparse_plus(x: np.ndarray) -> np.ndarray:
+    return np.where(x <= -1, 0, np.where(x < 1, np.square(x + 1) / 4, x)).astype(x.dtype)
+
+
+def _sparse_sigmoid(x: np.ndarray) -> np.ndarray:
+    return np.clip((x + 1) / 2, 0, 1)
+
+
 def _mish(x: np.ndarray) -> np.ndarray:
     return x * np.tanh(_softplus(x))
 
@@ -136,6 +167,13 @@ ACTIVATIONS: Dict[str, Callable[[np.ndarray], np.ndarray]] = {
     "hard_tanh": _hard_tanh,
     "softplus": _softplus,
     "softsign": _softsign,
+    "squareplus": _squareplus,
+    "sparse_plus": _sparse_plus,
+    "sparse_sigmoid": _sparse_sigmoid,
+    "soft_shrink": _soft_shrink,
+    "hard_shrink": _hard_shrink,
+    "tanh_shrink": _tanh_shrink,
+    "celu": _celu,
     "elu": _elu,
     "selu": _selu,
     "exponential": np.exp,
@@ -256,15 +294,62 @@ class Rescale:
         return x * self.scale + self.offset
 
 
-Step = Union[Dense, Rectifier, Parametric, Exponential, Normalize, Standardize, Rescale]
+class UnitNormalize:
+    """``x / max(|x|, 1e-12)`` over the last axis (``UnitNormalization``, Keras's epsilon)."""
+
+    def __call__(self, x: np.ndarray, pieces: Sequence[np.ndarray]) -> np.ndarray:
+        square_sum = np.square(x).sum(axis=-1, keepdims=True)
+        return x / np.sqrt(np.maximum(square_sum, x.dtype.type(1e-24)))
 
 
-class LayerChain:
-    """Layers applied in order, taking the Keras model's flat parameter vector (every weight in
+def _concatenate(values: Sequence[Any]) -> np.ndarray:
+    return np.concatenate(values, axis=-1)
+
+
+def _average(values: Sequence[Any]) -> np.ndarray:
+    return functools.reduce(np.add, values) / len(values)
+
+
+#: what a merge does with its values, in their order
+MERGES: Dict[str, Callable[[Sequence[Any]], np.ndarray]] = {
+    "add": lambda values: functools.reduce(np.add, values),
+    "subtract": lambda values: values[0] - values[1],
+    "multiply": lambda values: functools.reduce(np.multiply, values),
+    "average": _average,
+    "maximum": lambda values: functools.reduce(np.maximum, values),
+    "minimum": lambda values: functools.reduce(np.minimum, values),
+    "concatenate": _concatenate,
+}
+
+
+class Merge:
+    """Several values made one (``Add``, ``Subtract``, ``Multiply``, ``Average``, ``Maximum``,
+    ``Minimum``, ``Concatenate`` over the last axis, and ``+``, ``-``, ``*`` of a functional
+    model's tensors, a number among them)."""
+
+    def __init__(self, kind: str) -> None:
+        self.kind = kind
+
+    def __call__(self, values: Sequence[Any], pieces: Sequence[np.ndarray]) -> np.ndarray:
+        return MERGES[self.kind](values)
+
+
+Step = Union[Dense, Rectifier, Parametric, Exponential, Normalize, Standardize, Rescale,
+             UnitNormalize, Merge]
+#: what a node computes from: a value's place (0: the observations; ``k``: node ``k - 1``'s
+#: output) or a number (``x * 0.5``)
+Operand = Union[int, float]
+
+
+class LayerGraph:
+    """The model's layers as nodes computed in order, each from earlier values (a chain's node
+    from the one before), taking the Keras model's flat parameter vector (every weight in
     ``model.weights`` order, as ``KerasAdapter.flat`` gives it).
 
     Args:
-        steps: the layers, each a step above whose weights are places in the flat layout.
+        nodes: each a step above (whose weights are places in the flat layout) and the
+            ``Operand`` s it computes from: one, or a ``Merge`` 's several.
+        output: the place of the value the model outputs.
         shapes: the shape of every piece of the flat layout.
         dtype: the model's compute dtype, ``"float32"`` or ``"float64"``.
         inputs: how many values one observation has.
@@ -273,9 +358,10 @@ class LayerChain:
     #: how the plot worker calls it, for ``stats["policy_call"]``
     plot_call_path = "numpy"
 
-    def __init__(self, steps: Sequence[Step], shapes: Sequence[Tuple[int, ...]], dtype: str,
-                 inputs: int) -> None:
-        self.steps = list(steps)
+    def __init__(self, nodes: Sequence[Tuple[Step, Sequence[Operand]]], output: int,
+                 shapes: Sequence[Tuple[int, ...]], dtype: str, inputs: int) -> None:
+        self.nodes = [(step, tuple(operands)) for step, operands in nodes]
+        self.output = int(output)
         self.shapes = [tuple(int(size) for size in shape) for shape in shapes]
         self.dtype = np.dtype(dtype)
         self.inputs = int(inputs)
@@ -294,16 +380,21 @@ class LayerChain:
         """Load a vector of the model's flat layout."""
         flat = np.asarray(flat).ravel()
         if flat.size != self.num_params:
-            raise ValueError(f"this chain of Keras layers has {self.num_params} parameters, got "
-                             f"a vector of {flat.size}")
+            raise ValueError(f"this Keras model's numpy copy has {self.num_params} parameters, "
+                             f"got a vector of {flat.size}")
         self._pieces = [piece.astype(self.dtype) for piece in split_flat(flat, self.shapes)]
 
     def forward(self, batch: np.ndarray) -> np.ndarray:
         """The model's output for a batch of observations, shape ``(batch, inputs)``."""
-        x = np.asarray(batch, self.dtype).reshape(-1, self.inputs)
-        for step in self.steps:
-            x = step(x, self._pieces)
-        return x
+        values = [np.asarray(batch, self.dtype).reshape(-1, self.inputs)]
+        pieces = self._pieces
+        for step, operands in self.nodes:
+            if isinstance(step, Merge):
+                merged = [values[o] if isinstance(o, int) else o for o in operands]
+                values.append(step(merged, pieces))
+            else:
+                values.append(step(values[operands[0]], pieces))
+        return values[self.output]
 
     def act(self, observation: np.ndarray) -> np.ndarray:
         """The output for one observation."""
@@ -320,15 +411,15 @@ def split_flat(flat: np.ndarray, shapes: Sequence[Tuple[int, ...]]) -> List[np.n
     return pieces
 
 
-def keras_layer_chain(model: Any, flat: np.ndarray) -> Optional[LayerChain]:
+def keras_layer_graph(model: Any, flat: np.ndarray) -> Optional[LayerGraph]:
     """``model`` (a built Keras model whose flat parameter vector is ``flat``) as a
-    ``LayerChain``, or None where numpy would not compute what it does (the reason at DEBUG)."""
+    ``LayerGraph``, or None where numpy would not compute what it does (the reason at DEBUG)."""
     import keras
 
     try:
-        chain = _chain_of(model, keras)
-        chain.set_flat(flat)
-        why = _differs(chain, model, keras)
+        graph = _graph_of(model, keras)
+        graph.set_flat(flat)
+        why = _differs(graph, model, keras)
     except _NotTaken as reason:
         why = str(reason)
     except Exception as error:  # noqa: BLE001 - whatever an unusual model raises: not taken
@@ -337,7 +428,7 @@ def keras_layer_chain(model: Any, flat: np.ndarray) -> Optional[LayerChain]:
         logger.debug("the Keras model %r acts through TensorFlow in the plot worker: %s",
                      getattr(model, "name", "?"), why)
         return None
-    return chain
+    return graph
 
 
 class _NotTaken(Exception):
@@ -363,8 +454,52 @@ class _Weights:
         return self.place(layer, weight) if present else None
 
 
-def _chain_of(model: Any, keras: Any) -> LayerChain:
-    """The chain ``model``'s layers make in order; ``_NotTaken`` where there is none."""
+class _Builder:
+    """The nodes of a ``LayerGraph``, added one layer call at a time."""
+
+    def __init__(self, model: Any, keras: Any) -> None:
+        self.keras = keras
+        self.shapes = [tuple(weight.shape) for weight in model.weights]
+        self.weights = _Weights(model)
+        self.steps = _layer_steps(keras)
+        self.nodes: List[Tuple[Step, Tuple[Operand, ...]]] = []
+        self.dtypes: set = set()
+
+    def call(self, operation: Any, operands: Sequence[Operand]) -> int:
+        """Add ``operation`` (a layer, or a Keras op of ``_OPERATORS``) computed from
+        ``operands``; the place of its output."""
+        merge = _operator_merge(operation)
+        if merge is None:
+            kind = type(operation)
+            if kind not in self.steps:
+                raise _NotTaken(f"layer {getattr(operation, 'name', kind.__name__)!r} is "
+                                f"{kind.__name__}, which the numpy copy does not compute")
+            if kind is not self.keras.layers.InputLayer:
+                self.dtypes.add(operation.dtype_policy.name)
+            step = self.steps[kind](operation, self.weights, self.keras)
+        else:
+            step = Merge(merge)
+        several = isinstance(step, Merge)
+        if several != (len(operands) != 1) or (not several and not isinstance(operands[0], int)):
+            raise _NotTaken(f"{type(operation).__name__} is called on {len(operands)} values")
+        if step is None:
+            return int(operands[0])  # nothing at inference: its output is its input
+        self.nodes.append((step, tuple(operands)))
+        return len(self.nodes)
+
+    def graph(self, output: int, inputs: int) -> LayerGraph:
+        weights = self.weights
+        if set(weights.used) != set(range(weights.count)):
+            raise _NotTaken("the model has weights its layers' steps here do not read")
+        dtypes = self.dtypes
+        if len(dtypes) > 1 or not dtypes <= {"float32", "float64"}:
+            raise _NotTaken(f"its layers compute in {', '.join(sorted(dtypes))}")
+        dtype = dtypes.pop() if dtypes else "float32"
+        return LayerGraph(self.nodes, output, self.shapes, dtype, inputs)
+
+
+def _graph_of(model: Any, keras: Any) -> LayerGraph:
+    """The graph of ``model``'s layers; ``_NotTaken`` where numpy does not compute it."""
     call = type(model).call
     if (getattr(call, "__qualname__", None) not in _GRAPH_CALLS
             or not getattr(call, "__module__", "").startswith("keras.")):
@@ -372,27 +507,68 @@ def _chain_of(model: Any, keras: Any) -> LayerChain:
     inputs, outputs = list(getattr(model, "inputs", None) or []), list(model.outputs or [])
     if len(inputs) != 1 or len(outputs) != 1 or len(inputs[0].shape) != 2:
         raise _NotTaken("not one input of shape (batch, n) and one output")
-    weights = _Weights(model)
-    steps: List[Step] = []
-    dtypes = set()
-    builders = _layer_steps(keras)
-    for layer in model.layers:
-        kind = type(layer)
-        if kind not in builders:
-            raise _NotTaken(f"layer {layer.name!r} is {kind.__name__}, which the numpy copy "
-                            "does not compute")
-        if kind is not keras.layers.InputLayer:
-            dtypes.add(layer.dtype_policy.name)
-        step = builders[kind](layer, weights, keras)
-        if step is not None:
-            steps.append(step)
-    if sorted(weights.used) != list(range(weights.count)):
-        raise _NotTaken("the model has weights its layers' steps here do not read")
-    if len(dtypes) > 1 or not dtypes <= {"float32", "float64"}:
-        raise _NotTaken(f"its layers compute in {', '.join(sorted(dtypes))}")
-    dtype = dtypes.pop() if dtypes else "float32"
-    shapes = [tuple(weight.shape) for weight in model.weights]
-    return LayerChain(steps, shapes, dtype, int(inputs[0].shape[-1]))
+    builder = _Builder(model, keras)
+    if isinstance(model, keras.Sequential):
+        output = 0
+        for layer in model.layers:  # each layer takes the one before's output
+            output = builder.call(layer, [output])
+    else:
+        output = _walk_functional(model, builder)
+    return builder.graph(output, int(inputs[0].shape[-1]))
+
+
+def _walk_functional(model: Any, builder: _Builder) -> int:
+    """Add a functional model's layer calls to ``builder`` in an order where each comes after
+    the calls it reads: Keras's own, deepest first (``_nodes_by_depth``, the graph Keras 3's
+    ``Functional`` runs; a Keras without it travels as its config). The output's place."""
+    by_depth = getattr(model, "_nodes_by_depth", None)
+    if not isinstance(by_depth, dict):
+        raise _NotTaken("this Keras keeps no graph of the model's layer calls")
+    places = {id(model.inputs[0]): 0}  # a Keras tensor's place among the values
+    for depth in sorted(by_depth, reverse=True):
+        for node in by_depth[depth]:
+            if node.is_input:
+                continue
+            # Keras records ``training=False`` and ``mask=None`` itself: inference, no mask.
+            given = {name: value for name, value in node.arguments.kwargs.items() if value}
+            if len(node.outputs) != 1 or given:
+                raise _NotTaken(f"{type(node.operation).__name__} is called with {given} or "
+                                "gives several outputs")
+            operands = _operands(node.arguments.args, places, builder.keras)
+            places[id(node.outputs[0])] = builder.call(node.operation, operands)
+    output = places.get(id(model.outputs[0]))
+    if output is None:
+        raise _NotTaken("its output is not computed from its input")
+    return output
+
+
+def _operands(args: Sequence[Any], places: Dict[int, int], keras: Any) -> List[Operand]:
+    """A layer call's arguments as operands: one tensor, a list of tensors (a merge layer's), or
+    two tensors or numbers (``+``, ``-``, ``*``)."""
+    if len(args) == 1 and isinstance(args[0], (list, tuple)):
+        args = args[0]
+    operands: List[Operand] = []
+    for arg in args:
+        if isinstance(arg, keras.KerasTensor):
+            if id(arg) not in places:
+                raise _NotTaken("a layer reads a tensor that is not computed from the input")
+            operands.append(places[id(arg)])
+        elif isinstance(arg, (int, float)) and not isinstance(arg, bool):
+            operands.append(float(arg))
+        else:
+            raise _NotTaken(f"a layer call reads a {type(arg).__name__}, not a tensor or a number")
+    return operands
+
+
+#: Keras ops that a functional model's ``+``, ``-`` and ``*`` record, and the merge each is
+_OPERATORS = {"Add": "add", "Subtract": "subtract", "Multiply": "multiply"}
+
+
+def _operator_merge(operation: Any) -> Optional[str]:
+    kind = type(operation)
+    if kind.__module__ == "keras.src.ops.numpy" and kind.__name__ in _OPERATORS:
+        return _OPERATORS[kind.__name__]
+    return None
 
 
 def _layer_steps(keras: Any) -> Dict[type, Callable[[Any, _Weights, Any], Optional[Step]]]:
@@ -400,11 +576,24 @@ def _layer_steps(keras: Any) -> Dict[type, Callable[[Any, _Weights, Any], Option
     layers = keras.layers
     nothing = (layers.InputLayer, layers.Dropout, layers.GaussianNoise, layers.GaussianDropout,
                layers.AlphaDropout, layers.Identity, layers.ActivityRegularization, layers.Flatten)
+    merges = {
+        layers.Add: "add",
+        layers.Subtract: "subtract",
+        layers.Multiply: "multiply",
+        layers.Average: "average",
+        layers.Maximum: "maximum",
+        layers.Minimum: "minimum",
+    }
     return {
         **{
             kind: lambda layer, weights, keras: None
             for kind in nothing
         },
+        **{
+            kind: lambda layer, weights, keras, merge=merge: Merge(merge)
+            for kind, merge in merges.items()
+        },
+        layers.Concatenate: _concatenate_step,
         layers.Dense: _dense_step,
         layers.Activation: _activation_step,
         layers.Softmax: _softmax_step,
@@ -415,6 +604,7 @@ def _layer_steps(keras: Any) -> Dict[type, Callable[[Any, _Weights, Any], Option
         layers.Normalization: _normalization_step,
         layers.LayerNormalization: _layer_normalization_step,
         layers.BatchNormalization: _batch_normalization_step,
+        layers.UnitNormalization: _unit_normalization_step,
         layers.Rescaling: _rescaling_step,
     }
 
@@ -499,6 +689,16 @@ def _batch_normalization_step(layer: Any, weights: _Weights, keras: Any) -> Step
                        weights.optional(layer, layer.beta, layer.center), float(layer.epsilon))
 
 
+def _unit_normalization_step(layer: Any, weights: _Weights, keras: Any) -> Step:
+    _last_axis(layer, layer.axis)
+    return UnitNormalize()
+
+
+def _concatenate_step(layer: Any, weights: _Weights, keras: Any) -> Step:
+    _last_axis(layer, layer.axis)
+    return Merge("concatenate")
+
+
 def _rescaling_step(layer: Any, weights: _Weights, keras: Any) -> Step:
     dtype = layer.dtype_policy.compute_dtype
     return Rescale(np.asarray(layer.scale, dtype), np.asarray(layer.offset, dtype))
@@ -517,13 +717,13 @@ def _activation_name(function: Any, keras: Any) -> Optional[str]:
         return None
 
 
-def _differs(chain: LayerChain, model: Any, keras: Any) -> Optional[str]:
-    """Why the chain does not give the model's output on random inputs, or None."""
-    batch = np.random.default_rng(0).normal(0.0, 2.0, (8, chain.inputs)).astype(chain.dtype)
+def _differs(graph: LayerGraph, model: Any, keras: Any) -> Optional[str]:
+    """Why the copy does not give the model's output on random inputs, or None."""
+    batch = np.random.default_rng(0).normal(0.0, 2.0, (8, graph.inputs)).astype(graph.dtype)
     expected = np.asarray(keras.ops.convert_to_numpy(model(batch, training=False)), np.float64)
-    actual = np.asarray(chain.forward(batch), np.float64)
+    actual = np.asarray(graph.forward(batch), np.float64)
     scale = max(1.0, float(np.abs(expected).max())) if expected.size else 1.0
     if expected.shape == actual.shape and np.allclose(
             actual, expected, rtol=_RTOL, atol=_ATOL_OF_SCALE * scale):
         return None
-    return "its layers in order do not give its output (a skip connection, a shared layer?)"
+    return "its numpy copy does not give its output on random inputs"

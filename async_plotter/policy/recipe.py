@@ -36,7 +36,7 @@ def describe_policy(policy: Any,
         adapter.check_built(policy)
         payload = _dumps(("factory", factory), factory)
         return PolicyRecipe(kind, payload, graph_mode, description, settings)
-    # A model that is not built, or not a chain numpy computes, has no copy: structure() says
+    # A model that is not built, or not one numpy computes, has no copy: structure() says
     # what is wrong with one that cannot travel either.
     copy = None if graph_mode else adapter.numpy_copy(policy)
     if copy is not None:

@@ -83,7 +83,7 @@ class WorkerStats:
     visual_preset: Optional[str] = None
     #: how the worker calls the policy each step: ``"xla"`` or ``"graph"`` (one traced
     #: TensorFlow function), ``"eager"`` where it cannot be traced, ``"numpy"`` for the RL
-    #: host's MLP policies (their ``numpy_copy``) and Keras chains of layers numpy computes
+    #: host's MLP policies (their ``numpy_copy``) and Keras models whose layers numpy computes
     #: (``policy/numpy_copy.py``), ``"get_action"`` for other rllab-protocol policies
     policy_call: Optional[str] = None
     #: the env's steps per second of simulated time
