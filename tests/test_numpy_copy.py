@@ -224,6 +224,19 @@ def _lora():
     return model
 
 
+def test_without_keras_s_graph_a_functional_chain_is_still_taken_and_a_skip_is_not(monkeypatch):
+    # A Keras that keeps no _nodes_by_depth: the layers in order, as before graphs were taken.
+    from async_plotter.policy import numpy_copy
+
+    monkeypatch.setattr(numpy_copy, "_layer_calls_by_depth", lambda model: None)
+    chain, skip = policy_forms.functional()[0], _skip_connection()
+    graph = _copy(chain)
+    assert graph is not None and len(graph.nodes) == 2
+    adapter = KerasAdapter()
+    _same_output(graph, chain, adapter, adapter.flat(chain) * 0.5)
+    assert _copy(skip) is None
+
+
 def _sequence_input():
     import keras
 

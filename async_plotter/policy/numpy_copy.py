@@ -508,22 +508,27 @@ def _graph_of(model: Any, keras: Any) -> LayerGraph:
     if len(inputs) != 1 or len(outputs) != 1 or len(inputs[0].shape) != 2:
         raise _NotTaken("not one input of shape (batch, n) and one output")
     builder = _Builder(model, keras)
-    if isinstance(model, keras.Sequential):
+    # A Keras that keeps no graph still gets a functional chain computed, as the layers in order
+    # (``_differs`` checks it).
+    by_depth = _layer_calls_by_depth(model)
+    if isinstance(model, keras.Sequential) or by_depth is None:
         output = 0
         for layer in model.layers:  # each layer takes the one before's output
             output = builder.call(layer, [output])
     else:
-        output = _walk_functional(model, builder)
+        output = _walk_graph(model, by_depth, builder)
     return builder.graph(output, int(inputs[0].shape[-1]))
 
 
-def _walk_functional(model: Any, builder: _Builder) -> int:
-    """Add a functional model's layer calls to ``builder`` in an order where each comes after
-    the calls it reads: Keras's own, deepest first (``_nodes_by_depth``, the graph Keras 3's
-    ``Functional`` runs; a Keras without it travels as its config). The output's place."""
+def _layer_calls_by_depth(model: Any) -> Optional[Dict[int, List[Any]]]:
+    """The graph Keras 3's ``Functional`` runs (private to Keras: None where it has none)."""
     by_depth = getattr(model, "_nodes_by_depth", None)
-    if not isinstance(by_depth, dict):
-        raise _NotTaken("this Keras keeps no graph of the model's layer calls")
+    return by_depth if isinstance(by_depth, dict) else None
+
+
+def _walk_graph(model: Any, by_depth: Dict[int, List[Any]], builder: _Builder) -> int:
+    """Add a functional model's layer calls to ``builder`` in an order where each comes after
+    the calls it reads: Keras's own, deepest first. The output's place."""
     places = {id(model.inputs[0]): 0}  # a Keras tensor's place among the values
     for depth in sorted(by_depth, reverse=True):
         for node in by_depth[depth]:
