@@ -28,7 +28,7 @@ Nothing here imports TensorFlow or Keras at module level: the rollout process un
 import functools
 import logging
 import math
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
+from typing import Any, Callable, Dict, List, Optional, Sequence, Set, Tuple, Union
 
 import numpy as np
 
@@ -463,7 +463,7 @@ class _Builder:
         self.weights = _Weights(model)
         self.steps = _layer_steps(keras)
         self.nodes: List[Tuple[Step, Tuple[Operand, ...]]] = []
-        self.dtypes: set = set()
+        self.dtypes: Set[str] = set()
 
     def call(self, operation: Any, operands: Sequence[Operand]) -> int:
         """Add ``operation`` (a layer, or a Keras op of ``_OPERATORS``) computed from
@@ -479,8 +479,11 @@ class _Builder:
             step = self.steps[kind](operation, self.weights, self.keras)
         else:
             step = Merge(merge)
-        several = isinstance(step, Merge)
-        if several != (len(operands) != 1) or (not several and not isinstance(operands[0], int)):
+        if isinstance(step, Merge):
+            fits = len(operands) >= 2
+        else:  # any other layer reads one tensor
+            fits = len(operands) == 1 and isinstance(operands[0], int)
+        if not fits:
             raise _NotTaken(f"{type(operation).__name__} is called on {len(operands)} values")
         if step is None:
             return int(operands[0])  # nothing at inference: its output is its input
