@@ -190,6 +190,21 @@ def _skip_connection():
     return policy_forms.functional_with_skip()[0]
 
 
+def _models_as_layers():
+    """A Sequential torso and a functional residual block (called twice) used as layers."""
+    import keras
+
+    torso = keras.Sequential([
+        keras.Input((5, )),
+        keras.layers.Dense(6, activation="tanh"),
+        keras.layers.LayerNormalization()
+    ])
+    block_in = keras.Input((6, ))
+    block = keras.Model(block_in, block_in + keras.layers.Dense(6, activation="relu")(block_in))
+    inputs = _inputs()
+    return keras.Model(inputs, keras.layers.Dense(3)(block(block(torso(inputs)))))
+
+
 GRAPHS = {
     "skip connection (the input joined to the output layer's)": _skip_connection,
     "residual blocks": _residual_blocks,
@@ -197,6 +212,7 @@ GRAPHS = {
     "+, - and * of tensors": _operators,
     "every merge layer": _every_merge,
     "a layer called twice": _shared_layer,
+    "models used as layers": _models_as_layers,
 }
 
 
@@ -274,6 +290,13 @@ def _times_an_array():
     return keras.Model(inputs, keras.layers.Dense(2)(inputs * np.ones(4, np.float32)))
 
 
+def _subclassed_model_as_layer():
+    import keras
+
+    inputs = _inputs(4)
+    return keras.Model(inputs, keras.layers.Dense(2)(policy_forms.TwoLayer()(inputs)))
+
+
 def _dropout_kept_on():
     import keras
 
@@ -285,6 +308,7 @@ def _dropout_kept_on():
 NOT_TAKEN = {
     "a nonlinearity of your own": lambda: _dense(activation=lambda x: 2 * x),
     "subclassed": lambda: policy_forms.subclassed()[0],
+    "a subclassed model used as a layer": _subclassed_model_as_layer,
     "Normalization whose weights were set without finalize_state()": _stale_normalization,
     "a layer it does not compute (EinsumDense)": _einsum_output,
     "a Softmax over the batch": lambda: _chain(("Softmax", dict(axis=0))),

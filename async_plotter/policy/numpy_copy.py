@@ -465,9 +465,36 @@ class _Builder:
         self.nodes: List[Tuple[Step, Tuple[Operand, ...]]] = []
         self.dtypes: Set[str] = set()
 
+    def model(self, model: Any, operand: Operand) -> int:
+        """Add the layer calls of ``model`` (the one copied, or a model it uses as a layer)
+        computed from the value at ``operand``; the place of its output."""
+        call = type(model).call
+        if (getattr(call, "__qualname__", None) not in _GRAPH_CALLS
+                or not getattr(call, "__module__", "").startswith("keras.")):
+            raise _NotTaken(f"a subclassed model ({type(model).__name__}) computes what its own "
+                            "call() says")
+        inputs, outputs = list(getattr(model, "inputs", None) or []), list(model.outputs or [])
+        if len(inputs) != 1 or len(outputs) != 1 or len(inputs[0].shape) != 2:
+            raise _NotTaken("not one input of shape (batch, n) and one output")
+        if not isinstance(operand, int):
+            raise _NotTaken(f"model {model.name!r} is called on a number")
+        # A Keras that keeps no graph still gets a functional chain computed, as the layers in
+        # order (``_differs`` checks it).
+        by_depth = _layer_calls_by_depth(model)
+        if isinstance(model, self.keras.Sequential) or by_depth is None:
+            output = operand
+            for layer in model.layers:  # each layer takes the one before's output
+                output = self.call(layer, [output])
+            return output
+        return _walk_graph(model, by_depth, self, operand)
+
     def call(self, operation: Any, operands: Sequence[Operand]) -> int:
-        """Add ``operation`` (a layer, or a Keras op of ``_OPERATORS``) computed from
-        ``operands``; the place of its output."""
+        """Add ``operation`` (a layer, a model used as one, or a Keras op of ``_OPERATORS``)
+        computed from ``operands``; the place of its output."""
+        if isinstance(operation, self.keras.Model):  # its layer calls, inlined
+            if len(operands) != 1:
+                raise _NotTaken(f"model {operation.name!r} is called on {len(operands)} values")
+            return self.model(operation, operands[0])
         merge = _operator_merge(operation)
         if merge is None:
             kind = type(operation)
@@ -503,24 +530,9 @@ class _Builder:
 
 def _graph_of(model: Any, keras: Any) -> LayerGraph:
     """The graph of ``model``'s layers; ``_NotTaken`` where numpy does not compute it."""
-    call = type(model).call
-    if (getattr(call, "__qualname__", None) not in _GRAPH_CALLS
-            or not getattr(call, "__module__", "").startswith("keras.")):
-        raise _NotTaken("a subclassed model computes what its own call() says")
-    inputs, outputs = list(getattr(model, "inputs", None) or []), list(model.outputs or [])
-    if len(inputs) != 1 or len(outputs) != 1 or len(inputs[0].shape) != 2:
-        raise _NotTaken("not one input of shape (batch, n) and one output")
     builder = _Builder(model, keras)
-    # A Keras that keeps no graph still gets a functional chain computed, as the layers in order
-    # (``_differs`` checks it).
-    by_depth = _layer_calls_by_depth(model)
-    if isinstance(model, keras.Sequential) or by_depth is None:
-        output = 0
-        for layer in model.layers:  # each layer takes the one before's output
-            output = builder.call(layer, [output])
-    else:
-        output = _walk_graph(model, by_depth, builder)
-    return builder.graph(output, int(inputs[0].shape[-1]))
+    output = builder.model(model, 0)
+    return builder.graph(output, int(model.inputs[0].shape[-1]))
 
 
 def _layer_calls_by_depth(model: Any) -> Optional[Dict[int, List[Any]]]:
@@ -529,10 +541,11 @@ def _layer_calls_by_depth(model: Any) -> Optional[Dict[int, List[Any]]]:
     return by_depth if isinstance(by_depth, dict) else None
 
 
-def _walk_graph(model: Any, by_depth: Dict[int, List[Any]], builder: _Builder) -> int:
-    """Add a functional model's layer calls to ``builder`` in an order where each comes after
-    the calls it reads: Keras's own, deepest first. The output's place."""
-    places = {id(model.inputs[0]): 0}  # a Keras tensor's place among the values
+def _walk_graph(model: Any, by_depth: Dict[int, List[Any]], builder: _Builder, operand: int) -> int:
+    """Add a functional model's layer calls, computed from the value at ``operand``, to
+    ``builder`` in an order where each comes after the calls it reads: Keras's own, deepest
+    first. The output's place."""
+    places = {id(model.inputs[0]): operand}  # a Keras tensor's place among the values
     for depth in sorted(by_depth, reverse=True):
         for node in by_depth[depth]:
             if node.is_input:
