@@ -120,7 +120,8 @@ def test_linked_files_exist():
 def test_the_headline_figures_are_the_measured_ones():
     table = _section(README, "## Headline figures")
     whole_runs = []
-    for name in ("plot_overhead_cut_at_close.json", "plot_overhead_cut_at_close_long_itr.json"):
+    for name in ("plot_overhead_cut_at_close.json", "plot_overhead_cut_at_close_long_itr.json",
+                 "plot_overhead_50s_runs_dec06.json"):
         runs = _results(name)["summary"]
         swimmer, cheetah_run = runs["Swimmer-v5"]["defaults"], runs["HalfCheetah-v5"]["defaults"]
         whole_runs.append(
@@ -130,6 +131,17 @@ def test_the_headline_figures_are_the_measured_ones():
             f"{cheetah_run['history_share'] * 100:.0f}% of the policies recorded, "
             f"{swimmer['videos_per_10_itr']:.1f} / {cheetah_run['videos_per_10_itr']:.1f} videos "
             "per 10 iterations")
+    reference = _results("plot_overhead_50s_runs_dec06.json")["summary"]
+    a_a = [
+        reference[env]["off-again"]["training_ratio"] for env in ("Swimmer-v5", "HalfCheetah-v5")
+    ]
+    fixed = [
+        reference[env]["defaults"]["fixed_extra_s"] for env in ("Swimmer-v5", "HalfCheetah-v5")
+    ]
+    whole_runs += [
+        f"two runs with plotting off {a_a[0]:.3f}x / {a_a[1]:.3f}x apart",
+        f"start-up + close {fixed[0]:.1f} s / {fixed[1]:.1f} s",
+    ]
     one_sampler = _results("plot_overhead_one_sampler.json")["summary"]["Swimmer-v5"]["defaults"]
     update = {row["params"]: row for row in _results("update_cost.json")["rows"]}[1000000]
     redis = {row["params"]: row for row in _results("redis_latency.json")["results"]}[1000000]
