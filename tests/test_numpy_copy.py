@@ -157,12 +157,13 @@ def _input_joined_to_every_layer():
 
 
 def _operators():
-    """``+``, ``-`` and ``*`` of Keras tensors, a number among them."""
+    """``+``, ``-``, ``*`` and ``/`` of Keras tensors, a number among them."""
     import keras
 
     inputs = _inputs()
     hidden = keras.layers.Dense(5, activation="tanh")(inputs)
-    mixed = (inputs + hidden) * 0.5 - keras.layers.Dropout(0.5)(hidden)
+    mixed = (inputs + hidden) * 0.5 - keras.layers.Dropout(0.5)(hidden) / 3.0
+    mixed = 1.0 - mixed / (2.0 + hidden * hidden)
     return keras.Model(inputs, keras.layers.Dense(3)(mixed))
 
 
@@ -209,7 +210,7 @@ GRAPHS = {
     "skip connection (the input joined to the output layer's)": _skip_connection,
     "residual blocks": _residual_blocks,
     "the input joined to every layer": _input_joined_to_every_layer,
-    "+, - and * of tensors": _operators,
+    "+, -, * and / of tensors": _operators,
     "every merge layer": _every_merge,
     "a layer called twice": _shared_layer,
     "models used as layers": _models_as_layers,

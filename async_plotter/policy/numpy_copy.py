@@ -13,7 +13,7 @@ Taken only where numpy computes what Keras does: a ``Sequential`` or functional 
 input of shape ``(batch, n)`` and one output, all in float32 or all in float64, whose layers are
 each of a class ``_layer_steps`` names (at inference ``Dropout`` and the noise layers do nothing)
 with nonlinearities of ``ACTIVATIONS``. A functional model is computed as its graph: skip
-connections (``Add``, ``Concatenate``, ... or ``+``, ``-``, ``*`` of its tensors) and a layer
+connections (``Add``, ``Concatenate``, ... or ``+``, ``-``, ``*``, ``/`` of its tensors) and a layer
 called twice included. And only once the copy, applied to random inputs, gives the model's own
 output. Anything else travels as its Keras config and acts through TensorFlow, as before. The
 trainer-side check then compares the copy with the model like any worker copy.
@@ -314,6 +314,7 @@ def _average(values: Sequence[Any]) -> np.ndarray:
 MERGES: Dict[str, Callable[[Sequence[Any]], np.ndarray]] = {
     "add": lambda values: functools.reduce(np.add, values),
     "subtract": lambda values: values[0] - values[1],
+    "divide": lambda values: values[0] / values[1],
     "multiply": lambda values: functools.reduce(np.multiply, values),
     "average": _average,
     "maximum": lambda values: functools.reduce(np.maximum, values),
@@ -324,8 +325,8 @@ MERGES: Dict[str, Callable[[Sequence[Any]], np.ndarray]] = {
 
 class Merge:
     """Several values made one (``Add``, ``Subtract``, ``Multiply``, ``Average``, ``Maximum``,
-    ``Minimum``, ``Concatenate`` over the last axis, and ``+``, ``-``, ``*`` of a functional
-    model's tensors, a number among them)."""
+    ``Minimum``, ``Concatenate`` over the last axis, and ``+``, ``-``, ``*``, ``/`` of a
+    functional model's tensors, a number among them)."""
 
     def __init__(self, kind: str) -> None:
         self.kind = kind
@@ -565,7 +566,7 @@ def _walk_graph(model: Any, by_depth: Dict[int, List[Any]], builder: _Builder, o
 
 def _operands(args: Sequence[Any], places: Dict[int, int], keras: Any) -> List[Operand]:
     """A layer call's arguments as operands: one tensor, a list of tensors (a merge layer's), or
-    two tensors or numbers (``+``, ``-``, ``*``)."""
+    two tensors or numbers (``+``, ``-``, ``*``, ``/``)."""
     if len(args) == 1 and isinstance(args[0], (list, tuple)):
         args = args[0]
     operands: List[Operand] = []
@@ -581,8 +582,14 @@ def _operands(args: Sequence[Any], places: Dict[int, int], keras: Any) -> List[O
     return operands
 
 
-#: Keras ops that a functional model's ``+``, ``-`` and ``*`` record, and the merge each is
-_OPERATORS = {"Add": "add", "Subtract": "subtract", "Multiply": "multiply"}
+#: Keras ops that a functional model's ``+``, ``-``, ``*`` and ``/`` record, and the merge each is
+_OPERATORS = {
+    "Add": "add",
+    "Subtract": "subtract",
+    "Multiply": "multiply",
+    "TrueDivide": "divide",
+    "Divide": "divide"
+}
 
 
 def _operator_merge(operation: Any) -> Optional[str]:
