@@ -167,6 +167,26 @@ def _operators():
     return keras.Model(inputs, keras.layers.Dense(3)(mixed))
 
 
+def _elementwise_ops():
+    """``keras.ops`` applied to tensors in a functional model, each as Keras computes it."""
+    import keras
+
+    inputs = _inputs()
+    x = keras.layers.Dense(6)(inputs)
+    ops = keras.ops
+    parts = [
+        ops.tanh(x),
+        ops.relu(x),
+        ops.sigmoid(x),
+        ops.softplus(x),
+        ops.softsign(x),
+        ops.silu(x),
+        ops.exp(-ops.square(x)),
+        ops.sqrt(ops.abs(x)),
+    ]
+    return keras.Model(inputs, keras.layers.Dense(3)(keras.layers.Concatenate()(parts)))
+
+
 def _every_merge():
     import keras
 
@@ -212,6 +232,7 @@ GRAPHS = {
     "the input joined to every layer": _input_joined_to_every_layer,
     "+, -, * and / of tensors": _operators,
     "every merge layer": _every_merge,
+    "keras.ops on tensors": _elementwise_ops,
     "a layer called twice": _shared_layer,
     "models used as layers": _models_as_layers,
 }
@@ -298,6 +319,13 @@ def _subclassed_model_as_layer():
     return keras.Model(inputs, keras.layers.Dense(2)(policy_forms.TwoLayer()(inputs)))
 
 
+def _op_with_arguments():
+    import keras
+
+    inputs = _inputs(4)
+    return keras.Model(inputs, keras.layers.Dense(2)(keras.ops.leaky_relu(inputs, 0.3)))
+
+
 def _dropout_kept_on():
     import keras
 
@@ -315,6 +343,7 @@ NOT_TAKEN = {
     "a Softmax over the batch": lambda: _chain(("Softmax", dict(axis=0))),
     "a Concatenate over the batch": _concatenated_over_the_batch,
     "an array as operand": _times_an_array,
+    "a keras.ops call with arguments": _op_with_arguments,
     "a Dropout kept on at inference": _dropout_kept_on,
     "mixed precision": lambda: policy_forms.mixed_precision()[0],
     "LoRA": _lora,

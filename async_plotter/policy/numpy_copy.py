@@ -13,7 +13,8 @@ Taken only where numpy computes what Keras does: a ``Sequential`` or functional 
 input of shape ``(batch, n)`` and one output, all in float32 or all in float64, whose layers are
 each of a class ``_layer_steps`` names (at inference ``Dropout`` and the noise layers do nothing)
 with nonlinearities of ``ACTIVATIONS``. A functional model is computed as its graph: skip
-connections (``Add``, ``Concatenate``, ... or ``+``, ``-``, ``*``, ``/`` of its tensors) and a layer
+connections (``Add``, ``Concatenate``, ... or ``+``, ``-``, ``*``, ``/`` of its tensors), the
+``keras.ops`` of ``ELEMENTWISE`` (``keras.ops.tanh(x)``), a model used as a layer and a layer
 called twice included. And only once the copy, applied to random inputs, gives the model's own
 output. Anything else travels as its Keras config and acts through TensorFlow, as before. The
 trainer-side check then compares the copy with the model like any worker copy.
@@ -302,6 +303,33 @@ class UnitNormalize:
         return x / np.sqrt(np.maximum(square_sum, x.dtype.type(1e-24)))
 
 
+#: Keras ops without arguments a functional model applies to a tensor (``keras.ops.tanh(x)``,
+#: ``-x``), by their op's class: what numpy computes for each
+ELEMENTWISE: Dict[str, Callable[[np.ndarray], np.ndarray]] = {
+    "Tanh": np.tanh,
+    "Relu": _relu,
+    "Sigmoid": _sigmoid,
+    "Softplus": _softplus,
+    "Softsign": _softsign,
+    "Silu": _silu,
+    "Exp": np.exp,
+    "Negative": np.negative,
+    "Absolute": np.abs,
+    "Square": np.square,
+    "Sqrt": np.sqrt,
+}
+
+
+class Elementwise:
+    """One of ``ELEMENTWISE`` applied to a value."""
+
+    def __init__(self, kind: str) -> None:
+        self.kind = kind
+
+    def __call__(self, x: np.ndarray, pieces: Sequence[np.ndarray]) -> np.ndarray:
+        return ELEMENTWISE[self.kind](x)
+
+
 def _concatenate(values: Sequence[Any]) -> np.ndarray:
     return np.concatenate(values, axis=-1)
 
@@ -336,7 +364,7 @@ class Merge:
 
 
 Step = Union[Dense, Rectifier, Parametric, Exponential, Normalize, Standardize, Rescale,
-             UnitNormalize, Merge]
+             UnitNormalize, Elementwise, Merge]
 #: what a node computes from: a value's place (0: the observations; ``k``: node ``k - 1``'s
 #: output) or a number (``x * 0.5``)
 Operand = Union[int, float]
@@ -490,23 +518,24 @@ class _Builder:
         return _walk_graph(model, by_depth, self, operand)
 
     def call(self, operation: Any, operands: Sequence[Operand]) -> int:
-        """Add ``operation`` (a layer, a model used as one, or a Keras op of ``_OPERATORS``)
-        computed from ``operands``; the place of its output."""
+        """Add ``operation`` (a layer, a model used as one, or a Keras op of ``_OPERATORS`` or
+        ``ELEMENTWISE``) computed from ``operands``; the place of its output."""
         if isinstance(operation, self.keras.Model):  # its layer calls, inlined
             if len(operands) != 1:
                 raise _NotTaken(f"model {operation.name!r} is called on {len(operands)} values")
             return self.model(operation, operands[0])
-        merge = _operator_merge(operation)
-        if merge is None:
-            kind = type(operation)
-            if kind not in self.steps:
-                raise _NotTaken(f"layer {getattr(operation, 'name', kind.__name__)!r} is "
-                                f"{kind.__name__}, which the numpy copy does not compute")
+        kind = type(operation)
+        if _keras_op(operation) in _OPERATORS:
+            step: Optional[Step] = Merge(_OPERATORS[kind.__name__])
+        elif _keras_op(operation) in ELEMENTWISE:
+            step = Elementwise(kind.__name__)
+        elif kind in self.steps:
             if kind is not self.keras.layers.InputLayer:
                 self.dtypes.add(operation.dtype_policy.name)
             step = self.steps[kind](operation, self.weights, self.keras)
         else:
-            step = Merge(merge)
+            raise _NotTaken(f"{getattr(operation, 'name', kind.__name__)!r} is "
+                            f"{kind.__name__}, which the numpy copy does not compute")
         if isinstance(step, Merge):
             fits = len(operands) >= 2
         else:  # any other layer reads one tensor
@@ -592,11 +621,10 @@ _OPERATORS = {
 }
 
 
-def _operator_merge(operation: Any) -> Optional[str]:
+def _keras_op(operation: Any) -> Optional[str]:
+    """The class name of a Keras op (``keras.ops``' ``Add``, ``Tanh``, ...), else None."""
     kind = type(operation)
-    if kind.__module__ == "keras.src.ops.numpy" and kind.__name__ in _OPERATORS:
-        return _OPERATORS[kind.__name__]
-    return None
+    return kind.__name__ if kind.__module__ in ("keras.src.ops.numpy", "keras.src.ops.nn") else None
 
 
 def _layer_steps(keras: Any) -> Dict[type, Callable[[Any, _Weights, Any], Optional[Step]]]:
