@@ -524,11 +524,11 @@ class _Builder:
             if len(operands) != 1:
                 raise _NotTaken(f"model {operation.name!r} is called on {len(operands)} values")
             return self.model(operation, operands[0])
-        kind = type(operation)
-        if _keras_op(operation) in _OPERATORS:
-            step: Optional[Step] = Merge(_OPERATORS[kind.__name__])
-        elif _keras_op(operation) in ELEMENTWISE:
-            step = Elementwise(kind.__name__)
+        kind, op = type(operation), _keras_op(operation)
+        if op in _OPERATORS:
+            step: Optional[Step] = Merge(_OPERATORS[op])
+        elif op in ELEMENTWISE:
+            step = Elementwise(op)
         elif kind in self.steps:
             if kind is not self.keras.layers.InputLayer:
                 self.dtypes.add(operation.dtype_policy.name)
