@@ -183,6 +183,51 @@ def _elementwise_ops():
         ops.silu(x),
         ops.exp(-ops.square(x)),
         ops.sqrt(ops.abs(x)),
+        ops.relu6(x * 4.0),
+        ops.hard_sigmoid(x),
+        ops.log_sigmoid(x),
+        ops.hard_silu(x),
+        ops.hard_tanh(x),
+        ops.tanh_shrink(x),
+        ops.sparse_plus(x),
+        ops.sparse_sigmoid(x),
+        ops.selu(x),
+        ops.expm1(x),
+        ops.log(ops.abs(x) + 1.0),
+        ops.log1p(ops.abs(x)),
+        ops.sign(x),
+        ops.rsqrt(ops.square(x) + 1.0),
+        ops.reciprocal(ops.abs(x) + 1.0),
+        ops.sin(x),
+        ops.cos(x),
+        ops.erf(x),
+    ]
+    return keras.Model(inputs, keras.layers.Dense(3)(keras.layers.Concatenate()(parts)))
+
+
+def _ops_with_arguments():
+    """``keras.ops`` called with arguments of their own, or of two values, a number among them."""
+    import keras
+
+    inputs = _inputs()
+    x = keras.layers.Dense(6)(inputs)
+    ops = keras.ops
+    parts = [
+        ops.leaky_relu(x, 0.3),
+        ops.gelu(x),  # the tanh approximation: keras.ops.gelu's default
+        ops.gelu(x, approximate=False),
+        ops.elu(x, alpha=0.5),
+        ops.celu(x, alpha=0.7),
+        ops.squareplus(x, b=2),
+        ops.soft_shrink(x, threshold=0.3),
+        ops.hard_shrink(x, threshold=0.3),
+        ops.threshold(x, 0.1, -1.0),
+        ops.clip(x, -0.5, 0.5),
+        ops.softmax(x, axis=-1),
+        ops.log_softmax(x),
+        ops.maximum(x, 0.1),
+        ops.minimum(0.2, x),
+        ops.power(x, 2),
     ]
     return keras.Model(inputs, keras.layers.Dense(3)(keras.layers.Concatenate()(parts)))
 
@@ -233,6 +278,7 @@ GRAPHS = {
     "+, -, * and / of tensors": _operators,
     "every merge layer": _every_merge,
     "keras.ops on tensors": _elementwise_ops,
+    "keras.ops with arguments": _ops_with_arguments,
     "a layer called twice": _shared_layer,
     "models used as layers": _models_as_layers,
 }
@@ -319,11 +365,18 @@ def _subclassed_model_as_layer():
     return keras.Model(inputs, keras.layers.Dense(2)(policy_forms.TwoLayer()(inputs)))
 
 
-def _op_with_arguments():
+def _op_it_does_not_compute():
     import keras
 
     inputs = _inputs(4)
-    return keras.Model(inputs, keras.layers.Dense(2)(keras.ops.leaky_relu(inputs, 0.3)))
+    return keras.Model(inputs, keras.layers.Dense(2)(keras.ops.sparsemax(inputs)))
+
+
+def _op_softmax_over_the_batch():
+    import keras
+
+    inputs = _inputs(4)
+    return keras.Model(inputs, keras.layers.Dense(2)(keras.ops.softmax(inputs, axis=0)))
 
 
 def _dropout_kept_on():
@@ -343,7 +396,8 @@ NOT_TAKEN = {
     "a Softmax over the batch": lambda: _chain(("Softmax", dict(axis=0))),
     "a Concatenate over the batch": _concatenated_over_the_batch,
     "an array as operand": _times_an_array,
-    "a keras.ops call with arguments": _op_with_arguments,
+    "a keras.ops call it does not compute (sparsemax)": _op_it_does_not_compute,
+    "a keras.ops softmax over the batch": _op_softmax_over_the_batch,
     "a Dropout kept on at inference": _dropout_kept_on,
     "mixed precision": lambda: policy_forms.mixed_precision()[0],
     "LoRA": _lora,

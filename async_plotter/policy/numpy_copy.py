@@ -14,8 +14,8 @@ input of shape ``(batch, n)`` and one output, all in float32 or all in float64, 
 each of a class ``_layer_steps`` names (at inference ``Dropout`` and the noise layers do nothing)
 with nonlinearities of ``ACTIVATIONS``. A functional model is computed as its graph: skip
 connections (``Add``, ``Concatenate``, ... or ``+``, ``-``, ``*``, ``/`` of its tensors), the
-``keras.ops`` of ``ELEMENTWISE`` (``keras.ops.tanh(x)``), a model used as a layer and a layer
-called twice included. And only once the copy, applied to random inputs, gives the model's own
+``keras.ops`` of ``ELEMENTWISE`` (``keras.ops.tanh(x)``) and of ``OPS_WITH_ARGUMENTS``
+(``keras.ops.leaky_relu(x, 0.3)``), a model used as a layer and a layer called twice included. And only once the copy, applied to random inputs, gives the model's own
 output. Anything else travels as its Keras config and acts through TensorFlow, as before. The
 trainer-side check then compares the copy with the model like any worker copy.
 
@@ -51,8 +51,8 @@ def _relu6(x: np.ndarray) -> np.ndarray:
     return np.clip(x, 0, 6)
 
 
-def _leaky_relu(x: np.ndarray) -> np.ndarray:
-    return np.where(x >= 0, x, 0.2 * x)  # Keras's negative_slope
+def _leaky_relu(x: np.ndarray, negative_slope: float = 0.2) -> np.ndarray:
+    return np.where(x >= 0, x, x.dtype.type(negative_slope) * x)
 
 
 def _sigmoid(x: np.ndarray) -> np.ndarray:
@@ -76,8 +76,8 @@ def _softsign(x: np.ndarray) -> np.ndarray:
     return x / (1 + np.abs(x))
 
 
-def _elu(x: np.ndarray) -> np.ndarray:
-    return np.where(x > 0, x, np.expm1(np.minimum(x, 0)))
+def _elu(x: np.ndarray, alpha: float = 1.0) -> np.ndarray:
+    return np.where(x > 0, x, x.dtype.type(alpha) * np.expm1(np.minimum(x, 0)))
 
 
 _SELU_ALPHA, _SELU_SCALE = 1.6732632423543772, 1.0507009873554805
@@ -92,26 +92,31 @@ def _selu(x: np.ndarray) -> np.ndarray:
 _erf = np.frompyfunc(math.erf, 1, 1)
 
 
-def _gelu(x: np.ndarray) -> np.ndarray:
-    # Keras's default, approximate=False: x * P(X <= x) for a standard normal X
+def _gelu(x: np.ndarray, approximate: bool = False) -> np.ndarray:
+    # The activation's default is exact, x * P(X <= x) for a standard normal X;
+    # ``keras.ops.gelu``'s is the tanh approximation.
+    if approximate:
+        cubic = x + x.dtype.type(0.044715) * x**3
+        return 0.5 * x * (1 + np.tanh(x.dtype.type(math.sqrt(2 / math.pi)) * cubic))
     return 0.5 * x * (1 + _erf(x / np.sqrt(x.dtype.type(2))).astype(x.dtype))
 
 
-def _celu(x: np.ndarray) -> np.ndarray:
-    return np.maximum(x, 0) + np.expm1(np.minimum(x, 0))  # Keras's alpha=1
+def _celu(x: np.ndarray, alpha: float = 1.0) -> np.ndarray:
+    alpha = x.dtype.type(alpha)
+    return np.maximum(x, 0) + alpha * np.expm1(np.minimum(x, 0) / alpha)
 
 
-def _squareplus(x: np.ndarray) -> np.ndarray:
-    return (x + np.sqrt(np.square(x) + x.dtype.type(4))) / 2  # Keras's b=4
+def _squareplus(x: np.ndarray, b: float = 4.0) -> np.ndarray:
+    return (x + np.sqrt(np.square(x) + x.dtype.type(b))) / 2
 
 
-def _soft_shrink(x: np.ndarray) -> np.ndarray:
-    half = x.dtype.type(0.5)  # Keras's threshold
-    return np.where(x > half, x - half, np.where(x < -half, x + half, 0)).astype(x.dtype)
+def _soft_shrink(x: np.ndarray, threshold: float = 0.5) -> np.ndarray:
+    edge = x.dtype.type(threshold)
+    return np.where(x > edge, x - edge, np.where(x < -edge, x + edge, 0)).astype(x.dtype)
 
 
-def _hard_shrink(x: np.ndarray) -> np.ndarray:
-    return np.where(np.abs(x) > 0.5, x, 0).astype(x.dtype)  # Keras's threshold
+def _hard_shrink(x: np.ndarray, threshold: float = 0.5) -> np.ndarray:
+    return np.where(np.abs(x) > threshold, x, 0).astype(x.dtype)
 
 
 def _tanh_shrink(x: np.ndarray) -> np.ndarray:
@@ -151,7 +156,16 @@ def _softmax(x: np.ndarray) -> np.ndarray:
     return np.exp(_log_softmax(x))
 
 
+def _threshold(x: np.ndarray, threshold: float, default_value: float) -> np.ndarray:
+    return np.where(x > threshold, x, x.dtype.type(default_value))
+
+
+def _clip(x: np.ndarray, x_min: float, x_max: float) -> np.ndarray:
+    return np.clip(x, x.dtype.type(x_min), x.dtype.type(x_max))
+
+
 #: Keras's nonlinearities, by their Keras name, that numpy computes to float rounding
+#: (with Keras's default arguments)
 ACTIVATIONS: Dict[str, Callable[[np.ndarray], np.ndarray]] = {
     "linear": _linear,
     "relu": _relu,
@@ -303,31 +317,81 @@ class UnitNormalize:
         return x / np.sqrt(np.maximum(square_sum, x.dtype.type(1e-24)))
 
 
+def _erf_of(x: np.ndarray) -> np.ndarray:
+    return _erf(x).astype(x.dtype)
+
+
+def _rsqrt(x: np.ndarray) -> np.ndarray:
+    return 1 / np.sqrt(x)
+
+
 #: Keras ops without arguments a functional model applies to a tensor (``keras.ops.tanh(x)``,
 #: ``-x``), by their op's class: what numpy computes for each
 ELEMENTWISE: Dict[str, Callable[[np.ndarray], np.ndarray]] = {
     "Tanh": np.tanh,
     "Relu": _relu,
+    "Relu6": _relu6,
     "Sigmoid": _sigmoid,
+    "HardSigmoid": _hard_sigmoid,
+    "LogSigmoid": _log_sigmoid,
     "Softplus": _softplus,
     "Softsign": _softsign,
     "Silu": _silu,
+    "HardSilu": _hard_silu,
+    "HardTanh": _hard_tanh,
+    "TanhShrink": _tanh_shrink,
+    "SparsePlus": _sparse_plus,
+    "SparseSigmoid": _sparse_sigmoid,
+    "Selu": _selu,
     "Exp": np.exp,
+    "Expm1": np.expm1,
+    "Log": np.log,
+    "Log1p": np.log1p,
     "Negative": np.negative,
     "Absolute": np.abs,
+    "Sign": np.sign,
     "Square": np.square,
     "Sqrt": np.sqrt,
+    "Rsqrt": _rsqrt,
+    "Reciprocal": np.reciprocal,
+    "Sin": np.sin,
+    "Cos": np.cos,
+    "Erf": _erf_of,
+}
+
+#: Keras ops with arguments a functional model applies to a tensor
+#: (``keras.ops.leaky_relu(x, negative_slope=0.3)``), by their op's class: the arguments, read
+#: from the op, and what numpy computes with them (``softmax`` and ``log_softmax`` over the last
+#: axis only)
+OPS_WITH_ARGUMENTS: Dict[str, Tuple[Tuple[str, ...], Callable[..., np.ndarray]]] = {
+    "LeakyRelu": (("negative_slope", ), _leaky_relu),
+    "Elu": (("alpha", ), _elu),
+    "Celu": (("alpha", ), _celu),
+    "Gelu": (("approximate", ), _gelu),
+    "Squareplus": (("b", ), _squareplus),
+    "SoftShrink": (("threshold", ), _soft_shrink),
+    "HardShrink": (("threshold", ), _hard_shrink),
+    "Threshold": (("threshold", "default_value"), _threshold),
+    "Clip": (("x_min", "x_max"), _clip),
+    "Softmax": ((), _softmax),
+    "LogSoftmax": ((), _log_softmax),
 }
 
 
 class Elementwise:
-    """One of ``ELEMENTWISE`` applied to a value."""
+    """One of ``ELEMENTWISE`` applied to a value, or one of ``OPS_WITH_ARGUMENTS`` with its
+    arguments."""
 
-    def __init__(self, kind: str) -> None:
+    def __init__(self,
+                 kind: str,
+                 arguments: Optional[Dict[str, Union[float, bool]]] = None) -> None:
         self.kind = kind
+        self.arguments = dict(arguments or {})
 
     def __call__(self, x: np.ndarray, pieces: Sequence[np.ndarray]) -> np.ndarray:
-        return ELEMENTWISE[self.kind](x)
+        if self.kind in ELEMENTWISE:
+            return ELEMENTWISE[self.kind](x)
+        return OPS_WITH_ARGUMENTS[self.kind][1](x, **self.arguments)
 
 
 def _concatenate(values: Sequence[Any]) -> np.ndarray:
@@ -347,14 +411,16 @@ MERGES: Dict[str, Callable[[Sequence[Any]], np.ndarray]] = {
     "average": _average,
     "maximum": lambda values: functools.reduce(np.maximum, values),
     "minimum": lambda values: functools.reduce(np.minimum, values),
+    "power": lambda values: np.power(values[0], values[1]),
     "concatenate": _concatenate,
 }
 
 
 class Merge:
     """Several values made one (``Add``, ``Subtract``, ``Multiply``, ``Average``, ``Maximum``,
-    ``Minimum``, ``Concatenate`` over the last axis, and ``+``, ``-``, ``*``, ``/`` of a
-    functional model's tensors, a number among them)."""
+    ``Minimum``, ``Concatenate`` over the last axis, and ``+``, ``-``, ``*``, ``/``,
+    ``keras.ops.maximum``, ``minimum`` and ``power`` of a functional model's tensors, a number
+    among them)."""
 
     def __init__(self, kind: str) -> None:
         self.kind = kind
@@ -518,8 +584,8 @@ class _Builder:
         return _walk_graph(model, by_depth, self, operand)
 
     def call(self, operation: Any, operands: Sequence[Operand]) -> int:
-        """Add ``operation`` (a layer, a model used as one, or a Keras op of ``_OPERATORS`` or
-        ``ELEMENTWISE``) computed from ``operands``; the place of its output."""
+        """Add ``operation`` (a layer, a model used as one, or a Keras op of ``_OPERATORS``,
+        ``ELEMENTWISE`` or ``OPS_WITH_ARGUMENTS``) computed from ``operands``; the place of its output."""
         if isinstance(operation, self.keras.Model):  # its layer calls, inlined
             if len(operands) != 1:
                 raise _NotTaken(f"model {operation.name!r} is called on {len(operands)} values")
@@ -529,6 +595,8 @@ class _Builder:
             step: Optional[Step] = Merge(_OPERATORS[op])
         elif op in ELEMENTWISE:
             step = Elementwise(op)
+        elif op in OPS_WITH_ARGUMENTS:
+            step = _op_with_arguments(op, operation)
         elif kind in self.steps:
             if kind is not self.keras.layers.InputLayer:
                 self.dtypes.add(operation.dtype_policy.name)
@@ -611,20 +679,38 @@ def _operands(args: Sequence[Any], places: Dict[int, int], keras: Any) -> List[O
     return operands
 
 
-#: Keras ops that a functional model's ``+``, ``-``, ``*`` and ``/`` record, and the merge each is
+#: Keras ops of two values that a functional model's ``+``, ``-``, ``*`` and ``/`` record (and
+#: ``keras.ops.maximum``, ``minimum``, ``power``), and the merge each is
 _OPERATORS = {
     "Add": "add",
     "Subtract": "subtract",
     "Multiply": "multiply",
     "TrueDivide": "divide",
-    "Divide": "divide"
+    "Divide": "divide",
+    "Maximum": "maximum",
+    "Minimum": "minimum",
+    "Power": "power",
 }
 
 
 def _keras_op(operation: Any) -> Optional[str]:
     """The class name of a Keras op (``keras.ops``' ``Add``, ``Tanh``, ...), else None."""
     kind = type(operation)
-    return kind.__name__ if kind.__module__ in ("keras.src.ops.numpy", "keras.src.ops.nn") else None
+    return kind.__name__ if kind.__module__ in _OP_MODULES else None
+
+
+_OP_MODULES = ("keras.src.ops.numpy", "keras.src.ops.nn", "keras.src.ops.math")
+
+
+def _op_with_arguments(kind: str, operation: Any) -> Step:
+    """A Keras op of ``OPS_WITH_ARGUMENTS`` with the arguments it was called with."""
+    names, _ = OPS_WITH_ARGUMENTS[kind]
+    if kind in ("Softmax", "LogSoftmax"):
+        _last_axis(operation, operation.axis)
+    arguments = {name: getattr(operation, name, None) for name in names}
+    if not all(isinstance(value, (int, float)) for value in arguments.values()):
+        raise _NotTaken(f"{kind} is called with {arguments}, not numbers")
+    return Elementwise(kind, arguments)
 
 
 def _layer_steps(keras: Any) -> Dict[type, Callable[[Any, _Weights, Any], Optional[Step]]]:
