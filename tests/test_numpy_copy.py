@@ -232,6 +232,16 @@ def _ops_with_arguments():
     return keras.Model(inputs, keras.layers.Dense(3)(keras.layers.Concatenate()(parts)))
 
 
+def _constant_arrays():
+    """Actions scaled to the env's range by arrays of one value per unit (and numpy scalars)."""
+    import keras
+
+    inputs = _inputs()
+    squashed = keras.ops.tanh(keras.layers.Dense(3)(inputs - np.float32(0.5)))
+    low, high = np.array([-2.0, -1.0, 0.0]), np.array([[2.0, 1.0, 3.0]], np.float32)
+    return keras.Model(inputs, (squashed + 1) * ((high - low) / 2) + low)
+
+
 def _every_merge():
     import keras
 
@@ -279,6 +289,7 @@ GRAPHS = {
     "every merge layer": _every_merge,
     "keras.ops on tensors": _elementwise_ops,
     "keras.ops with arguments": _ops_with_arguments,
+    "constant arrays as operands": _constant_arrays,
     "a layer called twice": _shared_layer,
     "models used as layers": _models_as_layers,
 }
@@ -351,11 +362,12 @@ def _concatenated_over_the_batch():
     return keras.Model(inputs, keras.layers.Dense(2)(joined))
 
 
-def _times_an_array():
+def _times_a_backend_tensor():
     import keras
 
     inputs = _inputs(4)
-    return keras.Model(inputs, keras.layers.Dense(2)(inputs * np.ones(4, np.float32)))
+    scale = keras.ops.convert_to_tensor(np.full(4, 2.0, np.float32))
+    return keras.Model(inputs, keras.layers.Dense(2)(inputs * scale))
 
 
 def _subclassed_model_as_layer():
@@ -395,7 +407,7 @@ NOT_TAKEN = {
     "a layer it does not compute (EinsumDense)": _einsum_output,
     "a Softmax over the batch": lambda: _chain(("Softmax", dict(axis=0))),
     "a Concatenate over the batch": _concatenated_over_the_batch,
-    "an array as operand": _times_an_array,
+    "a backend tensor as operand": _times_a_backend_tensor,
     "a keras.ops call it does not compute (sparsemax)": _op_it_does_not_compute,
     "a keras.ops softmax over the batch": _op_softmax_over_the_batch,
     "a Dropout kept on at inference": _dropout_kept_on,
@@ -449,6 +461,18 @@ def _keras_chain():
     ])
 
 
+def _keras_graph_with_ops():
+    import keras
+
+    # A functional policy with keras.ops of its own: a leaky hidden layer, a residual connection,
+    # the actions scaled by an array of one value per joint.
+    inputs = keras.Input((8, ))
+    hidden = keras.ops.leaky_relu(keras.layers.Dense(16)(inputs), 0.1)
+    hidden = hidden + keras.ops.gelu(keras.layers.Dense(16)(hidden))
+    actions = keras.ops.tanh(keras.layers.Dense(2)(hidden)) * np.array([1.0, 0.5], np.float32)
+    return keras.Model(inputs, actions)
+
+
 def _rl_mlp():
     from async_plotter.rl import GaussianMLPPolicy
 
@@ -456,12 +480,13 @@ def _rl_mlp():
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("make", [_keras_chain, _rl_mlp], ids=["keras-chain", "rl-mlp"])
+@pytest.mark.parametrize("make", [_keras_chain, _keras_graph_with_ops, _rl_mlp],
+                         ids=["keras-chain", "keras-graph-with-ops", "rl-mlp"])
 def test_a_numpy_copy_on_mujoco_is_shown_with_no_tensorflow_in_the_worker(
         make, tmp_path, no_leftovers):
-    """A Keras chain of layers and the RL host's MLP policies travel as their numpy copy: the rollout
-    process never loads TensorFlow (its start-up and memory), and what it shows passed the
-    trainer-side check."""
+    """A Keras chain of layers, a Keras graph with keras.ops and the RL host's MLP policies travel
+    as their numpy copy: the rollout process never loads TensorFlow (its start-up and memory),
+    and what it shows passed the trainer-side check."""
     policy = make()
     with Plotter("Swimmer-v5",
                  policy,

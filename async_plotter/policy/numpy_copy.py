@@ -419,8 +419,8 @@ MERGES: Dict[str, Callable[[Sequence[Any]], np.ndarray]] = {
 class Merge:
     """Several values made one (``Add``, ``Subtract``, ``Multiply``, ``Average``, ``Maximum``,
     ``Minimum``, ``Concatenate`` over the last axis, and ``+``, ``-``, ``*``, ``/``,
-    ``keras.ops.maximum``, ``minimum`` and ``power`` of a functional model's tensors, a number
-    among them)."""
+    ``keras.ops.maximum``, ``minimum`` and ``power`` of a functional model's tensors, a number or
+    an array of one value per unit among them)."""
 
     def __init__(self, kind: str) -> None:
         self.kind = kind
@@ -432,8 +432,8 @@ class Merge:
 Step = Union[Dense, Rectifier, Parametric, Exponential, Normalize, Standardize, Rescale,
              UnitNormalize, Elementwise, Merge]
 #: what a node computes from: a value's place (0: the observations; ``k``: node ``k - 1``'s
-#: output) or a number (``x * 0.5``)
-Operand = Union[int, float]
+#: output), a number (``x * 0.5``) or a constant array, one value per unit (``x * scale``)
+Operand = Union[int, float, np.ndarray]
 
 
 class LayerGraph:
@@ -455,10 +455,16 @@ class LayerGraph:
 
     def __init__(self, nodes: Sequence[Tuple[Step, Sequence[Operand]]], output: int,
                  shapes: Sequence[Tuple[int, ...]], dtype: str, inputs: int) -> None:
-        self.nodes = [(step, tuple(operands)) for step, operands in nodes]
+        self.dtype = np.dtype(dtype)
+        # A constant array computes in the model's dtype (as a number does: numpy keeps an
+        # array's dtype against a Python scalar, not against another array).
+        self.nodes = [
+            (step,
+             tuple(np.asarray(o, self.dtype) if isinstance(o, np.ndarray) else o for o in operands))
+            for step, operands in nodes
+        ]
         self.output = int(output)
         self.shapes = [tuple(int(size) for size in shape) for shape in shapes]
-        self.dtype = np.dtype(dtype)
         self.inputs = int(inputs)
         self._pieces = [np.zeros(shape, self.dtype) for shape in self.shapes]
 
@@ -663,7 +669,7 @@ def _walk_graph(model: Any, by_depth: Dict[int, List[Any]], builder: _Builder, o
 
 def _operands(args: Sequence[Any], places: Dict[int, int], keras: Any) -> List[Operand]:
     """A layer call's arguments as operands: one tensor, a list of tensors (a merge layer's), or
-    two tensors or numbers (``+``, ``-``, ``*``, ``/``)."""
+    two tensors, numbers or arrays of one value per unit (``+``, ``-``, ``*``, ``/``, ...)."""
     if len(args) == 1 and isinstance(args[0], (list, tuple)):
         args = args[0]
     operands: List[Operand] = []
@@ -672,10 +678,14 @@ def _operands(args: Sequence[Any], places: Dict[int, int], keras: Any) -> List[O
             if id(arg) not in places:
                 raise _NotTaken("a layer reads a tensor that is not computed from the input")
             operands.append(places[id(arg)])
-        elif isinstance(arg, (int, float)) and not isinstance(arg, bool):
+        elif isinstance(arg, (int, float, np.integer, np.floating)) and not isinstance(arg, bool):
             operands.append(float(arg))
+        elif isinstance(arg, np.ndarray) and arg.dtype.kind in "iuf" \
+                and (arg.ndim <= 1 or arg.shape[:-1] == (1, )):
+            operands.append(arg.copy())  # taken as it is now, as Keras took it into the graph
         else:
-            raise _NotTaken(f"a layer call reads a {type(arg).__name__}, not a tensor or a number")
+            raise _NotTaken(f"a layer call reads a {type(arg).__name__}, not a tensor, a number "
+                            "or an array of one value per unit")
     return operands
 
 
