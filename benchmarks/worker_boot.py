@@ -11,8 +11,10 @@ Each measurement is a fresh trainer process (its own TensorFlow imported first, 
 is) that plots a policy on Swimmer-v5 into a scratch folder until its first video, then closes.
 Policies: a Keras 2x64 MLP of Dense layers, the same with its input normalized and each hidden
 layer layer-normalized, the 2x64 MLP with its input joined to the last layer's (a skip
-connection), the 2x64 MLP with an ``EinsumDense`` output layer (which the numpy copy does not
-compute: the worker acts through TensorFlow), and the RL host's 32x32 Gaussian MLP.
+connection), the 2x64 MLP with ``keras.ops`` of its own (a leaky hidden layer through
+``keras.ops.leaky_relu(x, 0.1)``, the actions scaled by an array), the 2x64 MLP with an
+``EinsumDense`` output layer (which the numpy copy does not compute: the worker acts through
+TensorFlow), and the RL host's 32x32 Gaussian MLP (``--policies`` picks some of them).
 Checkouts alternate which goes first; medians over ``--rounds``. Takes ~3 minutes on 2 cores.
 Prints a table; writes benchmarks/results/worker_boot.json.
 """
@@ -28,7 +30,7 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 RESULTS = os.path.join(ROOT, "benchmarks", "results")
 POLICIES = ("2x64 MLP", "2x64 MLP, normalized", "2x64 MLP, skip connection",
-            "2x64 MLP, EinsumDense output", "RL 32x32 MLP")
+            "2x64 MLP, keras.ops with arguments", "2x64 MLP, EinsumDense output", "RL 32x32 MLP")
 
 
 def build(name: str):
@@ -49,6 +51,11 @@ def build(name: str):
             hidden = layers.Activation("tanh")(layers.LayerNormalization()(
                 layers.Dense(64)(hidden)))
         return keras.Model(inputs, layers.Dense(2)(hidden))
+    if name == "2x64 MLP, keras.ops with arguments":
+        hidden = keras.ops.leaky_relu(layers.Dense(64)(inputs), 0.1)
+        hidden = keras.ops.leaky_relu(layers.Dense(64)(hidden), 0.1)
+        scale = np.array([1.0, 0.5], np.float32)
+        return keras.Model(inputs, keras.ops.tanh(layers.Dense(2)(hidden)) * scale)
     hidden = layers.Dense(64, activation="tanh")(inputs)
     hidden = layers.Dense(64, activation="tanh")(hidden)
     if name == "2x64 MLP, skip connection":
@@ -119,6 +126,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--before-tree", help="another checkout of async_plotter to compare")
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--policies",
+                        default=";".join(POLICIES),
+                        help="separated by semicolons, of: " + "; ".join(POLICIES))
     parser.add_argument("--out", default=os.path.join(RESULTS, "worker_boot.json"))
     parser.add_argument("--child", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -130,9 +140,13 @@ def main() -> None:
 
     load_before = os.getloadavg()
     trees = checkouts(ROOT, args.before_tree)
-    runs = {name: {tree: [] for tree in trees} for name in POLICIES}
+    policies = [name.strip() for name in args.policies.split(";")]
+    unknown = sorted(set(policies) - set(POLICIES))
+    if unknown:
+        parser.error(f"unknown --policies {unknown}; choose among {list(POLICIES)}")
+    runs = {name: {tree: [] for tree in trees} for name in policies}
     for round_number in range(args.rounds):
-        for name in POLICIES:
+        for name in policies:
             for tree in in_turn(trees, round_number):
                 runs[name][tree].append(measure(trees[tree], name))
         print(f"  round {round_number + 1}/{args.rounds} done", flush=True)
@@ -158,7 +172,7 @@ def main() -> None:
         print("\n| policy | ready now / before | CPU at ready now / before | boot CPU now / before "
               "| first video now / before |")
         print("| --- | ---: | ---: | ---: | ---: |")
-        for name in POLICIES:
+        for name in policies:
             now, then = (next(r for r in rows if r["policy"] == name and r["checkout"] == tree)
                          for tree in ("now", "before"))
             ratios[name] = {f: round(now[f] / then[f], 3) for f in FIGURES}
