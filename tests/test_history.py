@@ -1,6 +1,7 @@
 """The whole run, kept: every policy the worker takes, rolled out once more without drawing (one
 whole, deterministic episode from the run's start state) into ``<video_dir>/history/``, its
 return in ``stats["history"]`` and TensorBoard; ``async-plotter render`` draws any of them."""
+import json
 import logging
 import math
 import os
@@ -200,6 +201,41 @@ def test_render_jobs_draw_with_osmesa_where_egl_makes_no_context(run, tmp_path):
     assert result.returncode == 0, result.stderr
     assert result.stderr.count("drawing with OSMesa instead") == 1, result.stderr
     assert "Traceback" not in result.stderr, result.stderr
+    assert sorted(os.listdir(tmp_path / "out")) == ["iter_0003.mp4", "iter_0004.mp4"]
+
+
+_JOBS_ENVIRONMENT = """
+import json, sys
+import psutil
+from async_plotter.sinks.rerender import prepare_gl, rerender_each
+prepare_gl()
+seen = []
+for path, outcome in rerender_each(sys.argv[2:], sys.argv[1], "same", 64, jobs=2):
+    outcome()
+    for child in psutil.Process().children():
+        seen.append(child.environ().get("OPENBLAS_NUM_THREADS"))
+print(json.dumps(seen))
+"""
+
+
+@pytest.mark.parametrize("users", [None, "3"])
+def test_render_jobs_run_numpy_on_one_blas_thread_unless_the_user_said(run, tmp_path, users):
+    """Each drawing process would start a BLAS thread per core at numpy's import."""
+    folder, _, _ = run
+    paths = [str(folder / "history" / name) for name in ("iter_0003.npz", "iter_0004.npz")]
+    environment = {k: v for k, v in os.environ.items() if k != "OPENBLAS_NUM_THREADS"}
+    if users is not None:
+        environment["OPENBLAS_NUM_THREADS"] = users
+    result = subprocess.run(
+        [sys.executable, "-c", _JOBS_ENVIRONMENT,
+         str(tmp_path / "out"), *paths],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=environment)
+    assert result.returncode == 0, result.stderr
+    seen = json.loads(result.stdout.strip().splitlines()[-1])
+    assert seen and set(seen) == {users or "1"}, seen
     assert sorted(os.listdir(tmp_path / "out")) == ["iter_0003.mp4", "iter_0004.mp4"]
 
 

@@ -28,8 +28,9 @@ Outcome = Callable[[], str]
 
 
 def prepare_gl() -> None:
-    """Choose the offscreen GL backend as the render process does (MuJoCo reads it once, when
-    first imported)."""
+    """Choose the offscreen GL backend and the drawing's threads as the render process does
+    (MuJoCo and numpy read them once, when first imported; the processes of ``jobs`` inherit
+    them)."""
     from async_plotter.display import offscreen_gl_backend
 
     backend = offscreen_gl_backend()
@@ -39,6 +40,11 @@ def prepare_gl() -> None:
     # cost more than they save beside ffmpeg (2 cores: 1.10-1.15x the wall time of a folder
     # drawn in one process, benchmarks/render_jobs.py), and with ``jobs`` each has a core.
     os.environ.setdefault("LP_NUM_THREADS", "0")
+    # And numpy's BLAS on one thread, as in the worker: each of the ``jobs`` processes would
+    # otherwise start a thread per core at numpy's import, for arrays too small to split.
+    from async_plotter.processes import one_blas_thread
+
+    os.environ.update(one_blas_thread())
 
 
 def rerender(path: str,
