@@ -1,0 +1,39 @@
+"""The CPU governor's counts, against a real busy process: what ``stats["boot_cpu_seconds"]``
+and the budget's charge are made of."""
+import subprocess
+import sys
+import time
+
+import pytest
+
+from async_plotter.cpu import process_cpu_seconds
+from async_plotter.supervision.budget import CpuGovernor, Phase
+
+
+@pytest.fixture
+def busy_process():
+    process = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    try:
+        yield process.pid
+    finally:
+        process.kill()
+        process.wait()
+
+
+def test_each_phase_counts_the_cpu_used_until_it_ends_not_until_the_next_tick(busy_process):
+    """The start-up ended between two ticks: its CPU up to that moment is the start-up's (a
+    tick's worth went to the governed phase before, and ``boot_cpu_seconds`` read low)."""
+    governor = CpuGovernor(0.03, tick=3600.0)  # no tick comes: only the phase changes count
+    governor.track(busy_process)
+    time.sleep(0.5)
+    governor.set_phase(Phase.GOVERNED)
+    at_the_end_of_the_start_up = process_cpu_seconds(busy_process)
+    assert at_the_end_of_the_start_up > 0.01, "the busy process got no CPU"
+    assert governor.boot_cpu_seconds == pytest.approx(at_the_end_of_the_start_up, abs=0.02)
+    time.sleep(0.3)
+    governor.set_phase(Phase.UNLIMITED)
+    governed = process_cpu_seconds(busy_process) - at_the_end_of_the_start_up
+    assert governor.boot_cpu_seconds == pytest.approx(at_the_end_of_the_start_up, abs=0.02)
+    assert governor.cpu_seconds == pytest.approx(at_the_end_of_the_start_up + governed, abs=0.02)
+    assert governor.charged_seconds == pytest.approx(governed, abs=0.02)
+    governor.stop()
