@@ -97,9 +97,9 @@ class CpuGovernor:
 
     def set_phase(self, phase: Phase) -> None:
         """Booting, governed, or unlimited (training is over). The CPU used since the last
-        tick is counted to the phase that ends (a tick's worth, 0.2 s of both processes drawing
-        flat out, would otherwise go to the next: the start-up's CPU read low by up to ~0.4
-        CPU-s)."""
+        tick is counted to the phase that ends; it went to the next, and the start-up's CPU
+        read low by up to a tick of both processes drawing (0.03 CPU-s in the median on an
+        idle machine, ``benchmarks/worker_boot.py``)."""
         with self._lock:
             if phase is self._phase:
                 return
