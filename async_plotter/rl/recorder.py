@@ -6,11 +6,12 @@ import logging
 import numbers
 import os
 import time
-from typing import Any, Dict, List, Optional, Sequence
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from async_plotter.learning_curve import PREFERRED_METRIC
+from async_plotter.learning_curve import PREFERRED_METRIC, SHOWN_RETURN
+from async_plotter.rl.shown_returns import SHOWN_ITERATION
 from async_plotter.rl.snapshot import PathLike, atomic_write_bytes, save_snapshot
 
 logger = logging.getLogger(__name__)
@@ -27,7 +28,9 @@ class RunRecorder:
         ``progress.csv``: one row per iteration, appended as it finishes.
         ``events.out.tfevents.*`` (``tensorboard=True``): every numeric column of each row as a
         TensorBoard scalar ``progress/<column>`` at step ``Iteration``, written as the row is.
-        ``learning_curve.png``: AverageReturn against Iteration, redrawn after every iteration
+        ``learning_curve.png``: AverageReturn against Iteration, and beside it each row's
+        ``ShownReturn`` at its ``ShownIteration`` (the history's deterministic episode of that
+        iteration's policy, where the plotter keeps one), redrawn after every iteration
         unless iterations are so short that drawing (~50 ms) would cost more than ~5% of the run;
         then as often as that budget allows, and always by :meth:`close`.
         ``params.pkl`` (snapshot_mode ``"last"``) or ``itr_<N>.pkl`` (``"all"``).
@@ -96,6 +99,7 @@ class RunRecorder:
             return
         self._columns = None  # the whole file again, with any new column
         self._write_csv(self.rows[-1])
+        self._curve_stale = True  # close() draws the final policy's point
         if self.tensorboard:
             self._write_scalars(dict(values, Iteration=self.rows[-1].get("Iteration")))
 
@@ -159,7 +163,8 @@ class RunRecorder:
                                 iterations,
                                 returns,
                                 stds,
-                                title=os.path.basename(self.log_dir))
+                                title=os.path.basename(self.log_dir),
+                                shown=shown_points(self.rows))
         except Exception:  # a plotting problem must not stop training
             self._curve_failed = True
             logger.exception("could not draw the learning curve; not trying again")
@@ -182,12 +187,26 @@ class RunRecorder:
             atomic_write_bytes(self._path(name), text.encode("utf-8"))
 
 
+def shown_points(rows: Sequence[Dict[str, Any]]) -> List[Tuple[float, float]]:
+    """``(ShownIteration, ShownReturn)`` of the rows that have one, by iteration: the return of
+    one deterministic episode of that iteration's policy (``rl/shown_returns.py``)."""
+    points = {
+        float(row[SHOWN_ITERATION]): float(row[SHOWN_RETURN])
+        for row in rows
+        if row.get(SHOWN_RETURN) is not None and row.get(SHOWN_ITERATION) is not None
+    }
+    return sorted(points.items())
+
+
 def save_learning_curve(path: PathLike,
                         iterations: Sequence[float],
                         average_returns: Sequence[float],
                         std_returns: Optional[Sequence[float]] = None,
-                        title: str = "") -> None:
-    """Write a PNG of the curve (a band of one standard deviation when given), atomically.
+                        title: str = "",
+                        shown: Sequence[Tuple[float, float]] = ()) -> None:
+    """Write a PNG of the curve (a band of one standard deviation when given), atomically;
+    ``shown``: ``(iteration, return)`` points of the history's deterministic episodes, drawn as
+    a second, dashed line.
 
     Uses matplotlib's object API with the Agg canvas, which draws off-screen and, unlike
     ``matplotlib.use("Agg")``, leaves the backend of the user's own plots alone.
@@ -204,8 +223,16 @@ def save_learning_curve(path: PathLike,
         std = np.asarray(std_returns, dtype=float)
         axes.fill_between(x, y - std, y + std, alpha=0.2, linewidth=0, label="± std over paths")
     axes.plot(x, y, marker="o" if len(x) < 30 else None, markersize=3, label=PREFERRED_METRIC)
+    if len(shown):
+        shown_x, shown_y = np.asarray(shown, dtype=float).T
+        axes.plot(shown_x,
+                  shown_y,
+                  linestyle="--",
+                  marker=".",
+                  markersize=4,
+                  label=f"{SHOWN_RETURN} (one deterministic episode)")
     axes.set_xlabel("Iteration")
-    axes.set_ylabel(PREFERRED_METRIC)
+    axes.set_ylabel("Return" if len(shown) else PREFERRED_METRIC)
     axes.set_title(title)
     axes.grid(True, alpha=0.3)
     axes.legend(loc="best")

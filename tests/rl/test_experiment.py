@@ -23,6 +23,22 @@ def small_trpo(**kwargs):
     return TRPO("CartPole-v1", CategoricalMLPPolicy("CartPole-v1", hidden_sizes=(8, )), **settings)
 
 
+def test_the_final_policys_shown_return_reaches_the_learning_curve_drawn_at_close(tmp_path):
+    """The last row's ShownReturn comes after the row was written and its curve drawn (the final
+    policy is recorded at the plotter's close()): the curve is drawn again with it."""
+    from async_plotter.rl.recorder import RunRecorder, save_learning_curve
+
+    recorder = RunRecorder(str(tmp_path / "run"))
+    recorder.record({"Iteration": 0, "AverageReturn": 1.0, "StdReturn": 0.5})
+    recorder.amend_last({"ShownReturn": 3.0, "ShownIteration": 0})
+    recorder.close()
+    save_learning_curve(tmp_path / "expected.png", [0], [1.0], [0.5],
+                        title="run",
+                        shown=[(0.0, 3.0)])
+    expected = (tmp_path / "expected.png").read_bytes()
+    assert (tmp_path / "run" / "learning_curve.png").read_bytes() == expected
+
+
 def test_writes_progress_curve_snapshot_and_log(tmp_path):
     result = run_experiment_lite(small_trpo(n_itr=3), log_dir=str(tmp_path / "run"), seed=1)
     run = tmp_path / "run"
