@@ -29,11 +29,14 @@ def test_each_phase_counts_the_cpu_used_until_it_ends_not_until_the_next_tick(bu
     governor.set_phase(Phase.GOVERNED)
     at_the_end_of_the_start_up = process_cpu_seconds(busy_process)
     assert at_the_end_of_the_start_up > 0.01, "the busy process got no CPU"
-    assert governor.boot_cpu_seconds == pytest.approx(at_the_end_of_the_start_up, abs=0.02)
+    # Read a moment after the governor's reading: a few ms more on a loaded machine, never less.
+    assert at_the_end_of_the_start_up - 0.05 <= governor.boot_cpu_seconds \
+        <= at_the_end_of_the_start_up + 1e-6
     time.sleep(0.3)
     governor.set_phase(Phase.UNLIMITED)
-    governed = process_cpu_seconds(busy_process) - at_the_end_of_the_start_up
-    assert governor.boot_cpu_seconds == pytest.approx(at_the_end_of_the_start_up, abs=0.02)
-    assert governor.cpu_seconds == pytest.approx(at_the_end_of_the_start_up + governed, abs=0.02)
-    assert governor.charged_seconds == pytest.approx(governed, abs=0.02)
+    in_all = process_cpu_seconds(busy_process)
+    boot = governor.boot_cpu_seconds
+    assert boot <= at_the_end_of_the_start_up + 1e-6, "the governed phase's CPU went to the boot"
+    assert in_all - 0.05 <= governor.cpu_seconds <= in_all + 1e-6
+    assert governor.charged_seconds == pytest.approx(governor.cpu_seconds - boot, abs=1e-6)
     governor.stop()
