@@ -8,7 +8,9 @@ by side in one process with the worker's own thread limits.
 Forms: a Keras Sequential and a functional 17-64-64-6 MLP (HalfCheetah's sizes), and the
 Sequential one with its input normalized and each hidden layer layer-normalized, the functional
 MLP with its input joined to the last layer's (a skip connection), and a residual one (two
-blocks of ``x + Dense(relu(Dense(LayerNormalization(x))))``), which the worker calls as their
+blocks of ``x + Dense(relu(Dense(LayerNormalization(x))))``), and one with ``keras.ops`` of its
+own (``leaky_relu(x, 0.1)`` after each hidden layer, the actions scaled by an array), which the
+worker calls as their
 numpy copy (``policy/numpy_copy.py``), a ``tf.Module`` of the same shape (compiled in the
 worker), and the RL host's ``GaussianMLPPolicy`` (64, 64), whose ``get_action`` calls its own
 concrete function (its "eager" column) and which the worker calls as its numpy copy
@@ -83,6 +85,10 @@ def forms():
         block = keras.layers.Dense(HIDDEN, activation="relu")(block)
         residual = keras.layers.Add()([residual, keras.layers.Dense(HIDDEN)(block)])
     residual = keras.Model(inputs, keras.layers.Dense(ACT)(residual))
+    leaky = keras.ops.leaky_relu(keras.layers.Dense(HIDDEN)(inputs), 0.1)
+    leaky = keras.ops.leaky_relu(keras.layers.Dense(HIDDEN)(leaky), 0.1)
+    scale = np.linspace(0.5, 1.0, ACT).astype(np.float32)
+    with_ops = keras.Model(inputs, keras.ops.tanh(keras.layers.Dense(ACT)(leaky)) * scale)
 
     class MLPModule(tf.Module):
 
@@ -103,7 +109,8 @@ def forms():
     return [("Keras Sequential", sequential), ("Keras functional", functional),
             ("Keras Sequential, normalized", normalized),
             ("Keras functional, skip connection", skip),
-            ("Keras functional, residual blocks", residual), ("tf.Module", MLPModule()),
+            ("Keras functional, residual blocks", residual),
+            ("Keras functional, keras.ops with arguments", with_ops), ("tf.Module", MLPModule()),
             ("rl GaussianMLPPolicy", gaussian)]
 
 

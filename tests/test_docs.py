@@ -159,6 +159,7 @@ def test_the_headline_figures_are_the_measured_ones():
     normalized_step = step["Keras Sequential, normalized"]
     skip_step = step["Keras functional, skip connection"]
     residual_step = step["Keras functional, residual blocks"]
+    ops_step = step["Keras functional, keras.ops with arguments"]
     keras_run = _results("plot_overhead_keras_numpy.json")["summary"]["Hopper-v5-keras"]
     now, then = keras_run["defaults"], keras_run["before"]
     expected = [
@@ -171,7 +172,9 @@ def test_the_headline_figures_are_the_measured_ones():
         f"({normalized_step['compiled_over_worker']:.0f}x), with a skip connection "
         f"{skip_step['worker_ms']:.3f} ms ({skip_step['compiled_over_worker']:.0f}x), with two "
         f"residual blocks {residual_step['worker_ms']:.3f} ms "
-        f"({residual_step['compiled_over_worker']:.0f}x)",
+        f"({residual_step['compiled_over_worker']:.0f}x), with `keras.ops.leaky_relu(x, 0.1)` "
+        f"and its actions scaled by an array {ops_step['worker_ms']:.3f} ms "
+        f"({ops_step['compiled_over_worker']:.0f}x)",
         f"{now['training_ratio']:.2f}x of plotting off (was {then['training_ratio']:.2f}x; end to "
         f"end {now['end_to_end_ratio']:.2f}x, was {then['end_to_end_ratio']:.2f}x)",
         f"booted in {now['boot_seconds']:.1f} s ({then['boot_seconds']:.1f} s), "
