@@ -13,11 +13,13 @@ Taken only where numpy computes what Keras does: a ``Sequential`` or functional 
 input of shape ``(batch, n)`` and one output, all in float32 or all in float64, whose layers are
 each of a class ``_layer_steps`` names (at inference ``Dropout`` and the noise layers do nothing)
 with nonlinearities of ``ACTIVATIONS``. A functional model is computed as its graph: skip
-connections (``Add``, ``Concatenate``, ... or ``+``, ``-``, ``*``, ``/`` of its tensors), the
-``keras.ops`` of ``ELEMENTWISE`` (``keras.ops.tanh(x)``) and of ``OPS_WITH_ARGUMENTS``
-(``keras.ops.leaky_relu(x, 0.3)``), a model used as a layer and a layer called twice included. And only once the copy, applied to random inputs, gives the model's own
-output. Anything else travels as its Keras config and acts through TensorFlow, as before. The
-trainer-side check then compares the copy with the model like any worker copy.
+connections (``Add``, ``Concatenate``, ... or ``+``, ``-``, ``*``, ``/`` of its tensors, with
+numbers or arrays of one value per unit), the ``keras.ops`` of ``ELEMENTWISE``
+(``keras.ops.tanh(x)``) and of ``OPS_WITH_ARGUMENTS`` (``keras.ops.leaky_relu(x, 0.3)``), a model
+used as a layer and a layer called twice included. And only once the copy, applied to random
+inputs, gives the model's own output. Anything else travels as its Keras config and acts through
+TensorFlow, as before. The trainer-side check then compares the copy with the model like any
+worker copy.
 
 A layer's weights are read from the model's flat vector at every update, as the trainer sends it;
 an adapted ``Normalization`` computes from its ``adapt_mean`` and ``adapt_variance`` as Keras does
@@ -591,7 +593,8 @@ class _Builder:
 
     def call(self, operation: Any, operands: Sequence[Operand]) -> int:
         """Add ``operation`` (a layer, a model used as one, or a Keras op of ``_OPERATORS``,
-        ``ELEMENTWISE`` or ``OPS_WITH_ARGUMENTS``) computed from ``operands``; the place of its output."""
+        ``ELEMENTWISE`` or ``OPS_WITH_ARGUMENTS``) computed from ``operands``; the place of its
+        output."""
         if isinstance(operation, self.keras.Model):  # its layer calls, inlined
             if len(operands) != 1:
                 raise _NotTaken(f"model {operation.name!r} is called on {len(operands)} values")
