@@ -253,16 +253,6 @@ class Parametric:
         return np.maximum(x, 0) - pieces[self.alpha] * np.maximum(-x, 0)
 
 
-class Exponential:
-    """``x`` where positive, else ``alpha * (exp(x) - 1)`` (the ``ELU`` layer)."""
-
-    def __init__(self, alpha: float) -> None:
-        self.alpha = alpha
-
-    def __call__(self, x: np.ndarray, pieces: Sequence[np.ndarray]) -> np.ndarray:
-        return np.where(x > 0, x, x.dtype.type(self.alpha) * np.expm1(np.minimum(x, 0)))
-
-
 class Normalize:
     """``(x - mean) / max(sqrt(variance), epsilon)``, or its inverse (``Normalization``)."""
 
@@ -431,8 +421,8 @@ class Merge:
         return MERGES[self.kind](values)
 
 
-Step = Union[Dense, Rectifier, Parametric, Exponential, Normalize, Standardize, Rescale,
-             UnitNormalize, Elementwise, Merge]
+Step = Union[Dense, Rectifier, Parametric, Normalize, Standardize, Rescale, UnitNormalize,
+             Elementwise, Merge]
 #: what a node computes from: a value's place (0: the observations; ``k``: node ``k - 1``'s
 #: output), a number (``x * 0.5``) or a constant array, one value per unit (``x * scale``)
 Operand = Union[int, float, np.ndarray]
@@ -811,7 +801,8 @@ def _prelu_step(layer: Any, weights: _Weights, keras: Any) -> Step:
 
 
 def _elu_step(layer: Any, weights: _Weights, keras: Any) -> Step:
-    return Exponential(float(layer.alpha))
+    # The layer computes what ``keras.ops.elu`` does.
+    return Elementwise("Elu", {"alpha": float(layer.alpha)})
 
 
 def _normalization_step(layer: Any, weights: _Weights, keras: Any) -> Step:
