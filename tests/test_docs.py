@@ -207,6 +207,16 @@ def _structure():
     return structure
 
 
+def test_the_policy_section_s_step_figures_are_the_measured_ones():
+    """The numpy copy's saving a step, as `benchmarks/policy_step.py` last measured it: a Keras
+    chain against its traced call, the RL host's MLP policies against their get_action."""
+    step = {row["policy"]: row for row in _results("policy_step.json")["rows"]}
+    keras_chain, mlp = step["Keras Sequential"], step["rl GaussianMLPPolicy"]
+    stated = (f"act as a numpy copy ({keras_chain['compiled_over_worker']:.0f}x and "
+              f"{mlp['eager_over_worker']:.0f}x less CPU a step than")
+    assert stated in README.replace("\n", " ")
+
+
 def test_the_pooled_cost_is_the_measured_one():
     """The README's cost of a Swimmer run at the defaults is the pooled one
     (``benchmarks/pooled_overhead.py``): the A/A control against the defaults, round by round,
