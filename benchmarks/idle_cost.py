@@ -128,19 +128,15 @@ def _cpu(process, reaped: bool = False) -> float:
 
 
 def measure(mode: str, args) -> dict:
-    result = subprocess.run([
-        sys.executable,
-        os.path.abspath(__file__), "--child", mode, "--n-itr",
-        str(args.n_itr), "--batch-size",
-        str(args.batch_size)
-    ],
-                            env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2",
-                                     OPENBLAS_NUM_THREADS="1"),
-                            capture_output=True,
-                            text=True,
-                            check=True,
-                            timeout=1800)
-    return json.loads(result.stdout.strip().splitlines()[-1])
+    from benchmarks.machine import child_result
+
+    return child_result(
+        __file__,
+        ["--child", mode, "--n-itr",
+         str(args.n_itr), "--batch-size",
+         str(args.batch_size)],
+        dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", OPENBLAS_NUM_THREADS="1"),
+        timeout=1800)
 
 
 def main() -> None:

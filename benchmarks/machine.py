@@ -3,7 +3,9 @@ benchmarks that compare two checkouts side by side share."""
 import json
 import os
 import platform
-from typing import Any, Dict, List, Optional, Sequence
+import subprocess
+import sys
+from typing import Any, Callable, Dict, List, Optional, Sequence
 
 
 def machine_facts(load_before: Sequence[float], load_after: Sequence[float]) -> Dict[str, Any]:
@@ -45,6 +47,35 @@ def library_env(tree: str, **extra: str) -> Dict[str, str]:
     ``tree``: first on ``PYTHONPATH``, ahead of the editable install (whose import finder also
     made the library's own imports ~2 ms slower)."""
     return dict(os.environ, PYTHONPATH=os.path.abspath(tree), **extra)
+
+
+def child_result(script: str,
+                 arguments: Sequence[str],
+                 env: Optional[Dict[str, str]] = None,
+                 timeout: float = 600) -> Any:
+    """What a benchmark's child printed last, as JSON: ``script`` run again in a fresh Python
+    process with ``arguments`` (and ``env``, e.g. ``library_env``'s); its failure raises."""
+    result = subprocess.run([sys.executable, os.path.abspath(script), *arguments],
+                            env=env,
+                            capture_output=True,
+                            text=True,
+                            check=True,
+                            timeout=timeout)
+    return json.loads(result.stdout.strip().splitlines()[-1])
+
+
+def side_by_side(rounds: int, cases: Sequence[str], trees: Dict[str, str],
+                 measure: Callable[[str, str], Any]) -> Dict[str, Dict[str, List[Any]]]:
+    """``measure(checkout path, case)`` for every case and checkout, ``rounds`` times, the
+    checkouts taking turns at going first (``in_turn``), a line of progress after each round:
+    ``{case: {checkout name: [results]}}``."""
+    runs: Dict[str, Dict[str, List[Any]]] = {case: {name: [] for name in trees} for case in cases}
+    for round_number in range(rounds):
+        for case in cases:
+            for name in in_turn(list(trees), round_number):
+                runs[case][name].append(measure(trees[name], case))
+        print(f"  round {round_number + 1}/{rounds} done", flush=True)
+    return runs
 
 
 def in_turn(names: Sequence[str], round_number: int) -> List[str]:

@@ -14,7 +14,6 @@ Takes ~1 minute on 2 cores. Writes ``benchmarks/results/recording_cost.json``.
 import argparse
 import json
 import os
-import subprocess
 import sys
 import tempfile
 import time
@@ -66,20 +65,13 @@ def child(env_id: str, episodes: int, folder: str) -> None:
 
 
 def measure(tree: str, env_id: str, episodes: int) -> float:
-    from benchmarks.machine import library_env
+    from benchmarks.machine import child_result, library_env
 
     with tempfile.TemporaryDirectory(prefix="recording_cost_") as folder:
-        result = subprocess.run([
-            sys.executable,
-            os.path.abspath(__file__), "--child", env_id, "--episodes",
-            str(episodes), "--folder", folder
-        ],
-                                env=library_env(tree),
-                                capture_output=True,
-                                text=True,
-                                check=True,
-                                timeout=600)
-    return json.loads(result.stdout.strip().splitlines()[-1])["cpu_ms"]
+        result = child_result(__file__,
+                              ["--child", env_id, "--episodes",
+                               str(episodes), "--folder", folder], library_env(tree))
+    return result["cpu_ms"]
 
 
 def main() -> None:
@@ -98,17 +90,12 @@ def main() -> None:
     sys.path.insert(0, HERE)
     import numpy as np
 
-    from benchmarks.machine import checkouts, in_turn, write_results
+    from benchmarks.machine import checkouts, side_by_side, write_results
 
     trees = checkouts(HERE, args.before_tree)
     load_before = os.getloadavg()
-    runs = {env_id: {name: [] for name in trees} for env_id in args.envs.split(",")}
-    for round_number in range(args.rounds):
-        order = in_turn(trees, round_number)
-        for env_id in runs:
-            for name in order:
-                runs[env_id][name].append(measure(trees[name], env_id, args.episodes))
-        print(f"round {round_number + 1}/{args.rounds} done", flush=True)
+    runs = side_by_side(args.rounds, args.envs.split(","), trees,
+                        lambda tree, env_id: measure(tree, env_id, args.episodes))
     summary = {}
     print("| env | " + " | ".join(f"{name}: CPU / recording" for name in trees) +
           (" | now / before |" if len(trees) == 2 else " |"))

@@ -31,7 +31,6 @@ import argparse
 import json
 import os
 import resource
-import subprocess
 import sys
 import tempfile
 import time
@@ -43,7 +42,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from async_plotter import Plotter  # noqa: E402
 from async_plotter.cpu import tree_cpu_seconds  # noqa: E402
-from benchmarks.machine import machine_facts  # noqa: E402
+from benchmarks.machine import child_result, machine_facts  # noqa: E402
 
 RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
 ENVS = [
@@ -238,17 +237,12 @@ def floor_child(env_id, steps, stride, fps, folder):
 
 def measure_floor(env_id, steps, stride, fps):
     with tempfile.TemporaryDirectory() as folder:
-        out = subprocess.run([
-            sys.executable, __file__, "--floor-child", env_id,
-            str(steps),
-            str(stride),
-            repr(fps), folder
-        ],
-                             check=True,
-                             capture_output=True,
-                             text=True,
-                             timeout=300)
-    return json.loads(out.stdout.strip().splitlines()[-1])
+        return child_result(
+            __file__,
+            ["--floor-child", env_id,
+             str(steps), str(stride),
+             repr(fps), folder],
+            timeout=300)
 
 
 # ------------------------------------------------------------------------------------- main

@@ -22,7 +22,6 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -107,16 +106,10 @@ def _cpu_seconds(pids: dict) -> float:
 
 
 def measure(tree: str, name: str) -> dict:
-    from benchmarks.machine import library_env
+    from benchmarks.machine import child_result, library_env
 
-    result = subprocess.run(
-        [sys.executable, os.path.abspath(__file__), "--child", name],
-        env=library_env(tree, TF_CPP_MIN_LOG_LEVEL="2", CUDA_VISIBLE_DEVICES=""),
-        capture_output=True,
-        text=True,
-        check=True,
-        timeout=600)
-    return json.loads(result.stdout.strip().splitlines()[-1])
+    return child_result(__file__, ["--child", name],
+                        library_env(tree, TF_CPP_MIN_LOG_LEVEL="2", CUDA_VISIBLE_DEVICES=""))
 
 
 FIGURES = ("boot_s", "ready_cpu_s", "boot_cpu_s", "first_video_s")
@@ -136,7 +129,7 @@ def main() -> None:
         child(args.child)
         return
     sys.path.insert(0, ROOT)
-    from benchmarks.machine import checkouts, in_turn, write_results
+    from benchmarks.machine import checkouts, side_by_side, write_results
 
     load_before = os.getloadavg()
     trees = checkouts(ROOT, args.before_tree)
@@ -144,12 +137,7 @@ def main() -> None:
     unknown = sorted(set(policies) - set(POLICIES))
     if unknown:
         parser.error(f"unknown --policies {unknown}; choose among {list(POLICIES)}")
-    runs = {name: {tree: [] for tree in trees} for name in policies}
-    for round_number in range(args.rounds):
-        for name in policies:
-            for tree in in_turn(trees, round_number):
-                runs[name][tree].append(measure(trees[tree], name))
-        print(f"  round {round_number + 1}/{args.rounds} done", flush=True)
+    runs = side_by_side(args.rounds, policies, trees, measure)
     rows = []
     print(f"\nThe plot worker's start-up on Swimmer-v5, medians of {args.rounds}")
     print("| policy | checkout | worker acts with | ready after s | CPU-s at ready | boot CPU-s "
