@@ -14,6 +14,7 @@ import pytest
 from async_plotter import Plotter
 from tests.conftest import shm_segments, wait_for
 from tests.policies import LinearPolicy
+from tests.test_tensorboard import decode_gif, shown_images
 
 pytestmark = pytest.mark.slow
 
@@ -67,7 +68,7 @@ def test_close_records_the_final_policy_and_counts_it(tmp_path, caplog, no_lefto
     assert summary and "shows the final policy" in summary[-1], summary
 
 
-def _after_a_30_step_clip(video_dir):
+def _after_a_30_step_clip(video_dir, **options):
     """A Swimmer plotter of 90-step rollouts and 30-step videos, once iteration 0's video (a
     clip) is written; and its policy."""
     policy = LinearPolicy(8, 2)
@@ -76,7 +77,8 @@ def _after_a_30_step_clip(video_dir):
                       max_path_length=90,
                       video_length=30,
                       video_dir=str(video_dir),
-                      seed=0).start()
+                      seed=0,
+                      **options).start()
     policy.fill(0.1)
     plotter.update_plot(policy, iteration=0)
     wait_for(lambda: any(v["iteration"] == 0 for v in plotter.stats["video_log"]),
@@ -102,10 +104,15 @@ def test_a_clip_of_the_final_policy_still_being_drawn_at_close_is_made_again_who
         tmp_path, caplog, no_leftovers):
     """close() right after the last update while the worker was idle: the rollout process has
     sent the final policy's clip (its steps are simulated ahead of the drawing) before close()
-    asks for the final video. That video is still the whole episode, written over the clip."""
-    policy, plotter = _after_a_30_step_clip(tmp_path)
+    asks for the final video. That video is still the whole episode, and the clip is dropped
+    undrawn: TensorBoard, which shows the first image written at a step, shows the whole
+    episode too."""
+    logdir = tmp_path / "tensorboard"
+    policy, plotter = _after_a_30_step_clip(tmp_path, tensorboard_dir=str(logdir))
     render = plotter.stats["worker_pids"]["render"]
     episodes = plotter.stats["episodes"]
+    wait_for(lambda: plotter.stats["tensorboard_images"] >= 1, 30, message="iteration 0's image")
+    frames_before = plotter.stats["frames"]
     os.kill(render, signal.SIGSTOP)  # the clip's steps wait in the pipe, undrawn
     resume = threading.Timer(1.0, os.kill, (render, signal.SIGCONT))
     try:
@@ -128,6 +135,13 @@ def test_a_clip_of_the_final_policy_still_being_drawn_at_close_is_made_again_who
     summary = [r.getMessage() for r in caplog.records if r.getMessage().startswith("plotter: ")]
     assert summary and "shows the final policy" in summary[-1], summary
     assert "-frame clip" not in summary[-1], summary[-1]
+    # The 91 frames of the whole episode, and at most a frame of the clip before it was dropped
+    # (both drawn: 31 more).
+    assert 91 <= stats["frames"] - frames_before <= 93, stats["frames"] - frames_before
+    shown = dict(shown_images(logdir, "rollout/Swimmer-v5"))
+    assert sorted(shown) == [0, 1], sorted(shown)
+    # A GIF merges equal frames; its durations still add up to the episode's 91 frames at 25 fps.
+    assert sum(decode_gif(shown[1])[3]) >= 91 * 40 - 40, "TensorBoard shows the whole episode"
 
 
 def _real_speed_plotter(policy, steps, video_dir):

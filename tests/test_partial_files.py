@@ -85,3 +85,41 @@ def test_a_released_file_counts_as_abandoned_and_a_held_one_does_not(tmp_path):
     second = PartialFile(str(tmp_path / "iter_0001.npz"))
     assert remove_abandoned(str(tmp_path)) == []
     second.release()
+
+
+def test_a_clip_dropped_for_its_whole_episode_leaves_nothing_and_does_not_wait_for_ffmpeg(tmp_path):
+    """At close(), the final policy's clip being drawn is dropped for its whole episode
+    (``worker/render_process.py``): its encoder is stopped, not waited for, even one that is
+    stuck, and the whole episode is then written under the same name."""
+    import signal
+    import threading
+
+    import psutil
+
+    sink = VideoSink(str(tmp_path), fps=25.0)
+    sink.attach(None)
+    clip = EpisodeInfo(update=3, iteration=8, episode=0)
+    frames = np.random.default_rng(0).integers(0, 255, size=(40, 64, 64, 3), dtype=np.uint8)
+    sink.begin_episode(clip)
+    for frame in frames[:10]:
+        sink.add_frame(frame, clip)
+    encoders = [child for child in psutil.Process().children() if "ffmpeg" in child.name()]
+    assert len(encoders) == 1, encoders
+    encoders[0].send_signal(signal.SIGSTOP)  # finishing its file would now wait forever
+    try:
+        dropping = threading.Thread(target=sink.drop_here, args=("its whole episode comes", ))
+        dropping.start()
+        dropping.join(30)
+        assert not dropping.is_alive(), "the drop waited for the encoder"
+    finally:
+        if encoders[0].is_running():
+            encoders[0].send_signal(signal.SIGCONT)
+    assert not encoders[0].is_running()
+    assert os.listdir(tmp_path) == []
+    retake = EpisodeInfo(update=3, iteration=8, episode=1, retake=True)
+    sink.begin_episode(retake)
+    for frame in frames:
+        sink.add_frame(frame, retake)
+    sink.end_episode(retake, EpisodeEnd(40, 0.0, True))
+    sink.close()
+    assert os.listdir(tmp_path) == ["iter_0008.mp4"]

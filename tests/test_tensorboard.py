@@ -51,6 +51,31 @@ def accumulate(logdir):
     return accumulator
 
 
+def shown_images(logdir, tag):
+    """[(step, encoded GIF)] of ``tag`` as TensorBoard's Images tab shows them: through its data
+    provider, which keeps the first image written at a step (a later one at the same step is
+    never shown)."""
+    from tensorboard import context
+    from tensorboard.backend.event_processing import data_provider
+    from tensorboard.backend.event_processing import plugin_event_multiplexer
+
+    multiplexer = plugin_event_multiplexer.EventMultiplexer()
+    multiplexer.AddRunsFromDirectory(str(logdir))
+    multiplexer.Reload()
+    provider = data_provider.MultiplexerDataProvider(multiplexer, str(logdir))
+    request = context.RequestContext()
+    shown = []
+    for tags in provider.read_blob_sequences(request,
+                                             experiment_id="",
+                                             plugin_name="images",
+                                             downsample=1000).values():
+        for datum in tags.get(tag, []):
+            # An image's blobs: its width, its height, then the encoded image.
+            shown.append((datum.step, provider.read_blob(request,
+                                                         blob_key=datum.values[2].blob_key)))
+    return shown
+
+
 def decode_gif(encoded):
     """(frame count, size, first frame RGB array, per-frame durations in ms) of a GIF."""
     image = Image.open(io.BytesIO(encoded))

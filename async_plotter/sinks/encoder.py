@@ -80,6 +80,20 @@ class Encoder:
         finally:
             self._messages.close()
 
+    def abandon(self) -> None:
+        """Stop ffmpeg without finishing the file (it is to be removed): what it has not
+        encoded yet would only hold the caller, at ``close()`` where a clip is dropped for the
+        final policy's whole episode."""
+        try:
+            self._process.kill()
+            self._process.wait()
+        finally:
+            try:
+                self._process.stdin.close()
+            except OSError:
+                pass  # a broken pipe: ffmpeg is gone, as wanted
+            self._messages.close()
+
     def messages(self) -> str:
         """The tail of what ffmpeg printed, as one string."""
         try:

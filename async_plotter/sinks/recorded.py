@@ -98,6 +98,12 @@ class RecordedSink(FrameSink):
         nothing more of it: training ended while it was drawn (``worker/render_process.py``)."""
         self._finish()
 
+    def drop_here(self, why: str) -> None:
+        """Keep nothing of the recording (``why`` says why): what replaces it comes next (the
+        final policy's whole episode, ``EpisodeInfo.retake``, replaces a clip of it)."""
+        if self._recording is not None:
+            self._discard(why)
+
     def _finish(self) -> None:
         if self._recording is None:
             return

@@ -203,7 +203,7 @@ class VideoSink(RecordedSink):
         try:
             if self._encoder is not None:
                 encoder, self._encoder = self._encoder, None
-                encoder.finish()
+                encoder.abandon()
                 logger.info("dropped the video being recorded: %s", why)
         finally:
             if self._partial is not None:  # also where the encoder failed for want of space

@@ -320,6 +320,12 @@ class _Stream:
         self._passing = False
         #: the update of the last episode dropped so (episodes chained to it are dropped too)
         self._passed_update: Optional[int] = None
+        #: the final policy's clip dropped for its whole episode, which comes next
+        #: (``_drop_the_clip_retaken``): episodes chained to the clip are dropped too
+        self._retaken_update: Optional[int] = None
+        #: whether the final policy's episode now drawn ends as a clip (read ahead to its end;
+        #: None until that end has come)
+        self._ends_clipped: Optional[bool] = None
         #: steps handed to the sinks of the video now drawn (its chained episodes included), and
         #: what a video cut once training is over keeps at least (``_cut_once_training_is_over``)
         self._video_steps = 0
@@ -391,12 +397,17 @@ class _Stream:
         ``update`` ends; how many states were copied."""
         copied = 0
         while not _terminated and time.monotonic() < deadline:
-            try:
-                if not self._frames_in.poll(0.1):
-                    continue
-                kind, body = _checked(self._frames_in.recv())
-            except (EOFError, OSError):
-                break  # the rollout process is gone: what was copied is kept, cut short
+            if self._ahead:
+                kind, body = self._ahead.popleft()  # read ahead of the drawing (``_retaken``)
+            else:
+                try:
+                    if not self._frames_in.poll(0.1):
+                        continue
+                    kind, body = _checked(self._frames_in.recv())
+                except (EOFError, OSError):
+                    break  # the rollout process is gone: what was copied is kept, cut short
+            if kind is _GONE:
+                break
             if kind is StreamKind.STATES:
                 for step in body.steps():
                     self._scene.set_state(step.state)
@@ -448,11 +459,17 @@ class _Stream:
         holds ``min_video_seconds`` (it is kept, shorter), and drop the rest of its steps. The
         rollout process ran ahead of the drawing (a budgeted video's steps wait in the pipe
         whole), and ``close()`` waits for this and the final video after it: drawing the rest
-        took 0.1-0.7 s of it. The history keeps that policy's whole episode."""
+        took 0.1-0.7 s of it. The history keeps that policy's whole episode. The final
+        policy's own clip is dropped instead (``_drop_the_clip_retaken``)."""
         global _open_episode
         episode, final = _open_episode, self._final_update
-        if (not self._final or episode is None or final is None or episode.update >= final
-                or self._passing or self._video_steps < self._min_video_steps):
+        if not self._final or episode is None or final is None or self._passing:
+            return
+        if episode.update >= final:
+            if self._retaken(episode):
+                self._drop_the_clip_retaken(episode)
+            return
+        if self._video_steps < self._min_video_steps:
             return
         logger.debug("update %d's video cut at close after %d steps", episode.update,
                      self._video_steps)
@@ -467,12 +484,68 @@ class _Stream:
         self._passing, self._passed_update = True, episode.update
         self._catching_up = self._first_video = False
 
+    def _retaken(self, episode: EpisodeInfo) -> bool:
+        """Whether ``episode`` (the final policy's, training over) is a clip that the rollout
+        process makes again whole next: it stopped at the video's length before ``close()``
+        asked for the final video, and the rollout process retakes every such clip
+        (``EpisodeInfo.retake``). Its end is read ahead: the rollout process ran ahead of the
+        drawing. Never in a live view, whose episodes are whole."""
+        if self._live or episode.retake:
+            return False
+        if self._ends_clipped is None:
+            self._ends_clipped = self._read_to_the_videos_end()
+        return bool(self._ends_clipped)
+
+    def _read_to_the_videos_end(self) -> Optional[bool]:
+        """Whether the video now drawn ends as a clip: its last ``END`` (one not continued by a
+        chained episode), read ahead of the drawing; None while it has not come yet."""
+        end = self._read_ahead_to(lambda kind, body: kind is StreamKind.END and not body.continued)
+        return None if end is None else end[1].clipped
+
+    def _read_ahead_to(self, wanted: Callable[[StreamKind, Any], bool]) -> Optional[tuple]:
+        """The first message read ahead (before, or now from the pipe, as far as it holds)
+        that is ``wanted``; None if none is there (yet)."""
+        for message in self._ahead:
+            if wanted(*message):
+                return message
+        while self._frames_in.poll() and not (self._ahead and self._ahead[-1][0] is _GONE):
+            try:
+                message = _checked(self._frames_in.recv())
+            except (EOFError, OSError):
+                message = (_GONE, None)
+            self._ahead.append(message)
+            if wanted(*message):
+                return message
+        return None
+
+    def _drop_the_clip_retaken(self, episode: EpisodeInfo) -> None:
+        """The final policy's clip being drawn (``_retaken``) is dropped, nothing of it kept:
+        its whole episode comes next and replaces it. Drawing the rest of the clip took up to
+        a clip's drawing of ``close()``, and TensorBoard shows the first image written at a
+        step, so the clip's would have hidden the whole episode's."""
+        global _open_episode
+        logger.debug("update %d's clip dropped after %d steps: its whole episode comes next",
+                     episode.update, self._video_steps)
+        _open_episode = None
+        self._report_frames()
+        end = EpisodeEnd(self._episode_steps, self._episode_reward, completed=False)
+        for sink in self._targets():
+            if isinstance(sink, RecordedSink):
+                sink.drop_here("the final policy's whole episode replaces this clip of it")
+            else:
+                sink.end_episode(episode, end)
+        self._passing, self._passed_update = True, episode.update
+        self._retaken_update = episode.update
+        self._catching_up = self._first_video = False
+
     def _superseded(self, episode: EpisodeInfo) -> bool:
         """Whether ``episode`` is an older policy's that begins after training ended (the
         rollout process was ahead of the drawing, and cut it for the final policy): not drawn,
         since the final video comes next and ``close()`` waits for it; the history keeps that
         policy whole. The video being drawn is cut too (``_cut_once_training_is_over``), unless
         it is short of ``min_video_seconds`` (a chained episode of it is then drawn)."""
+        if episode.update == self._retaken_update and not episode.retake:
+            return True  # a chained episode of the clip dropped for its whole episode
         final = self._final_update
         if final is None or episode.update >= final:
             return False
@@ -509,7 +582,9 @@ class _Stream:
         self._episode = _open_episode = episode
         self._episode_steps, self._episode_reward = 0, 0.0
         if episode.part == 0:
-            self._video_steps = 0
+            self._video_steps, self._ends_clipped = 0, None
+        if episode.retake:
+            self._retaken_update = None
         for sink in self._targets():
             sink.begin_episode(episode)
 
@@ -580,18 +655,7 @@ class _Stream:
         """Whether the rollout process has sent shown steps beyond those in hand: messages
         waiting in the pipe are read ahead, up to the first ``STATES`` or ``FRAME`` one (an
         episode's last chunk is always followed by its ``END`` at once; that is not newer)."""
-        if any(kind in _SHOWN for kind, _ in self._ahead):
-            return True
-        while self._frames_in.poll():
-            try:
-                message = _checked(self._frames_in.recv())
-            except (EOFError, OSError):
-                self._ahead.append((_GONE, None))
-                return False
-            self._ahead.append(message)
-            if message[0] in _SHOWN:
-                return True
-        return False
+        return self._read_ahead_to(lambda kind, body: kind in _SHOWN) is not None
 
     def _skip(self, step: Optional[StepState], frame: Any = None) -> None:
         """A step the live outputs skip: only sinks that keep every step (a video, a state
