@@ -242,6 +242,17 @@ def _constant_arrays():
     return keras.Model(inputs, (squashed + 1) * ((high - low) / 2) + low)
 
 
+def _backend_constants():
+    """Operands made by the backend: ``keras.ops.convert_to_tensor`` and ``tf.constant``."""
+    import keras
+    import tensorflow as tf
+
+    inputs = _inputs(4)
+    scale = keras.ops.convert_to_tensor(np.array([2.0, 0.5, 1.0, -1.0], np.float32))
+    actions = keras.ops.tanh(keras.layers.Dense(3)(inputs * scale))
+    return keras.Model(inputs, actions * tf.constant([[1.0, 0.5, 2.0]]) + tf.constant(0.25))
+
+
 def _every_merge():
     import keras
 
@@ -290,6 +301,7 @@ GRAPHS = {
     "keras.ops on tensors": _elementwise_ops,
     "keras.ops with arguments": _ops_with_arguments,
     "constant arrays as operands": _constant_arrays,
+    "backend constants as operands": _backend_constants,
     "a layer called twice": _shared_layer,
     "models used as layers": _models_as_layers,
 }
@@ -362,12 +374,21 @@ def _concatenated_over_the_batch():
     return keras.Model(inputs, keras.layers.Dense(2)(joined))
 
 
-def _times_a_backend_tensor():
+def _times_a_variable():
     import keras
 
     inputs = _inputs(4)
-    scale = keras.ops.convert_to_tensor(np.full(4, 2.0, np.float32))
+    scale = keras.Variable(np.full(4, 2.0, np.float32), trainable=False)
     return keras.Model(inputs, keras.layers.Dense(2)(inputs * scale))
+
+
+def _times_a_tf_variable():
+    import keras
+    import tensorflow as tf
+
+    inputs = _inputs(4)
+    return keras.Model(inputs,
+                       keras.layers.Dense(2)(inputs * tf.Variable(np.full(4, 2.0, np.float32))))
 
 
 def _subclassed_model_as_layer():
@@ -407,7 +428,8 @@ NOT_TAKEN = {
     "a layer it does not compute (EinsumDense)": _einsum_output,
     "a Softmax over the batch": lambda: _chain(("Softmax", dict(axis=0))),
     "a Concatenate over the batch": _concatenated_over_the_batch,
-    "a backend tensor as operand": _times_a_backend_tensor,
+    "a Keras variable as operand": _times_a_variable,
+    "a TensorFlow variable as operand": _times_a_tf_variable,
     "a keras.ops call it does not compute (sparsemax)": _op_it_does_not_compute,
     "a keras.ops softmax over the batch": _op_softmax_over_the_batch,
     "a Dropout kept on at inference": _dropout_kept_on,

@@ -14,7 +14,7 @@ input of shape ``(batch, n)`` and one output, all in float32 or all in float64, 
 each of a class ``_layer_steps`` names (at inference ``Dropout`` and the noise layers do nothing)
 with nonlinearities of ``ACTIVATIONS``. A functional model is computed as its graph: skip
 connections (``Add``, ``Concatenate``, ... or ``+``, ``-``, ``*``, ``/`` of its tensors, with
-numbers or arrays of one value per unit), the ``keras.ops`` of ``ELEMENTWISE``
+numbers, or arrays or constant backend tensors of one value per unit), the ``keras.ops`` of ``ELEMENTWISE``
 (``keras.ops.tanh(x)``) and of ``OPS_WITH_ARGUMENTS`` (``keras.ops.leaky_relu(x, 0.3)``), a model
 used as a layer and a layer called twice included. And only once the copy, applied to random
 inputs, gives the model's own output. Anything else travels as its Keras config and acts through
@@ -673,13 +673,23 @@ def _operands(args: Sequence[Any], places: Dict[int, int], keras: Any) -> List[O
             operands.append(places[id(arg)])
         elif isinstance(arg, (int, float, np.integer, np.floating)) and not isinstance(arg, bool):
             operands.append(float(arg))
-        elif isinstance(arg, np.ndarray) and arg.dtype.kind in "iuf" \
-                and (arg.ndim <= 1 or arg.shape[:-1] == (1, )):
-            operands.append(arg.copy())  # taken as it is now, as Keras took it into the graph
         else:
-            raise _NotTaken(f"a layer call reads a {type(arg).__name__}, not a tensor, a number "
-                            "or an array of one value per unit")
+            operands.append(_constant(arg, keras))
     return operands
+
+
+def _constant(arg: Any, keras: Any) -> np.ndarray:
+    """An operand that is neither a tensor of the model nor a number: a numpy array, or a backend
+    tensor (``keras.ops.convert_to_tensor``, ``tf.constant``), of one value per unit. A variable
+    is not: its value may change, and it is not among the weights the trainer sends."""
+    if not isinstance(arg, np.ndarray) and keras.ops.is_tensor(arg) \
+            and not hasattr(arg, "assign"):
+        arg = np.asarray(keras.ops.convert_to_numpy(arg))
+    if isinstance(arg, np.ndarray) and arg.dtype.kind in "iuf" \
+            and (arg.ndim <= 1 or arg.shape[:-1] == (1, )):
+        return arg.copy()  # taken as it is now, as Keras took it into the graph
+    raise _NotTaken(f"a layer call reads a {type(arg).__name__}, not a tensor, a number, or an "
+                    "array or constant tensor of one value per unit")
 
 
 #: Keras ops of two values that a functional model's ``+``, ``-``, ``*`` and ``/`` record (and
