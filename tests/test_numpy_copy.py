@@ -7,7 +7,8 @@ import pytest
 
 from async_plotter import Plotter, PolicyMismatchError
 from async_plotter.policy.adapters import KerasAdapter
-from async_plotter.policy.numpy_copy import ACTIVATIONS, keras_layer_graph
+from async_plotter.policy.numpy_copy import keras_layer_graph
+from async_plotter.policy.numpy_layers import ACTIVATIONS
 from async_plotter.policy.recipe import describe_policy
 from tests import policy_forms
 from tests.conftest import loads_tensorflow, mapped_libraries, wait_for
@@ -460,7 +461,7 @@ def test_the_trainer_side_check_still_catches_a_copy_that_acts_differently(tmp_p
     from async_plotter.policy import numpy_copy
 
     monkeypatch.setattr(numpy_copy, "_differs", lambda chain, model, keras: None)
-    monkeypatch.setitem(numpy_copy.ACTIVATIONS, "tanh", lambda x: x)
+    monkeypatch.setitem(ACTIVATIONS, "tanh", lambda x: x)
     model, _ = policy_forms.sequential()
     # Whatever the first observation, every hidden unit gets 5: tanh gives 1, the identity 5.
     model.layers[0].set_weights([np.zeros((4, 8), np.float32), np.full(8, 5.0, np.float32)])

@@ -21,7 +21,8 @@ from typing import Any, Dict, List, Optional, Tuple, Type
 import numpy as np
 
 from async_plotter.policy.compiled_call import CompiledCall
-from async_plotter.policy.numpy_copy import keras_layer_graph, split_flat
+from async_plotter.policy.numpy_copy import keras_layer_graph
+from async_plotter.policy.numpy_layers import split_flat
 from async_plotter.errors import PolicyNotRebuildableError, PolicyProtocolError, PolicyShapeError
 
 PROTOCOL_METHODS = ("get_param_values", "set_param_values", "get_action")

@@ -13,7 +13,7 @@ from typing import Any, Callable, Dict, Optional, Sequence, Tuple
 
 import numpy as np
 
-from async_plotter.policy.numpy_copy import ACTIVATIONS as _NUMPY_ACTIVATIONS, split_flat
+from async_plotter.policy.numpy_layers import ACTIVATIONS as _NUMPY_ACTIVATIONS, split_flat
 
 #: The hidden nonlinearities the MLPs take by name (``rl/policies._activation``), as numpy
 #: computes them (float32 in, float32 out); None is none.
