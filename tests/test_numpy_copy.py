@@ -226,6 +226,7 @@ def _ops_with_arguments():
         ops.clip(x, -0.5, 0.5),
         ops.softmax(x, axis=-1),
         ops.log_softmax(x),
+        ops.glu(x),  # half as many values
         ops.maximum(x, 0.1),
         ops.minimum(0.2, x),
         ops.power(x, 2),
@@ -403,7 +404,21 @@ def _op_it_does_not_compute():
     import keras
 
     inputs = _inputs(4)
+    return keras.Model(inputs, keras.layers.Dense(2)(keras.ops.cumsum(inputs, axis=-1)))
+
+
+def _sparsemax():
+    import keras
+
+    inputs = _inputs(4)
     return keras.Model(inputs, keras.layers.Dense(2)(keras.ops.sparsemax(inputs)))
+
+
+def _glu_over_the_batch():
+    import keras
+
+    inputs = _inputs(4)
+    return keras.Model(inputs, keras.layers.Dense(2)(keras.ops.glu(inputs, axis=0)))
 
 
 def _op_softmax_over_the_batch():
@@ -431,7 +446,9 @@ NOT_TAKEN = {
     "a Concatenate over the batch": _concatenated_over_the_batch,
     "a Keras variable as operand": _times_a_variable,
     "a TensorFlow variable as operand": _times_a_tf_variable,
-    "a keras.ops call it does not compute (sparsemax)": _op_it_does_not_compute,
+    "a keras.ops call it does not compute (cumsum)": _op_it_does_not_compute,
+    "a keras.ops glu over the batch": _glu_over_the_batch,
+    "a keras.ops sparsemax (Keras's is not the true one)": _sparsemax,
     "a keras.ops softmax over the batch": _op_softmax_over_the_batch,
     "a Dropout kept on at inference": _dropout_kept_on,
     "mixed precision": lambda: policy_forms.mixed_precision()[0],

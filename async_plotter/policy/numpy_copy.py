@@ -259,7 +259,7 @@ _OP_MODULES = ("keras.src.ops.numpy", "keras.src.ops.nn", "keras.src.ops.math")
 def _op_with_arguments(kind: str, operation: Any) -> Step:
     """A Keras op of ``OPS_WITH_ARGUMENTS`` with the arguments it was called with."""
     names, _ = OPS_WITH_ARGUMENTS[kind]
-    if kind in ("Softmax", "LogSoftmax"):
+    if kind in ("Softmax", "LogSoftmax", "Glu"):
         _last_axis(operation, operation.axis)
     arguments = {name: getattr(operation, name, None) for name in names}
     if not all(isinstance(value, (int, float)) for value in arguments.values()):

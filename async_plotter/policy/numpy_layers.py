@@ -134,6 +134,12 @@ def _softmax(x: np.ndarray) -> np.ndarray:
     return np.exp(_log_softmax(x))
 
 
+def _glu(x: np.ndarray) -> np.ndarray:
+    # The last axis's first half gated by the sigmoid of its second half: half as many values.
+    gated, gate = np.split(x, 2, axis=-1)
+    return gated * _sigmoid(gate)
+
+
 def _threshold(x: np.ndarray, threshold: float, default_value: float) -> np.ndarray:
     return np.where(x > threshold, x, x.dtype.type(default_value))
 
@@ -338,6 +344,9 @@ OPS_WITH_ARGUMENTS: Dict[str, Tuple[Tuple[str, ...], Callable[..., np.ndarray]]]
     "Clip": (("x_min", "x_max"), _clip),
     "Softmax": ((), _softmax),
     "LogSoftmax": ((), _log_softmax),
+    # Not sparsemax: Keras 3.15's thresholds wrongly where more than one value is kept
+    # (keras-team/keras#23425), and the copy must compute what the trainer's model does.
+    "Glu": ((), _glu),
 }
 
 
