@@ -275,7 +275,12 @@ def test_a_video_folder_removed_while_training_is_made_again(tmp_path, caplog, n
     with Plotter("Swimmer-v5", policy, max_path_length=20, video_dir=str(folder),
                  priority="normal") as plotter:
         wait_for(lambda: plotter.stats["videos"] >= 1, 120, message="a first video")
-        shutil.rmtree(tmp_path / "runs")
+        # As rm -rf: a file the worker renames meanwhile (a recording made whole) is no error
+        # (shutil.rmtree raised FileNotFoundError on it), and one it writes meanwhile goes too.
+        runs = tmp_path / "runs"
+        wait_for(lambda: not (shutil.rmtree(runs, ignore_errors=True) or runs.exists()),
+                 30,
+                 message="runs/ removed")
         _train(plotter, policy, range(1, 4))
         wait_for(lambda: plotter.stats["videos"] >= 2 or plotter.stats["restarts"],
                  120,
