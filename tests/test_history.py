@@ -388,13 +388,16 @@ def test_a_trpo_run_puts_the_shown_returns_into_progress_csv_and_tensorboard(tmp
         for iteration, _, value in shown
     }, rel=1e-5)
     assert (tmp_path / "run" / "videos" / "history" / "iter_0007.npz").exists()
-    # learning_curve.png draws them beside AverageReturn, the final policy's included.
+    # learning_curve.png draws every recording's return beside AverageReturn (a row holds one),
+    # the final policy's included.
     from async_plotter.rl.recorder import save_learning_curve, shown_points
 
     numbers = [{key: float(value) for key, value in row.items() if value != ""} for row in rows]
     assert shown_points(numbers)[-1] == (7.0, pytest.approx(shown[-1][2]))
+    every = sorted((float(iteration), value) for iteration, value in returns.items())
+    assert set(shown_points(numbers)) <= set(every)
     curve = [[row[key] for row in numbers] for key in ("Iteration", "AverageReturn", "StdReturn")]
-    for name, points in (("with.png", shown_points(numbers)), ("without.png", ())):
+    for name, points in (("with.png", every), ("without.png", ())):
         save_learning_curve(tmp_path / name, *curve, title="run", shown=points)
     drawn = (tmp_path / "run" / "learning_curve.png").read_bytes()
     assert drawn == (tmp_path / "with.png").read_bytes() != (tmp_path / "without.png").read_bytes()

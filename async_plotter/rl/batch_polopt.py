@@ -271,6 +271,7 @@ class BatchPolopt:
         if self._plotting and self._shown is not None:
             # The return of the newest policy the plotter's history recorded meanwhile.
             row.update(self._shown.columns(self.plotter.stats))
+            recorder.note_shown(self._shown.points)
         self.history.append(row)
 
         recorder.record(row)
@@ -340,6 +341,7 @@ class BatchPolopt:
             if shown is not None and recorder is not None and self.history:
                 # The final policy's, recorded at close(), goes into the last row.
                 columns = shown.columns(plotter.stats)
+                recorder.note_shown(shown.points)
                 if columns[SHOWN_RETURN] is not None:
                     self.history[-1].update(columns)
                     recorder.amend_last(columns)

@@ -30,7 +30,8 @@ class RunRecorder:
         TensorBoard scalar ``progress/<column>`` at step ``Iteration``, written as the row is.
         ``learning_curve.png``: AverageReturn against Iteration, and beside it each row's
         ``ShownReturn`` at its ``ShownIteration`` (the history's deterministic episode of that
-        iteration's policy, where the plotter keeps one), redrawn after every iteration
+        iteration's policy, where the plotter keeps one) and every other recording's return
+        given to :meth:`note_shown`, redrawn after every iteration
         unless iterations are so short that drawing (~50 ms) would cost more than ~5% of the run;
         then as often as that budget allows, and always by :meth:`close`.
         ``params.pkl`` (snapshot_mode ``"last"``) or ``itr_<N>.pkl`` (``"all"``).
@@ -52,6 +53,8 @@ class RunRecorder:
         self._curve_failed = False
         self._curve_stale = False
         self._next_curve_time = 0.0
+        #: ``{iteration: return}`` of the history's recordings beyond the rows' (``note_shown``)
+        self._shown: Dict[float, float] = {}
         self.tensorboard = bool(tensorboard) and self.log_dir is not None
         self._summaries: Any = None  # the SummaryWriter, opened with the first row
         if self.log_dir is not None:
@@ -75,6 +78,13 @@ class RunRecorder:
     @property
     def debug_log(self) -> Optional[str]:
         return self._path("debug.log")
+
+    def note_shown(self, points: Dict[float, float]) -> None:
+        """The return of every history recording so far, by its policy's iteration: a row has
+        room for one (``ShownReturn``), the curve draws them all."""
+        if points.items() - self._shown.items():
+            self._shown.update(points)
+            self._curve_stale = True
 
     def record(self, row: Dict[str, Any]) -> None:
         """Keep ``row``, append it to ``progress.csv`` and redraw the learning curve."""
@@ -164,7 +174,7 @@ class RunRecorder:
                                 returns,
                                 stds,
                                 title=os.path.basename(self.log_dir),
-                                shown=shown_points(self.rows))
+                                shown=shown_points(self.rows, self._shown))
         except Exception:  # a plotting problem must not stop training
             self._curve_failed = True
             logger.exception("could not draw the learning curve; not trying again")
@@ -187,14 +197,17 @@ class RunRecorder:
             atomic_write_bytes(self._path(name), text.encode("utf-8"))
 
 
-def shown_points(rows: Sequence[Dict[str, Any]]) -> List[Tuple[float, float]]:
-    """``(ShownIteration, ShownReturn)`` of the rows that have one, by iteration: the return of
-    one deterministic episode of that iteration's policy (``rl/shown_returns.py``)."""
-    points = {
+def shown_points(rows: Sequence[Dict[str, Any]],
+                 more: Optional[Dict[float, float]] = None) -> List[Tuple[float, float]]:
+    """``(ShownIteration, ShownReturn)`` of the rows that have one, and ``more`` (iteration:
+    return), by iteration: the return of one deterministic episode of that iteration's policy
+    (``rl/shown_returns.py``)."""
+    points = dict(more or {})
+    points.update({
         float(row[SHOWN_ITERATION]): float(row[SHOWN_RETURN])
         for row in rows
         if row.get(SHOWN_RETURN) is not None and row.get(SHOWN_ITERATION) is not None
-    }
+    })
     return sorted(points.items())
 
 

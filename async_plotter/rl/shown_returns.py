@@ -8,6 +8,9 @@ return of the newest recording finished while that iteration ran, and ``ShownIte
 iteration of the policy it shows (``-1``: the initial policy); both are blank in a row where none
 finished. The last row also gets the final policy's, recorded at ``close()``. It is not the
 training average (``AverageReturn``, over the sampled, stochastic paths of the batch).
+
+A row holds one recording, so where two finish within one iteration the older is not in
+``progress.csv``; ``ShownReturns.points`` keeps every one seen, for the learning curve.
 """
 from typing import Any, Dict, Optional
 
@@ -25,20 +28,33 @@ class ShownReturns:
 
     def __init__(self) -> None:
         self._handed = -1  # the newest update already in a row
+        #: ``{iteration: return}`` of every recording seen so far (``-1``: the initial policy)
+        self.points: Dict[float, float] = {}
 
     def columns(self, stats: Dict[str, Any]) -> Dict[str, Optional[float]]:
         """``ShownReturn`` and ``ShownIteration`` of the newest recording in ``stats``
-        (``Plotter.stats``) not handed to a row yet; ``BLANK`` if there is none."""
+        (``Plotter.stats``) not handed to a row yet; ``BLANK`` if there is none. Every
+        recording in ``stats`` goes to ``points``."""
         newest = None
         for entry in stats.get("history") or ():
-            if entry.get("return") is None or entry["update"] <= self._handed:
+            if entry.get("return") is None:
+                continue
+            iteration = _iteration_of(entry)
+            if iteration is not None:
+                self.points[float(iteration)] = float(entry["return"])
+            if entry["update"] <= self._handed:
                 continue
             if newest is None or entry["update"] > newest["update"]:
                 newest = entry
         if newest is None:
             return dict(BLANK)
         self._handed = newest["update"]
-        iteration = newest.get("iteration")
-        if iteration is None:
-            iteration = INITIAL_POLICY_ITERATION if newest["update"] == 0 else None
-        return {SHOWN_RETURN: float(newest["return"]), SHOWN_ITERATION: iteration}
+        return {SHOWN_RETURN: float(newest["return"]), SHOWN_ITERATION: _iteration_of(newest)}
+
+
+def _iteration_of(entry: Dict[str, Any]) -> Optional[int]:
+    """The iteration of the policy a history entry recorded (``-1``: the initial policy)."""
+    iteration = entry.get("iteration")
+    if iteration is None and entry["update"] == 0:
+        return INITIAL_POLICY_ITERATION
+    return iteration

@@ -39,6 +39,43 @@ def test_the_final_policys_shown_return_reaches_the_learning_curve_drawn_at_clos
     assert (tmp_path / "run" / "learning_curve.png").read_bytes() == expected
 
 
+def test_the_curve_draws_every_recordings_return_also_those_no_row_holds(tmp_path):
+    """Two recordings finished within iteration 1: its row holds the newer (``ShownReturn``),
+    the curve draws both."""
+    from async_plotter.rl.recorder import RunRecorder, save_learning_curve
+    from async_plotter.rl.shown_returns import ShownReturns
+
+    shown = ShownReturns()
+    recorder = RunRecorder(str(tmp_path / "run"))
+    history = [{"update": 0, "iteration": None, "return": 1.5}]
+    row = {"Iteration": 0, "AverageReturn": 1.0, "StdReturn": 0.5}
+    row.update(shown.columns({"history": history}))
+    recorder.note_shown(shown.points)
+    recorder.record(row)
+    history += [{
+        "update": 1,
+        "iteration": 0,
+        "return": 2.0
+    }, {
+        "update": 2,
+        "iteration": 1,
+        "return": 4.0
+    }]
+    row = {"Iteration": 1, "AverageReturn": 2.0, "StdReturn": 0.5}
+    row.update(shown.columns({"history": history}))
+    assert (row["ShownIteration"], row["ShownReturn"]) == (1, 4.0)  # the newer only
+    recorder.note_shown(shown.points)
+    recorder.record(row)
+    recorder.close()
+    for name, points in (("every.png", [(-1.0, 1.5), (0.0, 2.0),
+                                        (1.0, 4.0)]), ("rows.png", [(-1.0, 1.5), (1.0, 4.0)])):
+        save_learning_curve(tmp_path / name, [0, 1], [1.0, 2.0], [0.5, 0.5],
+                            title="run",
+                            shown=points)
+    drawn = (tmp_path / "run" / "learning_curve.png").read_bytes()
+    assert drawn == (tmp_path / "every.png").read_bytes() != (tmp_path / "rows.png").read_bytes()
+
+
 def test_writes_progress_curve_snapshot_and_log(tmp_path):
     result = run_experiment_lite(small_trpo(n_itr=3), log_dir=str(tmp_path / "run"), seed=1)
     run = tmp_path / "run"
