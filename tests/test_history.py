@@ -379,7 +379,12 @@ def test_a_trpo_run_puts_the_shown_returns_into_progress_csv_and_tensorboard(tmp
     assert [policy for _, policy, _ in shown] == sorted({policy for _, policy, _ in shown})
     for _, policy, value in shown:
         assert value == pytest.approx(returns[policy], rel=1e-6)
-    scalars = accumulate(result.log_dir).Scalars("progress/ShownReturn")
+    board = accumulate(result.log_dir)
+    # Every recording once, at its policy's iteration: also those no row holds.
+    every_return = [(event.step, event.value) for event in board.Scalars("history/return")]
+    assert sorted(step for step, _ in every_return) == sorted(returns)
+    assert dict(every_return) == pytest.approx(returns, rel=1e-5)
+    scalars = board.Scalars("progress/ShownReturn")
     assert {
         event.step: event.value
         for event in scalars

@@ -389,8 +389,10 @@ def test_a_plotted_run_puts_scalars_and_rollouts_into_one_run(plotted_run):
     assert iterations == [0, 1, 2]
     accumulator = accumulate(result.log_dir)
     tags = accumulator.Tags()
-    # The trainer writes the scalars; the plotter writes none of its own (scalars=False).
-    assert tags["scalars"] and all(tag.startswith("progress/") for tag in tags["scalars"])
+    # The trainer writes the scalars (its rows, and every history recording's return); the
+    # plotter writes none of its own (scalars=False).
+    assert "history/return" in tags["scalars"]
+    assert all(tag.startswith("progress/") for tag in tags["scalars"] if tag != "history/return")
     assert [e.step for e in accumulator.Scalars("progress/AverageReturn")] == iterations
     assert tags["images"] == ["rollout/Swimmer-v5"]
     images = accumulator.Images("rollout/Swimmer-v5")

@@ -33,6 +33,10 @@ DEFAULT_KEPT = 200
 DEFAULT_START_SEED = 0
 #: the iteration the initial policy (update 0, none given) is shown at, before iteration 0
 INITIAL_POLICY_ITERATION = -1
+#: the TensorBoard scalars of each recording, at its policy's iteration (the TensorBoard step):
+#: written by the Plotter's TensorBoard sink, or by ``run_experiment_lite``'s trainer
+HISTORY_RETURN_TAG = "history/return"
+HISTORY_LENGTH_TAG = "history/length"
 
 
 @dataclasses.dataclass(frozen=True)

@@ -11,6 +11,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 import numpy as np
 
 from async_plotter.learning_curve import PREFERRED_METRIC, SHOWN_RETURN
+from async_plotter.render.history import HISTORY_RETURN_TAG
 from async_plotter.rl.shown_returns import SHOWN_ITERATION
 from async_plotter.rl.snapshot import PathLike, atomic_write_bytes, save_snapshot
 
@@ -27,7 +28,8 @@ class RunRecorder:
     Files:
         ``progress.csv``: one row per iteration, appended as it finishes.
         ``events.out.tfevents.*`` (``tensorboard=True``): every numeric column of each row as a
-        TensorBoard scalar ``progress/<column>`` at step ``Iteration``, written as the row is.
+        TensorBoard scalar ``progress/<column>`` at step ``Iteration``, written as the row is;
+        and each history recording's return as ``history/return`` at its policy's iteration.
         ``learning_curve.png``: AverageReturn against Iteration, and beside it each row's
         ``ShownReturn`` at its ``ShownIteration`` (the history's deterministic episode of that
         iteration's policy, where the plotter keeps one) and every other recording's return
@@ -81,10 +83,19 @@ class RunRecorder:
 
     def note_shown(self, points: Dict[float, float]) -> None:
         """The return of every history recording so far, by its policy's iteration: a row has
-        room for one (``ShownReturn``), the curve draws them all."""
-        if points.items() - self._shown.items():
-            self._shown.update(points)
-            self._curve_stale = True
+        room for one (``ShownReturn``); the curve draws them all, and TensorBoard gets each new
+        one as ``history/return`` at its policy's iteration."""
+        new = {
+            iteration: value
+            for iteration, value in points.items() if self._shown.get(iteration) != value
+        }
+        if not new:
+            return
+        self._shown.update(new)
+        self._curve_stale = True
+        if self.tensorboard:
+            for iteration, value in sorted(new.items()):
+                self._add_scalars(int(iteration), {HISTORY_RETURN_TAG: value})
 
     def record(self, row: Dict[str, Any]) -> None:
         """Keep ``row``, append it to ``progress.csv`` and redraw the learning curve."""
@@ -126,19 +137,23 @@ class RunRecorder:
                 logger.warning("could not close the TensorBoard event file: %s", error)
 
     def _write_scalars(self, row: Dict[str, Any]) -> None:
+        step = row.get("Iteration", len(self.rows) - 1)
+        self._add_scalars(
+            int(step), {
+                SCALAR_PREFIX + key: value
+                for key, value in row.items()
+                if key != "Iteration" and isinstance(value, numbers.Real)
+            })
+
+    def _add_scalars(self, step: int, scalars: Dict[str, float]) -> None:
         # The trainer may have TensorFlow loaded anyway; this writer does not need it, and a
         # run without the tensorboard package still gets its event files.
         from async_plotter.tensorboard.writer import SummaryWriter
 
-        step = row.get("Iteration", len(self.rows) - 1)
-        scalars = {
-            SCALAR_PREFIX + key: value
-            for key, value in row.items() if key != "Iteration" and isinstance(value, numbers.Real)
-        }
         try:
             if self._summaries is None:
                 self._summaries = SummaryWriter(self.log_dir)
-            self._summaries.add_scalars(int(step), scalars)
+            self._summaries.add_scalars(step, scalars)
         except OSError:  # a full disk must not stop training; progress.csv has the numbers
             self.tensorboard = False
             logger.exception("could not write TensorBoard scalars; not trying again")

@@ -9,7 +9,7 @@ from typing import Callable, Dict, Optional
 
 import numpy as np
 
-from async_plotter.render.history import HistoryPoint
+from async_plotter.render.history import HISTORY_LENGTH_TAG, HISTORY_RETURN_TAG, HistoryPoint
 from async_plotter.sinks.recorded import RecordedSink
 from async_plotter.render.stream import EpisodeInfo
 from async_plotter.tensorboard.gif import FrameReel
@@ -22,9 +22,6 @@ WrittenCallback = Callable[[str, int, EpisodeInfo, int, int, bool], None]
 
 #: the TensorBoard step of the initial policy's rollout (``Plotter()``'s policy, update 0)
 INITIAL_POLICY_STEP = -1
-#: the scalars of each history recording (``Plotter(history=...)``)
-HISTORY_RETURN_TAG = "history/return"
-HISTORY_LENGTH_TAG = "history/length"
 
 
 def rollout_step(episode: EpisodeInfo) -> int:
@@ -96,8 +93,8 @@ class TensorBoardSink(RecordedSink):
     def on_history(self, point: HistoryPoint) -> None:
         """The return and length of a history recording, as scalars ``history/return`` and
         ``history/length`` at the policy's step (``rollout_step``: its iteration), beside the
-        training curve; with ``scalars`` only, as ``run_experiment_lite`` has its trainer
-        write them as ``progress/ShownReturn``."""
+        training curve; with ``scalars`` only: ``run_experiment_lite``'s trainer writes them
+        itself (``history/return``, and a row's ``progress/ShownReturn``)."""
         if not self.scalars:
             return
         step = rollout_step(EpisodeInfo(point.update, point.iteration, 0))
