@@ -55,7 +55,7 @@ class RunRecorder:
         self._curve_failed = False
         self._curve_stale = False
         self._next_curve_time = 0.0
-        #: ``{iteration: return}`` of the history's recordings beyond the rows' (``note_shown``)
+        #: ``{iteration: return}`` of every history recording given to ``note_shown``
         self._shown: Dict[float, float] = {}
         self.tensorboard = bool(tensorboard) and self.log_dir is not None
         self._summaries: Any = None  # the SummaryWriter, opened with the first row

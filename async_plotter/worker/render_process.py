@@ -318,11 +318,9 @@ class _Stream:
         #: the episode now streamed is an older policy's, begun once training was over: its
         #: steps are read and dropped, nothing drawn
         self._passing = False
-        #: the update of the last episode dropped so (episodes chained to it are dropped too)
+        #: the update of the last episode dropped so, or of the final policy's clip dropped for
+        #: its whole episode (``_drop_the_clip_retaken``): episodes chained to it are dropped too
         self._passed_update: Optional[int] = None
-        #: the final policy's clip dropped for its whole episode, which comes next
-        #: (``_drop_the_clip_retaken``): episodes chained to the clip are dropped too
-        self._retaken_update: Optional[int] = None
         #: whether the final policy's episode now drawn ends as a clip (read ahead to its end;
         #: None until that end has come)
         self._ends_clipped: Optional[bool] = None
@@ -461,7 +459,6 @@ class _Stream:
         whole), and ``close()`` waits for this and the final video after it: drawing the rest
         took 0.1-0.7 s of it. The history keeps that policy's whole episode. The final
         policy's own clip is dropped instead (``_drop_the_clip_retaken``)."""
-        global _open_episode
         episode, final = _open_episode, self._final_update
         if not self._final or episode is None or final is None or self._passing:
             return
@@ -473,14 +470,23 @@ class _Stream:
             return
         logger.debug("update %d's video cut at close after %d steps", episode.update,
                      self._video_steps)
+        self._leave_the_video(episode, keep=True)
+
+    def _leave_the_video(self, episode: EpisodeInfo, keep: bool) -> None:
+        """End the video being drawn here, and drop the rest of its steps: the recordings keep
+        it cut short (``keep``, as ``close()`` would) or nothing of it; the other sinks see its
+        episode end."""
+        global _open_episode
         _open_episode = None
         self._report_frames()
         end = EpisodeEnd(self._episode_steps, self._episode_reward, completed=False)
         for sink in self._targets():
-            if isinstance(sink, RecordedSink):
-                sink.cut_here()  # kept, marked cut short, as by close()
-            else:
+            if not isinstance(sink, RecordedSink):
                 sink.end_episode(episode, end)
+            elif keep:
+                sink.cut_here()
+            else:
+                sink.drop_here("the final policy's whole episode replaces this clip of it")
         self._passing, self._passed_update = True, episode.update
         self._catching_up = self._first_video = False
 
@@ -523,20 +529,9 @@ class _Stream:
         its whole episode comes next and replaces it. Drawing the rest of the clip took up to
         a clip's drawing of ``close()``, and TensorBoard shows the first image written at a
         step, so the clip's would have hidden the whole episode's."""
-        global _open_episode
         logger.debug("update %d's clip dropped after %d steps: its whole episode comes next",
                      episode.update, self._video_steps)
-        _open_episode = None
-        self._report_frames()
-        end = EpisodeEnd(self._episode_steps, self._episode_reward, completed=False)
-        for sink in self._targets():
-            if isinstance(sink, RecordedSink):
-                sink.drop_here("the final policy's whole episode replaces this clip of it")
-            else:
-                sink.end_episode(episode, end)
-        self._passing, self._passed_update = True, episode.update
-        self._retaken_update = episode.update
-        self._catching_up = self._first_video = False
+        self._leave_the_video(episode, keep=False)
 
     def _superseded(self, episode: EpisodeInfo) -> bool:
         """Whether ``episode`` is an older policy's that begins after training ended (the
@@ -544,12 +539,12 @@ class _Stream:
         since the final video comes next and ``close()`` waits for it; the history keeps that
         policy whole. The video being drawn is cut too (``_cut_once_training_is_over``), unless
         it is short of ``min_video_seconds`` (a chained episode of it is then drawn)."""
-        if episode.update == self._retaken_update and not episode.retake:
-            return True  # a chained episode of the clip dropped for its whole episode
+        if episode.part > 0 and episode.update == self._passed_update:
+            return True  # chained to one dropped: an older policy's, or the final policy's clip
         final = self._final_update
         if final is None or episode.update >= final:
             return False
-        return episode.part == 0 or episode.update == self._passed_update
+        return episode.part == 0
 
     @property
     def _uncapped(self) -> bool:
@@ -584,7 +579,7 @@ class _Stream:
         if episode.part == 0:
             self._video_steps, self._ends_clipped = 0, None
         if episode.retake:
-            self._retaken_update = None
+            self._passed_update = None  # the whole episode's chained ones are drawn
         for sink in self._targets():
             sink.begin_episode(episode)
 
