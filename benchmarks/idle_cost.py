@@ -53,9 +53,8 @@ def child(mode: str, n_itr: int, batch_size: int) -> None:
     competitor took in it."""
     import logging
 
-    import psutil
-
     sys.path.insert(0, ROOT)
+    from async_plotter.cpu import process_cpu_seconds, tree_cpu_seconds
     from async_plotter.rl import TRPO, GaussianMLPPolicy, LinearFeatureBaseline
     from async_plotter.rl.batch_polopt import BatchPolopt
     from async_plotter.rl.experiment import run_experiment_lite
@@ -66,18 +65,12 @@ def child(mode: str, n_itr: int, batch_size: int) -> None:
 
     def competitor_cpu(algo) -> float:
         if spinner is not None:
-            return _cpu(psutil.Process(spinner.pid))
+            return process_cpu_seconds(spinner.pid) or 0.0
         plotter = getattr(algo, "plotter", None)
         if plotter is None:
             return 0.0
-        used = 0.0
-        for pid in plotter.stats["worker_pids"].values():
-            try:
-                process = psutil.Process(pid)
-                used += _cpu(process, reaped=True) + sum(_cpu(c) for c in process.children())
-            except psutil.Error:
-                pass  # a worker restarting: counted from its next reading
-        return used
+        # A worker restarting counts from its next reading.
+        return sum(tree_cpu_seconds(pid) or 0.0 for pid in plotter.stats["worker_pids"].values())
 
     marks = []
     original = BatchPolopt._iteration
@@ -119,12 +112,6 @@ def child(mode: str, n_itr: int, batch_size: int) -> None:
     print(
         json.dumps(
             dict(steady_s=round(end - start, 3), competitor_cpu_s=round(cpu_end - cpu_start, 3))))
-
-
-def _cpu(process, reaped: bool = False) -> float:
-    times = process.cpu_times()
-    used = times.user + times.system
-    return used + (times.children_user + times.children_system if reaped else 0.0)
 
 
 def measure(mode: str, args) -> dict:
