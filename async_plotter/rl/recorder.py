@@ -20,6 +20,11 @@ logger = logging.getLogger(__name__)
 SNAPSHOT_MODES = ("last", "all", "none")
 #: TensorBoard tags of progress.csv's columns: ``progress/AverageReturn``, ... (one group of charts)
 SCALAR_PREFIX = "progress/"
+#: columns not written as ``progress/`` scalars: a row's one history return, written at the row's
+#: step and replaced in the last row at close, would draw a lagged, partial copy of
+#: ``history/return`` (every recording once, at its policy's iteration) and put two values at
+#: the last step
+NOT_SCALARS = frozenset({SHOWN_RETURN, SHOWN_ITERATION})
 
 
 class RunRecorder:
@@ -28,8 +33,9 @@ class RunRecorder:
     Files:
         ``progress.csv``: one row per iteration, appended as it finishes.
         ``events.out.tfevents.*`` (``tensorboard=True``): every numeric column of each row as a
-        TensorBoard scalar ``progress/<column>`` at step ``Iteration``, written as the row is;
-        and each history recording's return as ``history/return`` at its policy's iteration.
+        TensorBoard scalar ``progress/<column>`` at step ``Iteration``, written as the row is
+        (not ``ShownReturn`` and ``ShownIteration``: ``NOT_SCALARS``); and each history
+        recording's return as ``history/return`` at its policy's iteration.
         ``learning_curve.png``: AverageReturn against Iteration, and beside it each row's
         ``ShownReturn`` at its ``ShownIteration`` (the history's deterministic episode of that
         iteration's policy, where the plotter keeps one) and every other recording's return
@@ -111,8 +117,9 @@ class RunRecorder:
 
     def amend_last(self, values: Dict[str, Any]) -> None:
         """Set ``values`` in the last row (the final policy's ``ShownReturn``, known only once
-        the plotter has closed): ``progress.csv`` written again, the numeric ones written to
-        TensorBoard at that row's step."""
+        the plotter has closed): ``progress.csv`` written again, the numeric ones that are
+        scalars written to TensorBoard at that row's step (the final policy's return reaches
+        TensorBoard through :meth:`note_shown`)."""
         if not self.rows:
             return
         self.rows[-1].update(values)
@@ -138,12 +145,13 @@ class RunRecorder:
 
     def _write_scalars(self, row: Dict[str, Any]) -> None:
         step = row.get("Iteration", len(self.rows) - 1)
-        self._add_scalars(
-            int(step), {
-                SCALAR_PREFIX + key: value
-                for key, value in row.items()
-                if key != "Iteration" and isinstance(value, numbers.Real)
-            })
+        scalars = {
+            SCALAR_PREFIX + key: value
+            for key, value in row.items()
+            if key != "Iteration" and key not in NOT_SCALARS and isinstance(value, numbers.Real)
+        }
+        if scalars:
+            self._add_scalars(int(step), scalars)
 
     def _add_scalars(self, step: int, scalars: Dict[str, float]) -> None:
         # The trainer may have TensorFlow loaded anyway; this writer does not need it, and a

@@ -93,8 +93,8 @@ class TensorBoardSink(RecordedSink):
     def on_history(self, point: HistoryPoint) -> None:
         """The return and length of a history recording, as scalars ``history/return`` and
         ``history/length`` at the policy's step (``rollout_step``: its iteration), beside the
-        training curve; with ``scalars`` only: ``run_experiment_lite``'s trainer writes them
-        itself (``history/return``, and a row's ``progress/ShownReturn``)."""
+        training curve; with ``scalars`` only: ``run_experiment_lite``'s trainer writes
+        ``history/return`` itself."""
         if not self.scalars:
             return
         step = rollout_step(EpisodeInfo(point.update, point.iteration, 0))

@@ -76,6 +76,41 @@ def test_the_curve_draws_every_recordings_return_also_those_no_row_holds(tmp_pat
     assert drawn == (tmp_path / "every.png").read_bytes() != (tmp_path / "rows.png").read_bytes()
 
 
+def test_tensorboard_gets_one_value_a_step_when_close_amends_the_last_row(tmp_path):
+    """The last row's ShownReturn is replaced at close() by the final policy's: progress.csv is
+    written again, and TensorBoard holds each value once (the returns as ``history/return`` at
+    their policy's iteration; no second ``progress/`` value at the last step)."""
+    from async_plotter.rl.recorder import RunRecorder
+    from tests.test_tensorboard import accumulate
+
+    recorder = RunRecorder(str(tmp_path / "run"), tensorboard=True)
+    recorder.note_shown({-1.0: 1.5})
+    recorder.record({
+        "Iteration": 0,
+        "AverageReturn": 1.0,
+        "ShownReturn": 1.5,
+        "ShownIteration": -1
+    })
+    recorder.record({
+        "Iteration": 1,
+        "AverageReturn": 2.0,
+        "ShownReturn": None,
+        "ShownIteration": None
+    })
+    recorder.note_shown({-1.0: 1.5, 1.0: 4.0})  # the final policy's, recorded at close()
+    recorder.amend_last({"ShownReturn": 4.0, "ShownIteration": 1})
+    recorder.close()
+    with open(tmp_path / "run" / "progress.csv", newline="") as f:
+        rows = list(csv.DictReader(f))
+    assert [(row["ShownIteration"], row["ShownReturn"]) for row in rows] == [("-1", "1.5"),
+                                                                             ("1", "4.0")]
+    board = accumulate(tmp_path / "run")
+    assert sorted(board.Tags()["scalars"]) == ["history/return", "progress/AverageReturn"]
+    assert [(e.step, e.value) for e in board.Scalars("history/return")] == [(-1, 1.5), (1, 4.0)]
+    assert [(e.step, e.value) for e in board.Scalars("progress/AverageReturn")] == [(0, 1.0),
+                                                                                    (1, 2.0)]
+
+
 def test_writes_progress_curve_snapshot_and_log(tmp_path):
     result = run_experiment_lite(small_trpo(n_itr=3), log_dir=str(tmp_path / "run"), seed=1)
     run = tmp_path / "run"
