@@ -50,14 +50,18 @@ def run(tmp_path_factory):
     try:
         wait_for_history(plotter, 0)  # the initial policy
         for iteration in range(ITERATIONS):
-            value = 0.1 * (iteration if iteration != 11 else 10) - 1.0
-            policy.fill(value)
+            policy.fill(parameter_of(iteration))
             plotter.update_plot(policy, iteration=iteration)
             if iteration < ITERATIONS - 1:
                 wait_for_history(plotter, iteration + 1)
     finally:
         plotter.close()
     return folder, board, plotter.stats
+
+
+def parameter_of(iteration):
+    """Every parameter of the run's policy of ``iteration``: 10 and 11 are the same."""
+    return 0.1 * (iteration if iteration != 11 else 10) - 1.0
 
 
 def shown_steps(length, stride):
@@ -103,6 +107,42 @@ def test_two_recordings_of_the_same_parameters_are_the_same_step_for_step(run):
     assert np.array_equal(ten.states, eleven.states)
     assert np.array_equal(ten.actions, eleven.actions, equal_nan=True)
     assert np.array_equal(ten.rewards, eleven.rewards)
+
+
+@pytest.mark.parametrize("iteration", [5, ITERATIONS - 1])
+def test_a_recording_is_the_episode_the_trainer_gets_from_that_policy(run, iteration):
+    """What the history shows is what trains: the trainer's own copy of the policy of
+    ``iteration``, acting on its mean from the run's start state (reset seed 0), gives the
+    recorded episode state for state, and its return."""
+    import gymnasium
+    import mujoco
+
+    folder, _, stats = run
+    entry = next(entry for entry in stats["history"] if entry["iteration"] == iteration)
+    recording = read_recording(str(folder / "history" / ("iter_%04d.npz" % iteration)))
+    policy = LinearPolicy(11, 3)
+    policy.fill(parameter_of(iteration))
+    env = gymnasium.make("Hopper-v5")
+    model, data = env.unwrapped.model, env.unwrapped.data
+    observation, _ = env.reset(seed=0)
+    states, total, length = [_full_state(mujoco, model, data)], 0.0, 0
+    for step in range(1, STEPS + 1):
+        observation, reward, terminated, _, _ = env.step(policy.get_action(observation)[1]["mean"])
+        total, length = total + reward, step
+        if step % 4 == 0 or terminated or step == STEPS:
+            states.append(_full_state(mujoco, model, data))
+        if terminated:
+            break
+    env.close()
+    assert (entry["length"], recording.meta["length"]) == (length, length)
+    assert entry["return"] == pytest.approx(total, rel=1e-6)
+    assert np.array_equal(recording.states, np.array(states))
+
+
+def _full_state(mujoco, model, data):
+    state = np.empty(mujoco.mj_stateSize(model, mujoco.mjtState.mjSTATE_FULLPHYSICS))
+    mujoco.mj_getState(model, data, state, mujoco.mjtState.mjSTATE_FULLPHYSICS)
+    return state
 
 
 def test_the_final_policy_is_recorded_at_close_and_the_videos_go_on(run):
@@ -389,6 +429,9 @@ def test_a_trpo_run_puts_the_shown_returns_into_progress_csv_and_tensorboard(tmp
     assert not {"progress/ShownReturn", "progress/ShownIteration"} & set(board.Tags()["scalars"])
     assert [event.step for event in board.Scalars("progress/AverageReturn")] == list(range(8))
     assert (tmp_path / "run" / "videos" / "history" / "iter_0007.npz").exists()
+    # The final policy's return is the trainer's own: its policy's mean, clipped as the sampler
+    # clips, from reset seed 0 (the worker acts through the MLP's numpy copy, within rounding).
+    assert returns[7] == pytest.approx(_trainers_return(result.algo.policy), rel=1e-5)
     # learning_curve.png draws every recording's return beside AverageReturn (a row holds one),
     # the final policy's included.
     from async_plotter.rl.recorder import save_learning_curve, shown_points
@@ -402,6 +445,24 @@ def test_a_trpo_run_puts_the_shown_returns_into_progress_csv_and_tensorboard(tmp
         save_learning_curve(tmp_path / name, *curve, title="run", shown=points)
     drawn = (tmp_path / "run" / "learning_curve.png").read_bytes()
     assert drawn == (tmp_path / "with.png").read_bytes() != (tmp_path / "without.png").read_bytes()
+
+
+def _trainers_return(policy, steps=100):
+    """One episode of ``policy``'s mean action on Swimmer-v5 from reset seed 0, in this process."""
+    import gymnasium
+
+    env = gymnasium.make("Swimmer-v5")
+    observation, _ = env.reset(seed=0)
+    total = 0.0
+    for _ in range(steps):
+        mean = policy.dist_info_np(observation[None].astype(np.float32))["mean"][0]
+        action = np.clip(mean, env.action_space.low, env.action_space.high)
+        observation, reward, terminated, _, _ = env.step(action)
+        total += reward
+        if terminated:
+            break
+    env.close()
+    return total
 
 
 def test_the_curve_shows_the_trainers_column_and_the_history_beside_it():
