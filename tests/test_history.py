@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 from async_plotter import Plotter
+from async_plotter.render.history_returns import read_returns
 from async_plotter.render.recording import read_recording
 from tests.conftest import wait_for
 from tests.policies import FailsInHistoryPolicy, LinearPolicy, NoisyLinearPolicy, SlowLinearPolicy
@@ -59,6 +60,11 @@ def run(tmp_path_factory):
     return folder, board, plotter.stats
 
 
+def recording_names(folder):
+    """The recordings in a history folder, by name (``returns.csv`` beside them left out)."""
+    return sorted(name for name in os.listdir(folder) if name.endswith(".npz"))
+
+
 def parameter_of(iteration):
     """Every parameter of the run's policy of ``iteration``: 10 and 11 are the same."""
     return 0.1 * (iteration if iteration != 11 else 10) - 1.0
@@ -72,7 +78,7 @@ def shown_steps(length, stride):
 def test_every_update_is_recorded_as_a_whole_deterministic_episode_from_one_start(run):
     folder, _, stats = run
     history = folder / "history"
-    names = sorted(os.listdir(history))
+    names = recording_names(history)
     assert names == ["iter_%04d.npz" % i for i in range(ITERATIONS)] + ["update_0000.npz"], names
     entries = {entry["update"]: entry for entry in stats["history"]}
     assert sorted(entries) == list(range(ITERATIONS + 1))
@@ -96,6 +102,12 @@ def test_every_update_is_recorded_as_a_whole_deterministic_episode_from_one_star
         starts.append(recording.states[0])
     # One start state for the whole run.
     assert all(np.array_equal(start, starts[0]) for start in starts)
+    # returns.csv: a row each, as stats says (the initial policy at iteration -1).
+    rows = read_returns(str(history))
+    assert [(row["update"], row["iteration"], row["return"], row["length"], row["recording"])
+            for row in rows] == [(update, -1 if entry["iteration"] is None else entry["iteration"],
+                                  entry["return"], entry["length"], os.path.basename(entry["path"]))
+                                 for update, entry in sorted(entries.items())]
     # Different policies act differently from it.
     assert len({round(entry["return"], 6) for entry in entries.values()}) > ITERATIONS // 2
 
@@ -211,7 +223,7 @@ def test_render_draws_a_whole_history_in_processes_of_its_own(run, tmp_path):
     history = folder / "history"
     result = render_folder(history, tmp_path / "all", "--jobs", "2", "--verbose")
     assert result.returncode == 0, result.stderr
-    names = sorted(os.listdir(history))
+    names = recording_names(history)
     assert sorted(os.listdir(tmp_path / "all")) == [name[:-4] + ".mp4" for name in names]
     lines = result.stderr.splitlines()
     assert any(f"drawing {len(names)} recordings in 2 processes" in line for line in lines)
@@ -322,11 +334,44 @@ def test_the_folder_is_bounded_and_keeps_the_first_and_the_newest(tmp_path):
             policy.fill(0.01 * iteration)
             plotter.update_plot(policy, iteration=iteration)
             wait_for_history(plotter, iteration + 1)
-    names = sorted(os.listdir(tmp_path / "history"))
+    names = recording_names(tmp_path / "history")
     assert len(plotter.stats["history"]) == ITERATIONS + 1
     assert len(names) <= 6 and "iter_0000.npz" in names and "iter_0019.npz" in names, names
+    # The returns of the recordings thinned away stay in returns.csv.
+    rows = read_returns(str(tmp_path / "history"))
+    assert [row["iteration"] for row in rows] == list(range(-1, ITERATIONS))
+    assert {row["recording"]
+            for row in rows
+            } == {"update_0000.npz"} | {"iter_%04d.npz" % i
+                                        for i in range(ITERATIONS)}
     for name in names:
         assert read_recording(str(tmp_path / "history" / name)).meta["history"] is True
+
+
+def test_returns_csv_spans_a_restart_of_the_worker(tmp_path):
+    """The rollout process SIGKILLed mid-run: the restarted worker's recordings are added to the
+    same file, under the one header."""
+    import signal
+
+    policy = LinearPolicy(8, 2)
+    with Plotter("Swimmer-v5",
+                 policy,
+                 max_path_length=20,
+                 video_dir=str(tmp_path),
+                 priority="normal") as plotter:
+        for iteration in range(4):
+            if iteration == 2:
+                os.kill(plotter.stats["worker_pids"]["rollout"], signal.SIGKILL)
+                wait_for(lambda: plotter.stats["restarts"] == 1 and plotter.stats["alive"],
+                         120,
+                         message="the worker's restart")
+            policy.fill(0.01 * (iteration + 1))
+            plotter.update_plot(policy, iteration=iteration)
+            wait_for_history(plotter, iteration + 1)
+    lines = (tmp_path / "history" / "returns.csv").read_text().splitlines()
+    assert lines[0].startswith("iteration,") and sum(line == lines[0] for line in lines) == 1
+    rows = read_returns(str(tmp_path / "history"))
+    assert [row["iteration"] for row in rows][-4:] == [0, 1, 2, 3]
 
 
 def test_the_bound_of_a_500_iteration_run():
@@ -364,14 +409,18 @@ def test_a_policy_that_fails_mid_history_keeps_the_recordings_already_written(tm
     stats = plotter.stats
     assert "the history recording failed" in stats["last_error"]
     assert "the policy failed in the history (test)" in stats["last_error"]
-    names = sorted(os.listdir(tmp_path / "history"))
+    names = recording_names(tmp_path / "history")
     assert names == ["iter_0000.npz", "iter_0001.npz", "iter_0002.npz", "update_0000.npz"], names
     for name in names:
         assert len(read_recording(str(tmp_path / "history" / name)).states) == 51
+    assert [row["recording"] for row in read_returns(str(tmp_path / "history"))
+            ] == ["update_0000.npz", "iter_0000.npz", "iter_0001.npz", "iter_0002.npz"]
 
 
 def test_an_env_that_draws_itself_keeps_returns_only_and_says_so_once(tmp_path, caplog):
     policy = LinearPolicy(4, 2)
+    (tmp_path / "history").mkdir()
+    (tmp_path / "history" / "returns.csv").write_text("an earlier run's rows\n")
     with caplog.at_level(logging.INFO, logger="async_plotter"):
         plotter = Plotter("CartPole-v1", policy, max_path_length=100, video_dir=str(tmp_path))
         with plotter:
@@ -383,7 +432,11 @@ def test_an_env_that_draws_itself_keeps_returns_only_and_says_so_once(tmp_path, 
     entries = plotter.stats["history"]
     assert [entry["path"] for entry in entries] == [None] * len(entries)
     assert all(math.isfinite(entry["return"]) and entry["length"] >= 1 for entry in entries)
-    assert not (tmp_path / "history").exists() or not os.listdir(tmp_path / "history")
+    # No file but returns.csv, written anew by this Plotter: a row each, without a recording.
+    assert os.listdir(tmp_path / "history") == ["returns.csv"]
+    rows = read_returns(str(tmp_path / "history"))
+    assert [(row["update"], row["return"], row["recording"])
+            for row in rows] == [(entry["update"], entry["return"], None) for entry in entries]
 
 
 @pytest.mark.timeout(600)

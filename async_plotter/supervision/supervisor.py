@@ -26,6 +26,7 @@ from async_plotter.supervision import priorities
 from async_plotter.worker import render_process, rollout_process
 from async_plotter.supervision.budget import CpuGovernor, Phase
 from async_plotter.render.history import HistoryPoint
+from async_plotter.render.history_returns import ReturnsFile
 from async_plotter.render.stream import StreamKind
 from async_plotter.display import osmesa_fallback_allowed, x_display_available
 from async_plotter.worker.config import WorkerConfig
@@ -110,6 +111,8 @@ class WorkerSupervisor:
             self._governor = CpuGovernor(config.budget)
             stats.update(budget=config.budget, budget_mechanism=self._governor.mechanism)
         self._videos = VideoLedger(stats)
+        #: every history recording's return, kept when its file is thinned away
+        self._returns = ReturnsFile(config.history_dir) if config.history_dir else None
         #: the live page's socket, bound once for the supervisor's life: every render process
         #: it starts serves on it, so a restarted one keeps the page's address
         self._http_listener = _bind_live_page(config)
@@ -491,6 +494,8 @@ class WorkerSupervisor:
 
     def _on_history(self, payload: dict, pair: _Pair) -> None:
         entry = self._videos.record_history(payload)
+        if self._returns is not None:
+            self._returns.append(entry)
         if entry["return"] is not None:  # the curves of the live page and TensorBoard
             self._metrics.post_history(
                 HistoryPoint(entry["update"], entry["iteration"], entry["return"], entry["length"]))
