@@ -330,6 +330,44 @@ def test_nothing_is_posed_listed_or_sent_while_nobody_watches(tmp_path, view3d_p
         replay.close()
 
 
+def test_the_curve_draws_every_return_in_returns_csv_and_marks_the_recordings_kept(tmp_path):
+    """A long run's folder keeps some recordings (the others thinned away); the curve's line
+    goes through every policy's return in ``returns.csv``, a marker on each recording kept."""
+    import re
+
+    from async_plotter.render.history_returns import ReturnsFile
+    from async_plotter.view3d.curve import curve_svg
+    from async_plotter.view3d.history import RunHistory
+
+    run = str(tmp_path / "run")
+    write_history(run, [0, 4, 8])
+    history = RunHistory(run)
+    history.refresh()
+
+    def drawn():
+        points = [(entry.x, entry.episode_return, entry.describe()) for entry in history.entries]
+        svg = curve_svg(points, history.entries[-1].x, {}, history.returns_line())
+        line = re.search(r'<polyline points="([^"]*)"', svg).group(1).split()
+        return len(line), svg.count('class="marker"')
+
+    assert history.returns_line() == [] and drawn() == (3, 3)  # no file: the markers joined
+    returns = ReturnsFile(os.path.join(run, "history"))
+    for update in range(10):
+        iteration = update - 1
+        returns.append({
+            "update": update,
+            "iteration": None if update == 0 else iteration,
+            "return": 0.5 * update,
+            "length": STEPS,
+            "path": None,
+            "time": 0.0,
+            "cpu_seconds": 0.01
+        })
+    line = history.returns_line()
+    assert line == [(x, 0.5 * (x + 1)) for x in range(-1, 9)]
+    assert drawn() == (10, 3)
+
+
 def test_a_plotter_opens_no_history_until_asked(tmp_path):
     """The live page's /history/ costs the render process nothing until a browser asks for it:
     no viser server is started for it before."""

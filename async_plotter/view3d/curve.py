@@ -15,14 +15,20 @@ _SHOWN = "#d9480f"
 _LINE = "#868e96"
 
 
-def curve_svg(points: Sequence[Tuple[int, Optional[float], str]], shown: Optional[int],
-              tints: Dict[int, Tuple[int, int, int]]) -> str:
+def curve_svg(
+    points: Sequence[Tuple[int, Optional[float], str]],
+    shown: Optional[int],
+    tints: Dict[int, Tuple[int, int, int]],
+    line: Sequence[Tuple[int, float]] = ()) -> str:
     """The curve as HTML for ``gui.add_html``: ``points`` are ``(x, return or None, what it
-    shows)`` in order of x; ``shown`` the x of the recording shown; ``tints`` the ghosts' by x."""
+    shows)`` in order of x, a marker each; ``shown`` the x of the recording shown; ``tints`` the
+    ghosts' by x. The line joins ``line``'s ``(x, return)`` where given (every recording's
+    return, those whose file was thinned away too), else the markers."""
     if not points:
         return "<p>no recordings yet</p>"
-    xs = np.array([x for x, _, _ in points], float)
-    known = [value for _, value, _ in points if value is not None]
+    drawn = sorted(line) if line else [(x, value) for x, value, _ in points if value is not None]
+    xs = np.array([x for x, _, _ in points] + [x for x, _ in drawn], float)
+    known = [value for _, value, _ in points if value is not None] + [value for _, value in drawn]
     low, high = (min(known), max(known)) if known else (0.0, 1.0)
     if high - low < 1e-9:
         low, high = low - 1.0, high + 1.0
@@ -31,17 +37,17 @@ def curve_svg(points: Sequence[Tuple[int, Optional[float], str]], shown: Optiona
 
     def place(x: float, value: Optional[float]) -> Tuple[float, float]:
         left = _LEFT + (x - first) / span * (WIDTH - _LEFT - _RIGHT)
-        if len(points) == 1:
+        if first == last:
             left = (_LEFT + WIDTH - _RIGHT) / 2
         level = low if value is None else value
         top = _TOP + (high - level) / (high - low) * (HEIGHT - _TOP - _BOTTOM)
         return left, top
 
-    line = " ".join("%.1f,%.1f" % place(x, value) for x, value, _ in points if value is not None)
+    polyline = " ".join("%.1f,%.1f" % place(x, value) for x, value in drawn)
     parts = [
         f'<svg class="history-curve" viewBox="0 0 {WIDTH} {HEIGHT}" width="100%" '
         f'style="display:block;font:10px sans-serif">',
-        f'<polyline points="{line}" fill="none" stroke="{_LINE}" stroke-width="1.5"/>',
+        f'<polyline points="{polyline}" fill="none" stroke="{_LINE}" stroke-width="1.5"/>',
         _text(_LEFT - 4, _TOP + 4, f"{high:.3g}", "end"),
         _text(_LEFT - 4, HEIGHT - _BOTTOM, f"{low:.3g}", "end"),
         _text(_LEFT, HEIGHT - 6, f"{first:g}", "start"),

@@ -11,10 +11,13 @@ import collections
 import dataclasses
 import json
 import logging
-from typing import Dict, List, Optional, Tuple
+import os
+from typing import Any, Dict, List, Optional, Tuple
 
 import numpy as np
 
+from async_plotter.render.history import HISTORY_FOLDER
+from async_plotter.render.history_returns import RETURNS_FILE, read_returns
 from async_plotter.render.recording import FORMAT, RecordingError, StateRecording, read_recording
 from async_plotter.render.videos import RecordingFile, list_recordings
 
@@ -63,6 +66,8 @@ class RunHistory:
         self._summaries: Dict[Tuple[str, float], Optional[Entry]] = {}
         self._loaded: "collections.OrderedDict[Tuple[str, float], StateRecording]" = (
             collections.OrderedDict())
+        self._returns_read: Optional[Tuple[str, int]] = None
+        self._returns: List[Tuple[int, float]] = []
 
     def refresh(self) -> bool:
         """List the recordings again; whether the list changed. A file that cannot be read is
@@ -79,6 +84,21 @@ class RunHistory:
         changed = entries != self.entries
         self.entries = entries
         return changed
+
+    def returns_line(self) -> List[Tuple[int, float]]:
+        """``(x, return)`` of every recording the run's ``returns.csv`` lists
+        (``render/history_returns.py``: those thinned away too), placed as the entries are; []
+        where the source has none (a folder of recordings alone, one recording)."""
+        for folder in (os.path.join(self.source, HISTORY_FOLDER), self.source):
+            path = os.path.join(folder, RETURNS_FILE)
+            try:
+                stamp = (path, os.stat(path).st_mtime_ns)
+            except OSError:
+                continue
+            if stamp != self._returns_read:
+                self._returns_read, self._returns = stamp, _line(read_returns(folder))
+            return self._returns
+        return []
 
     def find(self, x: int) -> Optional[Entry]:
         """The entry at ``x`` (see ``Entry.x``), if there is one."""
@@ -134,6 +154,18 @@ def _summary(file: RecordingFile) -> Optional[Entry]:
     finite = episode_return is not None and np.isfinite(float(episode_return))
     return Entry(file, int(update), None if iteration is None else int(iteration),
                  float(episode_return) if finite else None, int(length or 0))
+
+
+def _line(rows: List[Dict[str, Any]]) -> List[Tuple[int, float]]:
+    """``returns.csv``'s rows as ``(x, return)``, x as ``_placed`` gives it: the iteration (the
+    initial policy's -1), or in a run without iterations the update."""
+    numbered = any(row["iteration"] is not None and row["update"] != 0 for row in rows)
+    line = []
+    for row in rows:
+        x = row["iteration"] if numbered else row["update"]
+        if x is not None and row["return"] is not None:
+            line.append((int(x), float(row["return"])))
+    return sorted(line)
 
 
 def _placed(entries: List[Entry]) -> List[Entry]:

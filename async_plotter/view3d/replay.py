@@ -384,7 +384,8 @@ class Replay:
                 self._ghost_text.value = ghosts
             tints = {ghost.x: TINTS[slot] for slot, ghost in enumerate(self.ghosts)}
             self._curve.content = curve_svg([(entry.x, entry.episode_return, entry.describe())
-                                             for entry in entries], self.entry.x, tints)
+                                             for entry in entries], self.entry.x, tints,
+                                            self.history.returns_line())
             if self.scene.ghosts is not None:
                 self.scene.ghosts.show([entry.describe() for entry in [self.entry, *self.ghosts]])
         self._slider.max = max(self.steps - 1, 1)
