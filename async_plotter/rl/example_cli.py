@@ -14,8 +14,10 @@ Training flags: ``--n-parallel``, ``--n-itr``, ``--seed``, ``--batch-size``, ``-
 import argparse
 import os
 import sys
-from typing import TYPE_CHECKING, Any, Callable, Dict
+from typing import TYPE_CHECKING, Any, Callable, Dict, List
 
+from async_plotter.render.history import HISTORY_FOLDER
+from async_plotter.render.history_returns import RETURNS_FILE, read_returns
 from async_plotter.trainer.config import DEFAULT_VIDEO_SECONDS
 from async_plotter.supervision.budget import DEFAULT_BUDGET
 from async_plotter.supervision.priorities import PRIORITIES
@@ -152,11 +154,22 @@ def describe_outputs(result: "ExperimentResult") -> str:
                      if count else "videos:         none (see the plotter's summary above)")
         if result.final_video:
             lines.append(f"final policy:   {result.final_video}")
-        history = os.path.join(result.video_dir, "history")
-        kept = [name for name in _listdir(history) if name.endswith(".npz")]
-        if kept:
-            lines.append(f"history:        {len(kept)} policies in {history}")
+        lines.extend(_describe_history(os.path.join(result.video_dir, HISTORY_FOLDER)))
     return "\n" + "\n".join(lines)
+
+
+def _describe_history(history: str) -> List[str]:
+    """The history's lines: the recordings kept, and every policy's return where more were
+    recorded than kept (the older ones thinned away) or none is a file (an env drawn by itself)."""
+    kept = [name for name in _listdir(history) if name.endswith(".npz")]
+    recorded = len(read_returns(history))
+    lines = []
+    if kept:
+        lines.append(f"history:        {len(kept)} policies in {history}")
+    if recorded > len(kept):
+        lines.append(
+            f"returns:        {recorded} policies in {os.path.join(history, RETURNS_FILE)}")
+    return lines
 
 
 def _listdir(path: str) -> list:

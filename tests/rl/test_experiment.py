@@ -299,7 +299,8 @@ def test_plot_with_parallel_sampling_records_videos(tmp_path, no_leftover_childr
     assert videos_ and {name[:-4] for name in files if name.endswith(".npz")} == videos_, files
     assert sorted(p.name for p in videos.iterdir() if p.is_dir()) == ["history"]
     history = sorted(p.name for p in (videos / "history").iterdir())
-    assert "iter_0002.npz" in history and all(name.endswith(".npz") for name in history), history
+    assert "iter_0002.npz" in history and "returns.csv" in history, history
+    assert all(name.endswith(".npz") for name in history if name != "returns.csv"), history
 
 
 def test_train_without_run_experiment_lite_writes_to_its_log_dir(tmp_path):
@@ -368,3 +369,27 @@ def test_real_ctrl_c_on_an_unguarded_script(tmp_path):
     assert not alive, f"workers survived Ctrl-C: {alive}"
     assert load_snapshot(log_dir / "params.pkl")["itr"] >= 1
     assert not [p for p in os.listdir(log_dir) if p.endswith(".tmp")]
+
+
+def test_the_examples_say_where_every_policys_return_is_when_the_history_was_thinned(tmp_path):
+    """A run that recorded more policies than its history folder keeps: the examples' closing
+    lines name returns.csv, which has them all; where all are kept, the folder alone."""
+    from async_plotter.render.history_returns import ReturnsFile
+    from async_plotter.rl.example_cli import describe_outputs
+    from async_plotter.rl.experiment import ExperimentResult
+
+    history = tmp_path / "videos" / "history"
+    history.mkdir(parents=True)
+    returns = ReturnsFile(str(history))
+    for update in range(3):
+        returns.append({"update": update, "iteration": update - 1, "return": 1.0, "length": 5})
+        (history / f"iter_{update:04d}.npz").write_bytes(b"")
+    result = ExperimentResult(str(tmp_path), str(tmp_path / "progress.csv"), "", "",
+                              str(tmp_path / "videos"), None, [])
+    lines = describe_outputs(result).splitlines()
+    assert f"history:        3 policies in {history}" in lines
+    assert not [line for line in lines if line.startswith("returns:")]
+    (history / "iter_0000.npz").unlink()  # thinned away
+    lines = describe_outputs(result).splitlines()
+    assert f"history:        2 policies in {history}" in lines
+    assert f"returns:        3 policies in {history / 'returns.csv'}" in lines
