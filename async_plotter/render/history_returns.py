@@ -85,7 +85,7 @@ def _row(entry: Mapping[str, Any]) -> Dict[str, Any]:
     }
 
 
-def read_returns(folder: str) -> List[Dict[str, Optional[float]]]:
+def read_returns(folder: str) -> List[Dict[str, Any]]:
     """The rows of ``folder``'s ``returns.csv`` (``COLUMNS``; numbers as numbers, blanks as None,
     ``recording`` a name), the later row of an update recorded twice only; [] without one."""
     try:
