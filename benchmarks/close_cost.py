@@ -17,12 +17,10 @@ retaken, and ``close()`` waits for the rest of the final policy's video being dr
 
 Takes ~2 minutes on 2 cores. Writes ``benchmarks/results/close_cost.json``.
 """
-import argparse
 import json
 import os
 import statistics
 import sys
-import tempfile
 import time
 
 HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -79,27 +77,25 @@ def child(case: str, folder: str) -> None:
 
 
 def measure(tree: str, case: str) -> dict:
-    from benchmarks.machine import child_result, library_env
+    from benchmarks.machine import child_in_scratch_folder
 
-    with tempfile.TemporaryDirectory(prefix="close_cost_") as folder:
-        return child_result(__file__, ["--child", case, "--folder", folder],
-                            library_env(tree, TF_CPP_MIN_LOG_LEVEL="2", CUDA_VISIBLE_DEVICES=""))
+    return child_in_scratch_folder(__file__,
+                                   case,
+                                   tree,
+                                   TF_CPP_MIN_LOG_LEVEL="2",
+                                   CUDA_VISIBLE_DEVICES="")
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--before-tree", help="another checkout of async_plotter to compare")
-    parser.add_argument("--cases", default=",".join(CASES))
-    parser.add_argument("--rounds", type=int, default=5)
-    parser.add_argument("--out", default=os.path.join(RESULTS, "close_cost.json"))
-    parser.add_argument("--child", help=argparse.SUPPRESS)
-    parser.add_argument("--folder", help=argparse.SUPPRESS)
-    args = parser.parse_args()
+    sys.path.insert(0, HERE)
+    from benchmarks.machine import checkouts, checkouts_parser, side_by_side, write_results
+
+    args = checkouts_parser(__doc__, "--cases", CASES, 5,
+                            os.path.join(RESULTS, "close_cost.json")).parse_args()
     if args.child:
+        sys.path.remove(HERE)  # the child imports the measured checkout's code
         child(args.child, args.folder)
         return
-    sys.path.insert(0, HERE)
-    from benchmarks.machine import checkouts, side_by_side, write_results
 
     trees = checkouts(HERE, args.before_tree)
     load_before = os.getloadavg()

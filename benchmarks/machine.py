@@ -1,10 +1,12 @@
 """The facts about the machine each benchmark's JSON records beside its figures, and what the
 benchmarks that compare two checkouts side by side share."""
+import argparse
 import json
 import os
 import platform
 import subprocess
 import sys
+import tempfile
 from typing import Any, Callable, Dict, List, Optional, Sequence
 
 
@@ -62,6 +64,33 @@ def child_result(script: str,
                             check=True,
                             timeout=timeout)
     return json.loads(result.stdout.strip().splitlines()[-1])
+
+
+def child_in_scratch_folder(script: str, case: str, tree: str, more: Sequence[str] = (),
+                            **env: str) -> Any:
+    """``child_result`` of ``script --child case [more] --folder F``, F a scratch folder removed
+    afterwards, the child importing ``async_plotter`` from the checkout ``tree`` (``env``: more
+    of its environment, as ``library_env`` takes it)."""
+    name = os.path.splitext(os.path.basename(script))[0]
+    with tempfile.TemporaryDirectory(prefix=f"{name}_") as folder:
+        return child_result(script, ["--child", case, *more, "--folder", folder],
+                            library_env(tree, **env))
+
+
+def checkouts_parser(doc: str, cases_flag: str, cases: Sequence[str], rounds: int,
+                     out: str) -> argparse.ArgumentParser:
+    """The command line of a benchmark run with ``child_in_scratch_folder`` and
+    ``side_by_side``: ``--before-tree``, its cases (``cases_flag``, e.g. ``--envs``, comma-
+    separated), ``--rounds``, ``--out`` and its children's hidden ``--child`` and ``--folder``;
+    a benchmark adds its own flags to it."""
+    parser = argparse.ArgumentParser(description=doc.split("\n")[0])
+    parser.add_argument("--before-tree", help="another checkout of async_plotter to compare")
+    parser.add_argument(cases_flag, default=",".join(cases))
+    parser.add_argument("--rounds", type=int, default=rounds)
+    parser.add_argument("--out", default=out)
+    parser.add_argument("--child", help=argparse.SUPPRESS)
+    parser.add_argument("--folder", help=argparse.SUPPRESS)
+    return parser
 
 
 def side_by_side(rounds: int, cases: Sequence[str], trees: Dict[str, str],

@@ -11,11 +11,9 @@ medians over ``--rounds``. Without ``--before-tree`` only this checkout is measu
 
 Takes ~1 minute on 2 cores. Writes ``benchmarks/results/recording_cost.json``.
 """
-import argparse
 import json
 import os
 import sys
-import tempfile
 import time
 
 HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -65,32 +63,24 @@ def child(env_id: str, episodes: int, folder: str) -> None:
 
 
 def measure(tree: str, env_id: str, episodes: int) -> float:
-    from benchmarks.machine import child_result, library_env
+    from benchmarks.machine import child_in_scratch_folder
 
-    with tempfile.TemporaryDirectory(prefix="recording_cost_") as folder:
-        result = child_result(__file__,
-                              ["--child", env_id, "--episodes",
-                               str(episodes), "--folder", folder], library_env(tree))
-    return result["cpu_ms"]
+    return child_in_scratch_folder(__file__, env_id, tree, ["--episodes", str(episodes)])["cpu_ms"]
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--envs", default="Swimmer-v5,HalfCheetah-v5,Hopper-v5")
-    parser.add_argument("--before-tree", help="another checkout of async_plotter to compare")
+    sys.path.insert(0, HERE)
+    from benchmarks.machine import checkouts, checkouts_parser, side_by_side, write_results
+
+    parser = checkouts_parser(__doc__, "--envs", ("Swimmer-v5", "HalfCheetah-v5", "Hopper-v5"), 3,
+                              os.path.join(RESULTS, "recording_cost.json"))
     parser.add_argument("--episodes", type=int, default=12)
-    parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--out", default=os.path.join(RESULTS, "recording_cost.json"))
-    parser.add_argument("--child", help=argparse.SUPPRESS)
-    parser.add_argument("--folder", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
+        sys.path.remove(HERE)  # the child imports the measured checkout's code
         child(args.child, args.episodes, args.folder)
         return
-    sys.path.insert(0, HERE)
     import numpy as np
-
-    from benchmarks.machine import checkouts, side_by_side, write_results
 
     trees = checkouts(HERE, args.before_tree)
     load_before = os.getloadavg()

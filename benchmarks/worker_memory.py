@@ -11,12 +11,10 @@ GL context, the first video). Medians over ``--rounds``, checkouts taking turns 
 
 Takes ~1.5 minutes on 2 cores. Writes ``benchmarks/results/worker_memory.json``.
 """
-import argparse
 import json
 import os
 import statistics
 import sys
-import tempfile
 import time
 
 HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -62,27 +60,21 @@ def child(env_id: str, folder: str) -> None:
 
 
 def measure(tree: str, env_id: str) -> dict:
-    from benchmarks.machine import child_result, library_env
+    from benchmarks.machine import child_in_scratch_folder
 
-    with tempfile.TemporaryDirectory(prefix="worker_memory_") as folder:
-        return child_result(__file__, ["--child", env_id, "--folder", folder],
-                            library_env(tree, CUDA_VISIBLE_DEVICES=""))
+    return child_in_scratch_folder(__file__, env_id, tree, CUDA_VISIBLE_DEVICES="")
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--before-tree", help="another checkout of async_plotter to compare")
-    parser.add_argument("--envs", default=",".join(ENVS))
-    parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--out", default=os.path.join(RESULTS, "worker_memory.json"))
-    parser.add_argument("--child", help=argparse.SUPPRESS)
-    parser.add_argument("--folder", help=argparse.SUPPRESS)
-    args = parser.parse_args()
+    sys.path.insert(0, HERE)
+    from benchmarks.machine import checkouts, checkouts_parser, side_by_side, write_results
+
+    args = checkouts_parser(__doc__, "--envs", ENVS, 3,
+                            os.path.join(RESULTS, "worker_memory.json")).parse_args()
     if args.child:
+        sys.path.remove(HERE)  # the child imports the measured checkout's code
         child(args.child, args.folder)
         return
-    sys.path.insert(0, HERE)
-    from benchmarks.machine import checkouts, side_by_side, write_results
 
     trees = checkouts(HERE, args.before_tree)
     load_before = os.getloadavg()
