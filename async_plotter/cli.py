@@ -262,8 +262,9 @@ def _replay_parser(commands: Any) -> argparse.ArgumentParser:
                         "-e",
                         help="with a Redis server: the experiment whose history to show")
     replay.add_argument("--into",
-                        help="with a Redis server: the folder the recordings are fetched into "
-                        "(default: a new temporary one, removed at the end)")
+                        help="with a Redis server: the folder the recordings are fetched into, "
+                        "with every recording's return in returns.csv (default: a new "
+                        "temporary one, removed at the end)")
     replay.add_argument("--video-dir",
                         help="with a Redis server: also draw the newest recording fetched to an "
                         "mp4 here, as they come (skipping those that come while one is drawn)")

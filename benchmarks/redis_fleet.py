@@ -205,7 +205,8 @@ def fleet_worker(spec_path: str) -> None:
             json.dump(live_worker(spec, stop, parent), handle)
         return
     if mode == "states":  # else "parameters" or "unread": the same writers
-        from async_plotter.channel.redis.states import RecordingPublisher, RunTarget
+        from async_plotter.channel.redis.sealed import RunTarget
+        from async_plotter.channel.redis.states import RecordingPublisher
 
         publishers = [
             RecordingPublisher(
@@ -424,7 +425,7 @@ def live_worker(spec: Dict[str, Any], stop: threading.Event, parent: int) -> Dic
     ``RedisWriter.run_target()`` makes its target) fed by ``play_live`` from a thread of its
     own; the watched trainers' chunks logged. Writes ``spec["ready"]`` once all are playing."""
     from async_plotter.channel.redis.live import LivePublisher
-    from async_plotter.channel.redis.states import RunTarget
+    from async_plotter.channel.redis.sealed import RunTarget
     from async_plotter.render.recording import read_recording
 
     trainers = spec["trainers"]

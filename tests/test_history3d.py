@@ -335,7 +335,6 @@ def test_the_curve_draws_every_return_in_returns_csv_and_marks_the_recordings_ke
     goes through every policy's return in ``returns.csv``, a marker on each recording kept."""
     import re
 
-    from async_plotter.render.history_returns import ReturnsFile
     from async_plotter.view3d.curve import curve_svg
     from async_plotter.view3d.history import RunHistory
 
@@ -351,21 +350,55 @@ def test_the_curve_draws_every_return_in_returns_csv_and_marks_the_recordings_ke
         return len(line), svg.count('class="marker"')
 
     assert history.returns_line() == [] and drawn() == (3, 3)  # no file: the markers joined
-    returns = ReturnsFile(os.path.join(run, "history"))
-    for update in range(10):
-        iteration = update - 1
+    _returns_rows(os.path.join(run, "history"), 10)
+    line = history.returns_line()
+    assert line == [(x, 0.5 * (x + 1)) for x in range(-1, 9)]
+    assert drawn() == (10, 3)
+
+
+def _returns_rows(folder, count):
+    """``returns.csv`` in ``folder`` with ``count`` rows (updates 0 to ``count - 1``), as the
+    supervisor writes it, without recordings."""
+    from async_plotter.render.history_returns import ReturnsFile
+
+    returns = ReturnsFile(folder)
+    for update in range(count):
         returns.append({
             "update": update,
-            "iteration": None if update == 0 else iteration,
+            "iteration": None if update == 0 else update - 1,
             "return": 0.5 * update,
             "length": STEPS,
             "path": None,
             "time": 0.0,
             "cpu_seconds": 0.01
         })
-    line = history.returns_line()
-    assert line == [(x, 0.5 * (x + 1)) for x in range(-1, 9)]
-    assert drawn() == (10, 3)
+
+
+def test_returns_that_come_without_a_new_recording_are_drawn_on_the_open_page(tmp_path):
+    """A viewer's folder gets returns between recordings (over Redis, those of thinned
+    recordings): a watched page's curve draws them at its next listing, no new file needed."""
+    import re
+
+    from async_plotter.view3d.replay import RELIST_SECONDS, open_replay
+
+    run = str(tmp_path / "run")
+    folder = write_history(run, [0, 4, 8])
+    replay = open_replay(folder, parse_http_address(0, None))
+
+    def points():
+        line = re.search(r'<polyline points="([^"]*)"', replay._curve.content)
+        return len(line.group(1).split()) if line else 0
+
+    try:
+        with view3d_socket(replay.url, origin=replay.url.rstrip("/")) as socket:
+            assert socket.recv(timeout=30)
+            assert points() == 3
+            _returns_rows(folder, 10)
+            wait_for(lambda: points() == 10,
+                     RELIST_SECONDS + 10,
+                     message="the returns on the curve")
+    finally:
+        replay.close()
 
 
 def test_a_plotter_opens_no_history_until_asked(tmp_path):

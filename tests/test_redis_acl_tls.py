@@ -14,7 +14,8 @@ import redis
 from async_plotter.channel.redis.acl import trainer_acl, viewer_acl
 from async_plotter.channel.redis.link import bounded_xrange
 from async_plotter.channel.redis.signing import Verifier
-from async_plotter.channel.redis.states import RecordingFetcher, RecordingPublisher, RunTarget
+from async_plotter.channel.redis.sealed import RunTarget
+from async_plotter.channel.redis.states import RecordingFetcher, RecordingPublisher
 from async_plotter.cli import URL_ENV, main
 from async_plotter.serve.catalog import Catalog
 from tests.conftest import wait_for

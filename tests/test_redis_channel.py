@@ -402,6 +402,9 @@ def test_a_plotter_with_a_channel_and_a_video_dir_shows_here_and_publishes(redis
         config = pickle.loads(structure.body)
         assert config.sinks == () and not config.live and config.history_dir is None
         assert structure.meta["env"] == "CartPole-v1" and structure.meta["size"] == 8
+        # An env that draws itself keeps its history as returns only, here: serve offers no
+        # "history 3D" of it.
+        assert structure.meta["history_states"] is False
         verifier = Verifier(SECRET, False)
 
         def newest():

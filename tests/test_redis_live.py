@@ -20,7 +20,7 @@ import redis
 from async_plotter import Plotter
 from async_plotter.channel.redis.live import decode, encode, live_channel, open_live
 from async_plotter.channel.redis.signing import PayloadRejected, Verifier
-from async_plotter.channel.redis.states import seal
+from async_plotter.channel.redis.sealed import seal
 from async_plotter.render.recording import read_recording
 from async_plotter.render.stream import EpisodeEnd, EpisodeInfo, StateChunk, StreamKind
 from tests.clients import view3d_shows, view3d_socket

@@ -16,10 +16,13 @@ import redis
 
 from async_plotter import Plotter
 from async_plotter.channel.redis.signing import Verifier
-from async_plotter.channel.redis.states import (RecordingFetcher, RecordingPublisher, RunTarget,
-                                                StateKeys, open_sealed)
+from async_plotter.channel.redis.returns import ReturnRow
+from async_plotter.channel.redis.sealed import RunTarget, open_sealed
+from async_plotter.channel.redis.states import RecordingFetcher, RecordingPublisher, StateKeys
+from async_plotter.render.history_returns import RETURNS_FILE, read_returns
 from async_plotter.render.recording import (RecordingError, compact_bytes, read_recording,
                                             recording_from_compact)
+from async_plotter.view3d.history import RunHistory
 from tests.conftest import default_sigint, wait_for
 from tests.history_recordings import write_history
 from tests.policies import LinearPolicy
@@ -45,7 +48,7 @@ print(json.dumps({"written": written, "imported": heavy}))
 """
 
 
-def _train(url, experiment, videos, iterations):
+def _train(url, experiment, videos, iterations, **options):
     """A trainer that keeps videos here and publishes: ``iterations`` updates, each waited for
     until its history recording exists, then ``close()``."""
     policy = LinearPolicy(4, 1)
@@ -56,7 +59,8 @@ def _train(url, experiment, videos, iterations):
                       channel=url,
                       experiment=experiment,
                       secret=SECRET,
-                      priority="normal").start()
+                      priority="normal",
+                      **options).start()
     try:
         for iteration in range(iterations):
             policy.fill(0.2 * iteration - 0.3)
@@ -111,6 +115,97 @@ def test_a_publishing_trainer_sends_its_history_and_a_viewer_rebuilds_it_without
         assert np.array_equal(copy.rewards, recording.rewards), name
         assert np.array_equal(copy.episodes, recording.episodes), name
         assert copy.model_mjb == recording.model_mjb and copy.meta == recording.meta, name
+
+
+def test_a_viewer_gets_every_return_of_the_run_also_of_recordings_redis_no_longer_keeps(
+        redis_server, tmp_path):  # noqa: F811
+    """``history=3``: the trainer's folder and Redis keep 3 recordings, but a viewer's
+    ``returns.csv`` has the run's every row, as the trainer's own has them, and the 3D history's
+    curve draws its line through all of them."""
+    videos = tmp_path / "videos"
+    _train(redis_server.url, "returns", videos, 6, history=3)
+    local = read_returns(str(videos / "history"))
+    # The initial policy's too, when the first update did not replace it before it began.
+    assert [row["iteration"] for row in local][-6:] == [0, 1, 2, 3, 4, 5], local
+    assert len([n for n in os.listdir(videos / "history") if n.endswith(".npz")]) <= 3
+
+    fetched = tmp_path / "fetched"
+    fetcher = RecordingFetcher(redis_server.url, "returns", Verifier(SECRET), str(fetched))
+    try:
+        wait_for(lambda: fetcher.returns_written == len(local), 20, message="every return")
+    finally:
+        fetcher.close()
+    assert fetcher.written == 3 and fetcher.refused == 0, (fetcher.written, fetcher.refused)
+    # Row for row: the same returns, lengths, names, times and CPU seconds, to the bit.
+    assert read_returns(str(fetched)) == local
+    history = RunHistory(str(fetched))
+    history.refresh()
+    assert len(history.entries) == 3 and len(history.returns_line()) == len(local)
+
+
+def test_returns_travel_checked_and_each_run_starts_its_own(redis_server, tmp_path,
+                                                            caplog):  # noqa: F811
+    """Returns without a recording (its write failed) go at close; a policy recorded again keeps
+    its later row; a server that comes back empty gets the rows again; a forged or oversized
+    entry is refused (the latter not downloaded) and the rest kept; a new run's viewer file
+    starts anew."""
+    paths = _recordings(tmp_path, 2)
+
+    def row(update, value, recorded=True):
+        return ReturnRow(update, update - 1, value, 100, 1.7e9 + update, 0.01, recorded)
+
+    publisher = RecordingPublisher(RunTarget(redis_server.url, "rows", SECRET, (5, 1000), 60.0))
+    try:
+        publisher.add(paths[0], 1, 0)
+        publisher.add_return(row(1, 10.0))
+        wait_for(lambda: publisher.returns_sent == 1, 10, message="the first row sent")
+        redis_server.kill()
+        redis_server.start()  # empty: the next send finds the model gone and sends all again
+        publisher.add_return(row(2, 20.0))
+        publisher.add_return(row(2, 21.0))  # recorded again: the later row is its
+        publisher.add(paths[1], 2, 1)
+        wait_for(lambda: publisher.sent == 2, 30, message="the second recording sent")
+        publisher.add_return(row(3, None, recorded=False))  # not finite, no file: at close
+    finally:
+        publisher.close(10)
+    assert publisher.returns_sent == 4 and publisher.resent == 1, publisher.returns_sent
+
+    client = redis.Redis.from_url(redis_server.url)
+    keys = StateKeys("rows")
+    assert 0 < client.pttl(keys.returns) <= 60000
+    # A writer to the server adds a row sealed under another secret, and a huge entry.
+    forger = RecordingPublisher(
+        RunTarget(redis_server.url, "forged-rows", b"another secret entirely 0123456", (5, 1000),
+                  60.0))
+    forger.add(paths[0], 1, 0)
+    forger.add_return(row(1, 999.0))
+    forger.close(10)
+    (_, forged), = client.xrange(StateKeys("forged-rows").returns)
+    client.xadd(keys.returns, forged)
+    client.xadd(keys.returns, {"v": b"x" * 10_000_000})
+
+    fetched = tmp_path / "fetched"
+    fetcher = RecordingFetcher(redis_server.url, "rows", Verifier(SECRET), str(fetched))
+    try:
+        wait_for(lambda: fetcher.refused == 2, 10, message="the forged and huge entries refused")
+        rows = read_returns(str(fetched))
+        assert [(r["update"], r["iteration"], r["return"], r["recording"])
+                for r in rows] == [(1, 0, 10.0, "iter_0000.npz"), (2, 1, 21.0, "iter_0001.npz"),
+                                   (3, 2, None, None)], rows
+        refusals = [r.getMessage() for r in caplog.records if "was refused" in r.getMessage()]
+        assert "signature" in refusals[0], refusals
+
+        second = RecordingPublisher(RunTarget(redis_server.url, "rows", SECRET, (6, 2000), 60.0))
+        second.add(paths[0], 1, 0)
+        second.add_return(row(1, 5.0))
+        second.close(10)
+        wait_for(lambda: [r["return"] for r in read_returns(str(fetched))] == [5.0],
+                 10,
+                 message="the new run's returns alone")
+    finally:
+        fetcher.close()
+    assert sorted(os.listdir(fetched)) == ["iter_0000.npz", RETURNS_FILE]
+    client.close()
 
 
 def test_a_trainer_that_only_publishes_records_its_history_for_viewers_and_runs_no_episode(
@@ -346,11 +441,15 @@ def test_replay_waits_for_a_trainers_history_then_shows_and_draws_it(redis_serve
                  env=environment) as replay:
         replay.read_until("waiting for experiment 'shown'")
         _train(redis_server.url, "shown", tmp_path / "trainer", 3)
-        # The recordings travel (not returns.csv: their returns are in them).
-        kept = sorted(name for name in os.listdir(tmp_path / "trainer" / "history")
-                      if name.endswith(".npz"))
+        # The recordings travel, and returns.csv is made again from the returns.
+        kept = sorted(os.listdir(tmp_path / "trainer" / "history"))
+        assert RETURNS_FILE in kept
         replay.read_until(" at http://")
         wait_for(lambda: sorted(os.listdir(into)) == kept, 20, message=f"{kept} fetched")
+        wait_for(
+            lambda: read_returns(str(into)) == read_returns(str(tmp_path / "trainer" / "history")),
+            20,
+            message="every return fetched")
         # The newest is drawn (older ones that came meanwhile may be skipped).
         wait_for(lambda: (drawn / "iter_0002.mp4").exists(), 60, message="iter_0002.mp4 drawn")
         with open(f"/proc/{replay.process.pid}/maps") as maps:

@@ -200,18 +200,20 @@ class ShownAndPublishedRoute:
                                          worker=dataclasses.replace(config.worker,
                                                                     history_dir=self._private_dir))
         # A MuJoCo env's worker plays the live episode for viewers elsewhere (while one
-        # watches), and says so in the structure.
+        # watches), and publishes its history (an env that draws itself keeps returns alone),
+        # and says so in the structure.
+        publishes_history = config.worker.history_dir is not None and config.has_states
         self._published = PublishRoute(config,
                                        stats,
                                        live_states=config.has_states,
-                                       history_states=config.worker.history_dir is not None)
+                                       history_states=publishes_history)
         target = self._published.writer.run_target()
         if config.has_states:
             config = dataclasses.replace(config,
                                          worker=dataclasses.replace(config.worker,
                                                                     live_target=target))
         self._recordings = None
-        if config.worker.history_dir is not None:
+        if publishes_history:
             from async_plotter.channel.redis.states import RecordingPublisher
 
             self._recordings = RecordingPublisher(target, config.worker.history_kept)
@@ -219,8 +221,8 @@ class ShownAndPublishedRoute:
         recordings = self._recordings
 
         def listener(kind: str, payload: dict) -> None:
-            if recordings is not None and kind == "history" and payload.get("path"):
-                recordings.add(payload["path"], payload["update"], payload.get("iteration"))
+            if recordings is not None and kind == "history":
+                recordings.add_report(payload)
             if user is not None:
                 user(kind, payload)
 

@@ -115,6 +115,8 @@ class Replay:
         self._lock = threading.RLock()
         self._stop = threading.Event()
         self._listed_at = self._position_at = time.monotonic()
+        #: the returns line the curve has (``returns.csv``): drawn again when it changes
+        self._line_drawn: List[Tuple[int, float]] = []
         self._add_controls()
         self._player = threading.Thread(target=self._play, name="replay-play", daemon=True)
 
@@ -382,23 +384,29 @@ class Replay:
             ghosts = ", ".join(str(ghost.x) for ghost in self.ghosts)
             if self._ghost_text.value != ghosts:
                 self._ghost_text.value = ghosts
-            tints = {ghost.x: TINTS[slot] for slot, ghost in enumerate(self.ghosts)}
-            self._curve.content = curve_svg([(entry.x, entry.episode_return, entry.describe())
-                                             for entry in entries], self.entry.x, tints,
-                                            self.history.returns_line())
+            self._draw_curve()
             if self.scene.ghosts is not None:
                 self.scene.ghosts.show([entry.describe() for entry in [self.entry, *self.ghosts]])
         self._slider.max = max(self.steps - 1, 1)
         self.index = min(self.index, self.steps - 1)
         self._show()
 
+    def _draw_curve(self) -> None:
+        tints = {ghost.x: TINTS[slot] for slot, ghost in enumerate(self.ghosts)}
+        self._line_drawn = self.history.returns_line()
+        self._curve.content = curve_svg([(entry.x, entry.episode_return, entry.describe())
+                                         for entry in self.history.entries], self.entry.x, tints,
+                                        self._line_drawn)
+
     def _relist(self) -> None:
         """New recordings in the folder: on the curve and the scrubber (and shown, when the
-        newest is followed)."""
+        newest is followed). New returns alone (``returns.csv``): on the curve."""
         self._listed_at = time.monotonic()
         with self._lock:
             newest = self.history.entries[-1]
             if not self.history.refresh() or not self.history.entries:
+                if self.history.entries and self.history.returns_line() != self._line_drawn:
+                    self._draw_curve()
                 return
             if self._follow.value and self.history.entries[-1] != newest:
                 self.show(self.history.entries[-1])

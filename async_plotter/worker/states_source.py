@@ -24,8 +24,8 @@ from async_plotter.channel.redis.link import (Backoff, close_quietly, connect, c
                                               probe, read_exact)
 from async_plotter.channel.redis.live import live_channel, open_live
 from async_plotter.channel.redis.signing import PayloadRejected, Verifier
-from async_plotter.channel.redis.states import (MAX_MODEL_BYTES, StateKeys, inflate_model,
-                                                open_sealed)
+from async_plotter.channel.redis.sealed import MAX_MODEL_BYTES, inflate_model, open_sealed
+from async_plotter.channel.redis.states import StateKeys
 from async_plotter.display import offscreen_gl_backend
 from async_plotter.env.recipe import EnvRecipe
 from async_plotter.policy.recipe import PolicyRecipe

@@ -11,7 +11,7 @@ second and publishes nothing while there are none, so a viewer writes nothing an
 and no copy of a chunk stays in Redis. The model (MJB) is the history's model key
 (``states.py``); a viewer reads it once per run.
 
-A message is a sealed value (``states.seal``, kind ``live``: a recording cannot pass for a live
+A message is a sealed value (``sealed.seal``, kind ``live``: a recording cannot pass for a live
 chunk): a JSON head (its kind, its fields, the arrays' shapes), then the arrays' bytes. Nothing
 is unpickled; the lengths are checked against the shapes before any array is read.
 """
@@ -28,8 +28,8 @@ import numpy as np
 
 from async_plotter.channel.redis.link import close_quietly, connect, connection_errors
 from async_plotter.channel.redis.signing import PayloadRejected, Verifier
-from async_plotter.channel.redis.states import (RunTarget, StateKeys, open_sealed,
-                                                put_dropping_oldest, seal, seal_model)
+from async_plotter.channel.redis.sealed import RunTarget, open_sealed, seal, seal_model
+from async_plotter.channel.redis.states import StateKeys, put_dropping_oldest
 from async_plotter.channel.redis.wire import KEY_PREFIX
 from async_plotter.render.stream import (EpisodeEnd, EpisodeInfo, SceneInfo, StateChunk, StreamKind)
 

@@ -3,16 +3,19 @@ the policy's code, and nothing unpickled.
 
 A trainer that publishes (``Plotter(channel=..., video_dir=...)``) records every policy its
 worker applies (``worker/history.py``); ``RecordingPublisher`` sends each recording as it is
-written, and ``RecordingFetcher`` keeps a viewer's folder in step with them. Keys of experiment
-``E``, all expiring with the experiment's other keys::
+written, with every recording's return (``returns.py``: those of recordings Redis no longer
+keeps too), and ``RecordingFetcher`` keeps a viewer's folder in step with them, its
+``returns.csv`` included. Keys of experiment ``E``, all expiring with the experiment's other
+keys::
 
     async_plotter:E:model               header | MuJoCo model (MJB, zlib), once per run | tag
     async_plotter:E:recording:RUN:N     header | recording of update N, without model | tag
     async_plotter:E:recordings          sorted set of "RUN:N" by N (capped)
+    async_plotter:E:returns             stream of sealed returns, {"v": value} (capped)
 
-Each value is sealed as the parameters are (``wire``, ``signing``): a header naming the run,
-the update and the iteration, the payload, and a tag over both (HMAC-SHA256 under the shared
-secret, else a checksum the viewer must be told to trust). A recording travels in its compact
+Each value is sealed (``sealed.py``) as the parameters are (``wire``, ``signing``): a header
+naming the run, the update and the iteration, the payload, and a tag over both (HMAC-SHA256
+under the shared secret, else a checksum the viewer must be told to trust). A recording travels in its compact
 form (``render/recording.compact_bytes``: float32, numpy's zip read with ``allow_pickle=False``)
 and the model once: a 500-step HalfCheetah episode is 34 KB, its model 16 KB.
 """
@@ -21,16 +24,20 @@ import dataclasses
 import logging
 import os
 import queue
-import struct
 import threading
 import time
-import zlib
-from typing import Any, Callable, Optional, Set, Tuple
+from typing import Any, Callable, List, Mapping, Optional, Set, Tuple
 
-from async_plotter.channel.redis.link import (Backoff, close_quietly, connect, connection_errors,
-                                              probe, read_exact)
-from async_plotter.channel.redis.signing import TAG_BYTES, PayloadRejected, Verifier, compute_tag
-from async_plotter.channel.redis.wire import KEY_PREFIX, check_length, run_hex
+from async_plotter.channel.redis.link import (Backoff, bounded_xrange, close_quietly, connect,
+                                              connection_errors, probe, read_exact)
+from async_plotter.channel.redis.refusals import AccessDenied
+from async_plotter.channel.redis.returns import (KEPT_ROWS, ROW_ENTRY_BYTES, ReturnRow, open_row,
+                                                 seal_row)
+from async_plotter.channel.redis.sealed import (HEADER_BYTES, MAX_MODEL_BYTES, RunTarget, Sealed,
+                                                inflate_model, open_sealed, seal, seal_model)
+from async_plotter.channel.redis.signing import PayloadRejected, Verifier
+from async_plotter.channel.redis.wire import KEY_PREFIX, run_hex
+from async_plotter.render.history_returns import ReturnsFile
 from async_plotter.render.recording import (RecordingError, compact_bytes, read_recording,
                                             recording_from_compact, write_recording)
 from async_plotter.render.videos import history_name
@@ -39,23 +46,17 @@ logger = logging.getLogger("async_plotter")
 
 #: recordings an experiment keeps in Redis; the oldest go first
 DEFAULT_KEPT = 200
-#: the bytes of one recording (a 500-step HalfCheetah episode: 34 KB) and of the model a viewer
-#: reads
+#: the bytes of one recording a viewer reads (a 500-step HalfCheetah episode: 34 KB)
 MAX_RECORDING_BYTES = 32 * 1024 * 1024
-MAX_MODEL_BYTES = 64 * 1024 * 1024
 #: recordings waiting to be sent; more and the oldest waiting is dropped (the file stays)
 _QUEUE_LENGTH = 64
 _POLL_SECONDS = 1.0
+#: returns a viewer reads at once, and reads in one poll (a viewer joining a long run catches up
+#: over a few polls)
+_ROWS_A_READ = 500
+_READS_A_POLL = 10
 #: seconds between two attempts at most while the server is away
 _RETRY_CAP = 5.0
-
-# magic, version, flags, run id, run start (ns), update number (-1: the model), iteration
-# (-1: none), payload length
-_HEADER = struct.Struct("<4sHHQQqqQ")
-_MAGIC = b"APRS"
-# 2: recordings in their compact form
-_VERSION = 2
-_SIGNED = 1
 
 
 @dataclasses.dataclass(frozen=True)
@@ -72,68 +73,12 @@ class StateKeys:
     def index(self) -> str:
         return f"{KEY_PREFIX}:{self.experiment}:recordings"
 
+    @property
+    def returns(self) -> str:
+        return f"{KEY_PREFIX}:{self.experiment}:returns"
+
     def recording(self, member: str) -> str:
         return f"{KEY_PREFIX}:{self.experiment}:recording:{member}"
-
-
-@dataclasses.dataclass(frozen=True)
-class RunTarget:
-    """Where one run of a trainer publishes its states, and under which name, secret, run and
-    expiry (``RedisWriter.run_target``): plain, picklable data, never part of the structure a
-    viewer reads. The history's publisher here and the live episode's (``live.py``) take it."""
-
-    url: str
-    experiment: str
-    secret: Optional[bytes]
-    #: the trainer's run (id, start in ns), as its parameters carry
-    run: Tuple[int, int]
-    ttl_seconds: float
-
-    @property
-    def ttl_ms(self) -> int:
-        return max(int(self.ttl_seconds * 1000), 1)
-
-
-@dataclasses.dataclass(frozen=True)
-class Sealed:
-    """An opened value: whose run, which update, and what it holds."""
-
-    run_id: int
-    run_started_ns: int
-    number: int
-    iteration: Optional[int]
-    payload: bytes
-
-
-def seal(key: Optional[bytes], kind: bytes, experiment: str, run: Tuple[int, int], number: int,
-         iteration: Optional[int], payload: bytes) -> bytes:
-    """``payload`` with its header and tag (``kind``: ``b"model"`` or ``b"recording"``)."""
-    header = _HEADER.pack(_MAGIC, _VERSION, _SIGNED if key is not None else 0, run[0], run[1],
-                          number, -1 if iteration is None else iteration, len(payload))
-    return header + payload + compute_tag(key, kind, experiment, header, payload)
-
-
-def open_sealed(value: bytes, verifier: Verifier, kind: bytes, experiment: str) -> Sealed:
-    """Verify a sealed value; ``PayloadRejected`` naming what is wrong."""
-    what = kind.decode()
-    if len(value) < _HEADER.size + TAG_BYTES:
-        raise PayloadRejected(f"the {what} is {len(value)} bytes, shorter than its header")
-    magic, version, flags, run_id, started, number, iteration, length = _HEADER.unpack_from(value)
-    if magic != _MAGIC or version != _VERSION:
-        raise PayloadRejected(f"the {what} is not in this version's format")
-    check_length(what, len(value), _HEADER.size + length + TAG_BYTES, f"{length} bytes of payload")
-    view = memoryview(value)
-    verifier.check(bool(flags & _SIGNED), view[-TAG_BYTES:], kind, experiment, view[:_HEADER.size],
-                   view[_HEADER.size:-TAG_BYTES])
-    return Sealed(run_id, started, number, None if iteration < 0 else iteration,
-                  bytes(view[_HEADER.size:-TAG_BYTES]))
-
-
-def seal_model(target: RunTarget, mjb: bytes) -> bytes:
-    """The run's model as published under its key: MJB through zlib (it is mostly zeros: 509 KB
-    for Swimmer, 15 KB compressed), sealed as update -1."""
-    return seal(target.secret, b"model", target.experiment, target.run, -1, None,
-                zlib.compress(mjb, 6))
 
 
 def put_dropping_oldest(waiting: "queue.Queue[Any]", item: Any, limit: int) -> int:
@@ -150,26 +95,17 @@ def put_dropping_oldest(waiting: "queue.Queue[Any]", item: Any, limit: int) -> i
     return dropped
 
 
-def inflate_model(data: bytes, limit: int = MAX_MODEL_BYTES) -> bytes:
-    """A published model's MJB from its ``zlib`` bytes, refused past ``limit`` bytes (a forged
-    bomb stops there)."""
-    inflater = zlib.decompressobj()
-    try:
-        out = inflater.decompress(data, limit)
-    except zlib.error as error:
-        raise PayloadRejected(f"the model is not zlib data ({error})") from error
-    if inflater.unconsumed_tail or not inflater.eof:
-        raise PayloadRejected(f"the model is over {limit} bytes, or cut short")
-    return out
-
-
 def _bounded_get(client: Any, key: str, limit: int, what: str) -> Optional[bytes]:
     """The value at ``key`` (None: none), refused before its download past ``limit`` bytes, and
     if it changed size meanwhile (``link.probe`` and ``read_exact``, as for the parameters)."""
-    length, _ = probe(client, key, _HEADER.size)
+    length, _ = probe(client, key, HEADER_BYTES)
     if length > limit:
         raise PayloadRejected(f"the {what} is {length} bytes, over the {limit} a viewer reads")
     return read_exact(client, key, length, what) if length else None
+
+
+def _recording_named(path: str) -> str:
+    return f"the history recording {os.path.basename(path)} (it stays on disk)"
 
 
 def _member(run_id: int, number: int) -> str:
@@ -186,6 +122,10 @@ class RecordingPublisher:
     without the run's model (restarted empty) gets it again, and the recordings it held (the
     newest ``kept`` sent, those whose files are still on disk) sent again before it. A recording
     the server refuses (the role, a full server) or whose file is gone is not retried.
+
+    ``add_return`` queues a recording's return the same way; the returns go with the next
+    recording sent (or at ``close``), none dropped but past ``KEPT_ROWS``, and again to a server
+    that lost them.
     """
 
     def __init__(self, target: RunTarget, kept: int = DEFAULT_KEPT) -> None:
@@ -206,6 +146,14 @@ class RecordingPublisher:
         #: recordings sent, and those that could not be
         self.sent = 0
         self.failed = 0
+        #: sealed returns waiting (added from another thread), and sent
+        self._rows: List[bytes] = []
+        self._rows_lock = threading.Lock()
+        self._rows_held: "collections.deque[bytes]" = collections.deque(maxlen=KEPT_ROWS)
+        #: the previous run's index and returns were removed from the server
+        self._run_begun = False
+        #: returns sent
+        self.returns_sent = 0
         self._thread = threading.Thread(target=self._run_thread,
                                         name="async_plotter-redis-states",
                                         daemon=True)
@@ -214,6 +162,20 @@ class RecordingPublisher:
     def add(self, path: str, update: int, iteration: Optional[int]) -> None:
         """Publish the recording at ``path`` (update ``update``) soon."""
         self.failed += put_dropping_oldest(self._queue, (path, update, iteration), _QUEUE_LENGTH)
+
+    def add_report(self, report: Mapping[str, Any]) -> None:
+        """A history report (``worker/history.py``): its recording, where one was written, and
+        its return."""
+        if report.get("path"):
+            self.add(report["path"], report["update"], report.get("iteration"))
+        self.add_return(ReturnRow.from_report(report))
+
+    def add_return(self, row: ReturnRow) -> None:
+        """Publish ``row`` (a history report's return) with the next recording, or at close."""
+        sealed = seal_row(self._target, row)
+        with self._rows_lock:
+            self._rows.append(sealed)
+            del self._rows[:-KEPT_ROWS]
 
     def close(self, timeout: float) -> None:
         """Send what is queued within ``timeout`` s, then stop (what is left is not sent)."""
@@ -232,22 +194,24 @@ class RecordingPublisher:
                 if not waiting:
                     item = self._queue.get()
                     if item is None:
-                        return
+                        break
                     waiting.append(item)
                 try:
                     self._send(client, *waiting[0])
                 except connection_errors() as error:
-                    self._warn(waiting[0][0], error)
+                    self._warn(_recording_named(waiting[0][0]), error)
                     # Newer ones join the wait meanwhile (the oldest go past the bound).
                     stopping = self._wait_for_server(backoff, waiting) or stopping
                     continue
                 except Exception as error:  # noqa: BLE001 - the file, a refusal, a full server
                     self.failed += 1
-                    self._warn(waiting[0][0], error)
+                    self._warn(_recording_named(waiting[0][0]), error)
                 else:
                     self.sent += 1
                     backoff.reset()
                 waiting.popleft()
+            if not waiting:  # closed in time
+                self._send_last_returns(client)
         finally:
             self.failed += len(waiting)
             close_quietly(client)
@@ -267,13 +231,11 @@ class RecordingPublisher:
                 self.failed += 1
             waiting.append(item)
 
-    def _warn(self, path: str, error: BaseException) -> None:
+    def _warn(self, what: str, error: BaseException) -> None:
         log = logger.debug if self._warned else logger.warning
         self._warned = True
-        log(
-            "publishing experiment %r: the history recording %s did not reach Redis (%s: %s); "
-            "it stays on disk", self._target.experiment, os.path.basename(path),
-            type(error).__name__, error)
+        log("publishing experiment %r: %s did not reach Redis (%s: %s)",
+            self._target.experiment, what, type(error).__name__, error)
 
     def _put(self, pipe: Any, recording: Any, update: int, iteration: Optional[int]) -> None:
         """Queue on ``pipe`` the commands that store one recording and index it."""
@@ -286,9 +248,55 @@ class RecordingPublisher:
         pipe.zadd(keys.index, {member: update})
         pipe.pexpire(keys.index, self._ttl_ms)
 
-    def _send_again(self, client: Any) -> None:
-        """Send the recordings the server held again, those whose files are still here."""
+    def _take_rows(self, pipe: Any) -> List[bytes]:
+        """Queue on ``pipe`` the returns waiting (the run's first commands clear the run
+        before's); those taken, to be put back if the pipeline fails."""
+        keys = self._keys
+        if not self._run_begun:
+            # A new run's history starts empty: the previous run's goes with its keys' expiry.
+            pipe.delete(keys.index, keys.returns)
+        with self._rows_lock:
+            rows, self._rows = self._rows, []
+        self._put_rows(pipe, rows)
+        return rows
+
+    def _put_rows(self, pipe: Any, rows: List[bytes]) -> None:
+        # A stream, as the metrics: a viewer reads on from the last entry it has, each entry's
+        # size checked on the server (``link.bounded_xrange``). A policy recorded again (a
+        # restarted worker) has a second row, as in returns.csv.
+        for sealed in rows:
+            pipe.xadd(self._keys.returns, {"v": sealed}, maxlen=KEPT_ROWS, approximate=True)
+        if rows:
+            pipe.pexpire(self._keys.returns, self._ttl_ms)
+
+    def _rows_sent(self, rows: List[bytes], sent: bool) -> None:
+        if sent:
+            self._run_begun = True
+            self._rows_held.extend(rows)
+            self.returns_sent += len(rows)
+            return
+        with self._rows_lock:  # the next pipeline takes them again
+            self._rows = (rows + self._rows)[-KEPT_ROWS:]
+
+    def _send_last_returns(self, client: Any) -> None:
+        """At close: the returns that no recording took (an env whose recording failed)."""
+        if not self._rows:
+            return
         pipe = client.pipeline(transaction=False)
+        rows = self._take_rows(pipe)
+        try:
+            pipe.execute()
+        except Exception as error:  # noqa: BLE001 - the server away, a refusal: warned once
+            self._rows_sent(rows, False)
+            self._warn(f"the returns of {len(rows)} recording(s)", error)
+        else:
+            self._rows_sent(rows, True)
+
+    def _send_again(self, client: Any) -> None:
+        """Send the recordings the server held again, those whose files are still here, and
+        every return sent before."""
+        pipe = client.pipeline(transaction=False)
+        self._put_rows(pipe, list(self._rows_held))
         again = 0
         for path, update, iteration in self._held:
             try:
@@ -314,19 +322,24 @@ class RecordingPublisher:
         keys = self._keys
         model = self._sealed_model(recording.model_mjb)
         pipe = client.pipeline(transaction=False)
-        if not self._model_sent:
-            # A new run's history starts empty: the previous run's goes with its keys' expiry.
-            pipe.delete(keys.index)
+        rows = self._take_rows(pipe)
         self._put(pipe, recording, update, iteration)
         if self._model_sent:
             pipe.pexpire(keys.model, self._ttl_ms)
         else:
             pipe.set(keys.model, model, px=self._ttl_ms)
         pipe.zcard(keys.index)
-        *_, model_kept, count = pipe.execute()
+        try:
+            *_, model_kept, count = pipe.execute()
+        except BaseException:
+            self._rows_sent(rows, False)
+            raise
+        self._rows_sent(rows, True)
         if not model_kept:
-            # A server that lost the model (restarted empty) lost the recordings too: they go
-            # again, then the model (last: should this fail, the next send sees it missing).
+            # A server that lost the model (restarted empty) lost the recordings and returns
+            # too: they go again (the returns just sent a second time: the later row of an
+            # update is its), then the model (last: should this fail, the next send sees it
+            # missing).
             self._send_again(client)
             client.set(keys.model, model, px=self._ttl_ms)
         self._model_sent = True
@@ -340,8 +353,9 @@ class RecordingFetcher:
     """Keeps ``folder`` holding the experiment's published recordings, each as a whole file
     (``iter_0059.npz``, with the model put back), in a thread of its own; the newest run's
     only (a new run's first recording removes the files of the one before); ``on_written(path)``
-    after each. What fails its check is logged once and skipped; the
-    fetcher goes on."""
+    after each. Every recording's return goes to the folder's ``returns.csv``
+    (``render/history_returns.py``), those Redis no longer keeps the recording of too. What
+    fails its check is logged once and skipped; the fetcher goes on."""
 
     def __init__(self,
                  url: str,
@@ -362,8 +376,12 @@ class RecordingFetcher:
         self._paths: Set[str] = set()
         self._rejected: Set[str] = set()
         self._stop = threading.Event()
-        #: files written, and values refused
+        #: the current run's returns.csv, and the stream entry its last row came from
+        self._returns: Optional[ReturnsFile] = None
+        self._returns_after = "-"
+        #: files written, returns written, and values refused
         self.written = 0
+        self.returns_written = 0
         self.refused = 0
         #: set once the first file is written
         self.first_written = threading.Event()
@@ -406,6 +424,7 @@ class RecordingFetcher:
                 return 0
             self._model, self._done = model, set()
             self._forget_files()
+            self._returns, self._returns_after = None, "-"
         prefix = run_hex(model.run_id) + ":"
         written = 0
         # The newest DEFAULT_KEPT only: a forged index may be of any length.
@@ -428,7 +447,44 @@ class RecordingFetcher:
         self.written += written
         if written:
             self.first_written.set()
+        self._fetch_returns(client, model.run_id)
         return written
+
+    def _fetch_returns(self, client: Any, run_id: int) -> None:
+        """Append the returns published since the last poll to the folder's ``returns.csv``."""
+        import redis
+
+        key = self._keys.returns
+        for _ in range(_READS_A_POLL):
+            start = "-" if self._returns_after == "-" else f"({self._returns_after}"
+            try:
+                entries = bounded_xrange(client, key, start, _ROWS_A_READ, ROW_ENTRY_BYTES)
+            except (redis.exceptions.ResponseError, AccessDenied) as error:
+                # Not a stream (a writer to the server), or a role without EVAL_RO: the
+                # recordings still come, with their own returns.
+                self._refuse("returns", error)
+                return
+            for entry_id, fields in entries:
+                self._returns_after = entry_id.decode("ascii", "replace")
+                self._append_return(fields, run_id)
+            if len(entries) < _ROWS_A_READ:
+                return
+
+    def _append_return(self, fields: Mapping[bytes, bytes], run_id: int) -> None:
+        try:
+            if b"oversized" in fields or b"v" not in fields:
+                raise PayloadRejected("the entry is not one sealed return (not downloaded)")
+            row_run, row = open_row(fields[b"v"], self._verifier, self._experiment)
+        except PayloadRejected as error:
+            self._refuse("return", error)
+            return
+        if row_run != run_id:
+            return  # the run before's, not yet removed
+        if self._returns is None:
+            os.makedirs(self._folder, exist_ok=True)
+            self._returns = ReturnsFile(self._folder)
+        self._returns.append(row.as_entry(self._folder))
+        self.returns_written += 1
 
     def _write(self, value: Optional[bytes]) -> None:
         sealed = open_sealed(value, self._verifier, b"recording", self._experiment)
@@ -445,6 +501,8 @@ class RecordingFetcher:
 
     def _forget_files(self) -> None:
         """Remove the previous run's files: a folder holds one run, as a history shows one."""
+        if self._returns is not None:
+            self._paths.add(self._returns.path)
         for path in self._paths:
             try:
                 os.remove(path)

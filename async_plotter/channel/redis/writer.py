@@ -37,7 +37,7 @@ from async_plotter.errors import InvalidArgumentError
 from async_plotter.learning_curve import MAX_POINTS
 
 if TYPE_CHECKING:
-    from async_plotter.channel.redis.states import RunTarget
+    from async_plotter.channel.redis.sealed import RunTarget
 
 __all__ = ["check_channel_arguments", "RedisWriter", "RedisReader", "TTL_ENV"]
 
@@ -279,7 +279,7 @@ class RedisWriter:
     def run_target(self) -> "RunTarget":
         """Where this run's states go (its history, ``states.py``, and its live episode,
         ``live.py``): this writer's server, experiment, secret, run and expiry."""
-        from async_plotter.channel.redis.states import RunTarget
+        from async_plotter.channel.redis.sealed import RunTarget
 
         return RunTarget(self._url, self._experiment, self._key,
                          (self._run_id, self._run_started_ns), self._ttl_ms / 1000.0)
