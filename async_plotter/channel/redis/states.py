@@ -234,8 +234,9 @@ class RecordingPublisher:
     def _warn(self, what: str, error: BaseException) -> None:
         log = logger.debug if self._warned else logger.warning
         self._warned = True
-        log("publishing experiment %r: %s did not reach Redis (%s: %s)",
-            self._target.experiment, what, type(error).__name__, error)
+        kind = type(error).__name__
+        log("publishing experiment %r: %s did not reach Redis (%s: %s)", self._target.experiment,
+            what, kind, error)
 
     def _put(self, pipe: Any, recording: Any, update: int, iteration: Optional[int]) -> None:
         """Queue on ``pipe`` the commands that store one recording and index it."""
