@@ -344,9 +344,11 @@ def _replay_from_redis(parser: argparse.ArgumentParser, args: argparse.Namespace
             shutil.rmtree(folder, ignore_errors=True)
 
     with until_interrupted(close) as stop:
-        logger.info("waiting for experiment %r's history on %s", args.experiment, redact(args.path))
+        logger.info("waiting for the history of experiment %r on %s", args.experiment,
+                    redact(args.path))
         while not stop.is_set() and not fetcher.first_written.wait(0.25):
-            pass
+            if fetcher.refusal is not None:
+                return 1  # said by the fetcher, naming what to fix
         if not stop.is_set():
             serve_replay(folder, http, stop)
     return 0

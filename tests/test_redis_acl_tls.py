@@ -6,6 +6,7 @@ import os
 import re
 import signal
 import subprocess
+import sys
 import time
 
 import pytest
@@ -13,6 +14,7 @@ import redis
 
 from async_plotter.channel.redis.acl import trainer_acl, viewer_acl
 from async_plotter.channel.redis.link import bounded_xrange
+from async_plotter.channel.redis.returns import ReturnRow
 from async_plotter.channel.redis.signing import Verifier
 from async_plotter.channel.redis.sealed import RunTarget
 from async_plotter.channel.redis.states import RecordingFetcher, RecordingPublisher
@@ -200,7 +202,8 @@ def test_the_states_travel_over_tls_both_ways(tls_server, tmp_path):
 
 
 def _history_round_trip(trainer_url, viewer_url, tmp_path):
-    """Three recordings published (two kept) and fetched: the viewer's folder holds those two."""
+    """Three recordings published (two kept) with their returns, and fetched: the viewer's
+    folder holds those two, and the three returns."""
     target = write_history(str(tmp_path), range(3), steps=5)
     paths = [os.path.join(target, f"iter_{iteration:04d}.npz") for iteration in range(3)]
     publisher = RecordingPublisher(RunTarget(trainer_url, EXPERIMENT, SECRET.encode(), (5, 1000),
@@ -208,15 +211,18 @@ def _history_round_trip(trainer_url, viewer_url, tmp_path):
                                    kept=2)
     for number, path in enumerate(paths, start=1):
         publisher.add(path, number, number - 1)
+        publisher.add_return(ReturnRow(number, number - 1, float(number), 5, 0.0, 0.01, True))
     publisher.close(10)
-    assert (publisher.sent, publisher.failed) == (3, 0)
+    assert (publisher.sent, publisher.failed, publisher.returns_sent) == (3, 0, 3)
     fetched = tmp_path / "fetched"
     fetcher = RecordingFetcher(viewer_url, EXPERIMENT, Verifier(SECRET.encode()), str(fetched))
     try:
-        wait_for(lambda: fetcher.written == 2, 10, message="both kept recordings fetched")
+        wait_for(lambda: fetcher.written == 2 and fetcher.returns_written == 3,
+                 10,
+                 message="both kept recordings and every return fetched")
     finally:
         fetcher.close()
-    assert sorted(os.listdir(fetched)) == ["iter_0001.npz", "iter_0002.npz"]
+    assert sorted(os.listdir(fetched)) == ["iter_0001.npz", "iter_0002.npz", "returns.csv"]
     assert fetcher.refused == 0
 
 
@@ -377,6 +383,24 @@ def test_a_refused_trainer_warns_and_trains_on_and_a_refused_viewer_stops(
     assert viewer.wait(60) == 1
     log = read_log(viewer_log)
     assert "refused user 'viewer' or its password" in log and "not-the-password" not in log, log
+
+    # replay's fetch of the history, under the trainer's user (no STRLEN), and a wrong password:
+    # it says what to fix and exits, as view does.
+    refusals = [
+        (trainer_url, ["refused STRLEN", f"Give user '{TRAINER}' the viewer role"]),
+        (_url(server, VIEWER, "not-the-password"), ["refused user 'viewer' or its password"]),
+    ]
+    for url, expected in refusals:
+        replay = subprocess.run(
+            [sys.executable, "-m", "async_plotter.cli", "replay", url, "-e", EXPERIMENT],
+            env=dict(os.environ, ASYNC_PLOTTER_SECRET=SECRET),
+            capture_output=True,
+            text=True,
+            timeout=60)
+        assert replay.returncode == 1, replay.stderr[-3000:]
+        for words in expected + ["it stops"]:
+            assert words in replay.stderr, replay.stderr[-3000:]
+        assert "Traceback" not in replay.stderr and "not-the-password" not in replay.stderr
 
     # list needs SCAN, which a trainer's role does not have.
     assert main(["list", trainer_url]) == 1

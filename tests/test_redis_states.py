@@ -5,10 +5,13 @@ and ``async-plotter replay redis://...`` shows them. Against a real redis-server
 import io
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
+import threading
 import time
+import urllib.request
 
 import numpy as np
 import pytest
@@ -23,9 +26,11 @@ from async_plotter.render.history_returns import RETURNS_FILE, read_returns
 from async_plotter.render.recording import (RecordingError, compact_bytes, read_recording,
                                             recording_from_compact)
 from async_plotter.view3d.history import RunHistory
+from async_plotter.learning_curve import SHOWN_RETURN
 from tests.conftest import default_sigint, wait_for
 from tests.history_recordings import write_history
 from tests.policies import LinearPolicy
+from tests.redis_helpers import read_log, start_viewer
 from tests.redis_server import redis_server  # noqa: F401
 
 SECRET = b"the states travel signed 0123456"
@@ -141,6 +146,59 @@ def test_a_viewer_gets_every_return_of_the_run_also_of_recordings_redis_no_longe
     history = RunHistory(str(fetched))
     history.refresh()
     assert len(history.entries) == 3 and len(history.returns_line()) == len(local)
+
+
+def test_a_remote_live_pages_curve_has_the_shown_returns_as_the_trainers_own_has(
+        redis_server, tmp_path):  # noqa: F811
+    """``view --http``: the live page of a viewer on another machine draws the curve of what
+    was shown (the dashed line) from the returns the trainer publishes, as the trainer's own
+    page draws it: every recorded policy's return at its iteration."""
+    log = str(tmp_path / "viewer.log")
+    viewer = start_viewer(redis_server.url,
+                          "curve",
+                          log,
+                          "--http",
+                          "0",
+                          ASYNC_PLOTTER_SECRET=SECRET.decode())
+    trainer = threading.Thread(target=_train,
+                               args=(redis_server.url, "curve", tmp_path / "videos", 4),
+                               kwargs={"history": 2})
+    try:
+        wait_for(lambda: "waiting for experiment" in read_log(log), 60, message="the viewer")
+        trainer.start()  # the viewer watches first: the returns reach it as they are published
+        url = wait_for(lambda: re.search(r"live view at (\S+)", read_log(log)),
+                       60,
+                       message="the viewer's live page").group(1)
+        trainer.join(120)
+        local = read_returns(str(tmp_path / "videos" / "history"))
+        expected = {row["iteration"]: row["return"] for row in local}
+        shown = wait_for(lambda: _shown_returns(url) == expected and expected,
+                         30,
+                         message=f"the shown returns {expected} on the remote page")
+        assert len(shown) >= 4
+    finally:
+        viewer.send_signal(signal.SIGINT)
+        viewer.wait(30)
+    assert "Traceback" not in read_log(log)
+
+
+def _shown_returns(url):
+    """``{iteration: return}`` of the curve of what was shown, as a live page's event stream
+    sends it first (the newest value of an iteration)."""
+    events = url.rstrip("/") + "/events"
+    shown = {}
+    with urllib.request.urlopen(events, timeout=10) as stream:
+        event = None
+        for _ in range(200):
+            line = stream.readline().decode().strip()
+            if line.startswith("event:"):
+                event = line.split(":", 1)[1].strip()
+            elif line.startswith("data:") and event == "metrics":
+                for point in json.loads(line.split(":", 1)[1])["points"]:
+                    if SHOWN_RETURN in point["values"]:
+                        shown[point["iteration"]] = point["values"][SHOWN_RETURN]
+                return shown
+    return shown
 
 
 def test_returns_travel_checked_and_each_run_starts_its_own(redis_server, tmp_path,
@@ -439,7 +497,7 @@ def test_replay_waits_for_a_trainers_history_then_shows_and_draws_it(redis_serve
                  "--video-dir",
                  str(drawn),
                  env=environment) as replay:
-        replay.read_until("waiting for experiment 'shown'")
+        replay.read_until("waiting for the history of experiment 'shown'")
         _train(redis_server.url, "shown", tmp_path / "trainer", 3)
         # The recordings travel, and returns.csv is made again from the returns.
         kept = sorted(os.listdir(tmp_path / "trainer" / "history"))
@@ -470,7 +528,7 @@ def test_replay_draws_with_osmesa_where_egl_makes_no_context(redis_server, tmp_p
     environment.pop("MUJOCO_GL", None)
     with _Replay(redis_server.url, "fallback", "--video-dir", str(drawn),
                  env=environment) as replay:
-        replay.read_until("waiting for experiment 'fallback'")
+        replay.read_until("waiting for the history of experiment 'fallback'")
         assert any("drawing with OSMesa instead" in line for line in replay.lines), replay.lines
         publisher = RecordingPublisher(
             RunTarget(redis_server.url, "fallback", SECRET, (11, 1000), 60.0))

@@ -15,12 +15,14 @@ import threading
 import time
 from typing import Any, Callable, Deque, Dict, Optional, Tuple
 
+from async_plotter.channel.redis.returns import ReturnRow
 from async_plotter.channel.redis.urls import redact
 from async_plotter.channel.redis.reader import RedisAddress
 from async_plotter.channel.redis.signing import PayloadRejected, Verifier
 from async_plotter.channel.redis.wire import MetricsEntry, Structure
 from async_plotter.display import offscreen_gl_backend
 from async_plotter.learning_curve import MAX_POINTS
+from async_plotter.render.history import HistoryPoint
 from async_plotter.until_stopped import until_interrupted
 from async_plotter.worker.config import WorkerConfig
 from async_plotter.sinks.specs import SinkSpec
@@ -104,6 +106,8 @@ class ExperimentViewer:
         self._changed = threading.Event()
         self._newest: Optional[Structure] = None
         self._metrics: Deque[MetricsEntry] = collections.deque(maxlen=MAX_POINTS)
+        #: the history's points ``(run id, point)``: the curve of what was shown
+        self._shown: Deque[Tuple[int, HistoryPoint]] = collections.deque(maxlen=MAX_POINTS)
         self._supervisor: Optional[Any] = None
         self._worker_stats: Optional[WorkerStats] = None
         self._current: Optional[Structure] = None
@@ -129,8 +133,13 @@ class ExperimentViewer:
         from async_plotter.channel.redis.watcher import ExperimentWatcher
 
         options = self._options
-        self._watcher = ExperimentWatcher(options.url, options.experiment, self._verifier,
-                                          self._on_structure, self._on_metrics, self._on_refused)
+        self._watcher = ExperimentWatcher(options.url,
+                                          options.experiment,
+                                          self._verifier,
+                                          self._on_structure,
+                                          self._on_metrics,
+                                          self._on_refused,
+                                          on_returns=self._on_returns)
         self._watcher.start()
         if options.states:
             self._start_states_worker()
@@ -206,6 +215,16 @@ class ExperimentViewer:
             supervisor, current = self._supervisor, self._current
         if supervisor is not None and current is not None and entry.run_id == current.run_id:
             supervisor.post_metrics(entry.iteration, entry.metrics)
+
+    def _on_returns(self, run_id: int, row: ReturnRow) -> None:
+        point = row.as_point()
+        if point is None:
+            return
+        with self._lock:
+            self._shown.append((run_id, point))
+            supervisor, current = self._supervisor, self._current
+        if supervisor is not None and current is not None and run_id == current.run_id:
+            supervisor.post_history(point)
 
     def _switch(self) -> None:
         with self._lock:
@@ -323,6 +342,9 @@ class ExperimentViewer:
         for entry in self._metrics:
             if entry.run_id == structure.run_id:
                 self._supervisor.post_metrics(entry.iteration, entry.metrics)
+        for run_id, point in self._shown:
+            if run_id == structure.run_id:
+                self._supervisor.post_history(point)
 
     def _worker_disabled(self) -> bool:
         return self._worker_stats is not None and self._worker_stats.disabled

@@ -127,6 +127,11 @@ class WorkerSupervisor:
         """Queue training metrics for the render process; never blocks. False if too large."""
         return self._metrics.post(iteration, metrics)
 
+    def post_history(self, point: HistoryPoint) -> None:
+        """Queue a history recording's point for the render process's curves (a viewer's, of a
+        trainer elsewhere); never blocks."""
+        self._metrics.post_history(point)
+
     # ------------------------------------------------------------------ lifecycle of one launch
 
     def _launch(self) -> Optional[_Pair]:

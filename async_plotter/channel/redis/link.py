@@ -169,6 +169,12 @@ def last_stream_id(client: Any, key: str) -> Optional[bytes]:
     return bytes(last) if last else None
 
 
+def stream_id_order(text: str) -> Tuple[int, int]:
+    """A stream entry's id (``"1700000000000-3"``) as what orders it."""
+    milliseconds, _, sequence = text.partition("-")
+    return int(milliseconds), int(sequence or 0)
+
+
 def _eval_read_only(client: Any, script: str, key: str, *args: Any) -> Any:
     """``EVAL_RO`` of a script that only reads ``key``; ``EVAL`` on servers before Redis 7.0.
 

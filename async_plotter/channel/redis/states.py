@@ -26,17 +26,17 @@ import os
 import queue
 import threading
 import time
-from typing import Any, Callable, List, Mapping, Optional, Set, Tuple
+from typing import Any, Callable, List, Mapping, Optional, Set, Tuple, Union
 
-from async_plotter.channel.redis.link import (Backoff, bounded_xrange, close_quietly, connect,
+from async_plotter.channel.redis.link import (Backoff, OutageLog, close_quietly, connect,
                                               connection_errors, probe, read_exact)
 from async_plotter.channel.redis.refusals import AccessDenied
-from async_plotter.channel.redis.returns import (KEPT_ROWS, ROW_ENTRY_BYTES, ReturnRow, open_row,
+from async_plotter.channel.redis.returns import (KEPT_ROWS, ReturnRow, ReturnsReader, returns_key,
                                                  seal_row)
 from async_plotter.channel.redis.sealed import (HEADER_BYTES, MAX_MODEL_BYTES, RunTarget, Sealed,
                                                 inflate_model, open_sealed, seal, seal_model)
 from async_plotter.channel.redis.signing import PayloadRejected, Verifier
-from async_plotter.channel.redis.wire import KEY_PREFIX, run_hex
+from async_plotter.channel.redis.wire import KEY_PREFIX, ExperimentKeys, run_hex
 from async_plotter.render.history_returns import ReturnsFile
 from async_plotter.render.recording import (RecordingError, compact_bytes, read_recording,
                                             recording_from_compact, write_recording)
@@ -51,10 +51,6 @@ MAX_RECORDING_BYTES = 32 * 1024 * 1024
 #: recordings waiting to be sent; more and the oldest waiting is dropped (the file stays)
 _QUEUE_LENGTH = 64
 _POLL_SECONDS = 1.0
-#: returns a viewer reads at once, and reads in one poll (a viewer joining a long run catches up
-#: over a few polls)
-_ROWS_A_READ = 500
-_READS_A_POLL = 10
 #: seconds between two attempts at most while the server is away
 _RETRY_CAP = 5.0
 
@@ -75,7 +71,7 @@ class StateKeys:
 
     @property
     def returns(self) -> str:
-        return f"{KEY_PREFIX}:{self.experiment}:returns"
+        return returns_key(self.experiment)
 
     def recording(self, member: str) -> str:
         return f"{KEY_PREFIX}:{self.experiment}:recording:{member}"
@@ -131,6 +127,7 @@ class RecordingPublisher:
     def __init__(self, target: RunTarget, kept: int = DEFAULT_KEPT) -> None:
         self._target = target
         self._keys = StateKeys(target.experiment)
+        self._events = ExperimentKeys(target.experiment).events
         self._ttl_ms = target.ttl_ms
         self._kept = max(int(kept), 1)
         #: what the server holds of the run: sent again if it loses them
@@ -269,6 +266,8 @@ class RecordingPublisher:
             pipe.xadd(self._keys.returns, {"v": sealed}, maxlen=KEPT_ROWS, approximate=True)
         if rows:
             pipe.pexpire(self._keys.returns, self._ttl_ms)
+            # A watching viewer reads them at once (its live page's curve).
+            pipe.publish(self._events, f"returns {run_hex(self._target.run[0])}")
 
     def _rows_sent(self, rows: List[bytes], sent: bool) -> None:
         if sent:
@@ -377,9 +376,12 @@ class RecordingFetcher:
         self._paths: Set[str] = set()
         self._rejected: Set[str] = set()
         self._stop = threading.Event()
-        #: the current run's returns.csv, and the stream entry its last row came from
-        self._returns: Optional[ReturnsFile] = None
-        self._returns_after = "-"
+        self._returns = ReturnsReader(url, experiment, verifier,
+                                      lambda reason: self._refuse("return", reason))
+        #: the current run's returns.csv
+        self._returns_file: Optional[ReturnsFile] = None
+        #: what the server refused, in words naming the fix: the fetcher has stopped
+        self.refusal: Optional[str] = None
         #: files written, returns written, and values refused
         self.written = 0
         self.returns_written = 0
@@ -396,13 +398,29 @@ class RecordingFetcher:
         self._thread.join(timeout)
 
     def _run_thread(self) -> None:
+        import redis
+
         client = connect(self._url)
+        outage = OutageLog(f"fetching the history of experiment {self._experiment!r}", self._url,
+                           "the viewer role")
         try:
             while not self._stop.is_set():
                 try:
                     self.fetch_once(client)
-                except connection_errors() as error:
-                    logger.debug("fetching %r: %s", self._experiment, error)
+                except (*connection_errors(), AccessDenied) as error:
+                    problem = outage.refusal(error)
+                    if problem is not None:
+                        # Settings someone must change (the role, the password, the
+                        # certificate): a viewer stops on them, as ``view`` does.
+                        self.refusal = problem
+                        logger.error("fetching the history of experiment %r: %s; it stops",
+                                     self._experiment, problem)
+                        return
+                    outage.failed(error, "trying again every second")
+                except redis.exceptions.ResponseError as error:
+                    self._refuse("index", error)  # a key holding something else
+                else:
+                    outage.recovered()
                 self._stop.wait(_POLL_SECONDS)
         finally:
             close_quietly(client)
@@ -425,7 +443,8 @@ class RecordingFetcher:
                 return 0
             self._model, self._done = model, set()
             self._forget_files()
-            self._returns, self._returns_after = None, "-"
+            self._returns_file = None
+            self._returns.restart()
         prefix = run_hex(model.run_id) + ":"
         written = 0
         # The newest DEFAULT_KEPT only: a forged index may be of any length.
@@ -453,39 +472,14 @@ class RecordingFetcher:
 
     def _fetch_returns(self, client: Any, run_id: int) -> None:
         """Append the returns published since the last poll to the folder's ``returns.csv``."""
-        import redis
-
-        key = self._keys.returns
-        for _ in range(_READS_A_POLL):
-            start = "-" if self._returns_after == "-" else f"({self._returns_after}"
-            try:
-                entries = bounded_xrange(client, key, start, _ROWS_A_READ, ROW_ENTRY_BYTES)
-            except (redis.exceptions.ResponseError, AccessDenied) as error:
-                # Not a stream (a writer to the server), or a role without EVAL_RO: the
-                # recordings still come, with their own returns.
-                self._refuse("returns", error)
-                return
-            for entry_id, fields in entries:
-                self._returns_after = entry_id.decode("ascii", "replace")
-                self._append_return(fields, run_id)
-            if len(entries) < _ROWS_A_READ:
-                return
-
-    def _append_return(self, fields: Mapping[bytes, bytes], run_id: int) -> None:
-        try:
-            if b"oversized" in fields or b"v" not in fields:
-                raise PayloadRejected("the entry is not one sealed return (not downloaded)")
-            row_run, row = open_row(fields[b"v"], self._verifier, self._experiment)
-        except PayloadRejected as error:
-            self._refuse("return", error)
-            return
-        if row_run != run_id:
-            return  # the run before's, not yet removed
-        if self._returns is None:
-            os.makedirs(self._folder, exist_ok=True)
-            self._returns = ReturnsFile(self._folder)
-        self._returns.append(row.as_entry(self._folder))
-        self.returns_written += 1
+        for row_run, row in self._returns.read(client):
+            if row_run != run_id:
+                continue  # the run before's, not yet removed
+            if self._returns_file is None:
+                os.makedirs(self._folder, exist_ok=True)
+                self._returns_file = ReturnsFile(self._folder)
+            self._returns_file.append(row.as_entry(self._folder))
+            self.returns_written += 1
 
     def _write(self, value: Optional[bytes]) -> None:
         sealed = open_sealed(value, self._verifier, b"recording", self._experiment)
@@ -502,8 +496,8 @@ class RecordingFetcher:
 
     def _forget_files(self) -> None:
         """Remove the previous run's files: a folder holds one run, as a history shows one."""
-        if self._returns is not None:
-            self._paths.add(self._returns.path)
+        if self._returns_file is not None:
+            self._paths.add(self._returns_file.path)
         for path in self._paths:
             try:
                 os.remove(path)
@@ -511,7 +505,7 @@ class RecordingFetcher:
                 pass
         self._paths = set()
 
-    def _refuse(self, what: str, error: Exception) -> None:
+    def _refuse(self, what: str, error: Union[Exception, str]) -> None:
         self.refused += 1
         log = logger.warning if self.refused == 1 else logger.debug
         log("experiment %r: the %s was refused: %s", self._experiment, what, error)

@@ -8,13 +8,15 @@ import dataclasses
 import logging
 import threading
 import time
-from typing import Any, Callable, Dict, List, Optional, Set, Tuple
+from typing import Any, Callable, Dict, List, Optional, Set
 
 from async_plotter.channel.redis.acl import DOCS
-from async_plotter.channel.redis.link import bounded_xrange, last_stream_id, run_subscription
+from async_plotter.channel.redis.link import (bounded_xrange, last_stream_id, run_subscription,
+                                              stream_id_order)
 from async_plotter.channel.redis.urls import redact
 from async_plotter.channel.redis.refusals import AccessDenied
 from async_plotter.channel.redis.probed import Later, ProbedKey, Skip
+from async_plotter.channel.redis.returns import ReturnRow, ReturnsReader, returns_key
 from async_plotter.channel.redis.wire import (MAX_METRICS_BYTES, STRUCTURE_HEADER, TAG_BYTES,
                                               UPDATE_HEADER, ExperimentKeys, MetricsEntry, NO_RUN,
                                               RunKey, Structure, StructureHead,
@@ -43,11 +45,6 @@ _IDLE_INTERVAL = 0.5
 MAX_LISTED = 1000
 
 
-def _stream_id(text: str) -> Tuple[int, int]:
-    milliseconds, _, sequence = text.partition("-")
-    return int(milliseconds), int(sequence or 0)
-
-
 class ExperimentWatcher:
     """Follows one experiment in a daemon thread: calls ``on_structure(structure)`` for each new
     verified structure (a new trainer session) and ``on_metrics(entry)`` for each new verified
@@ -62,6 +59,10 @@ class ExperimentWatcher:
     A server that refuses this viewer's settings (a command outside its ACL role, its password,
     the TLS certificate: ``refusals.refusal``) ends the watch with ``on_refused(message)`` when
     given; else the watcher warns and retries. A role without ``EVAL_RO`` only costs the curve.
+
+    With ``on_returns``, each history recording's return the trainer publishes
+    (``returns.py``) is handed on as ``on_returns(run_id, row)``, in order, also after a
+    reconnect: the curve of what was shown.
     """
 
     def __init__(self,
@@ -70,7 +71,8 @@ class ExperimentWatcher:
                  verifier: Verifier,
                  on_structure: Callable[[Structure], None],
                  on_metrics: Callable[[MetricsEntry], None],
-                 on_refused: Optional[Callable[[str], None]] = None) -> None:
+                 on_refused: Optional[Callable[[str], None]] = None,
+                 on_returns: Optional[Callable[[int, ReturnRow], None]] = None) -> None:
         self._url = url
         self._experiment = experiment
         self._keys = ExperimentKeys(experiment)
@@ -78,6 +80,9 @@ class ExperimentWatcher:
         self._on_structure = on_structure
         self._on_metrics = on_metrics
         self._on_refused = on_refused
+        self._on_returns = on_returns
+        self._returns = ReturnsReader(url, experiment, verifier,
+                                      lambda reason: self._reject(returns_key(experiment), reason))
         self._metrics_refused = False
         self._newest_run: RunKey = NO_RUN  # of the newest structure delivered
         self._structure: ProbedKey[StructureHead, Structure] = ProbedKey(
@@ -131,12 +136,23 @@ class ExperimentWatcher:
         self._restart_metrics_if_replaced(client)
         self._fetch_structure(client)
         self._fetch_metrics(client)
+        if self._on_returns is not None:
+            self._returns.restart_if_replaced(client)
+            self._fetch_returns(client)
 
     def _on_events(self, client: Any, kinds: Set[str]) -> None:
         if "structure" in kinds:
             self._fetch_structure(client)
         if "metrics" in kinds:
             self._fetch_metrics(client)
+        if "returns" in kinds and self._on_returns is not None:
+            self._fetch_returns(client)
+
+    def _fetch_returns(self, client: Any) -> None:
+        if self._metrics_refused:
+            return  # no curve at all, said once
+        for run_id, row in self._returns.read(client):
+            self._on_returns(run_id, row)
 
     def _on_idle(self) -> None:
         # Deferred work; a connection error here is left for the next notification to meet.
@@ -199,7 +215,7 @@ class ExperimentWatcher:
         except AccessDenied as error:
             self._refuse_metrics(error)
             return
-        if last is None or _stream_id(last.decode("ascii", "replace")) < _stream_id(
+        if last is None or stream_id_order(last.decode("ascii", "replace")) < stream_id_order(
                 self._metrics_after):
             self._metrics_after = "-"
 
