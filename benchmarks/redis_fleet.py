@@ -251,7 +251,16 @@ def fleet_worker(spec_path: str) -> None:
         moment = time.time()
         if mode == "states":
             paths = trainer["paths"]
-            publishers[index].add(paths[counts[index] % len(paths)], number, number - 1)
+            # What a trainer's route sends of each history report: the recording and its return.
+            publishers[index].add_report({
+                "path": paths[counts[index] % len(paths)],
+                "update": number,
+                "iteration": number - 1,
+                "episode_return": 100.0 + number,
+                "length": STEPS,
+                "time": moment,
+                "cpu_seconds": 0.05
+            })
         else:
             publishers[index].publish(params, number - 1, STEPS, number=number)
         log.write(f"{trainer['experiment']} {number} {moment:.6f}\n")
