@@ -70,6 +70,20 @@ def _check_published_history(url, plotter, lines):
     for x in recorded:  # fetched within the fetcher's poll of their publication
         wait_for(lambda: click(x) == 204, 30, message=f"iteration {x} on the history's curve")
     assert click(10_000) == 404
+
+    # The experiment's card: the training metric, and every recorded policy's return dashed
+    # beside it (the returns the trainer publishes).
+    def card():
+        with urllib.request.urlopen(url + "experiments.json", timeout=30) as answer:
+            curve = {
+                row["name"]: row
+                for row in json.load(answer)["experiments"]
+            }["served"]["curve"]
+        expected = sorted([-1 if e["iteration"] is None else e["iteration"], e["return"]]
+                          for e in plotter.stats["history"])
+        return curve["metric"] == "AverageReturn" and curve["shown"] == expected and curve
+
+    assert wait_for(card, 30, message="the recorded returns on the card")["shown"]
     request = urllib.request.Request(page, headers={"Origin": "http://evil.example"})
     with pytest.raises(urllib.error.HTTPError) as refused:
         urllib.request.urlopen(request, timeout=10)
@@ -414,7 +428,7 @@ def test_serve_draws_a_trainers_live_states_and_history_without_tensorflow(
         iteration = 0
         while frames.count(b"\xff\xd9") < 10 and time.monotonic() < deadline:
             policy.fill(0.1 * iteration)
-            plotter.update_plot(policy, iteration=iteration)
+            plotter.update_plot(policy, iteration=iteration, metrics={"AverageReturn": 1.0})
             iteration += 1
             try:
                 with urllib.request.urlopen(url + "x/served/stream.mjpg", timeout=10) as stream:
@@ -423,6 +437,13 @@ def test_serve_draws_a_trainers_live_states_and_history_without_tensorflow(
                 time.sleep(1.0)  # the live worker is starting
         assert frames.count(b"\xff\xd9") >= 10, "".join(lines)
         assert any("drawing its live states" in line for line in lines), "".join(lines)
+        for _ in range(3):  # a few policies more, each recorded: the card's curves have lines
+            policy.fill(0.1 * iteration)
+            plotter.update_plot(policy, iteration=iteration, metrics={"AverageReturn": 1.0})
+            wait_for(lambda: any(e["iteration"] == iteration for e in plotter.stats["history"]),
+                     60,
+                     message=f"iteration {iteration}'s history")
+            iteration += 1
         _check_published_history(url, plotter, lines)
         # In a browser, the experiment's card links to it.
         chromium.call("Page.navigate", url=url)
@@ -432,6 +453,13 @@ def test_serve_draws_a_trainers_live_states_and_history_without_tensorflow(
             30,
             message="the card's history 3D link")
         assert link.startswith(url + "x/served/history/?"), link
+        # Its sparkline draws the recorded returns dashed, in the page's "good" green.
+        green = ("(() => { const c = document.querySelector('[data-name=\"served\"] .spark');"
+                 " const d = c.getContext('2d').getImageData(0, 0, c.width, c.height).data;"
+                 " let n = 0; for (let i = 0; i < d.length; i += 4) {"
+                 " if (d[i + 3] > 100 && d[i + 1] > 150 && d[i] < 170 && d[i + 2] < 170) n++; }"
+                 " return n; })()")
+        wait_for(lambda: chromium.evaluate(green) > 20, 30, message="the card's dashed line")
         _interrupt(serve, lines)
     finally:
         _end(serve, plotter)

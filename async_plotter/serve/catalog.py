@@ -18,13 +18,14 @@ from typing import Any, Callable, Deque, Dict, List, Optional, Tuple
 from async_plotter.channel.redis.link import close_quietly, connect, probe, read_exact
 from async_plotter.channel.redis.urls import redact
 from async_plotter.channel.redis.refusals import explain_failure, refusal
+from async_plotter.channel.redis.returns import ReturnRow
 from async_plotter.channel.redis.signing import PayloadRejected, Verifier
 from async_plotter.channel.redis.watcher import (ExperimentSummary, ExperimentWatcher,
                                                  list_experiments)
 from async_plotter.channel.redis.wire import (NO_RUN, STRUCTURE_HEADER, UPDATE_HEADER,
                                               ExperimentKeys, MetricsEntry, RunKey, Structure,
                                               open_update, parse_update_head)
-from async_plotter.learning_curve import LearningCurve
+from async_plotter.learning_curve import SHOWN_RETURN, LearningCurve
 
 logger = logging.getLogger("async_plotter")
 
@@ -338,7 +339,8 @@ class Catalog:
             entry.name,
             self._verifier,
             lambda structure, entry=entry: self._on_structure(entry, structure),
-            lambda metrics, entry=entry: self._on_metrics(entry, metrics))
+            lambda metrics, entry=entry: self._on_metrics(entry, metrics),
+            on_returns=lambda run_id, row, entry=entry: self._on_returns(entry, run_id, row))
         entry.watcher.start()
 
     def _probe_update(self, client: Any, entry: _Entry) -> None:
@@ -400,6 +402,17 @@ class Catalog:
             self._touch(entry)
             if entry.update is None and entry.state == "ok":
                 self._scan_now.set()
+
+    def _on_returns(self, entry: _Entry, run_id: int, row: ReturnRow) -> None:
+        """A history recording's return: the card's second line, what was shown."""
+        point = row.as_point()
+        if point is None:
+            return
+        with self._lock:
+            if entry.run_id is not None and run_id != entry.run_id:
+                return
+            entry.curve.add(point.x, {SHOWN_RETURN: point.episode_return}, run_id)
+            self._touch(entry)
 
     def touch(self, name: str) -> None:
         """The experiment's ``extra`` fields changed: send its row again."""
@@ -487,8 +500,11 @@ def _row(entry: _Entry) -> Dict[str, Any]:
 
 def _curve(entry: _Entry) -> Dict[str, Any]:
     metric = entry.curve.shown
+    # The curve of what was shown (the history's returns), dashed beside the metric's line.
+    beside = metric not in (None, SHOWN_RETURN)
     return {
         "metric": None if metric is None else _text(metric, 60),
         "points": [] if metric is None else entry.curve.series(metric, CURVE_POINTS),
+        "shown": entry.curve.series(SHOWN_RETURN, CURVE_POINTS) if beside else [],
         "count": entry.curve.total,
     }
