@@ -252,6 +252,12 @@ def test_returns_travel_checked_and_each_run_starts_its_own(redis_server, tmp_pa
                                    (3, 2, None, None)], rows
         refusals = [r.getMessage() for r in caplog.records if "was refused" in r.getMessage()]
         assert "signature" in refusals[0], refusals
+        # A row read before and added again (as to a server back empty) is not written twice.
+        written = fetcher.returns_written
+        (_, again), = client.xrange(keys.returns, count=1)
+        client.xadd(keys.returns, again)
+        time.sleep(2.5)  # two polls
+        assert fetcher.returns_written == written and fetcher.refused == 2
 
         second = RecordingPublisher(RunTarget(redis_server.url, "rows", SECRET, (6, 2000), 60.0))
         second.add(paths[0], 1, 0)

@@ -9,6 +9,7 @@ keys; ``b"returns RUN"`` on its events channel says rows were added. Viewers rea
 ``ReturnsReader``: ``states.RecordingFetcher`` into a folder's ``returns.csv``, the ``view``
 watcher onto its live page's curve.
 """
+import collections
 import dataclasses
 import logging
 import math
@@ -119,7 +120,9 @@ class ReturnsReader:
     """Reads an experiment's returns on from the last stream entry read, each entry's size
     checked on the server (``link.bounded_xrange``, as for the metrics), each row verified.
 
-    A row that fails its check goes to ``on_rejected(reason)``. A stream that cannot be read
+    A row already read (the same sealed value: a server restarted empty is sent every row
+    again) is not handed on twice. A row that fails its check goes to
+    ``on_rejected(reason)``. A stream that cannot be read
     (the user's role lacks ``EVAL_RO``, the key holds something else) is said once and not read
     again until ``restart``: the recordings and the metrics do not depend on it."""
 
@@ -131,8 +134,18 @@ class ReturnsReader:
         self._verifier = verifier
         self._on_rejected = on_rejected
         self._after = "-"
+        #: the tags of the newest rows read (a tag covers the whole sealed row)
+        self._seen: "collections.OrderedDict[bytes, None]" = collections.OrderedDict()
         #: why the stream is not read, once it could not be
         self.refused: Optional[str] = None
+
+    def _new(self, tag: bytes) -> bool:
+        if tag in self._seen:
+            return False
+        self._seen[tag] = None
+        if len(self._seen) > KEPT_ROWS:
+            self._seen.popitem(last=False)
+        return True
 
     def restart(self) -> None:
         """Read from the first row again (a new run's rows, or a server restarted empty)."""
@@ -174,9 +187,12 @@ class ReturnsReader:
                 try:
                     if b"oversized" in fields or b"v" not in fields:
                         raise PayloadRejected("the entry is not one sealed return (not downloaded)")
-                    rows.append(open_row(fields[b"v"], self._verifier, self._experiment))
+                    run_id, row = open_row(fields[b"v"], self._verifier, self._experiment)
                 except PayloadRejected as error:
                     self._on_rejected(str(error))
+                    continue
+                if self._new(fields[b"v"][-TAG_BYTES:]):
+                    rows.append((run_id, row))
             if len(entries) < _ROWS_A_READ:
                 break
         return rows
