@@ -121,10 +121,10 @@ class ReturnsReader:
     checked on the server (``link.bounded_xrange``, as for the metrics), each row verified.
 
     A row already read (the same sealed value: a server restarted empty is sent every row
-    again) is not handed on twice. A row that fails its check goes to
-    ``on_rejected(reason)``. A stream that cannot be read
-    (the user's role lacks ``EVAL_RO``, the key holds something else) is said once and not read
-    again until ``restart``: the recordings and the metrics do not depend on it."""
+    again) is not handed on twice. A row that fails its check goes to ``on_rejected(reason)``.
+    A stream that cannot be read (the user's role lacks ``EVAL_RO``, the key holds something
+    else) is said once and not read again until ``restart``: the recordings and the metrics do
+    not depend on it."""
 
     def __init__(self, url: str, experiment: str, verifier: Verifier,
                  on_rejected: Callable[[str], None]) -> None:
@@ -138,14 +138,6 @@ class ReturnsReader:
         self._seen: "collections.OrderedDict[bytes, None]" = collections.OrderedDict()
         #: why the stream is not read, once it could not be
         self.refused: Optional[str] = None
-
-    def _new(self, tag: bytes) -> bool:
-        if tag in self._seen:
-            return False
-        self._seen[tag] = None
-        if len(self._seen) > KEPT_ROWS:
-            self._seen.popitem(last=False)
-        return True
 
     def restart(self) -> None:
         """Read from the first row again (a new run's rows, or a server restarted empty)."""
@@ -178,9 +170,8 @@ class ReturnsReader:
             except (redis.exceptions.ResponseError, AccessDenied) as error:
                 self.refused = role_refusal(error, self._url, "the viewer role") or str(error)
                 logger.warning(
-                    "experiment %r: the returns of recordings no longer kept cannot be read, "
-                    "the curve of what was shown has those of the recordings alone: %s",
-                    self._experiment, self.refused)
+                    "experiment %r: the returns it publishes cannot be read, so the curve of "
+                    "what was shown goes without them: %s", self._experiment, self.refused)
                 break
             for entry_id, fields in entries:
                 self._after = entry_id.decode("ascii", "replace")
@@ -196,3 +187,11 @@ class ReturnsReader:
             if len(entries) < _ROWS_A_READ:
                 break
         return rows
+
+    def _new(self, tag: bytes) -> bool:
+        if tag in self._seen:
+            return False
+        self._seen[tag] = None
+        if len(self._seen) > KEPT_ROWS:
+            self._seen.popitem(last=False)
+        return True

@@ -1,8 +1,9 @@
 """The sealed values of a run's states over Redis (``states.py``, ``returns.py``, ``live.py``),
-and the run they are of (``RunTarget``): a header naming the run, the update and the iteration, the payload, and a tag over both
-(HMAC-SHA256 under the shared secret, else a checksum the viewer must be told to trust), as the
-parameters are sealed (``wire``, ``signing``). The kind (``b"model"``, ``b"recording"``, ...)
-enters the tag, so a value of one kind cannot pass for another's.
+and the run they are of (``RunTarget``): a header naming the run, the update and the
+iteration, the payload, and a tag over both (HMAC-SHA256 under the shared secret, else a
+checksum the viewer must be told to trust), as the parameters are sealed (``wire``,
+``signing``). The kind (``b"model"``, ``b"recording"``, ...) enters the tag, so a value of one
+kind cannot pass for another's.
 """
 import dataclasses
 import struct

@@ -13,11 +13,10 @@ keys::
     async_plotter:E:recordings          sorted set of "RUN:N" by N (capped)
     async_plotter:E:returns             stream of sealed returns, {"v": value} (capped)
 
-Each value is sealed (``sealed.py``) as the parameters are (``wire``, ``signing``): a header
-naming the run, the update and the iteration, the payload, and a tag over both (HMAC-SHA256
-under the shared secret, else a checksum the viewer must be told to trust). A recording travels in its compact
-form (``render/recording.compact_bytes``: float32, numpy's zip read with ``allow_pickle=False``)
-and the model once: a 500-step HalfCheetah episode is 34 KB, its model 16 KB.
+Each value is sealed (``sealed.py``: a header naming the run, the update and the iteration,
+the payload, and a tag over both). A recording travels in its compact form
+(``render/recording.compact_bytes``: float32, numpy's zip read with ``allow_pickle=False``) and
+the model once: a 500-step HalfCheetah episode is 34 KB, its model 16 KB.
 """
 import collections
 import dataclasses

@@ -5,8 +5,8 @@ Keys of experiment ``E`` (one Redis string or stream each, all with the same exp
     async_plotter:E:structure   header | meta (JSON) | body (pickled WorkerConfig) | tag
     async_plotter:E:params      header | parameters (raw little-endian floats)   | tag
     async_plotter:E:metrics     stream of {p: JSON, s: b"1"/b"0", t: tag}, capped
-    async_plotter:E:events      pub/sub channel: b"structure RUN", b"update RUN N", b"metrics RUN N",
-                                b"returns RUN" (``returns.py``)
+    async_plotter:E:events      pub/sub channel: b"structure RUN", b"update RUN N",
+                                b"metrics RUN N", b"returns RUN" (``returns.py``)
 
 ``tag`` is 32 bytes: HMAC-SHA256 under the shared secret when the header's ``signed`` flag is set,
 else a plain SHA-256 checksum (see ``signing``). It covers everything before it. Notifications
