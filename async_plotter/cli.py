@@ -71,7 +71,8 @@ def _parser() -> argparse.ArgumentParser:
     view.add_argument("--video-dir", help="write one mp4 per update into this directory")
     view.add_argument("--tensorboard-dir",
                       help="write each update's rollout into TensorBoard event files here "
-                      "(an animated image, and the trainer's metrics as scalars)")
+                      "(an animated image, and the trainer's metrics and every recorded "
+                      "policy's return as scalars)")
     view.add_argument("--window", action="store_true", help="open a window (needs a display)")
     _add_worker_arguments(view,
                           http=None,

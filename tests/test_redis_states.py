@@ -152,13 +152,18 @@ def test_a_remote_live_pages_curve_has_the_shown_returns_as_the_trainers_own_has
         redis_server, tmp_path):  # noqa: F811
     """``view --http``: the live page of a viewer on another machine draws the curve of what
     was shown (the dashed line) from the returns the trainer publishes, as the trainer's own
-    page draws it: every recorded policy's return at its iteration."""
-    log = str(tmp_path / "viewer.log")
+    page draws it: every recorded policy's return at its iteration; ``--tensorboard-dir`` gets
+    them as ``history/return``."""
+    from tests.test_tensorboard import accumulate
+
+    log, board = str(tmp_path / "viewer.log"), tmp_path / "board"
     viewer = start_viewer(redis_server.url,
                           "curve",
                           log,
                           "--http",
                           "0",
+                          "--tensorboard-dir",
+                          str(board),
                           ASYNC_PLOTTER_SECRET=SECRET.decode())
     trainer = threading.Thread(target=_train,
                                args=(redis_server.url, "curve", tmp_path / "videos", 4),
@@ -180,6 +185,8 @@ def test_a_remote_live_pages_curve_has_the_shown_returns_as_the_trainers_own_has
         viewer.send_signal(signal.SIGINT)
         viewer.wait(30)
     assert "Traceback" not in read_log(log)
+    scalars = accumulate(board).Scalars("history/return")
+    assert {event.step: event.value for event in scalars} == pytest.approx(expected)
 
 
 def _shown_returns(url):
