@@ -402,6 +402,19 @@ def test_a_refused_trainer_warns_and_trains_on_and_a_refused_viewer_stops(
             assert words in replay.stderr, replay.stderr[-3000:]
         assert "Traceback" not in replay.stderr and "not-the-password" not in replay.stderr
 
+    # serve's history 3D of it: refused at once, not after the page's whole wait.
+    from async_plotter.serve.published import PublishedHistories
+
+    histories = PublishedHistories(_url(server, VIEWER, "not-the-password"),
+                                   Verifier(SECRET.encode()),
+                                   watched=lambda folder: False)
+    try:
+        started = time.monotonic()
+        assert histories.folder(EXPERIMENT, 60) is None
+        assert time.monotonic() - started < 30
+    finally:
+        histories.close()
+
     # list needs SCAN, which a trainer's role does not have.
     assert main(["list", trainer_url]) == 1
     error = capsys.readouterr().err

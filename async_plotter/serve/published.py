@@ -64,7 +64,9 @@ class PublishedHistories:
     def folder(self, name: str, wait: float) -> Optional[str]:
         """The folder holding ``name``'s published recordings, kept current from now on; None
         if none came within ``wait`` seconds (nothing published yet, or all refused: the
-        fetcher's log says which). Blocks: call it off the event loop."""
+        fetcher's log says which), or at once where the server refuses serve's settings (its
+        role, its password: the fetcher has stopped, and said why). Blocks: call it off the
+        event loop."""
         with self._lock:
             if self._closed.is_set():
                 return None
@@ -72,8 +74,10 @@ class PublishedHistories:
             if followed is None:
                 followed = self._follow(name)
             followed.asked_at = time.monotonic()
-        if not followed.fetcher.first_written.wait(wait):
-            return None
+        fetcher, deadline = followed.fetcher, time.monotonic() + wait
+        while not fetcher.first_written.wait(min(max(deadline - time.monotonic(), 0.0), 0.25)):
+            if fetcher.refusal is not None or time.monotonic() >= deadline:
+                return None
         return followed.folder
 
     def close(self) -> None:
