@@ -7,7 +7,7 @@ import platform
 import subprocess
 import sys
 import tempfile
-from typing import Any, Callable, Dict, List, Optional, Sequence
+from typing import Any, Callable, Dict, List, NamedTuple, Optional, Sequence
 
 
 def machine_facts(load_before: Sequence[float], load_after: Sequence[float]) -> Dict[str, Any]:
@@ -105,6 +105,30 @@ def side_by_side(rounds: int, cases: Sequence[str], trees: Dict[str, str],
                 runs[case][name].append(measure(trees[name], case))
         print(f"  round {round_number + 1}/{rounds} done", flush=True)
     return runs
+
+
+class CheckoutRuns(NamedTuple):
+    """What ``child_or_side_by_side`` ran: the checkouts, the load before, and the results."""
+
+    trees: Dict[str, str]
+    load_before: Sequence[float]
+    runs: Dict[str, Dict[str, List[Any]]]
+
+
+def child_or_side_by_side(args: argparse.Namespace, here: str, cases: Sequence[str],
+                          measure: Callable[[str, str], Any],
+                          child: Callable[[], None]) -> Optional[CheckoutRuns]:
+    """A benchmark of ``checkouts_parser``'s command line, either side. As a child (``--child``):
+    ``child()``, run on the measured checkout's code (``here``, the repository root the script
+    put first on ``sys.path``, is taken back off), and None. Else ``side_by_side`` of every case
+    in every checkout."""
+    if args.child:
+        sys.path.remove(here)
+        child()
+        return None
+    trees = checkouts(here, args.before_tree)
+    load_before = os.getloadavg()
+    return CheckoutRuns(trees, load_before, side_by_side(args.rounds, cases, trees, measure))
 
 
 def in_turn(names: Sequence[str], round_number: int) -> List[str]:

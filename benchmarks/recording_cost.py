@@ -70,22 +70,20 @@ def measure(tree: str, env_id: str, episodes: int) -> float:
 
 def main() -> None:
     sys.path.insert(0, HERE)
-    from benchmarks.machine import checkouts, checkouts_parser, side_by_side, write_results
+    from benchmarks.machine import checkouts_parser, child_or_side_by_side, write_results
 
     parser = checkouts_parser(__doc__, "--envs", ("Swimmer-v5", "HalfCheetah-v5", "Hopper-v5"), 3,
                               os.path.join(RESULTS, "recording_cost.json"))
     parser.add_argument("--episodes", type=int, default=12)
     args = parser.parse_args()
-    if args.child:
-        sys.path.remove(HERE)  # the child imports the measured checkout's code
-        child(args.child, args.episodes, args.folder)
+    ran = child_or_side_by_side(args, HERE, args.envs.split(","),
+                                lambda tree, env_id: measure(tree, env_id, args.episodes),
+                                lambda: child(args.child, args.episodes, args.folder))
+    if ran is None:
         return
     import numpy as np
 
-    trees = checkouts(HERE, args.before_tree)
-    load_before = os.getloadavg()
-    runs = side_by_side(args.rounds, args.envs.split(","), trees,
-                        lambda tree, env_id: measure(tree, env_id, args.episodes))
+    trees, load_before, runs = ran
     summary = {}
     print("| env | " + " | ".join(f"{name}: CPU / recording" for name in trees) +
           (" | now / before |" if len(trees) == 2 else " |"))

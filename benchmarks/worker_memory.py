@@ -67,18 +67,15 @@ def measure(tree: str, env_id: str) -> dict:
 
 def main() -> None:
     sys.path.insert(0, HERE)
-    from benchmarks.machine import checkouts, checkouts_parser, side_by_side, write_results
+    from benchmarks.machine import checkouts_parser, child_or_side_by_side, write_results
 
     args = checkouts_parser(__doc__, "--envs", ENVS, 3,
                             os.path.join(RESULTS, "worker_memory.json")).parse_args()
-    if args.child:
-        sys.path.remove(HERE)  # the child imports the measured checkout's code
-        child(args.child, args.folder)
+    ran = child_or_side_by_side(args, HERE, args.envs.split(","), measure,
+                                lambda: child(args.child, args.folder))
+    if ran is None:
         return
-
-    trees = checkouts(HERE, args.before_tree)
-    load_before = os.getloadavg()
-    runs = side_by_side(args.rounds, args.envs.split(","), trees, measure)
+    trees, load_before, runs = ran
     summary = {}
     print("| env | checkout | render USS | render PSS | render RSS | rollout USS | render CPU to "
           "the first video |")
