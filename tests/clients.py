@@ -4,6 +4,7 @@ as viser's client opens it and what its messages show, and ``async-plotter repla
 user starts it."""
 import os
 import re
+import signal
 import socket
 import subprocess
 import sys
@@ -87,8 +88,8 @@ def start_replay(path: str, *args: str, timeout: float = 60.0) -> Tuple[Any, Opt
         [sys.executable, "-m", "async_plotter.cli", "replay", path, "--http", "0", *args],
         stderr=subprocess.PIPE,
         text=True,
-        env=dict(os.environ, PYTHONUNBUFFERED="1"),
-        preexec_fn=default_sigint)  # stopped with SIGINT
+        env=dict(os.environ, PYTHONUNBUFFERED="1", PYTHONFAULTHANDLER="1"),
+        preexec_fn=default_sigint)  # stopped with SIGINT (stop_with_ctrl_c)
     url = None
     deadline = time.monotonic() + timeout
     while url is None and time.monotonic() < deadline:
@@ -98,3 +99,30 @@ def start_replay(path: str, *args: str, timeout: float = 60.0) -> Tuple[Any, Opt
         found = re.search(r"replay of .* at (http://\S+)", line)
         url = found[1] if found else None
     return process, url
+
+
+def stop_with_ctrl_c(process: Any, timeout: float = 60.0) -> str:
+    """Send ``process`` (a command started with its stderr piped) SIGINT and wait for it to end,
+    at most ``timeout`` s; what it wrote on stderr meanwhile. One that does not end fails the
+    test with what tells why: its signal state (blocked, ignored and caught, from /proc) and,
+    where it runs with ``PYTHONFAULTHANDLER=1``, every thread's stack (SIGABRT)."""
+    process.send_signal(signal.SIGINT)
+    try:
+        return process.communicate(timeout=timeout)[1] or ""
+    except subprocess.TimeoutExpired:
+        pass
+    try:
+        with open(f"/proc/{process.pid}/status") as status:
+            masks = [
+                line.strip() for line in status if line.startswith(("SigBlk", "SigIgn", "SigCgt"))
+            ]
+    except OSError:
+        masks = []
+    process.send_signal(signal.SIGABRT)
+    try:
+        stacks = process.communicate(timeout=10)[1] or ""
+    except subprocess.TimeoutExpired:
+        process.kill()
+        stacks = process.communicate()[1] or ""
+    raise AssertionError(f"still running {timeout:.0f} s after Ctrl-C; {', '.join(masks)}; "
+                         f"its stderr then:\n{stacks}")

@@ -20,8 +20,11 @@ from tests.leftovers import BURNER_MARK, Tracker, snapshot  # noqa: E402
 def default_sigint():
     """``preexec_fn`` for a child the test will send SIGINT: SIGINT at its default, so that the
     child's Python raises KeyboardInterrupt, also when the tests run with SIGINT ignored (a
-    background job, ``nohup``, some CI runners), which children inherit."""
+    background job, ``nohup``, some CI runners), which children inherit; and not blocked: the
+    mask of the thread that started the child survives exec, and a blocked Ctrl-C stays pending
+    for ever, whatever handler the child sets."""
     signal.signal(signal.SIGINT, signal.SIG_DFL)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
 
 
 @pytest.fixture(params=["fast", "public"])

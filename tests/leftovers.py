@@ -117,6 +117,11 @@ def snapshot() -> Snapshot:
     return Snapshot(processes, streams, segments)
 
 
+def _blocked_signals() -> Set[int]:
+    """The signals this thread blocks now."""
+    return {int(number) for number in signal.pthread_sigmask(signal.SIG_BLOCK, [])}
+
+
 def creator_pid(segment: str) -> Optional[int]:
     """The pid in a segment's name (``async_plotter_<pid>_<start time>_<random>``)."""
     head = segment[len(SEGMENT_PREFIX):].split("_", 1)[0]
@@ -133,6 +138,7 @@ class Tracker:
         self._ours: Set[int] = {os.getpid()}  # pids seen in our tree during the test
         self._scope_leftovers: List[str] = []
         self._sigint: Any = signal.default_int_handler
+        self._blocked: Set[int] = set()  # signals the main thread blocks
 
     # ------------------------------------------------------------------ test boundaries
 
@@ -140,6 +146,7 @@ class Tracker:
         """Before a test's setup."""
         self._baseline = snapshot()
         self._sigint = signal.getsignal(signal.SIGINT)
+        self._blocked = _blocked_signals()
         self._ours = {os.getpid()} | {pid for pid, _ in self._baseline.processes}
 
     def observe(self) -> None:
@@ -167,6 +174,14 @@ class Tracker:
         if sigint is not self._sigint:
             report.append(f"left SIGINT's handler {sigint!r} (was {self._sigint!r})")
             signal.signal(signal.SIGINT, self._sigint)
+        # The signal mask is inherited too, and through exec: a child started while SIGINT is
+        # blocked here never gets its Ctrl-C (a handler does not help; the signal stays pending).
+        blocked = _blocked_signals()
+        if blocked != self._blocked:
+            names = sorted(signal.Signals(number).name for number in blocked ^ self._blocked)
+            report.append(f"changed the main thread's signal mask: {', '.join(names)} "
+                          f"{'blocked' if blocked > self._blocked else 'unblocked'}")
+            signal.pthread_sigmask(signal.SIG_SETMASK, self._blocked)
         return "\n".join(report)
 
     # ---------------------------------------------------------------- wider fixtures

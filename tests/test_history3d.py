@@ -25,7 +25,7 @@ pytest.importorskip("mjviser")
 from websockets.exceptions import InvalidStatus  # noqa: E402 - after the skip
 
 from async_plotter.web.address import parse_http_address  # noqa: E402
-from tests.clients import start_replay, view3d_socket  # noqa: E402
+from tests.clients import start_replay, stop_with_ctrl_c, view3d_socket  # noqa: E402
 from tests.conftest import default_sigint, wait_for  # noqa: E402
 from tests.history_recordings import STEPS, sled_x, write_history  # noqa: E402
 from tests.test_replay import press  # noqa: E402
@@ -143,8 +143,8 @@ def test_the_history_scrubs_through_the_run_and_follows_it_as_it_grows(tmp_path,
         ]
         assert not problems, problems  # nothing blocked (CSP) or failed to load
     finally:
-        process.send_signal(signal.SIGINT)
-        assert process.wait(20) == 0
+        stop_with_ctrl_c(process, 20)
+    assert process.returncode == 0
 
 
 def test_ghosts_play_three_other_iterations_beside_the_one_shown(tmp_path, webgl_chromium,
@@ -259,8 +259,8 @@ def test_every_history_refuses_another_origin_on_every_route(tmp_path, redis_url
         assert url, "no URL logged"
         _checked(url, url + "pick?x=1")
     finally:
-        process.send_signal(signal.SIGINT)
-        assert process.wait(20) == 0
+        stop_with_ctrl_c(process, 20)
+    assert process.returncode == 0
 
     # A Plotter's live page: /history/, its video folder's recordings (history/ too)
     videos = tmp_path / "videos"

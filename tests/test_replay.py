@@ -3,7 +3,6 @@ slider (keyboard on the slider, as a user can) and the body the page shows is wh
 has it at that step."""
 import os
 import re
-import signal
 import subprocess
 import sys
 import time
@@ -21,7 +20,7 @@ from async_plotter.web.address import parse_http_address  # noqa: E402
 from async_plotter.view3d.replay import ReplayBusy, ReplayPool, open_replay  # noqa: E402
 from tests.conftest import default_sigint, wait_for  # noqa: E402
 from tests.recordings import sled_run  # noqa: E402
-from tests.clients import start_replay  # noqa: E402
+from tests.clients import start_replay, stop_with_ctrl_c  # noqa: E402
 from tests.test_view3d_browser import shown_x, webgl_chromium  # noqa: E402,F401 - a fixture
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
@@ -107,8 +106,8 @@ def test_the_command_serves_the_replay_and_refuses_what_is_not_a_recording(
         with urllib.request.urlopen(url, timeout=10) as answer:
             assert b"<div id=\"root\">" in answer.read()
     finally:
-        process.send_signal(signal.SIGINT)
-        assert process.wait(60) == 0
+        stop_with_ctrl_c(process)
+    assert process.returncode == 0
 
 
 def test_the_command_names_one_address_the_pages(sled_recording):
@@ -118,7 +117,7 @@ def test_the_command_names_one_address_the_pages(sled_recording):
         [sys.executable, "-m", "async_plotter.cli", "replay", sled_recording, "--http", "0"],
         stderr=subprocess.PIPE,
         text=True,
-        env=dict(os.environ, PYTHONUNBUFFERED="1"),
+        env=dict(os.environ, PYTHONUNBUFFERED="1", PYTHONFAULTHANDLER="1"),
         preexec_fn=default_sigint)  # stopped with SIGINT
     lines = []
     try:
@@ -132,8 +131,7 @@ def test_the_command_names_one_address_the_pages(sled_recording):
                 break
         time.sleep(1.0)  # anything logged just after the address
     finally:
-        process.send_signal(signal.SIGINT)
-        rest = process.communicate(timeout=60)[1]
+        rest = stop_with_ctrl_c(process)
     lines += rest.splitlines()
     assert process.returncode == 0, lines
     addresses = [line for line in lines if re.search(r"\d+\.\d+\.\d+\.\d+:\d+", line)]
