@@ -387,6 +387,20 @@ def test_the_bound_of_a_500_iteration_run():
     assert max(np.diff(numbers)) <= 4  # the older ones evenly thinned
 
 
+@pytest.mark.parametrize("kept", [2, 3, 5, 8, 200])
+def test_every_bound_holds_with_the_initial_policy_beside_iterations(kept):
+    """``update_0000`` (the initial policy) and ``iter_NNNN`` are thinned as one run: at
+    ``kept=2`` the two kinds once made the thinning loop for ever, in the history thread."""
+    from async_plotter.render.history import to_remove
+
+    present = {("update", 0)}
+    for iteration in range(300):
+        present.add(("iter", iteration))
+        present -= to_remove(present, kept)
+        assert len(present) <= kept
+        assert ("update", 0) in present and ("iter", iteration) in present
+
+
 def test_a_policy_that_fails_mid_history_keeps_the_recordings_already_written(tmp_path):
     policy = FailsInHistoryPolicy(8, 2, fail_at=20)
     plotter = Plotter("Swimmer-v5",

@@ -76,11 +76,16 @@ def to_remove(numbered: Iterable[Tuple[str, int]], kept: int) -> Set[Tuple[str, 
         return set()
     newest = max(1, kept // 4)
     older, room = ordered[:-newest], kept - newest
+    largest = max(number for _, number in older)
     block = 1
     while True:
         firsts = _first_of_blocks(older, block)
         if len(firsts) <= room:
             return set(older) - set(firsts)
+        if block > largest:
+            # One block per kind is left, more than there is room for (the initial policy's
+            # ``update_0000`` and ``iter_0000`` at ``kept=2``): the oldest stay.
+            return set(older) - set(firsts[:room])
         block *= 2
 
 
