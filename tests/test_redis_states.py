@@ -53,9 +53,10 @@ print(json.dumps({"written": written, "imported": heavy}))
 """
 
 
-def _train(url, experiment, videos, iterations, **options):
-    """A trainer that keeps videos here and publishes: ``iterations`` updates, each waited for
-    until its history recording exists, then ``close()``."""
+def _train(url, experiment, videos, iterations, before=None, **options):
+    """A trainer that keeps videos here and publishes: once started (and ``before()`` returned,
+    if given), ``iterations`` updates, each waited for until its history recording exists, then
+    ``close()``."""
     policy = LinearPolicy(4, 1)
     plotter = Plotter("InvertedPendulum-v5",
                       policy,
@@ -67,6 +68,8 @@ def _train(url, experiment, videos, iterations, **options):
                       priority="normal",
                       **options).start()
     try:
+        if before is not None:
+            before()
         for iteration in range(iterations):
             policy.fill(0.2 * iteration - 0.3)
             plotter.update_plot(policy, iteration=iteration)
@@ -165,15 +168,26 @@ def test_a_remote_live_pages_curve_has_the_shown_returns_as_the_trainers_own_has
                           "--tensorboard-dir",
                           str(board),
                           ASYNC_PLOTTER_SECRET=SECRET.decode())
+    # The viewer shows its page once a live episode came, which the trainer plays only while
+    # the viewer watches, which it does once it saw the trainer's structure: a trainer must not
+    # finish before, so its updates wait for the page (the initial policy's episode opens it).
+    page_open = threading.Event()
     trainer = threading.Thread(target=_train,
                                args=(redis_server.url, "curve", tmp_path / "videos", 4),
-                               kwargs={"history": 2})
+                               kwargs={
+                                   "history": 2,
+                                   "before": lambda: page_open.wait(120)
+                               })
     try:
         wait_for(lambda: "waiting for experiment" in read_log(log), 60, message="the viewer")
         trainer.start()  # the viewer watches first: the returns reach it as they are published
-        url = wait_for(lambda: re.search(r"live view at (\S+)", read_log(log)),
-                       60,
-                       message="the viewer's live page").group(1)
+        found = wait_for(
+            lambda: re.search(r"live view at (\S+)", read_log(log)) or not trainer.is_alive(),
+            120,
+            message="the viewer's live page")
+        assert found is not True, f"the trainer ended first; the viewer's log:\n{read_log(log)}"
+        url = found.group(1)
+        page_open.set()
         trainer.join(120)
         local = read_returns(str(tmp_path / "videos" / "history"))
         expected = {row["iteration"]: row["return"] for row in local}
@@ -182,6 +196,7 @@ def test_a_remote_live_pages_curve_has_the_shown_returns_as_the_trainers_own_has
                          message=f"the shown returns {expected} on the remote page")
         assert len(shown) >= 4
     finally:
+        page_open.set()
         viewer.send_signal(signal.SIGINT)
         viewer.wait(30)
     assert "Traceback" not in read_log(log)
@@ -419,6 +434,37 @@ def test_a_viewer_refuses_what_fails_its_check_and_fetches_the_rest(redis_server
         viewer.close()
     assert not other.exists()
     client.close()
+
+
+def test_huge_names_in_the_recordings_index_are_never_downloaded(redis_server, tmp_path,
+                                                                 caplog):  # noqa: F811
+    """Someone who may write the index adds names of 16 MiB, newer than the run's: the viewer
+    reads the names at most 64 bytes each, refuses the rest once, and fetches the run's own."""
+    paths = _recordings(tmp_path, 2)
+    publisher = RecordingPublisher(RunTarget(redis_server.url, "named", SECRET, (9, 1000), 60.0))
+    for number, path in enumerate(paths, start=1):
+        publisher.add(path, number, number - 1)
+    publisher.close(10)
+    client = redis.Redis.from_url(redis_server.url)
+    keys = StateKeys("named")
+    client.zadd(keys.index,
+                {f"{9:016x}:{n}:".encode() + b"x" * (16 << 20): 100 + n
+                 for n in range(3)})
+    before = client.info("stats")["total_net_output_bytes"]
+    fetcher = RecordingFetcher(redis_server.url, "named", Verifier(SECRET), str(tmp_path / "f"))
+    try:
+        wait_for(lambda: fetcher.written == 2, 20, message="the run's two recordings")
+        time.sleep(1.5)  # more polls: what was refused is not read again
+    finally:
+        fetcher.close()
+    sent = client.info("stats")["total_net_output_bytes"] - before
+    client.close()
+    assert sorted(os.listdir(tmp_path / "f")) == ["iter_0000.npz", "iter_0001.npz"]
+    assert fetcher.refused == 1
+    assert [
+        r for r in caplog.records if "index" in r.getMessage() and "64 bytes" in r.getMessage()
+    ], [r.getMessage() for r in caplog.records]
+    assert sent < 2 * 1024 * 1024, f"the viewer downloaded {sent / 2**20:.1f} MiB"
 
 
 def test_recordings_written_while_redis_is_away_are_sent_once_it_is_back(
