@@ -2,6 +2,7 @@
 trainer and a viewer need, a refused command or certificate is said clearly (the trainer trains
 on, the viewer stops), and ``rediss://`` works both ways."""
 import json
+import logging
 import os
 import re
 import signal
@@ -191,6 +192,34 @@ def test_the_history_over_redis_runs_under_the_roles(acl_server, tmp_path):
     _history_round_trip(_url(server, TRAINER, TRAINER_PASSWORD),
                         _url(server, VIEWER, VIEWER_PASSWORD), tmp_path)
     assert _acl_log(admin) == []
+
+
+def test_a_viewer_role_that_may_run_no_script_still_fetches_the_history(
+        acl_server, tmp_path, caplog):
+    """Without ``+eval_ro`` the recordings' index is read whole (its names unbounded) and the
+    returns not at all: each said once, the recordings fetched all the same."""
+    server, admin = acl_server
+    line = viewer_acl("no-scripts", VIEWER_PASSWORD).replace(" +eval_ro", "")
+    assert admin.execute_command(*line.split()) in (b"OK", "OK")
+    target = write_history(str(tmp_path), range(2), steps=5)
+    publisher = RecordingPublisher(
+        RunTarget(_url(server, TRAINER, TRAINER_PASSWORD), EXPERIMENT, SECRET.encode(), (6, 1000),
+                  60.0))
+    for number in (1, 2):
+        publisher.add(os.path.join(target, f"iter_{number - 1:04d}.npz"), number, number - 1)
+        publisher.add_return(ReturnRow(number, number - 1, float(number), 5, 0.0, 0.01, True))
+    publisher.close(10)
+    fetched = tmp_path / "fetched"
+    fetcher = RecordingFetcher(_url(server, "no-scripts", VIEWER_PASSWORD), EXPERIMENT,
+                               Verifier(SECRET.encode()), str(fetched))
+    try:
+        wait_for(lambda: fetcher.written == 2, 10, message="both recordings fetched")
+    finally:
+        fetcher.close()
+    assert fetcher.refusal is None and fetcher.returns_written == 0
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert len([w for w in warnings if "index is read without a bound" in w]) == 1, warnings
+    assert len([w for w in warnings if "returns it publishes cannot be read" in w]) == 1, warnings
 
 
 @pytest.mark.slow

@@ -148,6 +148,25 @@ if #last == 0 then return false end
 return last[1][1]
 """
 
+# The members of a sorted set's range, each over ARGV[3] bytes replaced by false (nil).
+_BOUNDED_ZRANGE = """
+local members = redis.call('ZRANGE', KEYS[1], ARGV[1], ARGV[2])
+local limit = tonumber(ARGV[3])
+for i, member in ipairs(members) do
+  if #member > limit then members[i] = false end
+end
+return members
+"""
+
+
+def bounded_zrange(client: Any, key: str, start: int, stop: int,
+                   member_limit: int) -> List[Optional[bytes]]:
+    """The members of the sorted set at ``key`` ranked ``start`` to ``stop`` (``ZRANGE``), each
+    over ``member_limit`` bytes as None: one call downloads at most about ``(stop - start + 1) *
+    member_limit`` bytes, whatever the set holds."""
+    raw = _eval_read_only(client, _BOUNDED_ZRANGE, key, int(start), int(stop), int(member_limit))
+    return [None if member is None else bytes(member) for member in raw or []]
+
 
 def bounded_xrange(client: Any, key: str, start: str, count: int,
                    entry_limit: int) -> List[Tuple[bytes, Dict[bytes, bytes]]]:

@@ -58,7 +58,7 @@ def denial(args: Tuple[Any, ...], error: Exception) -> Optional[AccessDenied]:
         return AccessDenied(command, None, reply)  # e.g. SELECT, sent while connecting
     target = _target(sent, args)
     if _SCRIPT_REFUSAL in reply:
-        target = f"{target} (its script's XRANGE or XREVRANGE)"
+        target = f"{target} (a command its script runs)"
     return AccessDenied(command, target, reply)
 
 

@@ -27,8 +27,8 @@ import threading
 import time
 from typing import Any, Callable, List, Mapping, Optional, Set, Tuple, Union
 
-from async_plotter.channel.redis.link import (Backoff, OutageLog, close_quietly, connect,
-                                              connection_errors, probe, read_exact)
+from async_plotter.channel.redis.link import (Backoff, OutageLog, bounded_zrange, close_quietly,
+                                              connect, connection_errors, probe, read_exact)
 from async_plotter.channel.redis.refusals import AccessDenied
 from async_plotter.channel.redis.returns import (KEPT_ROWS, ReturnRow, ReturnsReader, returns_key,
                                                  seal_row)
@@ -45,6 +45,8 @@ logger = logging.getLogger("async_plotter")
 
 #: recordings an experiment keeps in Redis; the oldest go first
 DEFAULT_KEPT = 200
+#: the longest name a viewer reads from the recordings' index (ours: ``run:update``, < 40)
+MAX_MEMBER_BYTES = 64
 #: the bytes of one recording a viewer reads (a 500-step HalfCheetah episode: 34 KB)
 MAX_RECORDING_BYTES = 32 * 1024 * 1024
 #: recordings waiting to be sent; more and the oldest waiting is dropped (the file stays)
@@ -374,6 +376,8 @@ class RecordingFetcher:
         #: the files written of the current run
         self._paths: Set[str] = set()
         self._rejected: Set[str] = set()
+        self._oversized = 0  # names in the index too long to be ours, at the last poll
+        self._index_unbounded = False  # the role may not run the script that bounds them
         self._stop = threading.Event()
         self._returns = ReturnsReader(url, experiment, verifier,
                                       lambda reason: self._refuse("return", reason))
@@ -446,8 +450,17 @@ class RecordingFetcher:
             self._returns.restart()
         prefix = run_hex(model.run_id) + ":"
         written = 0
-        # The newest DEFAULT_KEPT only: a forged index may be of any length.
-        for raw in client.zrange(self._keys.index, -DEFAULT_KEPT, -1):
+        # The newest DEFAULT_KEPT only, each a short name: a forged index may be of any length,
+        # and its members of any size.
+        members = self._index_names(client)
+        oversized = members.count(None)
+        if oversized > self._oversized:
+            self._refuse("recordings' index",
+                         f"{oversized} of its names are over {MAX_MEMBER_BYTES} bytes")
+        self._oversized = oversized
+        for raw in members:
+            if raw is None:
+                continue
             member = raw.decode("ascii", "replace")
             if not member.startswith(prefix) or member in self._done | self._rejected:
                 continue
@@ -468,6 +481,20 @@ class RecordingFetcher:
             self.first_written.set()
         self._fetch_returns(client, model.run_id)
         return written
+
+    def _index_names(self, client: Any) -> List[Optional[bytes]]:
+        """The newest ``DEFAULT_KEPT`` names in the recordings' index, those too long to be ours
+        as None. Read through a script that leaves the long ones on the server; a role that may
+        not run scripts reads them whole (one warning says so)."""
+        if not self._index_unbounded:
+            try:
+                return bounded_zrange(client, self._keys.index, -DEFAULT_KEPT, -1, MAX_MEMBER_BYTES)
+            except AccessDenied as error:
+                self._index_unbounded = True
+                logger.warning(
+                    "experiment %r: %s, so the recordings' index is read without a bound on its "
+                    "names' size (the viewer role has +eval_ro)", self._experiment, error)
+        return list(client.zrange(self._keys.index, -DEFAULT_KEPT, -1))
 
     def _fetch_returns(self, client: Any, run_id: int) -> None:
         """Append the returns published since the last poll to the folder's ``returns.csv``."""
