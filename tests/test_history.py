@@ -321,13 +321,16 @@ def test_newest_wins_while_a_recording_runs_and_the_running_one_finishes(tmp_pat
         assert entry["length"] == 200  # whole: Swimmer never ends by itself
 
 
-def test_the_folder_is_bounded_and_keeps_the_first_and_the_newest(tmp_path):
+@pytest.mark.parametrize("kept", [2, 6])
+def test_the_folder_is_bounded_and_keeps_the_first_and_the_newest(tmp_path, kept):
+    """Every update recorded, the folder thinned to ``kept`` (2, the smallest, once stopped
+    the recordings at the third: the initial policy's and iterations' files are two kinds)."""
     policy = LinearPolicy(8, 2)
     with Plotter("Swimmer-v5",
                  policy,
                  max_path_length=20,
                  video_dir=str(tmp_path),
-                 history=6,
+                 history=kept,
                  priority="normal") as plotter:
         wait_for_history(plotter, 0)
         for iteration in range(ITERATIONS):
@@ -336,7 +339,8 @@ def test_the_folder_is_bounded_and_keeps_the_first_and_the_newest(tmp_path):
             wait_for_history(plotter, iteration + 1)
     names = recording_names(tmp_path / "history")
     assert len(plotter.stats["history"]) == ITERATIONS + 1
-    assert len(names) <= 6 and "iter_0000.npz" in names and "iter_0019.npz" in names, names
+    assert len(names) <= kept and {"update_0000.npz", "iter_0019.npz"} <= set(names), names
+    assert kept == 2 or "iter_0000.npz" in names, names
     # The returns of the recordings thinned away stay in returns.csv.
     rows = read_returns(str(tmp_path / "history"))
     assert [row["iteration"] for row in rows] == list(range(-1, ITERATIONS))
