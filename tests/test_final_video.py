@@ -377,6 +377,12 @@ def test_summary_explains_a_starved_run(tmp_path, caplog):
     assert "~6 ms of CPU a frame" in text
     assert "recording 40 policies in the history took another 2.0 CPU-s" in text
     assert "history=False" in text
+    assert "the returns of 40 policies in" in text and "of the 40 iterations" not in text
+    # Some iterations' policies replaced while waiting: the summary says how many are kept.
+    del stats["history"][5:15]
+    text = summarize_videos(stats, 40, 60.0, 0.05, str(tmp_path))
+    assert "the returns of 30 policies in" in text
+    assert "30 of the 40 iterations, a newer policy replacing one that waited" in text
 
 
 def test_the_policy_is_reset_before_every_episode(tmp_path, no_leftovers):

@@ -37,25 +37,33 @@ def summarize_videos(stats: Dict[str, Any],
     notes = [
         _no_initial_video(log, stats),
         _why_few(stats, len(log), iterations, elapsed, budget),
-        _history(stats)
+        _history(stats, iterations)
     ]
     return ". ".join([text] + [note for note in notes if note])
 
 
-def _history(stats: Dict[str, Any]) -> str:
-    """``The whole run: 21 policies recorded in .../history ...``, with the newest's return."""
+def _history(stats: Dict[str, Any], iterations: int) -> str:
+    """``The whole run: 21 policies recorded in .../history ...``, with the newest's return, and
+    how many of the run's ``iterations`` they cover where that is not all of them."""
     entries = [entry for entry in stats.get("history") or () if entry.get("return") is not None]
     if not entries:
         return ""
     newest = entries[-1]
     count = f"{len(entries)} polic{'ies' if len(entries) != 1 else 'y'}"
+    covered = len({entry["iteration"] for entry in entries if entry.get("iteration") is not None})
+    share = ""
+    if covered < iterations:
+        # The thread records the newest update: one that came during a recording replaced the
+        # one waiting (under a budget, recordings are slower and more are replaced).
+        share = (f"; {covered} of the {iterations} iterations, a newer policy replacing one "
+                 "that waited for the recording before it")
     ret = f"the newest's return {newest['return']:.4g} in {newest['length']} steps"
     files = [entry["path"] for entry in entries if entry.get("path")]
     if files:
         return (f"The whole run: {count} recorded in {os.path.dirname(files[-1])}, one "
-                f"deterministic episode each from one start state ({ret})")
+                f"deterministic episode each from one start state ({ret}{share})")
     return (f"The whole run: the returns of {count} in stats['history'], one deterministic "
-            f"episode each from one start state ({ret}; this env keeps no states)")
+            f"episode each from one start state ({ret}; this env keeps no states{share})")
 
 
 def _cut_short(entry: Dict[str, Any], stats: Dict[str, Any], final_video_asked: bool) -> str:
