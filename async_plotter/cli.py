@@ -30,7 +30,7 @@ from async_plotter.channel.redis.signing import (SECRET_ENV, read_secret_file, r
 from async_plotter.channel.redis.wire import valid_experiment
 from async_plotter.supervision.budget import DEFAULT_BUDGET
 from async_plotter.supervision.priorities import PRIORITIES
-from async_plotter.until_stopped import until_interrupted
+from async_plotter.until_stopped import EXIT_DEADLINE_SECONDS, end_by_deadline, until_interrupted
 
 logger = logging.getLogger("async_plotter")
 
@@ -49,7 +49,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         return EXIT_USAGE
     _configure_logging(args.verbose, args.quiet)
     commands = {"list": _list, "serve": _serve, "render": _render, "replay": _replay, "acl": _acl}
-    return commands.get(args.command, _view)(args.subparser, args)
+    code = commands.get(args.command, _view)(args.subparser, args)
+    if args.is_the_command:
+        end_by_deadline(EXIT_DEADLINE_SECONDS)  # the interpreter's exit, which joins threads
+    return code
 
 
 def _parser() -> argparse.ArgumentParser:

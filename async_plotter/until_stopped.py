@@ -13,6 +13,7 @@ does in short turns (a signal that another thread received never wakes a main th
 on a lock).
 """
 import contextlib
+import faulthandler
 import logging
 import signal
 import threading
@@ -24,6 +25,25 @@ logger = logging.getLogger(__name__)
 # Seconds between two turns of a waiting main thread: each runs the handler of a signal that
 # another thread received.
 _TURN_SECONDS = 0.25
+
+#: Seconds a command's stop may take (its bounded shutdown; the longest part is ``replay
+#: --video-dir`` finishing its video, 30 s), and then the interpreter's exit, before the
+#: command is ended anyway, with exit code 1 and every thread's stack on stderr: stopping must
+#: not hang whatever a library's thread does, and what held it is then said.
+STOP_DEADLINE_SECONDS = 60.0
+EXIT_DEADLINE_SECONDS = 30.0
+
+
+def end_by_deadline(seconds: float) -> None:
+    """End this process in ``seconds`` with exit code 1 and every thread's stack on stderr
+    (``faulthandler``'s watchdog, which needs neither the GIL nor the main thread), unless
+    ``cancel_deadline`` comes first. For a process that is ending."""
+    faulthandler.dump_traceback_later(seconds, exit=True)
+
+
+def cancel_deadline() -> None:
+    """Cancel ``end_by_deadline``."""
+    faulthandler.cancel_dump_traceback_later()
 
 
 class StopRequest:
@@ -56,8 +76,9 @@ class StopRequest:
 def until_interrupted(stop: Callable[[], None]) -> Iterator[StopRequest]:
     """Run the block, which ends once its ``StopRequest`` is set (by Ctrl-C or SIGTERM: look at
     it, or wait for it), then call ``stop`` with both signals ignored: a second Ctrl-C must not
-    cut a bounded shutdown short and orphan worker processes. Call from the main thread. A
-    SIGINT ignored from the start (a background job's) stays ignored."""
+    cut a bounded shutdown short and orphan worker processes; ``stop`` taking more than
+    ``STOP_DEADLINE_SECONDS`` ends the process (``end_by_deadline``). Call from the main
+    thread. A SIGINT ignored from the start (a background job's) stays ignored."""
     request = StopRequest()
 
     def note(signum: int, frame: Any) -> None:
@@ -73,4 +94,8 @@ def until_interrupted(stop: Callable[[], None]) -> Iterator[StopRequest]:
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
         if request.is_set():
             logger.info("stopping")
-        stop()
+        end_by_deadline(STOP_DEADLINE_SECONDS)
+        try:
+            stop()
+        finally:
+            cancel_deadline()

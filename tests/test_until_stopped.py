@@ -4,6 +4,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import time
 
 import pytest
 
@@ -79,3 +80,63 @@ def test_a_background_jobs_ignored_ctrl_c_stays_ignored_and_sigterm_stops_it():
         assert process.returncode == 0
     finally:
         process.kill()
+
+
+def test_a_stop_that_hangs_ends_the_command_with_every_threads_stack():
+    """Stopping never hangs: a shutdown stuck past its deadline ends the process (exit 1),
+    saying where each thread was."""
+    process = subprocess.Popen([
+        sys.executable, "-c",
+        textwrap.dedent("""
+            import time
+            import async_plotter.until_stopped as until_stopped
+            until_stopped.STOP_DEADLINE_SECONDS = 2.0
+
+            def stuck_shutdown():
+                time.sleep(600)
+
+            with until_stopped.until_interrupted(stuck_shutdown) as stop:
+                print("started", flush=True)
+                stop.wait()
+            """)
+    ],
+                               stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE,
+                               text=True,
+                               preexec_fn=default_sigint)
+    try:
+        assert process.stdout.readline() == "started\n"
+        process.send_signal(signal.SIGINT)
+        stderr = process.communicate(timeout=30)[1]
+    finally:
+        process.kill()
+    assert process.returncode == 1, stderr
+    assert "Timeout" in stderr and "stuck_shutdown" in stderr, stderr
+
+
+def test_a_command_whose_exit_hangs_ends_with_every_threads_stack():
+    """After the command's work, the interpreter's exit waits for threads it cannot stop (a
+    library's, not made a daemon): the command still ends, with exit code 1 and their stacks."""
+    started = time.monotonic()
+    process = subprocess.run([
+        sys.executable, "-c",
+        textwrap.dedent("""
+            import sys, threading, time
+            from async_plotter import cli
+
+            cli.EXIT_DEADLINE_SECONDS = 2.0
+
+            def never_ending_library_thread():
+                time.sleep(600)
+
+            threading.Thread(target=never_ending_library_thread).start()
+            sys.argv = ["async-plotter", "acl"]
+            sys.exit(cli.main())
+            """)
+    ],
+                             capture_output=True,
+                             text=True,
+                             timeout=60)
+    assert process.returncode == 1 and "ACL SETUSER" in process.stdout, process.stderr
+    assert "never_ending_library_thread" in process.stderr, process.stderr
+    assert time.monotonic() - started < 50
