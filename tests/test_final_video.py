@@ -56,6 +56,7 @@ def test_close_records_the_final_policy_and_counts_it(tmp_path, caplog, no_lefto
     for iteration in range(12):  # faster than the worker records: most updates are skipped
         policy.fill(0.05 * iteration)
         plotter.update_plot(policy, iteration=iteration)
+    plotter.update_plot(policy, iteration=11)  # the last one again, as a script may at its end
     with caplog.at_level(logging.INFO, logger="async_plotter"):
         plotter.close()
     stats = plotter.stats
@@ -66,6 +67,10 @@ def test_close_records_the_final_policy_and_counts_it(tmp_path, caplog, no_lefto
     assert stats["videos"] == len(videos_in(tmp_path)) == len(stats["video_log"])
     summary = [r.getMessage() for r in caplog.records if r.getMessage().startswith("plotter: ")]
     assert summary and "shows the final policy" in summary[-1], summary
+    # The close line says how many of the 12 iterations the history kept (the skipped ones not).
+    recorded = {entry["iteration"] for entry in stats["history"]} - {None}
+    assert 11 in recorded and len(recorded) < 12, recorded
+    assert f"; {len(recorded)} of the 12 iterations, a newer policy replacing" in summary[-1]
 
 
 def _after_a_30_step_clip(video_dir, **options):

@@ -202,8 +202,9 @@ class Plotter:
                 "no video_dir. Plotting is off; pass video_dir='videos' to get mp4 files, or run "
                 "where a display exists.",
                 os.environ.get("DISPLAY") or "unset")
-        # How many updates came with an iteration: all the closing summary needs of them.
+        # How many iterations the updates came with: all the closing summary needs of them.
         self._iterations_given = 0
+        self._last_iteration: Optional[int] = None
         self._started_at: Optional[float] = None
         self._route: Optional[PlotRoute] = None
         self._state = PlotterState.CREATED
@@ -257,8 +258,9 @@ class Plotter:
         if metrics is not None:
             metrics = checked_metrics(metrics)
         self._stats.updates_sent += 1
-        if iteration is not None:
-            self._iterations_given += 1
+        if iteration is not None and iteration != self._last_iteration:
+            self._iterations_given += 1  # the same iteration sent again is not another one
+            self._last_iteration = iteration
         route = self._route
         if route is None or self._stats.disabled:
             return
