@@ -188,7 +188,16 @@ def last_stream_id(client: Any, key: str) -> Optional[bytes]:
     return bytes(last) if last else None
 
 
-def stream_id_order(text: str) -> Tuple[int, int]:
+def stream_ends_before(client: Any, key: str, entry_id: str) -> bool:
+    """Whether the stream at ``key`` is missing, empty or ends before the entry ``entry_id``
+    that a reader read last (another server, or one whose clock went back): the reader must
+    then read it again from its first entry."""
+    last = last_stream_id(client, key)
+    return last is None or _stream_id_order(last.decode("ascii",
+                                                        "replace")) < _stream_id_order(entry_id)
+
+
+def _stream_id_order(text: str) -> Tuple[int, int]:
     """A stream entry's id (``"1700000000000-3"``) as what orders it."""
     milliseconds, _, sequence = text.partition("-")
     return int(milliseconds), int(sequence or 0)

@@ -17,7 +17,7 @@ import os
 import struct
 from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple
 
-from async_plotter.channel.redis.link import bounded_xrange, last_stream_id, stream_id_order
+from async_plotter.channel.redis.link import bounded_xrange, stream_ends_before
 from async_plotter.channel.redis.refusals import AccessDenied, role_refusal
 from async_plotter.channel.redis.sealed import HEADER_BYTES, RunTarget, open_sealed, seal
 from async_plotter.channel.redis.signing import TAG_BYTES, PayloadRejected, Verifier
@@ -149,11 +149,10 @@ class ReturnsReader:
         if self._after == "-" or self.refused is not None:
             return
         try:
-            last = last_stream_id(client, self._key)
+            replaced = stream_ends_before(client, self._key, self._after)
         except Exception:  # noqa: BLE001 - read() meets the same failure and says it
             return
-        if last is None or stream_id_order(last.decode("ascii", "replace")) < stream_id_order(
-                self._after):
+        if replaced:
             self._after = "-"
 
     def read(self, client: Any) -> List[Tuple[int, ReturnRow]]:

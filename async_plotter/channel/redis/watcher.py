@@ -11,8 +11,7 @@ import time
 from typing import Any, Callable, Dict, List, Optional, Set
 
 from async_plotter.channel.redis.acl import DOCS
-from async_plotter.channel.redis.link import (bounded_xrange, last_stream_id, run_subscription,
-                                              stream_id_order)
+from async_plotter.channel.redis.link import bounded_xrange, run_subscription, stream_ends_before
 from async_plotter.channel.redis.urls import redact
 from async_plotter.channel.redis.refusals import AccessDenied
 from async_plotter.channel.redis.probed import Later, ProbedKey, Skip
@@ -209,14 +208,13 @@ class ExperimentWatcher:
         if self._metrics_after == "-" or self._metrics_refused:
             return
         try:
-            last = last_stream_id(client, self._keys.metrics)
+            replaced = stream_ends_before(client, self._keys.metrics, self._metrics_after)
         except redis.exceptions.ResponseError:
             return  # not a stream: _fetch_metrics says so
         except AccessDenied as error:
             self._refuse_metrics(error)
             return
-        if last is None or stream_id_order(last.decode("ascii", "replace")) < stream_id_order(
-                self._metrics_after):
+        if replaced:
             self._metrics_after = "-"
 
     def _fetch_metrics(self, client: Any) -> None:
