@@ -350,7 +350,7 @@ def _replay_from_redis(parser: argparse.ArgumentParser, args: argparse.Namespace
     with until_interrupted(close) as stop:
         logger.info("waiting for the history of experiment %r on %s", args.experiment,
                     redact(args.path))
-        while not stop.is_set() and not fetcher.first_written.wait(0.25):
+        while not stop.is_set() and not fetcher.wait_for_first(0.25):
             if fetcher.refusal is not None:
                 return 1  # said by the fetcher, naming what to fix
         if not stop.is_set():

@@ -74,11 +74,7 @@ class PublishedHistories:
             if followed is None:
                 followed = self._follow(name)
             followed.asked_at = time.monotonic()
-        fetcher, deadline = followed.fetcher, time.monotonic() + wait
-        while not fetcher.first_written.wait(min(max(deadline - time.monotonic(), 0.0), 0.25)):
-            if fetcher.refusal is not None or time.monotonic() >= deadline:
-                return None
-        return followed.folder
+        return followed.folder if followed.fetcher.wait_for_first(wait) else None
 
     def close(self) -> None:
         """Stop every fetcher and remove the folders."""

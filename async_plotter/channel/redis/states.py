@@ -396,6 +396,16 @@ class RecordingFetcher:
                                         daemon=True)
         self._thread.start()
 
+    def wait_for_first(self, timeout: float) -> bool:
+        """Wait up to ``timeout`` s for the first file; whether it is written. Returns at once
+        (False) once the server refused this viewer's settings (``refusal``: the fetch has
+        stopped and said why), which no wait would change."""
+        deadline = time.monotonic() + timeout
+        while not self.first_written.wait(min(max(deadline - time.monotonic(), 0.0), 0.25)):
+            if self.refusal is not None or time.monotonic() >= deadline:
+                return False
+        return True
+
     def close(self, timeout: float = 2.0) -> None:
         self._stop.set()
         self._thread.join(timeout)
