@@ -84,6 +84,28 @@ class FailsInHistoryPolicy(LinearPolicy):
         return super().get_action(obs)
 
 
+class HangsInHistoryPolicy(FailsInHistoryPolicy):
+    """Hangs, instead of raising, at the ``fail_at``-th action of an episode in the history
+    thread once its parameters are all ``MARKER``: ``how="spins"`` loops for ever (a bug that
+    burns CPU), ``how="waits"`` waits for ever (a lock nobody releases)."""
+
+    def __init__(self, obs_dim: int, act_dim: int, fail_at: int = 20, how: str = "spins"):
+        Serializable.quick_init(self, locals())
+        super().__init__(obs_dim, act_dim, fail_at)
+        self.how = how
+
+    def get_action(self, obs):
+        try:
+            return super().get_action(obs)
+        except RuntimeError:
+            if self.how == "waits":
+                import threading
+
+                threading.Event().wait()
+            while True:
+                pass
+
+
 class UniformCheckPolicy(LinearPolicy):
     """Refuses any parameter vector whose entries differ: catches a torn (half-written) vector.
 

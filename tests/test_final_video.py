@@ -56,6 +56,8 @@ def test_close_records_the_final_policy_and_counts_it(tmp_path, caplog, no_lefto
     for iteration in range(12):  # faster than the worker records: most updates are skipped
         policy.fill(0.05 * iteration)
         plotter.update_plot(policy, iteration=iteration)
+        if iteration == 7:
+            plotter.update_plot(policy, iteration=3)  # an earlier iteration sent again
     plotter.update_plot(policy, iteration=11)  # the last one again, as a script may at its end
     with caplog.at_level(logging.INFO, logger="async_plotter"):
         plotter.close()
@@ -388,6 +390,14 @@ def test_summary_explains_a_starved_run(tmp_path, caplog):
     text = summarize_videos(stats, 40, 60.0, 0.05, str(tmp_path))
     assert "the returns of 30 policies in" in text
     assert "30 of the 40 iterations, a newer policy replacing one that waited" in text
+    # A history that hung: where the recordings end is said, not blamed on newer policies.
+    stats["history_stopped"] = "the history thread hung: ..."
+    text = summarize_videos(stats, 40, 60.0, 0.05, str(tmp_path))
+    assert "30 of the 40 iterations: the history stopped there, its thread hung" in text
+    assert "a newer policy replacing" not in text
+    stats["history"] = []
+    text = summarize_videos(stats, 40, 60.0, 0.05, str(tmp_path))
+    assert "The whole run: no policy recorded: its thread hung" in text
 
 
 def test_the_policy_is_reset_before_every_episode(tmp_path, no_leftovers):

@@ -17,7 +17,8 @@ from async_plotter import Plotter
 from async_plotter.render.history_returns import read_returns
 from async_plotter.render.recording import read_recording
 from tests.conftest import wait_for
-from tests.policies import FailsInHistoryPolicy, LinearPolicy, NoisyLinearPolicy, SlowLinearPolicy
+from tests.policies import (FailsInHistoryPolicy, HangsInHistoryPolicy, LinearPolicy,
+                            NoisyLinearPolicy, SlowLinearPolicy)
 from tests.test_tensorboard import accumulate
 
 pytestmark = pytest.mark.slow
@@ -433,6 +434,58 @@ def test_a_policy_that_fails_mid_history_keeps_the_recordings_already_written(tm
         assert len(read_recording(str(tmp_path / "history" / name)).states) == 51
     assert [row["recording"] for row in read_returns(str(tmp_path / "history"))
             ] == ["update_0000.npz", "iter_0000.npz", "iter_0001.npz", "iter_0002.npz"]
+
+
+@pytest.mark.parametrize("how", ["spins", "waits"])
+def test_a_hung_history_stops_alone_and_the_videos_go_on(tmp_path, caplog, how):
+    """A history thread that never finishes a step cannot be ended alone; left, it burned a
+    core (or recorded nothing more) for the rest of the run, unseen. Within hang_timeout the
+    worker starts again without it, not counted as a failure: the videos go on to the final
+    policy's, and the recordings already written stay."""
+    policy = HangsInHistoryPolicy(8, 2, fail_at=20, how=how)
+    plotter = Plotter("Swimmer-v5",
+                      policy,
+                      max_path_length=50,
+                      video_dir=str(tmp_path),
+                      max_restarts=0,
+                      hang_timeout=3.0,
+                      priority="normal").start()
+    try:
+        wait_for_history(plotter, 0)
+        for iteration in range(3):
+            policy.fill(0.01 * (iteration + 1))
+            plotter.update_plot(policy, iteration=iteration)
+            wait_for_history(plotter, iteration + 1)
+        policy.fill(HangsInHistoryPolicy.MARKER)
+        with caplog.at_level(logging.INFO, logger="async_plotter"):
+            plotter.update_plot(policy, iteration=3)
+            wait_for(lambda: plotter.stats["history_stopped"], 120, message="the history to stop")
+            for iteration in (4, 5):
+                policy.fill(0.01 * (iteration + 1))
+                plotter.update_plot(policy, iteration=iteration)
+            plotter.close()
+    finally:
+        plotter.close()
+    stats = plotter.stats
+    stopped = stats["history_stopped"]
+    assert stopped.startswith(
+        "the history thread hung: the recording of iteration 3 made no "
+        f"progress ({dict(spins='spinning', waits='waiting')[how]}: "), stopped
+    assert "policies.py" in stopped and "get_action" in stopped, stopped  # where it hung
+    warnings = [
+        r.getMessage() for r in caplog.records
+        if r.levelno == logging.WARNING and "history stopped" in r.getMessage()
+    ]
+    assert len(warnings) == 1 and stopped in warnings[0], warnings
+    assert not stats["disabled"] and stats["restarts"] == 0, stats["last_error"]
+    assert stats["final_video"] == str(tmp_path / "iter_0005.mp4")
+    assert [entry["iteration"] for entry in stats["history"]] == [None, 0, 1, 2]
+    assert recording_names(tmp_path / "history") == [
+        "iter_0000.npz", "iter_0001.npz", "iter_0002.npz", "update_0000.npz"
+    ]
+    summary = [r.getMessage() for r in caplog.records if r.getMessage().startswith("plotter: ")]
+    assert ("; 3 of the 6 iterations: the history stopped there, its thread hung"
+            in summary[-1]), summary
 
 
 def test_an_env_that_draws_itself_keeps_returns_only_and_says_so_once(tmp_path, caplog):

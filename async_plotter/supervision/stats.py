@@ -69,6 +69,9 @@ class WorkerStats:
     #: ``path`` of its state recording (None where the env has no state to keep; a trainer that
     #: only publishes keeps them in a private folder, removed at close) and ``time``
     history: List[Dict[str, Any]] = dataclasses.field(default_factory=list)
+    #: why the history stopped before the run's end: its thread hung (where, and how), after
+    #: which the worker went on without it; None while it records
+    history_stopped: Optional[str] = None
     #: the policy's actions were not finite (NaN or inf: NaN parameters, an overflow): the
     #: first update and iteration whose actions were, and how many steps in all so far
     #: (``{"update": 4, "iteration": 3, "steps": 1200}``); the worker gave the env 0 in place

@@ -64,6 +64,8 @@ class _Pair:
         self.errors: Dict[str, str] = {}
         #: why the render process's GL backend (the config's ``mujoco_gl``) made no context
         self.offscreen_gl_failed: Optional[str] = None
+        #: why the rollout process's history thread counts as hung (``worker/stall.py``)
+        self.history_hung: Optional[str] = None
         self.ready: Set[str] = set()  # roles that reported ready
         self.booted: Optional[float] = None  # when both had
         # CPU-seconds both processes (with their children: the encoder) had used when last
@@ -216,6 +218,8 @@ class WorkerSupervisor:
                 continue  # without the window: not a failure of the worker
             if self._draw_with_osmesa(pair):
                 continue  # another GL backend: not a failure of the worker
+            if self._without_history(pair):
+                continue  # the history's thread, not the worker, failed
             if failures >= self._max_restarts:
                 self._stats.disabled = True
                 logger.error(
@@ -264,6 +268,23 @@ class WorkerSupervisor:
         self._stats.last_error = f"no EGL context, drawn with OSMesa instead: {reason}"
         with self._lock:
             self._config = dataclasses.replace(self._config, mujoco_gl="osmesa")
+        return True
+
+    def _without_history(self, pair: _Pair) -> bool:
+        """After a failure: if the rollout process ended because its history thread hung (a
+        thread cannot be ended alone, and it may hang again the same way), start the next
+        worker without a history: its videos and pages go on, the recordings made stay, and
+        the close line says where the history stopped; one warning."""
+        reason = pair.history_hung
+        if reason is None or self._config.history_dir is None:
+            return False
+        logger.warning(
+            "the plot worker's history stopped: %s. The worker starts again without it: the "
+            "videos go on, and the recordings made so far stay in %s.", reason,
+            self._config.history_dir)
+        self._stats.history_stopped = reason
+        with self._lock:
+            self._config = dataclasses.replace(self._config, history_dir=None)
         return True
 
     def _watch(self, pair: _Pair) -> Optional[str]:
@@ -488,6 +509,7 @@ class WorkerSupervisor:
     def _on_error(self, payload: dict, pair: _Pair) -> None:
         pair.errors[payload["role"]] = payload["traceback"]
         pair.offscreen_gl_failed = payload.get("offscreen_gl") or pair.offscreen_gl_failed
+        pair.history_hung = payload.get("history_hung") or pair.history_hung
         self._stats.last_error = payload["traceback"]
 
     def _on_video(self, payload: dict, pair: _Pair) -> None:

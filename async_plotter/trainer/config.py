@@ -183,6 +183,7 @@ def plotter_config(arguments: Mapping[str, Any]) -> PlotterConfig:
                                    env_state.layout if env_state else EnvStateLayout()),
         history_dir=history_folder(video_dir) if video_dir and history_kept else None,
         history_kept=history_kept or DEFAULT_KEPT,
+        hang_timeout=hang_timeout,
     ).with_sinks(specs)
     return PlotterConfig(worker=worker,
                          initial=initial,

@@ -14,7 +14,7 @@ import os
 import sys
 import time
 import weakref
-from typing import Any, Callable, Dict, Optional, Sequence, Tuple, Union
+from typing import Any, Callable, Dict, Optional, Sequence, Set, Tuple, Union
 
 import numpy as np
 
@@ -95,7 +95,8 @@ class Plotter:
             sees no GPU, whose memory TensorFlow would reserve) or ``"gpu"`` (with memory
             growth). The render process draws with the GPU (EGL) either way.
         max_restarts: worker failures tolerated before plotting is disabled (training goes on).
-        hang_timeout: seconds without progress after which a worker process counts as hung.
+        hang_timeout: seconds without progress after which a worker process counts as hung
+            (restarted), or the history's thread (the worker goes on without the history).
         frame_size: ``(width, height)`` of rendered frames; default the env's own.
         policy_factory: zero-argument function that builds the policy's structure in the worker,
             for policies that cannot be pickled (parameters still come from ``update_plot``).
@@ -202,9 +203,10 @@ class Plotter:
                 "no video_dir. Plotting is off; pass video_dir='videos' to get mp4 files, or run "
                 "where a display exists.",
                 os.environ.get("DISPLAY") or "unset")
-        # How many iterations the updates came with: all the closing summary needs of them.
-        self._iterations_given = 0
-        self._last_iteration: Optional[int] = None
+        # The iterations the updates came with, each once (one sent again, at once or later,
+        # is not another): the closing summary compares the history's with them. A set of a
+        # 100,000-iteration run's numbers holds ~7 MB.
+        self._iterations_given: Set[int] = set()
         self._started_at: Optional[float] = None
         self._route: Optional[PlotRoute] = None
         self._state = PlotterState.CREATED
@@ -258,9 +260,8 @@ class Plotter:
         if metrics is not None:
             metrics = checked_metrics(metrics)
         self._stats.updates_sent += 1
-        if iteration is not None and iteration != self._last_iteration:
-            self._iterations_given += 1  # the same iteration sent again is not another one
-            self._last_iteration = iteration
+        if iteration is not None:
+            self._iterations_given.add(iteration)
         route = self._route
         if route is None or self._stats.disabled:
             return
@@ -333,7 +334,7 @@ class Plotter:
         if route is not None and route.renders_here:
             tell(
                 logger, self._config.verbose, "%s",
-                summarize_videos(self._stats.snapshot(), self._iterations_given,
+                summarize_videos(self._stats.snapshot(), len(self._iterations_given),
                                  time.monotonic() - (self._started_at or 0.0),
                                  self._config.worker.budget, self.video_dir, final_video))
 

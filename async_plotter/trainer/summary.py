@@ -46,13 +46,17 @@ def _history(stats: Dict[str, Any], iterations: int) -> str:
     """``The whole run: 21 policies recorded in .../history ...``, with the newest's return, and
     how many of the run's ``iterations`` they cover where that is not all of them."""
     entries = [entry for entry in stats.get("history") or () if entry.get("return") is not None]
+    stopped = ("its thread hung, and the worker went on without it (stats['history_stopped'] "
+               "says where)" if stats.get("history_stopped") else "")
     if not entries:
-        return ""
+        return f"The whole run: no policy recorded: {stopped}" if stopped else ""
     newest = entries[-1]
     count = f"{len(entries)} polic{'ies' if len(entries) != 1 else 'y'}"
     covered = len({entry["iteration"] for entry in entries if entry.get("iteration") is not None})
     share = ""
-    if covered < iterations:
+    if stopped:
+        share = f"; {covered} of the {iterations} iterations: the history stopped there, {stopped}"
+    elif covered < iterations:
         # The thread records the newest update: one that came during a recording replaced the
         # one waiting (under a budget, recordings are slower and more are replaced).
         share = (f"; {covered} of the {iterations} iterations, a newer policy replacing one "

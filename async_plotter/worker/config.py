@@ -63,6 +63,9 @@ class WorkerConfig:
     history_dir: Optional[str] = None
     #: history recordings kept at most (``render/history.py``'s bound)
     history_kept: int = DEFAULT_KEPT
+    #: seconds without progress after which the history thread counts as hung
+    #: (``worker/stall.py``; the Plotter's ``hang_timeout``, as for the processes)
+    hang_timeout: float = 60.0
 
     def with_sinks(self, sinks: Iterable[SinkSpec]) -> "WorkerConfig":
         """This configuration sending frames to ``sinks``, live exactly when one of them is."""

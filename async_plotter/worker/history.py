@@ -28,7 +28,10 @@ episode, reported without a file.
 
 A failure (the policy or the env raising) ends the thread; the rollout process's main loop
 raises it as ``HistoryFailed`` at its next step, and the worker fails as after any error. The
-recordings written before stay.
+recordings written before stay. A thread that hangs (a step, a write or the folder's thinning
+that never ends: ``worker/stall.py``, after the Plotter's ``hang_timeout``) cannot be ended
+alone: the main loop raises ``HistoryHung``, and the supervisor starts the worker again without
+a history, which the videos need less than they need the CPU such a thread burns.
 """
 import errno
 import logging
@@ -49,6 +52,7 @@ from async_plotter.render.recording import RecordingBuilder, model_to_mjb, write
 from async_plotter.render.stream import SceneInfo
 from async_plotter.render.videos import history_name
 from async_plotter.worker.config import WorkerConfig
+from async_plotter.worker.stall import StallWatch
 from async_plotter.worker.status import StatusKind, StatusSender
 
 logger = logging.getLogger(__name__)
@@ -56,6 +60,10 @@ logger = logging.getLogger(__name__)
 
 class HistoryFailed(Exception):
     """The history thread's policy or env raised; its error is the cause."""
+
+
+class HistoryHung(HistoryFailed):
+    """The history thread made no progress for ``hang_timeout`` (``worker/stall.py``)."""
 
 
 class HistoryRecorder:
@@ -80,6 +88,7 @@ class HistoryRecorder:
         self._states: Optional[_States] = None
         #: what ended the thread with an error (``check`` raises it in the main loop)
         self.failure: Optional[BaseException] = None
+        self._watch = StallWatch(config.hang_timeout)
         self._thread = threading.Thread(target=self._run, name="async_plotter-history", daemon=True)
 
     @property
@@ -92,11 +101,15 @@ class HistoryRecorder:
         return self
 
     def check(self) -> None:
-        """Raise ``HistoryFailed`` if the thread ended with an error (a cheap read otherwise)."""
+        """Raise ``HistoryFailed`` if the thread ended with an error, ``HistoryHung`` if it
+        has made no progress for ``hang_timeout`` (a cheap read otherwise)."""
         failure = self.failure
         if failure is not None:
             raise HistoryFailed(f"the history recording failed: {type(failure).__name__}: "
                                 f"{failure}") from failure
+        stalled = self._watch.stalled(self._thread)
+        if stalled is not None:
+            raise HistoryHung(f"the history thread hung: {stalled}")
 
     def stop(self, timeout: float) -> None:
         """No more updates; wait up to ``timeout`` s for a recording in progress to finish."""
@@ -126,6 +139,7 @@ class HistoryRecorder:
                 self._model_mjb = model_to_mjb(env.unwrapped.model)
                 remove_abandoned(config.history_dir)  # a killed writer's
             while True:
+                self._watch.idle()
                 update = self._updates.take()
                 if update is None:
                     return  # closed: the process is stopping
@@ -147,8 +161,9 @@ class HistoryRecorder:
     def _record(self, update: ParamUpdate, stepper: Any, runtime: Any) -> None:
         """One whole, deterministic episode of ``update`` from the start state; written as a
         recording where the env is MuJoCo, reported in any case."""
-        states = self._states
+        states, watch = self._states, self._watch
         cpu_started = time.thread_time()  # this thread's CPU: what a recorded second costs
+        watch.mark(f"the recording of {_named(update)}")
         observation = stepper.reset(self._start_seed)
         reset = getattr(runtime.policy, "reset", None)
         if callable(reset):
@@ -158,6 +173,7 @@ class HistoryRecorder:
             builder.add(states.read(), None, 0.0, 0)
         total, unsent, steps, ended = 0.0, 0.0, 0, False
         for steps in range(1, max(update.max_path_length, 1) + 1):
+            watch.mark()
             step = stepper.step(runtime.act(observation))
             observation = step.observation
             total += step.reward
@@ -171,6 +187,7 @@ class HistoryRecorder:
                 break
         stepper.take_nonfinite()  # the main loop reports these, once per run
         episode_return = total if math.isfinite(total) else None
+        watch.mark()
         path, size = None, None
         if builder is not None:
             builder.meta.update(self._meta(update, episode_return, steps, ended))
@@ -209,6 +226,7 @@ class HistoryRecorder:
             log = logger.debug if error.errno == errno.ENOSPC else logger.warning
             log("could not write the history recording %s: %s", path, error)
             return None
+        self._watch.mark()
         removed = thin(folder, self._config.history_kept)
         if removed:
             logger.debug("history thinned: removed %s", ", ".join(removed))
@@ -244,6 +262,13 @@ class HistoryRecorder:
             length=length,
             completed=bool(ended),
             **{"return": episode_return})
+
+
+def _named(update: ParamUpdate) -> str:
+    """``iteration 3`` (or ``update 4`` where the trainer gave no iteration)."""
+    if update.iteration is not None:
+        return f"iteration {update.iteration}"
+    return f"update {update.number}"
 
 
 class _States:

@@ -24,7 +24,7 @@ from async_plotter.channel.base import ChannelAddress, ParamReader, ParamUpdate,
 from async_plotter.processes import (become_background_child, exit_now,
                                      keep_side_effects_out_of_user_folders)
 from async_plotter.worker.config import WorkerConfig
-from async_plotter.worker.history import HistoryRecorder
+from async_plotter.worker.history import HistoryHung, HistoryRecorder
 from async_plotter.worker.parameters import ParameterClient, UpdateFanOut
 from async_plotter.worker.playback import Playback, plan_playback
 from async_plotter.worker.shown_steps import ShownSteps
@@ -89,6 +89,11 @@ def main(config: WorkerConfig, address: ChannelAddress, frames_out: Connection,
         # (``exit_now``: with TensorFlow loaded it takes longer than the 1 s the supervisor
         # waits before it kills).
         exit_now(0)
+    except HistoryHung as hung:
+        # The supervisor starts the worker again without the history (its thread cannot be
+        # ended alone); said in the trainer, once.
+        status.error("rollout", history_hung=str(hung))
+        sys.exit(1)
     except BaseException:  # noqa: BLE001 - report everything else
         status.error("rollout")
         sys.exit(1)
