@@ -406,21 +406,33 @@ def test_every_bound_holds_with_the_initial_policy_beside_iterations(kept):
         assert ("update", 0) in present and ("iter", iteration) in present
 
 
-def test_a_policy_that_fails_mid_history_keeps_the_recordings_already_written(tmp_path):
-    policy = FailsInHistoryPolicy(8, 2, fail_at=20)
+def _three_recorded(policy, tmp_path, **options):
+    """A Swimmer plotter of ``policy`` (no restart allowed) once the initial policy and
+    iterations 0-2 are recorded; iteration 3's parameters are ``policy.MARKER``'s, not sent."""
     plotter = Plotter("Swimmer-v5",
                       policy,
                       max_path_length=50,
                       video_dir=str(tmp_path),
                       max_restarts=0,
-                      priority="normal").start()
+                      priority="normal",
+                      **options).start()
     try:
         wait_for_history(plotter, 0)
         for iteration in range(3):
             policy.fill(0.01 * (iteration + 1))
             plotter.update_plot(policy, iteration=iteration)
             wait_for_history(plotter, iteration + 1)
-        policy.fill(FailsInHistoryPolicy.MARKER)
+    except BaseException:
+        plotter.close()
+        raise
+    policy.fill(policy.MARKER)
+    return plotter
+
+
+def test_a_policy_that_fails_mid_history_keeps_the_recordings_already_written(tmp_path):
+    policy = FailsInHistoryPolicy(8, 2, fail_at=20)
+    plotter = _three_recorded(policy, tmp_path)
+    try:
         plotter.update_plot(policy, iteration=3)
         wait_for(lambda: plotter.stats["disabled"], 120, message="the worker to fail")
     finally:
@@ -443,20 +455,8 @@ def test_a_hung_history_stops_alone_and_the_videos_go_on(tmp_path, caplog, how):
     worker starts again without it, not counted as a failure: the videos go on to the final
     policy's, and the recordings already written stay."""
     policy = HangsInHistoryPolicy(8, 2, fail_at=20, how=how)
-    plotter = Plotter("Swimmer-v5",
-                      policy,
-                      max_path_length=50,
-                      video_dir=str(tmp_path),
-                      max_restarts=0,
-                      hang_timeout=3.0,
-                      priority="normal").start()
+    plotter = _three_recorded(policy, tmp_path, hang_timeout=3.0)
     try:
-        wait_for_history(plotter, 0)
-        for iteration in range(3):
-            policy.fill(0.01 * (iteration + 1))
-            plotter.update_plot(policy, iteration=iteration)
-            wait_for_history(plotter, iteration + 1)
-        policy.fill(HangsInHistoryPolicy.MARKER)
         with caplog.at_level(logging.INFO, logger="async_plotter"):
             plotter.update_plot(policy, iteration=3)
             wait_for(lambda: plotter.stats["history_stopped"], 120, message="the history to stop")
