@@ -68,6 +68,16 @@ def test_the_video_lengths_are_the_same_everywhere():
             f"every env, {FIRST_VIDEO_SECONDS:g} for the run's first video") in docstring
 
 
+def test_the_commands_deadlines_are_stated_as_the_code_has_them():
+    """docs/design.md says after how long a stuck stop or exit ends a command: the figures
+    ``until_stopped`` arms."""
+    from async_plotter.until_stopped import EXIT_DEADLINE_SECONDS, STOP_DEADLINE_SECONDS
+
+    design = " ".join(_read("docs", "design.md").split())
+    assert (f"A stop still stuck after {STOP_DEADLINE_SECONDS:g} s, or an interpreter's exit "
+            f"after {EXIT_DEADLINE_SECONDS:g} s") in design
+
+
 @pytest.mark.parametrize("command", ["view", "serve"])
 def test_the_command_line_help_states_the_default_budget(command):
     out = io.StringIO()
