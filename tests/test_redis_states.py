@@ -9,7 +9,6 @@ import re
 import signal
 import subprocess
 import sys
-import threading
 import time
 import urllib.request
 
@@ -53,10 +52,9 @@ print(json.dumps({"written": written, "imported": heavy}))
 """
 
 
-def _train(url, experiment, videos, iterations, before=None, **options):
-    """A trainer that keeps videos here and publishes: once started (and ``before()`` returned,
-    if given), ``iterations`` updates, each waited for until its history recording exists, then
-    ``close()``."""
+def _train(url, experiment, videos, iterations, **options):
+    """A trainer that keeps videos here and publishes: ``iterations`` updates, each waited for
+    until its history recording exists, then ``close()``."""
     policy = LinearPolicy(4, 1)
     plotter = Plotter("InvertedPendulum-v5",
                       policy,
@@ -68,8 +66,6 @@ def _train(url, experiment, videos, iterations, before=None, **options):
                       priority="normal",
                       **options).start()
     try:
-        if before is not None:
-            before()
         for iteration in range(iterations):
             policy.fill(0.2 * iteration - 0.3)
             plotter.update_plot(policy, iteration=iteration)
@@ -159,49 +155,77 @@ def test_a_remote_live_pages_curve_has_the_shown_returns_as_the_trainers_own_has
     them as ``history/return``."""
     from tests.test_tensorboard import accumulate
 
+    viewer, log, board = _curve_viewer(redis_server.url, "curve", tmp_path)
+    try:
+        wait_for(lambda: "waiting for experiment" in read_log(log), 60, message="the viewer")
+        # The viewer watches first: the returns reach it as they are published.
+        _train(redis_server.url, "curve", tmp_path / "videos", 4, history=2)
+        expected = _returns_of(tmp_path / "videos")
+        url = _page_of(log)
+        shown = wait_for(lambda: _shown_returns(url) == expected and expected,
+                         30,
+                         message=f"the shown returns {expected} on the remote page")
+        assert len(shown) >= 4
+    finally:
+        viewer.send_signal(signal.SIGINT)
+        viewer.wait(30)
+    assert "Traceback" not in read_log(log)
+    scalars = accumulate(board).Scalars("history/return")
+    assert {event.step: event.value for event in scalars} == pytest.approx(expected)
+
+
+def test_a_viewer_of_a_run_that_ended_serves_its_page_and_curve_at_once(redis_server,
+                                                                        tmp_path):  # noqa: F811
+    """A trainer that is not playing (it ended, or has not started its worker) sends no live
+    episode, and the viewer's page and TensorBoard got nothing until one came: no address, a
+    browser left waiting, no curve. They now start at once with the run's curve; the page's
+    picture says it waits for the first frame."""
+    from tests.test_tensorboard import accumulate
+
+    _train(redis_server.url, "ended", tmp_path / "videos", 3)
+    expected = _returns_of(tmp_path / "videos")
+    viewer, log, board = _curve_viewer(redis_server.url, "ended", tmp_path)
+    try:
+        url = _page_of(log)
+        wait_for(lambda: _shown_returns(url) == expected and expected,
+                 30,
+                 message=f"the shown returns {expected} on the page")
+        with urllib.request.urlopen(url, timeout=10) as page:
+            assert "waiting for the first frame" in page.read().decode()
+        assert "live view at" in read_log(log) and "drawing its live states" in read_log(log)
+    finally:
+        viewer.send_signal(signal.SIGINT)
+        viewer.wait(30)
+    assert viewer.returncode == 0 and "Traceback" not in read_log(log), read_log(log)
+    scalars = accumulate(board).Scalars("history/return")  # TensorBoard got the curve too
+    assert {event.step: event.value for event in scalars} == pytest.approx(expected)
+
+
+def _curve_viewer(url, experiment, tmp_path):
+    """``view --http 0 --tensorboard-dir``: the process, its log's path, TensorBoard's folder."""
     log, board = str(tmp_path / "viewer.log"), tmp_path / "board"
-    viewer = start_viewer(redis_server.url,
-                          "curve",
+    viewer = start_viewer(url,
+                          experiment,
                           log,
                           "--http",
                           "0",
                           "--tensorboard-dir",
                           str(board),
                           ASYNC_PLOTTER_SECRET=SECRET.decode())
-    # The viewer shows its page once a live episode came, which the trainer plays only while
-    # the viewer watches, which it does once it saw the trainer's structure: a trainer must not
-    # finish before, so its updates wait for the page (the initial policy's episode opens it).
-    page_open = threading.Event()
-    trainer = threading.Thread(target=_train,
-                               args=(redis_server.url, "curve", tmp_path / "videos", 4),
-                               kwargs={
-                                   "history": 2,
-                                   "before": lambda: page_open.wait(120)
-                               })
-    try:
-        wait_for(lambda: "waiting for experiment" in read_log(log), 60, message="the viewer")
-        trainer.start()  # the viewer watches first: the returns reach it as they are published
-        found = wait_for(
-            lambda: re.search(r"live view at (\S+)", read_log(log)) or not trainer.is_alive(),
-            120,
-            message="the viewer's live page")
-        assert found is not True, f"the trainer ended first; the viewer's log:\n{read_log(log)}"
-        url = found.group(1)
-        page_open.set()
-        trainer.join(120)
-        local = read_returns(str(tmp_path / "videos" / "history"))
-        expected = {row["iteration"]: row["return"] for row in local}
-        shown = wait_for(lambda: _shown_returns(url) == expected and expected,
-                         30,
-                         message=f"the shown returns {expected} on the remote page")
-        assert len(shown) >= 4
-    finally:
-        page_open.set()
-        viewer.send_signal(signal.SIGINT)
-        viewer.wait(30)
-    assert "Traceback" not in read_log(log)
-    scalars = accumulate(board).Scalars("history/return")
-    assert {event.step: event.value for event in scalars} == pytest.approx(expected)
+    return viewer, log, board
+
+
+def _returns_of(videos):
+    """``{iteration: return}`` of the run's history, as the trainer wrote it."""
+    return {row["iteration"]: row["return"] for row in read_returns(str(videos / "history"))}
+
+
+def _page_of(log):
+    """The viewer's live page's address, from its log."""
+    found = wait_for(lambda: re.search(r"live view at (\S+)", read_log(log)),
+                     120,
+                     message="the viewer's live page")
+    return found.group(1)
 
 
 def _shown_returns(url):

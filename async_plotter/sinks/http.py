@@ -74,6 +74,10 @@ class HttpSink(FrameSink):
         if on_url is not None:
             on_url(self.url)
 
+    def retitle(self, title: str) -> None:
+        """Name the page after the scene, known once it comes (the page serves before it)."""
+        self._title = self._feed.title = title
+
     @property
     def port(self) -> int:
         """The port actually bound."""

@@ -70,6 +70,11 @@ class TensorBoardSink(RecordedSink):
         #: images written so far
         self.written = 0
 
+    def fit(self, tag: str, fps: float, min_frames: int) -> None:
+        """The rollouts' tag, frame rate and shortest length, once the scene is known (the
+        sink starts before it, for the trainer's curves: ``worker/sink_builders.EARLY``)."""
+        self.tag, self.fps, self._min_frames = tag, fps, min_frames
+
     def _accepting(self) -> bool:
         return not self._broken
 

@@ -18,7 +18,7 @@ from async_plotter.processes import (become_background_child, exit_now,
                                      keep_side_effects_out_of_user_folders)
 from async_plotter.worker.config import WorkerConfig
 from async_plotter.sinks.specs import WindowSpec
-from async_plotter.worker.sink_builders import SinkContext, build_sinks
+from async_plotter.worker.sink_builders import EARLY, SinkContext, build_sinks, fit_to_scene
 from async_plotter.worker.status import StatusKind, StatusSender
 from async_plotter.sinks.base import ShownStep
 from async_plotter.sinks.recorded import RecordedSink
@@ -219,38 +219,54 @@ def _run(config: WorkerConfig,
          status: StatusSender,
          sinks: List[Any],
          http_listener: Any = None) -> None:
-    opening = _await_scene(frames_in, lifeline, status)
+    # The live page and TensorBoard start before the scene: a viewer of a trainer that plays no
+    # live episode (it ended, or nobody watched yet) gets the page's address and the run's
+    # curves at once, the picture once an episode comes.
+    early_specs = [spec for spec in config.sinks if isinstance(spec, EARLY)]
+    early_sinks = build_sinks(
+        early_specs,
+        SinkContext(scene_kind="unknown",
+                    fps=config.fps,
+                    title=config.env.label,
+                    min_video_seconds=config.min_video_seconds,
+                    status=status,
+                    http_listener=http_listener))
+    sinks.extend(early_sinks)
+    opening = _await_scene(frames_in, lifeline, status, early_sinks)
     if opening is None:
         return
     scene_info, early = opening
     scene = _open_scene(scene_info, config, status)
     # The env's name as the trainer's scene gives it (a viewer of states knows only the
-    # experiment's): the tag of TensorBoard's rollouts, the window's title.
-    title = scene_info.label or config.env.label
-    sinks.extend(
-        build_sinks(
-            config.sinks,
-            SinkContext(scene_kind=scene_info.kind,
-                        fps=scene_info.fps or config.fps,
-                        title=title,
-                        min_video_seconds=config.min_video_seconds,
-                        status=status,
-                        stride=scene_info.stride,
-                        env_rate=scene_info.env_rate,
-                        http_listener=http_listener)))
+    # experiment's): the tag of TensorBoard's rollouts, the window's title, the page's.
+    context = SinkContext(scene_kind=scene_info.kind,
+                          fps=scene_info.fps or config.fps,
+                          title=scene_info.label or config.env.label,
+                          min_video_seconds=config.min_video_seconds,
+                          status=status,
+                          stride=scene_info.stride,
+                          env_rate=scene_info.env_rate)
+    others = build_sinks([spec for spec in config.sinks if not isinstance(spec, EARLY)], context)
+    sinks.extend(others)
+    for spec, sink in zip(early_specs, early_sinks):
+        fit_to_scene(sink, spec, context)
     for sink in sinks:
         sink.attach(scene)
     stream = _Stream(config, scene_info, scene, sinks, status, frames_in, lifeline)
     for kind, body in early:
-        stream.handle(kind, body)
+        if kind in _CURVE:  # the early sinks have had it
+            for sink in others:
+                _CURVE[kind](sink, body)
+        else:
+            stream.handle(kind, body)
     stream.run()
 
 
-def _await_scene(frames_in: Connection, lifeline: Connection,
-                 status: StatusSender) -> Optional[Tuple[SceneInfo, List[tuple]]]:
+def _await_scene(frames_in: Connection, lifeline: Connection, status: StatusSender,
+                 early_sinks: List[Any]) -> Optional[Tuple[SceneInfo, List[tuple]]]:
     """The handshake: the rollout process's ``(SCENE, SceneInfo)``, and the trainer's messages
-    that came before it (``METRICS``, ``HISTORY``, ``FINAL``), to be handled once the sinks exist.
-    None if either end went away first."""
+    that came before it (``METRICS``, ``HISTORY``, ``FINAL``), to be handled once the sinks exist
+    (the curves' go to ``early_sinks`` at once). None if either end went away first."""
     early = []
     while True:
         message = _receive(frames_in, lifeline, status)
@@ -263,6 +279,8 @@ def _await_scene(frames_in: Connection, lifeline: Connection,
             continue  # no episode is open before the scene
         if kind not in (StreamKind.METRICS, StreamKind.HISTORY, StreamKind.FINAL):
             raise UnknownMessage(f"the rollout process began with {kind}, not the scene")
+        for sink in early_sinks if kind in _CURVE else ():
+            _CURVE[kind](sink, body)
         early.append(message)
 
 
@@ -748,6 +766,11 @@ _SHOWN = (StreamKind.STATES, StreamKind.FRAME)
 #: before the rollout process saw that training was over (nothing to finish); its END still
 #: comes to ``_on_end``
 _PASSED_OVER = (StreamKind.STATES, StreamKind.FRAME, StreamKind.CATCH_UP)
+#: the trainer's messages for the curves, as a sink takes each
+_CURVE: Dict[StreamKind, Callable[[Any, Any], None]] = {
+    StreamKind.METRICS: lambda sink, body: sink.on_metrics(*body),
+    StreamKind.HISTORY: lambda sink, point: sink.on_history(point),
+}
 
 #: what the render process does with each kind of message after the scene (``SCENE`` is not in
 #: it: the scene comes once, first)

@@ -14,7 +14,7 @@ from async_plotter.sinks.specs import (CallbackSpec, HttpSpec, LiveStatesSpec, S
                                        TensorBoardSpec, UserSinkSpec, VideoSpec, WindowSpec)
 from async_plotter.worker.status import StatusKind
 
-__all__ = ["SinkContext", "register_sink", "build_sinks"]
+__all__ = ["SinkContext", "register_sink", "build_sinks", "EARLY", "fit_to_scene"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -43,6 +43,18 @@ _BUILDERS: Dict[Type[SinkSpec], Builder] = {}
 def register_sink(spec_type: Type[SinkSpec], builder: Builder) -> None:
     """Make ``build_sinks`` build ``builder(spec, context)`` for specs of ``spec_type``."""
     _BUILDERS[spec_type] = builder
+
+
+#: the outputs that start before the scene: the trainer's curves, which the live page and
+#: TensorBoard carry, come before any episode (a viewer of a trainer that plays none: it ended,
+#: or nobody watched yet). Each is fitted to the scene once it comes (``fit_to_scene``).
+EARLY = (HttpSpec, TensorBoardSpec)
+
+
+def fit_to_scene(sink: FrameSink, spec: SinkSpec, context: SinkContext) -> None:
+    """Give ``sink``, built before the scene from ``EARLY``'s ``spec``, the scene's title and
+    frame rate (``context``)."""
+    _FITTERS[type(spec)](sink, spec, context)
 
 
 def build_sinks(specs: Iterable[SinkSpec], context: SinkContext) -> List[FrameSink]:
@@ -145,12 +157,22 @@ def _tensorboard(spec: TensorBoardSpec, context: SinkContext) -> FrameSink:
                             frames=frames,
                             clipped=clipped)
 
-    return TensorBoardSink(spec.logdir,
-                           spec.tag or f"rollout/{context.title}",
+    sink = TensorBoardSink(spec.logdir,
+                           "",
                            context.fps,
                            scalars=spec.scalars,
-                           min_frames=int(context.min_video_seconds * context.fps),
                            on_written=on_written)
+    _fit_tensorboard(sink, spec, context)
+    return sink
+
+
+def _fit_tensorboard(sink: Any, spec: TensorBoardSpec, context: SinkContext) -> None:
+    sink.fit(spec.tag or f"rollout/{context.title}", context.fps,
+             int(context.min_video_seconds * context.fps))
+
+
+def _fit_http(sink: Any, spec: HttpSpec, context: SinkContext) -> None:
+    sink.retitle(context.title)
 
 
 def _user(spec: UserSinkSpec, context: SinkContext) -> FrameSink:
@@ -168,3 +190,7 @@ register_sink(HttpSpec, _http)
 register_sink(CallbackSpec, _callback)
 register_sink(TensorBoardSpec, _tensorboard)
 register_sink(UserSinkSpec, _user)
+_FITTERS: Dict[Type[SinkSpec], Callable[[Any, Any, SinkContext], None]] = {
+    HttpSpec: _fit_http,
+    TensorBoardSpec: _fit_tensorboard,
+}
