@@ -134,6 +134,10 @@ class HistoryRecorder:
             env = build_env(config.env, render_mode=None)
             env_state = WorkerEnvState(env, config.parameters.env_state, config.env.label)
             stepper = EnvStepper(env, env_state)
+            # Set-up, not a step for the stall watch to time: a TensorFlow policy traces (and
+            # XLA compiles) at its first call, 30 ms for a small module, more for a large model
+            # under a short hang_timeout. The recordings reset the env again.
+            runtime.warm_up(stepper.reset(self._start_seed))
             if self._scene.kind == "mujoco":
                 self._states = _States(env)
                 self._model_mjb = model_to_mjb(env.unwrapped.model)
