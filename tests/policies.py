@@ -106,6 +106,19 @@ class HangsInHistoryPolicy(FailsInHistoryPolicy):
                 pass
 
 
+class SpinsWhenMarked(LinearPolicy):
+    """Loops for ever in ``get_action`` once its parameters are all ``MARKER`` (a policy or env
+    that never returns, burning CPU); acts as ``LinearPolicy`` before."""
+
+    MARKER = 0.375
+
+    def get_action(self, obs):
+        if self.w.size and np.all(self.w == self.MARKER):
+            while True:
+                pass
+        return super().get_action(obs)
+
+
 class UniformCheckPolicy(LinearPolicy):
     """Refuses any parameter vector whose entries differ: catches a torn (half-written) vector.
 

@@ -116,7 +116,38 @@ def test_hung_render_is_detected_and_restarted(no_leftovers, caplog):
                  max_restarts=1) as plotter:
         wait_for(lambda: plotter.stats["disabled"], 60, message="the hung worker to be given up")
         assert plotter.stats["restarts"] == 1
-    assert any("made no progress" in r.getMessage() for r in caplog.records)
+    hung = [r.getMessage() for r in caplog.records if "made no progress" in r.getMessage()]
+    # Where it hung, asked of the process itself: the callback that never returns.
+    assert hung and all("(hung), at test_faults.py:" in m and " _hang <- " in m for m in hung), hung
+
+
+def test_a_worker_spinning_in_the_policy_is_restarted_and_says_where(no_leftovers, caplog):
+    """A policy (or env, or callback) that never returns and burns CPU: the worker's CPU time
+    moved, so the hang rule took it for a slow worker and never restarted it; the videos just
+    stopped. It is now caught, with where it spins; a restart meets the same policy, so
+    plotting ends after max_restarts with one error, and training goes on."""
+    from tests.policies import SpinsWhenMarked
+
+    policy = SpinsWhenMarked(8, 2)
+    with Plotter("Swimmer-v5",
+                 policy,
+                 max_path_length=50,
+                 fps=500,
+                 hang_timeout=2.0,
+                 max_restarts=1,
+                 history=False,
+                 on_frame=lambda frame, info: None) as plotter:
+        wait_for(lambda: plotter.stats["episodes"] > 0, 120, message="a first episode")
+        policy.fill(SpinsWhenMarked.MARKER)
+        plotter.update_plot(policy, iteration=0)
+        wait_for(lambda: plotter.stats["disabled"], 120, message="the spinning worker given up")
+        stats = plotter.stats
+    assert stats["restarts"] == 1
+    spun = [r.getMessage() for r in caplog.records if "spinning" in r.getMessage()]
+    assert len(spun) == 2 and all("its rollout process made no progress" in m
+                                  and "at policies.py:" in m and " get_action <- " in m
+                                  for m in spun), spun
+    assert "Its threads:" in stats["last_error"] and "get_action" in stats["last_error"]
 
 
 def _busy_frame(frame, info):

@@ -13,13 +13,14 @@ import socket
 import threading
 import time
 from multiprocessing.connection import Connection, wait
-from typing import Any, Callable, Dict, List, Optional, Set
+from typing import Any, Callable, Dict, List, Optional, Set, Tuple
 
 import psutil
 
 from async_plotter.channel.base import ChannelAddress
 from async_plotter.console import tell
-from async_plotter.cpu import tree_cpu_seconds
+from async_plotter.cpu import process_cpu_seconds, tree_cpu_seconds
+from async_plotter.stacks import ask, innermost
 from async_plotter.processes import (one_blas_thread, spawn_context, start_process, stop_process,
                                      worker_environment)
 from async_plotter.supervision import priorities
@@ -71,6 +72,10 @@ class _Pair:
         # CPU-seconds both processes (with their children: the encoder) had used when last
         # looked at, which is only when one has not reported for a while
         self.cpu_seen: Optional[float] = None
+        #: a silent process's CPU-seconds when found overdue, and its last report's time
+        self.silent: Dict[str, Tuple[float, float]] = {}
+        #: where each process writes its stacks when asked (``stacks.py``)
+        self.stack_files: Dict[str, int] = {}
 
     def processes(self) -> Dict[str, Any]:
         return {"rollout": self.rollout, "render": self.render}
@@ -319,26 +324,65 @@ class WorkerSupervisor:
             overdue = [
                 role for role, last in pair.last_progress.items() if now - last > self._hang_timeout
             ]
-            if overdue and self._hung(pair, overdue, now):
-                return (f"its {overdue[0]} process made no progress for "
-                        f"{self._hang_timeout:.0f} s and the worker used no CPU (hung)")
+            hung = self._hung(pair, overdue, now) if overdue else None
+            if hung is not None:
+                return hung
 
-    def _hung(self, pair: _Pair, overdue: List[str], now: float) -> bool:
-        """Processes that have not reported for ``hang_timeout``: hung only if stopped, or if
-        the worker's CPU time (both processes and the encoder) stood still too and the budget is
-        not what holds it: a starved worker is slow, and a restart would only start it again.
-        A hung one is caught one to two ``hang_timeout`` after its last report."""
+    def _hung(self, pair: _Pair, overdue: List[str], now: float) -> Optional[str]:
+        """Why processes that have not reported for ``hang_timeout`` count as hung, or None.
+        Hung if stopped, if one spins (``_spinning``), or if the worker's CPU time (both
+        processes and the encoder) stood still too and the budget is not what holds it: a
+        starved worker is slow, and a restart would only start it again. A hung one is caught
+        one to two ``hang_timeout`` after its last report."""
         processes = pair.processes()
+        stuck = (f"its {overdue[0]} process made no progress for {self._hang_timeout:.0f} s and "
+                 "the worker used no CPU (hung)")
         if self._stopped_by_someone([processes[role] for role in overdue if role in processes]):
-            return True
+            return stuck  # a stopped process cannot say where it is
+        spinning = self._spinning(pair, overdue, now)
+        if spinning is not None:
+            return self._where(pair, *spinning)
         used = sum(tree_cpu_seconds(process.pid) or 0.0 for process in processes.values())
         before, pair.cpu_seen = pair.cpu_seen, used
         held = self._governor is not None and self._governor.holding
         if before is None or used > before or held:
             for role in overdue:
                 pair.last_progress[role] = now
-            return False
-        return True
+            return None
+        return self._where(pair, overdue[0], stuck)
+
+    def _where(self, pair: _Pair, role: str, reason: str) -> str:
+        """``reason``, with where the ``role`` process is stuck (its main thread's innermost
+        frames, asked of it: ``stacks.py``); every thread's stack goes to
+        ``stats["last_error"]``."""
+        process, descriptor = pair.processes().get(role), pair.stack_files.get(role)
+        stacks = ask(process.pid, descriptor) if process and descriptor is not None else None
+        where = innermost(stacks) if stacks else ""
+        if not where:
+            return reason
+        self._stats.last_error = f"{reason}, at {where}. Its threads:\n{stacks}"
+        return f"{reason}, at {where}"
+
+    def _spinning(self, pair: _Pair, overdue: List[str], now: float) -> Optional[Tuple[str, str]]:
+        """A process that has reported ready, then goes silent and keeps using CPU: a loop that
+        never ends (in the policy, the env, a callback), which the CPU rule above takes for a
+        slow worker. A started process reports at least once a second, and its steps and frames
+        take milliseconds: silent, it may use up to half a ``hang_timeout`` of CPU more once
+        found overdue. Under a budget, that CPU comes at the budget's pace."""
+        processes = pair.processes()
+        for role in overdue:
+            if role not in pair.ready or role not in processes:
+                continue
+            cpu = process_cpu_seconds(processes[role].pid)
+            if cpu is None:
+                continue
+            since_cpu, since = pair.silent.setdefault(role, (cpu, pair.last_progress[role]))
+            if cpu - since_cpu >= self._hang_timeout / 2:
+                return role, (f"its {role} process made no progress for {now - since:.0f} s "
+                              f"and kept using CPU ({cpu - since_cpu:.1f} CPU-s since it was "
+                              "found silent: spinning, a loop that never ends in the policy, "
+                              "the env or a callback)")
+        return None
 
     def _stopped_by_someone(self, overdue: List[Any]) -> bool:
         """Whether an overdue process is stopped (SIGSTOP, a debugger, a frozen container) by
@@ -378,6 +422,7 @@ class WorkerSupervisor:
         except (EOFError, OSError):
             return False
         pair.last_progress[role] = time.monotonic()
+        pair.silent.pop(role, None)
         self._apply(kind, payload, pair)
         return True
 
@@ -511,6 +556,9 @@ class WorkerSupervisor:
         pair.offscreen_gl_failed = payload.get("offscreen_gl") or pair.offscreen_gl_failed
         pair.history_hung = payload.get("history_hung") or pair.history_hung
         self._stats.last_error = payload["traceback"]
+
+    def _on_stacks(self, payload: dict, pair: _Pair) -> None:
+        pair.stack_files[payload["role"]] = int(payload["fd"])
 
     def _on_video(self, payload: dict, pair: _Pair) -> None:
         self._first_video_done()
@@ -717,6 +765,7 @@ WorkerSupervisor._handlers = {
     StatusKind.HTTP: WorkerSupervisor._on_http,
     StatusKind.STORAGE: WorkerSupervisor._on_storage,
     StatusKind.ERROR: WorkerSupervisor._on_error,
+    StatusKind.STACKS: WorkerSupervisor._on_stacks,
 }
 
 

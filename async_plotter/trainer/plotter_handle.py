@@ -96,7 +96,8 @@ class Plotter:
             growth). The render process draws with the GPU (EGL) either way.
         max_restarts: worker failures tolerated before plotting is disabled (training goes on).
         hang_timeout: seconds without progress after which a worker process counts as hung
-            (restarted), or the history's thread (the worker goes on without the history).
+            (restarted, saying where) if its CPU time stands still or it spins; the history's
+            thread too (the worker goes on without the history).
         frame_size: ``(width, height)`` of rendered frames; default the env's own.
         policy_factory: zero-argument function that builds the policy's structure in the worker,
             for policies that cannot be pickled (parameters still come from ``update_plot``).

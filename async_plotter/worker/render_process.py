@@ -56,6 +56,7 @@ def main(config: WorkerConfig,
     become_background_child()
     signal.signal(signal.SIGTERM, _raise_terminated)
     status = StatusSender(status_connection, "render")
+    status.offer_stacks()
     sinks: List[Any] = []
     failed = False
     try:

@@ -76,6 +76,7 @@ def main(config: WorkerConfig, address: ChannelAddress, frames_out: Connection,
     os.environ.update(_THREAD_LIMITS)
     keep_side_effects_out_of_user_folders()
     status = StatusSender(status_connection, "rollout")
+    status.offer_stacks()
     try:
         reader = address.open_reader()
         _run(config, reader, frames_out, status)

@@ -86,6 +86,7 @@ def main(config: Any, address: LiveAddress, frames_out: Connection,
     become_background_child()
     signal.signal(signal.SIGTERM, _raise_stopped)
     status = StatusSender(status_connection, "rollout")
+    status.offer_stacks()
     try:
         _Source(address, frames_out, status).run()
     except (_Stopped, BrokenPipeError):

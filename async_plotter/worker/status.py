@@ -28,6 +28,7 @@ class StatusKind(str, enum.Enum):
     STORAGE = "storage"  # render: the video folder's device is full, has space again, or the
     # folder was made again (state, directory, free)
     ERROR = "error"  # an exception (where, traceback, offscreen_gl); the process exits after it
+    STACKS = "stacks"  # the file its stacks go to when asked (``stacks.py``: fd), sent first
 
 
 class UnknownReport(Exception):
@@ -63,6 +64,15 @@ class StatusSender:
                 self._connection.send((kind, payload))
         except (OSError, ValueError):
             pass  # the trainer is gone; the lifeline will end this process
+
+    def offer_stacks(self) -> None:
+        """First thing in a worker process: have ``stacks.ASK`` write every thread's stack,
+        and tell the supervisor where it can read them (where this platform allows)."""
+        from async_plotter.stacks import answer_when_asked
+
+        descriptor = answer_when_asked()
+        if descriptor is not None:
+            self.send(StatusKind.STACKS, fd=descriptor)
 
     def beat(self, interval: float = 1.0) -> None:
         """Tell the supervisor the main loop is making progress (rate-limited)."""
