@@ -285,3 +285,28 @@ def test_nothing_is_posed_or_sent_while_nobody_watches(view3d, view3d_poses):
         assert 1_000 < sink.view3d.bytes_sent - sent < 200_000
     if poses == "public":  # viser sends them itself: what the check above would have seen
         assert len(watched.serialize()) != scene
+
+
+def test_a_3d_socket_opened_before_a_scene_of_pixels_is_told_at_once():
+    """The page serves before the scene comes (a viewer's, before the trainer plays), and a 3D
+    socket opened meanwhile waits for it. A scene of pixels only (an env that draws its own
+    frames) has no 3D view: the waiting socket is refused with why at once, not after
+    ``SCENE_WAIT``, and the page is the MJPEG one from then on."""
+    sink = HttpSink(parse_http_address(0, None), title="Cart", view="3d")
+    answers = []
+
+    def open_one():
+        started = time.monotonic()
+        answers.append((refused(sink.port), time.monotonic() - started))
+
+    try:
+        opener = threading.Thread(target=open_one)
+        opener.start()
+        time.sleep(1.0)  # the socket is waiting for the scene
+        sink.attach(None)
+        opener.join(20)
+        assert answers and answers[0][0] == 503 and answers[0][1] < 8, answers
+        with urllib.request.urlopen(f"http://127.0.0.1:{sink.port}/", timeout=10) as page:
+            assert "waiting for the first frame" in page.read().decode()
+    finally:
+        sink.close()

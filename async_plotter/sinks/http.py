@@ -87,6 +87,8 @@ class HttpSink(FrameSink):
         if self._front is None:
             return
         if scene is None:  # an env that draws its own frames: only pixels can show it
+            # The page serves before the scene: a 3D page opened meanwhile is told at once.
+            self._front.refuse("this env draws its own frames: reload the page for them")
             self._server.front = self._front = None
             return
         from async_plotter.view3d.scene import Scene3D

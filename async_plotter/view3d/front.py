@@ -105,6 +105,11 @@ class View3DFront:
             return
         self._target = (port, secret)
 
+    def refuse(self, reason: str) -> None:
+        """No 3D view after all (the scene turned out to be pixels only): sockets waiting for
+        it, and requests from now on, get ``reason``."""
+        self._refused = reason
+
     @property
     def viewers(self) -> int:
         """3D sockets open now."""
