@@ -284,8 +284,8 @@ class WorkerSupervisor:
         if reason is None or self._config.history_dir is None:
             return False
         logger.warning(
-            "the plot worker's history stopped: %s. The worker starts again without it: the "
-            "videos go on, and the recordings made so far stay in %s.", reason,
+            "the plot worker's history stopped: %s. The worker starts again without it (its "
+            "other outputs go on), and the recordings made so far stay in %s.", reason,
             self._config.history_dir)
         self._stats.history_stopped = reason
         with self._lock:
