@@ -46,6 +46,8 @@ def watched():
     plotter.start()
     try:
         url = wait_for(lambda: plotter.stats.get("http_url"), 60, message="the page's URL")
+        # The page serves before the scene: the render process is started once it drew with GL.
+        wait_for(lambda: plotter.stats["gl_renderer"], 60, message="the render process's scene")
         yield plotter, policy, url
     finally:
         plotter.close()
