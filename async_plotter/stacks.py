@@ -13,7 +13,7 @@ import os
 import re
 import signal
 import time
-from typing import Optional
+from typing import Any, Iterable, Optional, Tuple
 
 #: the signal that asks a child for its stacks
 ASK = signal.SIGUSR1
@@ -66,5 +66,11 @@ def innermost(stacks: str, frames: int = 3) -> str:
     if not blocks:
         return ""
     found = [_FRAME.match(line) for line in blocks[-1].splitlines()[1:]]
-    return " <- ".join(f"{os.path.basename(match['path'])}:{match['line']} {match['name']}"
-                       for match in found[:frames] if match)
+    return frames_line(
+        (match["path"], match["line"], match["name"]) for match in found[:frames] if match)
+
+
+def frames_line(frames: Iterable[Tuple[str, Any, str]]) -> str:
+    """``(path, line, function)`` frames, innermost first, as one line:
+    ``policies.py:95 get_action <- adapters.py:149 act``."""
+    return " <- ".join(f"{os.path.basename(path)}:{line} {name}" for path, line, name in frames)

@@ -255,12 +255,21 @@ def _run(config: WorkerConfig,
         sink.attach(scene)
     stream = _Stream(config, scene_info, scene, sinks, status, frames_in, lifeline)
     for kind, body in early:
-        if kind in _CURVE:  # the early sinks have had it
-            for sink in others:
-                _CURVE[kind](sink, body)
+        if kind in _CURVE:
+            _hand_curve(others, kind, body)  # the early sinks have had it
         else:
             stream.handle(kind, body)
     stream.run()
+
+
+def _hand_curve(sinks: List[Any], kind: StreamKind, body: Any) -> None:
+    """The trainer's ``METRICS`` (iteration, metrics) or ``HISTORY`` (a history point) message
+    to each of ``sinks``: before the scene, after it, and to the sinks built in between."""
+    for sink in sinks:
+        if kind is StreamKind.METRICS:
+            sink.on_metrics(*body)
+        else:
+            sink.on_history(body)
 
 
 def _await_scene(frames_in: Connection, lifeline: Connection, status: StatusSender,
@@ -280,8 +289,8 @@ def _await_scene(frames_in: Connection, lifeline: Connection, status: StatusSend
             continue  # no episode is open before the scene
         if kind not in (StreamKind.METRICS, StreamKind.HISTORY, StreamKind.FINAL):
             raise UnknownMessage(f"the rollout process began with {kind}, not the scene")
-        for sink in early_sinks if kind in _CURVE else ():
-            _CURVE[kind](sink, body)
+        if kind in _CURVE:
+            _hand_curve(early_sinks, kind, body)
         early.append(message)
 
 
@@ -459,12 +468,10 @@ class _Stream:
         _open_episode = None
 
     def _on_metrics(self, body: Tuple[Optional[int], Dict[str, float]]) -> None:
-        for sink in self._sinks:
-            sink.on_metrics(*body)
+        _hand_curve(self._sinks, StreamKind.METRICS, body)
 
     def _on_history(self, point: Any) -> None:
-        for sink in self._sinks:
-            sink.on_history(point)
+        _hand_curve(self._sinks, StreamKind.HISTORY, point)
 
     def _on_final(self, update: Optional[int]) -> None:
         self._final = True
@@ -767,11 +774,8 @@ _SHOWN = (StreamKind.STATES, StreamKind.FRAME)
 #: before the rollout process saw that training was over (nothing to finish); its END still
 #: comes to ``_on_end``
 _PASSED_OVER = (StreamKind.STATES, StreamKind.FRAME, StreamKind.CATCH_UP)
-#: the trainer's messages for the curves, as a sink takes each
-_CURVE: Dict[StreamKind, Callable[[Any, Any], None]] = {
-    StreamKind.METRICS: lambda sink, body: sink.on_metrics(*body),
-    StreamKind.HISTORY: lambda sink, point: sink.on_history(point),
-}
+#: the trainer's messages for the curves (``_hand_curve``)
+_CURVE = (StreamKind.METRICS, StreamKind.HISTORY)
 
 #: what the render process does with each kind of message after the scene (``SCENE`` is not in
 #: it: the scene comes once, first)

@@ -22,6 +22,8 @@ import time
 import traceback
 from typing import Optional
 
+from async_plotter.stacks import frames_line
+
 #: a waiting thread uses at most this many CPU-seconds (waking on a timeout, a signal)
 _WAITING_CPU_SECONDS = 0.1
 #: the states of ``/proc/.../stat`` of a thread asleep: waiting (``S``), in the kernel (``D``)
@@ -122,5 +124,5 @@ def _where(ident: int) -> str:
     if frame is None:
         return "an unknown place"
     frames = traceback.extract_stack(frame)[-3:]
-    return " <- ".join(f"{summary.filename.rsplit('/', 1)[-1]}:{summary.lineno} {summary.name}"
-                       for summary in reversed(frames))
+    return frames_line(
+        (summary.filename, summary.lineno, summary.name) for summary in reversed(frames))
