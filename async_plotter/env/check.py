@@ -101,28 +101,41 @@ def _detached(layer: Any) -> Any:
     clone = copy.copy(layer)
     for key, value in vars(layer).items():
         if key not in _LINKS:
-            vars(clone)[key] = _copied_data(value)
+            vars(clone)[key] = copied_data(value)
     return clone
 
 
-def _copied_data(value: Any, depth: int = 0) -> Any:
+def copied_data(value: Any, depth: int = 0) -> Any:
+    """``value`` with its plain data copied (arrays, containers, objects made of them); anything
+    else is the same object."""
     if isinstance(value, np.ndarray):
         return value.copy()
     if depth > 4 or value is None or isinstance(
             value, (bool, int, float, complex, str, bytes, np.generic)):
         return value
     if isinstance(value, (list, tuple)):
-        return type(value)(_copied_data(item, depth + 1) for item in value)
+        return type(value)(copied_data(item, depth + 1) for item in value)
     if isinstance(value, dict):
-        return {key: _copied_data(item, depth + 1) for key, item in value.items()}
+        return {key: copied_data(item, depth + 1) for key, item in value.items()}
     fields = getattr(value, "__dict__", None)
     if type(value).__module__.startswith("gymnasium.spaces") or fields is None or not all(
             _is_data(item) for item in fields.values()):
         return value
     clone = copy.copy(value)
     for key, item in fields.items():
-        vars(clone)[key] = _copied_data(item, depth + 1)
+        vars(clone)[key] = copied_data(item, depth + 1)
     return clone
+
+
+def is_plain_data(value: Any) -> bool:
+    """Whether ``copied_data`` copies ``value`` whole: arrays, numbers, strings, containers, and
+    objects made only of those (a ``RunningMeanStd``)."""
+    if _is_data(value):
+        return True
+    fields = getattr(value, "__dict__", None)
+    return (fields is not None and not callable(value)
+            and not type(value).__module__.startswith("gymnasium.spaces")
+            and all(_is_data(item) for item in fields.values()))
 
 
 def _is_data(value: Any) -> bool:
@@ -203,7 +216,7 @@ def _changed_attributes(layer: Any) -> List[str]:
     if getattr(space, "shape", None) is None:
         return []
     probe = _detached(layer)
-    before = {k: _copied_data(v) for k, v in vars(probe).items() if k not in _LINKS}
+    before = {k: copied_data(v) for k, v in vars(probe).items() if k not in _LINKS}
     try:
         for observation in _probes(np.zeros(space.shape, dtype=space.dtype or np.float32)):
             if vector:
@@ -212,14 +225,16 @@ def _changed_attributes(layer: Any) -> List[str]:
                 probe.observation(observation)
     except Exception:  # noqa: BLE001 - a wrapper that cannot take these: nothing to learn
         return []
-    return [key for key in before if not _same(before[key], vars(probe).get(key))]
+    return [key for key in before if not same_data(before[key], vars(probe).get(key))]
 
 
-def _same(a: Any, b: Any) -> bool:
+def same_data(a: Any, b: Any) -> bool:
+    """Whether two values of an attribute hold the same data (arrays element by element,
+    objects field by field); values that cannot be compared count as the same."""
     if isinstance(a, np.ndarray) or isinstance(b, np.ndarray):
         return np.array_equal(np.asarray(a), np.asarray(b), equal_nan=True)
     if hasattr(a, "__dict__") and type(a) is type(b) and not callable(a):
-        return all(_same(value, vars(b).get(key)) for key, value in vars(a).items())
+        return all(same_data(value, vars(b).get(key)) for key, value in vars(a).items())
     try:
         return bool(a == b)
     except Exception:  # noqa: BLE001 - incomparable: not state we can judge

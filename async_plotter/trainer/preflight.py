@@ -3,7 +3,8 @@ starts or any file is written: what would fail in the worker, as a log line the 
 read, fails here as a named error (docs/design.md, "checked before anything starts").
 
 All of it is cheap and without GL: the env is built as the worker builds it (with the wrappers'
-state as it travels), compared with the trainer's (``env/check.py``) and reset; the policy acts
+state as it travels), compared with the trainer's (``env/check.py``; copies played for a few
+episodes with fresh ones, ``env/carried_state.py``) and reset; the policy acts
 once and the env steps once through the worker's own step function (``env/stepper.py``); the
 worker's copy of the policy is checked (``policy/check.py``), random generators put back after;
 a self-drawing env must return an RGB array; ``camera=`` must name a camera of the model.
@@ -18,6 +19,7 @@ from typing import Any, List, Optional
 
 import numpy as np
 
+from async_plotter.env.carried_state import check_no_carried_state
 from async_plotter.env.check import check_worker_env
 from async_plotter.env.recipe import (EnvRecipe, build_env, builds_from_registry,
                                       factory_accepts_render_mode)
@@ -63,6 +65,8 @@ def _check(config: PlotterConfig, policy: Any) -> bool:
     try:
         stepper = _stepper(env, config)
         check_worker_env(env, config.trainer_env, label)
+        check_no_carried_state(lambda: _stepper(_build(env_recipe, None), config),
+                               config.trainer_env, label)
         observation = _reset(stepper, label)
         model = _mujoco_model(env)
         action = _check_policy(policy, config.adapter, observation, env, label)

@@ -1,0 +1,222 @@
+"""State an env carries from one episode to the next, outside what travels to the worker, is found
+in the trainer (``env/carried_state.py``): a wrapper that normalizes in its own ``step()``, an
+env whose episodes harden with their count. Bookkeeping that changes nothing the policy sees,
+state that resets with each episode and state that travels are let through."""
+import logging
+import random
+
+import gymnasium
+import numpy as np
+import pytest
+
+from async_plotter import EnvMismatchError, Plotter
+from async_plotter.env.carried_state import check_no_carried_state
+from async_plotter.env.state import TrainerEnvState, WorkerEnvState
+from async_plotter.env.stepper import EnvStepper
+from tests import env_state_helpers as helpers
+
+
+class StepNormalizer(gymnasium.Wrapper):
+    """Subtracts a running mean it updates in its own ``step()`` (not ``observation()``)."""
+
+    def __init__(self, env):
+        super().__init__(env)
+        self.mean = np.zeros(env.observation_space.shape)
+        self.seen = 0
+
+    def reset(self, **kwargs):
+        observation, info = self.env.reset(**kwargs)
+        return (observation - self.mean).astype(np.float32), info
+
+    def step(self, action):
+        observation, reward, terminated, truncated, info = self.env.step(action)
+        self.seen += 1
+        self.mean = self.mean + (observation - self.mean) / self.seen
+        return (observation - self.mean).astype(np.float32), reward, terminated, truncated, info
+
+
+class TravellingStepNormalizer(StepNormalizer):
+
+    def get_wrapper_state(self):
+        return {"mean": self.mean, "seen": self.seen}
+
+    def set_wrapper_state(self, state):
+        self.mean, self.seen = np.array(state["mean"]), int(state["seen"])
+
+
+class Curriculum(gymnasium.Env):
+    """A user's env whose start moves further out with every episode it has played."""
+
+    observation_space = gymnasium.spaces.Box(-np.inf, np.inf, (2, ), np.float64)
+    action_space = gymnasium.spaces.Box(-1.0, 1.0, (1, ), np.float32)
+
+    def __init__(self):
+        self.episodes = 0
+        self.position = np.zeros(2)
+
+    def reset(self, seed=None, options=None):
+        super().reset(seed=seed)
+        self.episodes += 1
+        self.position = np.array([0.1 * self.episodes, 0.0])
+        return self.position.copy(), {}
+
+    def step(self, action):
+        self.position = self.position + [0.0, float(action[0])]
+        return self.position.copy(), 0.0, False, False, {}
+
+
+class TravellingCurriculum(Curriculum):
+
+    def get_wrapper_state(self):
+        return {"episodes": self.episodes}
+
+    def set_wrapper_state(self, state):
+        self.episodes = int(state["episodes"])
+
+
+class Bookkeeping(gymnasium.Wrapper):
+    """Counts every step of the run (never reset) and keeps the episode's last observations, as
+    a frame stack does: neither carries anything the policy sees into the next episode."""
+
+    def __init__(self, env):
+        super().__init__(env)
+        self.total_steps = 0
+        self.recent = []
+
+    def reset(self, **kwargs):
+        observation, info = self.env.reset(**kwargs)
+        self.recent = [observation]
+        return np.concatenate([observation, observation]), info
+
+    def step(self, action):
+        observation, reward, terminated, truncated, info = self.env.step(action)
+        self.total_steps += 1
+        self.recent = (self.recent + [observation])[-2:]
+        return np.concatenate(self.recent[-2:]), reward, terminated, truncated, info
+
+
+class NoisyObservations(gymnasium.Wrapper):
+    """Adds noise from a generator of its own, never reseeded: a difference after a few
+    episodes that no array or number explains."""
+
+    def __init__(self, env):
+        super().__init__(env)
+        self.noise = np.random.default_rng(1)
+
+    def step(self, action):
+        observation, reward, terminated, truncated, info = self.env.step(action)
+        return observation + self.noise.normal(size=observation.shape), reward, terminated, \
+            truncated, info
+
+
+class Unrepeatable(gymnasium.Wrapper):
+    """Shifts each observation by Python's global generator, which no seed of the env's sets."""
+
+    def step(self, action):
+        observation, reward, terminated, truncated, info = self.env.step(action)
+        return observation + random.random(), reward, terminated, truncated, info
+
+
+def _copies(trainer_env, make):
+    """Copies of ``trainer_env`` as the worker builds them (``make``), given its state as it
+    travels."""
+    trainer = TrainerEnvState(trainer_env, "env")
+    state = trainer.read()
+
+    def build():
+        env = make()
+        worker = WorkerEnvState(env, trainer.layout, "env")
+        stepper = EnvStepper(env, worker)
+        worker.apply(state)
+        return stepper
+
+    return build
+
+
+@pytest.mark.parametrize("env_id", ["CartPole-v1", "Swimmer-v5"])
+def test_a_wrapper_that_normalizes_in_its_own_step_is_refused_by_name(env_id, tmp_path):
+    videos = tmp_path / "videos"
+    with pytest.raises(EnvMismatchError) as error:
+        Plotter(StepNormalizer(gymnasium.make(env_id)), _policy_for(env_id), video_dir=str(videos))
+    message = str(error.value)
+    assert "StepNormalizer (mean, seen)" in message, message
+    assert "get_wrapper_state" in message and "set_wrapper_state" in message
+    assert not videos.exists()
+
+
+def test_an_env_whose_episodes_change_with_their_count_is_refused_by_name(tmp_path):
+    with pytest.raises(EnvMismatchError, match=r"Curriculum \(episodes\)") as error:
+        Plotter(Curriculum(), _LinearPolicy(2, 1), video_dir=str(tmp_path / "videos"))
+    assert "[0.1 0. ]" in str(error.value)  # what a fresh copy, the worker's, starts from
+
+
+def test_state_that_travels_resets_or_is_not_seen_passes_and_leaves_training_alone(caplog):
+    makes = [
+        lambda: TravellingStepNormalizer(gymnasium.make("CartPole-v1")),
+        lambda: Bookkeeping(gymnasium.make("CartPole-v1")),
+        TravellingCurriculum,
+    ]
+    generator_before = np.random.get_state()[1].copy()
+    for make in makes:
+        trainer_env = make()
+        trainer_env.reset(seed=3)
+        for _ in range(30):  # the trainer's own state, which the copies are given
+            if trainer_env.step(trainer_env.action_space.sample())[2]:
+                trainer_env.reset()
+        with caplog.at_level(logging.INFO, logger="async_plotter"):
+            check_no_carried_state(_copies(trainer_env, make), trainer_env, "env")
+    assert not [
+        r for r in caplog.records if "carries" in r.getMessage() or "cannot send" in r.getMessage()
+        or "not checking" in r.getMessage()
+    ], caplog.text
+    np.testing.assert_array_equal(np.random.get_state()[1], generator_before)
+
+
+def test_a_difference_no_data_explains_is_a_warning_and_an_unrepeatable_env_is_skipped(caplog):
+    with caplog.at_level(logging.INFO, logger="async_plotter"):
+        noisy = NoisyObservations(gymnasium.make("Swimmer-v5"))
+        check_no_carried_state(
+            _copies(noisy, lambda: NoisyObservations(gymnasium.make("Swimmer-v5"))), noisy,
+            "Swimmer-v5")
+        warnings = [r for r in caplog.records if r.levelno == logging.WARNING]
+        assert len(warnings) == 1 and "cannot send" in warnings[0].getMessage(), caplog.text
+        caplog.clear()
+        unrepeatable = Unrepeatable(gymnasium.make("CartPole-v1"))
+        check_no_carried_state(
+            _copies(unrepeatable, lambda: Unrepeatable(gymnasium.make("CartPole-v1"))),
+            unrepeatable, "CartPole-v1")
+    assert "two fresh copies give different observations" in caplog.text
+    assert not [r for r in caplog.records if r.levelno >= logging.WARNING]
+
+
+def test_the_trainers_env_is_never_stepped_by_the_check(tmp_path):
+    env = TravellingStepNormalizer(gymnasium.make("CartPole-v1"))
+    env.reset(seed=0)
+    env.step(0)
+    mean, seen = env.mean.copy(), env.seen
+    check_no_carried_state(
+        _copies(env, lambda: TravellingStepNormalizer(gymnasium.make("CartPole-v1"))), env,
+        "CartPole-v1")
+    np.testing.assert_array_equal(env.mean, mean)
+    assert env.seen == seen
+
+
+class _LinearPolicy(helpers.Serializable):
+
+    def __init__(self, n_in, n_out):
+        helpers.Serializable.quick_init(self, locals())
+        self.weights = np.zeros((n_in, n_out))
+
+    def get_param_values(self):
+        return self.weights.ravel().copy()
+
+    def set_param_values(self, flat):
+        self.weights = np.array(flat, dtype=np.float64).reshape(self.weights.shape)
+
+    def get_action(self, observation):
+        mean = np.tanh(np.asarray(observation, np.float64) @ self.weights)
+        return mean, {"mean": mean}
+
+
+def _policy_for(env_id):
+    return helpers.CartPositionPolicy() if env_id == "CartPole-v1" else _LinearPolicy(8, 2)
