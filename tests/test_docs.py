@@ -78,6 +78,16 @@ def test_the_commands_deadlines_are_stated_as_the_code_has_them():
             f"after {EXIT_DEADLINE_SECONDS:g} s") in design
 
 
+def test_the_spin_rule_is_stated_as_the_code_has_it():
+    """docs/design.md says how much CPU a silent, started process may use before it is
+    restarted as spinning: the share the supervisor applies."""
+    from async_plotter.supervision.supervisor import SPIN_SHARE
+
+    words = {0.25: "a quarter of a", 0.5: "half a", 1.0: "a whole"}
+    design = " ".join(_read("docs", "design.md").split())
+    assert f"({words.get(SPIN_SHARE, SPIN_SHARE)} `hang_timeout` of its own CPU more" in design
+
+
 @pytest.mark.parametrize("command", ["view", "serve"])
 def test_the_command_line_help_states_the_default_budget(command):
     out = io.StringIO()

@@ -46,6 +46,9 @@ _STREAM_PIPE_BYTES = 16384
 #: start-up, unbudgeted, lasts until the first video exists, or this long after the processes
 #: are ready (a window or a live page writes no video)
 _FIRST_VIDEO_GRACE = 20.0
+#: the share of a ``hang_timeout`` of its own CPU a started process may use, silent, once found
+#: overdue, before it counts as spinning (``_spinning``)
+SPIN_SHARE = 0.5
 #: seconds ``stop()`` waits for a render process that records nothing (a window, a live page) to
 #: exit by itself before it is terminated
 _LIVE_STOP_GRACE = 2.0
@@ -367,8 +370,8 @@ class WorkerSupervisor:
         """A process that has reported ready, then goes silent and keeps using CPU: a loop that
         never ends (in the policy, the env, a callback), which the CPU rule above takes for a
         slow worker. A started process reports at least once a second, and its steps and frames
-        take milliseconds: silent, it may use up to half a ``hang_timeout`` of CPU more once
-        found overdue. Under a budget, that CPU comes at the budget's pace."""
+        take milliseconds: silent, it may use up to ``SPIN_SHARE`` of a ``hang_timeout`` of CPU
+        more once found overdue. Under a budget, that CPU comes at the budget's pace."""
         processes = pair.processes()
         for role in overdue:
             if role not in pair.ready or role not in processes:
@@ -377,7 +380,7 @@ class WorkerSupervisor:
             if cpu is None:
                 continue
             since_cpu, since = pair.silent.setdefault(role, (cpu, pair.last_progress[role]))
-            if cpu - since_cpu >= self._hang_timeout / 2:
+            if cpu - since_cpu >= self._hang_timeout * SPIN_SHARE:
                 return role, (f"its {role} process made no progress for {now - since:.0f} s "
                               f"and kept using CPU ({cpu - since_cpu:.1f} CPU-s since it was "
                               "found silent: spinning, a loop that never ends in the policy, "
