@@ -44,6 +44,16 @@ class TravellingStepNormalizer(StepNormalizer):
         self.mean, self.seen = np.array(state["mean"]), int(state["seen"])
 
 
+class ForgetfulStepNormalizer(StepNormalizer):
+    """Sends its mean but not the count it divides by."""
+
+    def get_wrapper_state(self):
+        return {"mean": self.mean}
+
+    def set_wrapper_state(self, state):
+        self.mean = np.array(state["mean"])
+
+
 class Curriculum(gymnasium.Env):
     """A user's env whose start moves further out with every episode it has played."""
 
@@ -142,6 +152,15 @@ def test_a_wrapper_that_normalizes_in_its_own_step_is_refused_by_name(env_id, tm
     assert "StepNormalizer (mean, seen)" in message, message
     assert "get_wrapper_state" in message and "set_wrapper_state" in message
     assert not videos.exists()
+
+
+def test_a_hook_that_leaves_out_part_of_the_state_is_refused_naming_that_part(tmp_path):
+    with pytest.raises(EnvMismatchError) as error:
+        Plotter(ForgetfulStepNormalizer(gymnasium.make("CartPole-v1")),
+                helpers.CartPositionPolicy(),
+                video_dir=str(tmp_path / "videos"))
+    assert "ForgetfulStepNormalizer.get_wrapper_state() leaves out seen: return it too" in str(
+        error.value)
 
 
 def test_an_env_whose_episodes_change_with_their_count_is_refused_by_name(tmp_path):

@@ -10,7 +10,8 @@ stepped): a copy played for a few episodes, then one more episode from a fixed s
 actions, must give the observations a fresh copy gives. Two fresh copies are compared first: an
 env that is not repeatable from its seed cannot be judged, and is let through with one log line.
 Where they differ, the plain data (arrays, numbers) in which the played copy's suspect layers (not
-made by Gymnasium or this library, and with no state that travels) differ from a fresh copy's
+made by Gymnasium or this library, with no state that travels or with their own
+``get_wrapper_state()``, which may leave some out) differ from a fresh copy's
 right after the same reset is the candidate: if moving it into another fresh copy makes that copy
 act as the played one, those of them it still needs (each left out in turn) are named in an
 ``EnvMismatchError``; if not, the cause is state the plotter cannot send (a random generator, an
@@ -27,7 +28,7 @@ import gymnasium
 import numpy as np
 
 from async_plotter.env.check import copied_data, is_plain_data, same_data
-from async_plotter.env.state import env_layers, layer_kind
+from async_plotter.env.state import HOOK, env_layers, layer_kind
 from async_plotter.env.stepper import EnvStepper
 from async_plotter.errors import EnvMismatchError
 from async_plotter.policy.random_state import random_state_kept
@@ -124,9 +125,7 @@ def _check(fresh: Callable[[], EnvStepper], label: str) -> None:
             "next, outside the state that travels to the plot worker, and it changes what the "
             f"policy sees: after {WARM_UP_EPISODES} episodes a copy of your env gives {where}, "
             "so the worker's copy, which starts that state fresh, would show the policy acting "
-            f"on other observations. Give {_classes(keys, env_layers(played.env))} the methods "
-            "get_wrapper_state() -> dict of arrays and set_wrapper_state(state) (the plotter "
-            "sends the state with every update_plot), or keep that state in the policy.")
+            f"on other observations. {_advice(keys, env_layers(played.env))}")
     logger.warning(
         "Plotter: the env %s gives the policy other observations after a few episodes than "
         "fresh (%s), from state the plotter cannot send (not plain arrays or numbers: a random "
@@ -134,9 +133,11 @@ def _check(fresh: Callable[[], EnvStepper], label: str) -> None:
 
 
 def _suspect(layer: Any) -> bool:
-    """Whether ``layer`` could hold state across episodes that does not travel."""
+    """Whether ``layer`` could hold state across episodes that does not travel: one of the
+    user's, with no state that travels or with its own ``get_wrapper_state()``, which may leave
+    some out."""
     module = type(layer).__module__.split(".")[0]
-    return layer_kind(layer) is None and module not in _KNOWN_MODULES
+    return layer_kind(layer) in (None, HOOK) and module not in _KNOWN_MODULES
 
 
 def _actions(env: Any) -> Optional[List[Any]]:
@@ -213,8 +214,30 @@ def _by_layer(keys: _Keys, layers: List[Any]) -> str:
     return ", ".join(f"{name} ({', '.join(names)})" for name, names in named.items())
 
 
-def _classes(keys: _Keys, layers: List[Any]) -> str:
-    return " and ".join(dict.fromkeys(type(layers[index]).__name__ for index, _ in keys))
+def _advice(keys: _Keys, layers: List[Any]) -> str:
+    missing: Dict[str, List[str]] = {}
+    without: List[str] = []
+    for index, key in keys:
+        name = type(layers[index]).__name__
+        if layer_kind(layers[index]) == HOOK:
+            missing.setdefault(name, []).append(key)
+        elif name not in without:
+            without.append(name)
+    advice = [
+        f"{name}.get_wrapper_state() leaves out {', '.join(keys)}: return {_them(keys)} too, "
+        f"and take {_them(keys)} back in set_wrapper_state(state)."
+        for name, keys in missing.items()
+    ]
+    if without:
+        advice.append(
+            f"Give {' and '.join(without)} the methods get_wrapper_state() -> dict of arrays "
+            "and set_wrapper_state(state) (the plotter sends the state with every "
+            "update_plot), or keep that state in the policy.")
+    return " ".join(advice)
+
+
+def _them(keys: List[str]) -> str:
+    return "it" if len(keys) == 1 else "them"
 
 
 def _show(values: np.ndarray) -> str:
