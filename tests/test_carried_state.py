@@ -2,15 +2,17 @@
 in the trainer (``env/carried_state.py``): a wrapper that normalizes in its own ``step()``, an
 env whose episodes harden with their count. Bookkeeping that changes nothing the policy sees,
 state that resets with each episode and state that travels are let through."""
+import collections
 import logging
 import random
+import time
 
 import gymnasium
 import numpy as np
 import pytest
 
 from async_plotter import EnvMismatchError, Plotter
-from async_plotter.env.carried_state import check_no_carried_state
+from async_plotter.env.carried_state import MAX_BUILD_SECONDS, check_no_carried_state
 from async_plotter.env.state import TrainerEnvState, WorkerEnvState
 from async_plotter.env.stepper import EnvStepper
 from tests import env_state_helpers as helpers
@@ -119,6 +121,20 @@ class NoisyObservations(gymnasium.Wrapper):
             truncated, info
 
 
+class QueueDrift(gymnasium.Wrapper):
+    """Shifts each observation by how many steps a queue of its own has held, never cleared:
+    state in an object the plotter does not copy."""
+
+    def __init__(self, env):
+        super().__init__(env)
+        self.queue = collections.deque(maxlen=1000)
+
+    def step(self, action):
+        observation, reward, terminated, truncated, info = self.env.step(action)
+        self.queue.append(action)
+        return observation + len(self.queue), reward, terminated, truncated, info
+
+
 class Unrepeatable(gymnasium.Wrapper):
     """Shifts each observation by Python's global generator, which no seed of the env's sets."""
 
@@ -192,20 +208,36 @@ def test_state_that_travels_resets_or_is_not_seen_passes_and_leaves_training_alo
 
 
 def test_a_difference_no_data_explains_is_a_warning_and_an_unrepeatable_env_is_skipped(caplog):
-    with caplog.at_level(logging.INFO, logger="async_plotter"):
-        noisy = NoisyObservations(gymnasium.make("Swimmer-v5"))
-        check_no_carried_state(
-            _copies(noisy, lambda: NoisyObservations(gymnasium.make("Swimmer-v5"))), noisy,
-            "Swimmer-v5")
-        warnings = [r for r in caplog.records if r.levelno == logging.WARNING]
-        assert len(warnings) == 1 and "cannot send" in warnings[0].getMessage(), caplog.text
+
+    def check(wrap, env_id):
         caplog.clear()
-        unrepeatable = Unrepeatable(gymnasium.make("CartPole-v1"))
-        check_no_carried_state(
-            _copies(unrepeatable, lambda: Unrepeatable(gymnasium.make("CartPole-v1"))),
-            unrepeatable, "CartPole-v1")
+        env = wrap(gymnasium.make(env_id))
+        with caplog.at_level(logging.INFO, logger="async_plotter"):
+            check_no_carried_state(_copies(env, lambda: wrap(gymnasium.make(env_id))), env, env_id)
+        return [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+
+    noisy = check(NoisyObservations, "Swimmer-v5")
+    assert len(noisy) == 1 and "NoisyObservations.noise, a random generator that " \
+        "reset(seed=...) does not reseed" in noisy[0], noisy
+    queued = check(QueueDrift, "CartPole-v1")
+    assert len(queued) == 1 and "state the plotter cannot send" in queued[0], queued
+    assert check(Unrepeatable, "CartPole-v1") == []
     assert "two fresh copies give different observations" in caplog.text
-    assert not [r for r in caplog.records if r.levelno >= logging.WARNING]
+
+
+def test_an_env_slow_to_build_is_let_through_with_a_line(caplog):
+
+    class SlowToBuild(StepNormalizer):
+
+        def __init__(self, env):
+            time.sleep(MAX_BUILD_SECONDS + 0.1)
+            super().__init__(env)
+
+    env = SlowToBuild(gymnasium.make("CartPole-v1"))
+    with caplog.at_level(logging.INFO, logger="async_plotter"):
+        check_no_carried_state(_copies(env, lambda: SlowToBuild(gymnasium.make("CartPole-v1"))),
+                               env, "CartPole-v1")
+    assert "a copy took" in caplog.text
 
 
 def test_the_trainers_env_is_never_stepped_by_the_check(tmp_path):

@@ -78,6 +78,19 @@ def test_the_commands_deadlines_are_stated_as_the_code_has_them():
             f"after {EXIT_DEADLINE_SECONDS:g} s") in design
 
 
+def test_the_carried_state_checks_limits_are_stated_as_the_code_has_them():
+    """The README's known gap names the build time past which the env is not played, and
+    docs/design.md the episodes and steps it plays."""
+    from async_plotter.env import carried_state as played
+
+    assert f"takes {played.MAX_BUILD_SECONDS:g} s to build is not checked" in " ".join(
+        README.split())
+    design = " ".join(_read("docs", "design.md").split())
+    assert (f"plays {played.WARM_UP_EPISODES} episodes of up to {played.WARM_UP_STEPS} steps, "
+            "then it and two fresh copies play one more from seed "
+            f"{played.SEED} with the same {played.COMPARED_STEPS} actions") in design
+
+
 def test_the_spin_rule_is_stated_as_the_code_has_it():
     """docs/design.md says how much CPU a silent, started process may use before it is
     restarted as spinning: the share the supervisor applies."""

@@ -18,10 +18,15 @@ act as the played one, those of them it still needs (each left out in turn) are 
 object), and a warning says so.
 
 Runs only where the trainer gave an env object with such a layer: ~5 ms a copy of a Gymnasium
-MuJoCo env, three copies, one more per candidate attribute where they differ. No TensorFlow.
+MuJoCo env, three copies, one more per candidate attribute where they differ; an env whose copy
+takes over ``MAX_BUILD_SECONDS`` to build is let through with one log line. No TensorFlow.
 """
 import copy
+import dataclasses
 import logging
+import pickle
+import random
+import time
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import gymnasium
@@ -39,7 +44,10 @@ logger = logging.getLogger("async_plotter")
 WARM_UP_EPISODES, WARM_UP_STEPS = 3, 20
 #: the steps of the episode compared
 COMPARED_STEPS = 10
-_SEED = 0
+#: an env slower to build than this is not checked (the check builds three copies or more)
+MAX_BUILD_SECONDS = 0.5
+#: the seed of the compared episode (the warm-up episodes take the next ones)
+SEED = 0
 # Modules whose layers hold no state across episodes beyond what env/state.py carries.
 _KNOWN_MODULES = ("gymnasium", "gym", "async_plotter")
 _LINKS = ("env", "_wrapped_env", "wrapped_env")
@@ -77,59 +85,76 @@ def check_no_carried_state(build: Build, trainer_env: Any, label: str) -> None:
 
 
 def _check(fresh: Callable[[], EnvStepper], label: str) -> None:
-    played, first, second = fresh(), fresh(), fresh()
+    started = time.perf_counter()
+    played = fresh()
+    took = time.perf_counter() - started
+    if took > MAX_BUILD_SECONDS:
+        logger.info(
+            "Plotter: not checking whether %s carries state across episodes: a copy took %.1f s "
+            "to build, and the check builds three or more", label, took)
+        return
+    first, second = fresh(), fresh()
     actions = _actions(played.env)
     if actions is None:
         return
     try:
         _warm_up(played, actions)
         kept = _suspect_data(played.env)
-        (seen, played_reset), (fresh_seen,
-                               fresh_reset), (again, _) = (_episode(stepper, actions)
-                                                           for stepper in (played, first, second))
+        ours, theirs, again = (_episode(stepper, actions) for stepper in (played, first, second))
     except Exception as error:  # noqa: BLE001 - the step check (preflight) names step failures
         logger.info("Plotter: not checking whether %s carries state across episodes (%s: %s)",
                     label,
                     type(error).__name__, error)
         return
-    if not _same_episode(fresh_seen, again):
+    if not _same_episode(theirs.observations, again.observations):
         logger.info(
             "Plotter: not checking whether %s carries state across episodes: two fresh copies "
             "give different observations from the same seed and actions", label)
         return
-    if _same_episode(seen, fresh_seen):
+    if _same_episode(ours.observations, theirs.observations):
         return
-    where = _first_difference(seen, fresh_seen)
+    where = _first_difference(ours.observations, theirs.observations)
+    layers = env_layers(played.env)
 
     def explains(keys: _Keys) -> bool:
         moved = fresh()
-        layers = env_layers(moved.env)
+        moved_layers = env_layers(moved.env)
         for index, key in keys:
-            vars(layers[index])[key] = copied_data(kept[index][key])
+            vars(moved_layers[index])[key] = copied_data(kept[index][key])
         try:
-            return _same_episode(_episode(moved, actions)[0], seen)
+            return _same_episode(_episode(moved, actions).observations, ours.observations)
         except Exception:  # noqa: BLE001 - moved alone, the state broke the env
             return False
 
     # What survives a reset differently is the candidate; the fewest of it that, moved into a
     # fresh copy, makes it act as the played one is named.
-    keys = [(index, key) for index, data in played_reset.items() for key in data
-            if not same_data(data[key], fresh_reset[index].get(key))]
+    keys = [(index, key) for index, data in ours.data.items() for key in data
+            if not same_data(data[key], theirs.data[index].get(key))]
     if keys and explains(keys):
         for key in list(keys):
             if len(keys) > 1 and explains([other for other in keys if other != key]):
                 keys.remove(key)
-        names = _by_layer(keys, env_layers(played.env))
         raise EnvMismatchError(
-            f"{names} in the env {label} carries state from one episode to the "
-            "next, outside the state that travels to the plot worker, and it changes what the "
-            f"policy sees: after {WARM_UP_EPISODES} episodes a copy of your env gives {where}, "
-            "so the worker's copy, which starts that state fresh, would show the policy acting "
-            f"on other observations. {_advice(keys, env_layers(played.env))}")
+            f"{_by_layer(keys, layers)} in the env {label} carries state from one episode to "
+            "the next, outside the state that travels to the plot worker, and it changes what "
+            f"the policy sees: after {WARM_UP_EPISODES} episodes a copy of your env gives "
+            f"{where}, so the worker's copy, which starts that state fresh, would show the "
+            f"policy acting on other observations. {_advice(keys, layers)}")
+    generators = [
+        key for key, state in ours.generators.items() if theirs.generators.get(key) != state
+    ]
+    if generators:
+        logger.warning(
+            "Plotter: the env %s gives the policy other observations after a few episodes than "
+            "fresh (%s), and %s, a random generator that reset(seed=...) does not reseed, drew "
+            "other numbers: the plot worker's copy draws its own. Reseed it in reset() if its "
+            "numbers should repeat", label, where,
+            " and ".join(f"{type(layers[index]).__name__}.{key}" for index, key in generators))
+        return
     logger.warning(
         "Plotter: the env %s gives the policy other observations after a few episodes than "
-        "fresh (%s), from state the plotter cannot send (not plain arrays or numbers: a random "
-        "generator, an object): the plot worker's copy starts it fresh", label, where)
+        "fresh (%s), from state the plotter cannot send (not plain arrays or numbers): the "
+        "plot worker's copy starts it fresh", label, where)
 
 
 def _suspect(layer: Any) -> bool:
@@ -146,32 +171,40 @@ def _actions(env: Any) -> Optional[List[Any]]:
     if not isinstance(space, (gymnasium.spaces.Box, gymnasium.spaces.Discrete)):
         return None
     space = copy.deepcopy(space)
-    space.seed(_SEED)
+    space.seed(SEED)
     return [space.sample() for _ in range(max(WARM_UP_STEPS, COMPARED_STEPS))]
 
 
 def _warm_up(stepper: EnvStepper, actions: Sequence[Any]) -> None:
     for episode in range(WARM_UP_EPISODES):
-        np.random.seed(_SEED + 1 + episode)  # envs that draw from the global generator
-        stepper.reset(seed=_SEED + 1 + episode)
+        np.random.seed(SEED + 1 + episode)  # envs that draw from the global generator
+        stepper.reset(seed=SEED + 1 + episode)
         for action in actions[:WARM_UP_STEPS]:
             if stepper.step(action).ended:
                 break
 
 
-def _episode(stepper: EnvStepper,
-             actions: Sequence[Any]) -> Tuple[List[np.ndarray], Dict[int, Dict[str, Any]]]:
-    """The observations of one episode from the fixed start with the fixed actions, and the
-    suspect layers' data right after its reset."""
-    np.random.seed(_SEED)
-    observations = [_flat(stepper.reset(seed=_SEED))]
-    after_reset = _suspect_data(stepper.env)
+@dataclasses.dataclass
+class _Played:
+    """One episode from the fixed start with the fixed actions."""
+
+    observations: List[np.ndarray]
+    #: the suspect layers' plain data right after the reset, by their place in the stack
+    data: Dict[int, Dict[str, Any]]
+    #: the state of the suspect layers' random generators right after the reset
+    generators: Dict[Tuple[int, str], bytes]
+
+
+def _episode(stepper: EnvStepper, actions: Sequence[Any]) -> _Played:
+    np.random.seed(SEED)
+    observations = [_flat(stepper.reset(seed=SEED))]
+    played = _Played(observations, _suspect_data(stepper.env), _generators(stepper.env))
     for action in actions[:COMPARED_STEPS]:
         step = stepper.step(action)
         observations.append(_flat(step.observation))
         if step.ended:
             break
-    return observations, after_reset
+    return played
 
 
 def _flat(observation: Any) -> np.ndarray:
@@ -205,6 +238,22 @@ def _suspect_data(env: Any) -> Dict[int, Dict[str, Any]]:
         }
         for index, layer in enumerate(env_layers(env)) if _suspect(layer)
     }
+
+
+def _generators(env: Any) -> Dict[Tuple[int, str], bytes]:
+    """The state of each random generator the suspect layers hold, comparable by equality."""
+    states = {}
+    for index, layer in enumerate(env_layers(env)):
+        if not _suspect(layer):
+            continue
+        for key, value in vars(layer).items():
+            if isinstance(value, np.random.Generator):
+                states[(index, key)] = pickle.dumps(value.bit_generator.state)
+            elif isinstance(value, np.random.RandomState):
+                states[(index, key)] = pickle.dumps(value.get_state())
+            elif isinstance(value, random.Random):
+                states[(index, key)] = pickle.dumps(value.getstate())
+    return states
 
 
 def _by_layer(keys: _Keys, layers: List[Any]) -> str:
