@@ -199,6 +199,7 @@ class BatchPolopt:
         if ctx is not None:
             ctx.trained.append(self)
         plot, plot_kwargs, sampler, seed = self._settings(ctx)
+        sampler.check_env(self.env)
         self._finished_training = False
         recorder = ctx.recorder if ctx is not None else RunRecorder(self.log_dir)
         with contextlib.ExitStack() as cleanup:
@@ -311,6 +312,10 @@ class BatchPolopt:
             kwargs.update(tensorboard_dir=tensorboard_dir, tensorboard_scalars=False)
         kwargs.update(plot_kwargs)
         env = self.env_maker.plotter_env if self.env_maker is not None else self.env
+        if isinstance(self.env, gym.Env) and isinstance(self.sampler, SerialSampler):
+            # Sampled in this process: the plotter gets the env object training steps, so that
+            # its wrappers, and the state they learn, are the ones shown.
+            env = self.env
         plotter = Plotter(env, self.policy, **kwargs)
         try:
             plotter.start()

@@ -7,7 +7,7 @@ policies take an :class:`EnvSpec` (the two spaces) or a gymnasium id, and sample
 :class:`EnvMaker` recipe and build their own environments where they run.
 """
 import dataclasses
-from typing import Any, Callable, Dict, Optional, Union
+from typing import Any, Callable, Dict, List, Optional, Union
 
 import gymnasium as gym
 import numpy as np
@@ -119,6 +119,13 @@ class EnvMaker:
         if self.env_id is not None and not self.kwargs:
             return self.env_id
         return self
+
+
+def added_wrappers(env: Any) -> List[str]:
+    """The names of the wrappers added to a live env after ``gymnasium.make`` (its spec records
+    them), which a rebuild from its registration leaves out."""
+    spec = getattr(env, "spec", None) if isinstance(env, gym.Env) else None
+    return [wrapper.name for wrapper in getattr(spec, "additional_wrappers", ())]
 
 
 def flatten_observation(space: gym.spaces.Space, observation: Any) -> np.ndarray:

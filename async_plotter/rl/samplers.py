@@ -31,7 +31,7 @@ from async_plotter import processes
 from async_plotter.mujoco_warnings import route_to_log
 from async_plotter.policy.adapters import acting_copy
 from async_plotter.rl.batch import SampleBatch
-from async_plotter.rl.envs import EnvMaker, flatten_observation
+from async_plotter.rl.envs import EnvMaker, added_wrappers, flatten_observation
 from async_plotter.validation import one_of
 
 logger = logging.getLogger(__name__)
@@ -104,6 +104,10 @@ class Sampler:
 
     def start(self, env: Any, policy: Any, seed: Optional[int] = None) -> None:
         raise NotImplementedError
+
+    def check_env(self, env: Any) -> None:
+        """Raise ``ValueError`` if this sampler cannot sample ``env`` as given; called before
+        anything starts (the plotter included)."""
 
     def obtain_samples(self, itr: int, param_values: Optional[np.ndarray], batch_size: int,
                        max_path_length: int) -> SampleBatch:
@@ -281,8 +285,22 @@ class ParallelSampler(Sampler):
     def worker_pids(self) -> List[int]:
         return [p.pid for p in self._processes]
 
+    def check_env(self, env: Any) -> None:
+        """A live env is rebuilt in each worker from its registration, which would leave out the
+        wrappers added to it after ``make()``: training would go on without them, silently."""
+        wrappers = added_wrappers(env)
+        if wrappers:
+            raise ValueError(
+                f"{type(self).__name__} rebuilds the env in each of its {self.n_parallel} "
+                f"processes from its registration ({env.spec.id}), which would leave out the "
+                f"wrappers added to it ({', '.join(wrappers)}), so training would go on without "
+                "them. Pass a zero-argument function that builds the env with them, e.g. "
+                f"env=lambda: {wrappers[-1]}(gymnasium.make({env.spec.id!r})), or n_parallel=1, "
+                "which steps your env object itself")
+
     def start(self, env: Any, policy: Any, seed: Optional[int] = None) -> None:
         """Start the workers and wait until each has built its environment and policy."""
+        self.check_env(env)
         self.shutdown()
         self.seed = _resolve_sampler_seed(seed)
         payload = cloudpickle.dumps({

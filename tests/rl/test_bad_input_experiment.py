@@ -6,9 +6,12 @@ before any sampler worker or plot worker starts.
 """
 import os
 
+import gymnasium
+import numpy as np
 import pytest
+from gymnasium.wrappers import NormalizeObservation
 
-from async_plotter import InvalidArgumentError, NoDisplayError, VideoDirError
+from async_plotter import EnvMismatchError, InvalidArgumentError, NoDisplayError, VideoDirError
 from async_plotter.rl import TRPO, CategoricalMLPPolicy, run_experiment_lite
 
 SETTINGS = "it passes any of n_parallel, plot, seed, exp_name, log_dir by name"
@@ -162,3 +165,50 @@ def test_plotter_arguments_are_checked_before_any_process_starts(case, kwargs, e
     # The failure is on record where one looks after the terminal is gone.
     assert _fill(message, workdir) in (workdir / "run" / "debug.log").read_text()
     assert not (workdir / "run" / "params.pkl").exists()
+
+
+class StepNormalizer(gymnasium.Wrapper):
+    """A user's wrapper, added after ``gymnasium.make``, that subtracts a running mean it keeps
+    in its own ``step()``."""
+
+    def __init__(self, env):
+        super().__init__(env)
+        self.mean, self.seen = np.zeros(env.observation_space.shape), 0
+
+    def step(self, action):
+        observation, reward, terminated, truncated, info = self.env.step(action)
+        self.seen += 1
+        self.mean = self.mean + (observation - self.mean) / self.seen
+        return (observation - self.mean).astype(np.float32), reward, terminated, truncated, info
+
+
+def _trpo_on(env):
+    return TRPO(env,
+                CategoricalMLPPolicy("CartPole-v1", hidden_sizes=(8, )),
+                batch_size=100,
+                max_path_length=20,
+                n_itr=1)
+
+
+def test_parallel_sampling_refuses_an_env_whose_added_wrappers_it_would_leave_out(
+        workdir, no_leftover_children):
+    """Before: each sampler rebuilt the env from its registration, and training went on without
+    the user's NormalizeObservation, silently."""
+    env = NormalizeObservation(gymnasium.make("CartPole-v1"))
+    with pytest.raises(ValueError) as raised:
+        run_experiment_lite(_trpo_on(env), n_parallel=2, plot=True, log_dir="run")
+    message = str(raised.value)
+    assert "would leave out the wrappers added to it (NormalizeObservation)" in message
+    assert "env=lambda: NormalizeObservation(gymnasium.make('CartPole-v1'))" in message
+    assert message in (workdir / "run" / "debug.log").read_text()
+    assert not (workdir / "run" / "videos").exists(), "the plotter started before the refusal"
+
+
+def test_serial_sampling_plots_the_env_object_it_steps(workdir, no_leftover_children):
+    """Before: the plotter got the env's id and showed CartPole without the user's wrapper, so
+    the plotter's checks of that wrapper never ran; now they name it."""
+    with pytest.raises(EnvMismatchError, match=r"StepNormalizer \(mean, seen\)"):
+        run_experiment_lite(_trpo_on(StepNormalizer(gymnasium.make("CartPole-v1"))),
+                            plot=True,
+                            log_dir="run")
+    assert not (workdir / "run" / "videos").exists()
