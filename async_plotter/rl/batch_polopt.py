@@ -17,6 +17,7 @@ import tensorflow as tf
 from async_plotter.rl import context as experiment_context
 from async_plotter.rl import interrupts
 from async_plotter.rl.baselines import Baseline, LinearFeatureBaseline
+from async_plotter.rl.env_mirror import EnvMirror
 from async_plotter.rl.envs import EnvMaker
 from async_plotter.rl.logger import console_logging, format_duration, format_table
 from async_plotter.rl.recorder import RunRecorder
@@ -119,6 +120,8 @@ class BatchPolopt:
         self._plotting = False  # self.plotter is open and fed by this train()
         #: hands the plotter's history recordings to progress.csv's rows (None: no history)
         self._shown: Optional[ShownReturns] = None
+        #: the plotter's copy of an env the samplers step in its place (None: none needed)
+        self._mirror: Optional[EnvMirror] = None
         self._finished_training = False  # the last train() ran all its iterations
         self.current_itr = start_itr
 
@@ -278,6 +281,8 @@ class BatchPolopt:
         recorder.record(row)
         recorder.save_snapshot(itr, self.get_itr_snapshot(itr, samples))
         if self._plotting:
+            if self._mirror is not None:
+                self._mirror.follow(sampler.env_state())
             # Never blocks; the return feeds the live page's learning curve.
             self.plotter.update_plot(self.policy,
                                      iteration=itr,
@@ -316,11 +321,21 @@ class BatchPolopt:
             # Sampled in this process: the plotter gets the env object training steps, so that
             # its wrappers, and the state they learn, are the ones shown.
             env = self.env
-        plotter = Plotter(env, self.policy, **kwargs)
+        elif self.env_maker is not None:
+            # The samplers step envs of their own: the plotter gets a copy that follows what
+            # their wrappers learn (rl/env_mirror.py).
+            self._mirror = EnvMirror.of(self.env_maker, self._env_name())
+            env = self._mirror.env if self._mirror is not None else env
+        try:
+            plotter = Plotter(env, self.policy, **kwargs)
+        except BaseException:
+            self._close_mirror()
+            raise
         try:
             plotter.start()
         except BaseException:
             plotter.close()
+            self._close_mirror()
             raise
         logger.info("plotter started%s", f"; videos go to {video_dir}" if video_dir else "")
         return plotter
@@ -334,6 +349,11 @@ class BatchPolopt:
             logger.info("pause_for_plot=True is ignored: it waits only while a plot window is "
                         "open and stdin is a terminal")
             self._pause_ignored_said = True
+
+    def _close_mirror(self) -> None:
+        mirror, self._mirror = self._mirror, None
+        if mirror is not None:
+            mirror.close()
 
     def _close_plotter(self, recorder: Optional[RunRecorder] = None) -> None:
         # Kept after closing: users of rllab and garage read algo.plotter.stats after train().
@@ -351,6 +371,7 @@ class BatchPolopt:
                     self.history[-1].update(columns)
                     recorder.amend_last(columns)
         finally:
+            self._close_mirror()
             stats = getattr(plotter, "stats", None)
             if stats:
                 # Plotter.close() already logged the one-line summary of what was shown.

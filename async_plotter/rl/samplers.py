@@ -29,6 +29,7 @@ import numpy as np
 
 from async_plotter import processes
 from async_plotter.mujoco_warnings import route_to_log
+from async_plotter.env.state import TrainerEnvState
 from async_plotter.policy.adapters import acting_copy
 from async_plotter.rl.batch import SampleBatch
 from async_plotter.rl.envs import EnvMaker, added_wrappers, flatten_observation
@@ -109,6 +110,12 @@ class Sampler:
         """Raise ``ValueError`` if this sampler cannot sample ``env`` as given; called before
         anything starts (the plotter included)."""
 
+    def env_state(self) -> Optional[np.ndarray]:
+        """What the wrappers of the env this sampler steps have learned (running observation
+        statistics: ``async_plotter.env.state``'s flat vector), as of its last batch; None where
+        they hold none, or before a batch."""
+        return None
+
     def obtain_samples(self, itr: int, param_values: Optional[np.ndarray], batch_size: int,
                        max_path_length: int) -> SampleBatch:
         raise NotImplementedError
@@ -123,6 +130,12 @@ class Sampler:
         self.shutdown()
 
 
+def _state_reader(env: Any) -> Optional[TrainerEnvState]:
+    """A reader of what ``env``'s wrappers learn, or None where none of them learns anything."""
+    state = TrainerEnvState(env, type(env).__name__)
+    return state if state.layout.layers else None
+
+
 def _resolve_sampler_seed(seed: Optional[int]) -> int:
     # Drawn from numpy's global generator so that seeding numpy makes an unseeded run repeatable.
     return int(np.random.randint(2**31 - 1)) if seed is None else int(seed)
@@ -134,6 +147,8 @@ class SerialSampler(Sampler):
     def __init__(self) -> None:
         self._env: Optional[gym.Env] = None
         self._owns_env = False
+        self._state: Optional[TrainerEnvState] = None
+        self._env_state: Optional[np.ndarray] = None
         self._policy: Any = None
         self.seed: Optional[int] = None
 
@@ -142,6 +157,8 @@ class SerialSampler(Sampler):
         self.shutdown()
         self._env = env if isinstance(env, gym.Env) else EnvMaker.from_env(env)()
         self._owns_env = not isinstance(env, gym.Env)
+        self._state = _state_reader(self._env)
+        self._env_state = None
         self._policy = policy
         self.seed = _resolve_sampler_seed(seed)
 
@@ -161,7 +178,12 @@ class SerialSampler(Sampler):
             path = rollout(self._env, acting, max_path_length, env_seed, rng)
             paths.append(path)
             total += len(path["rewards"])
+        if self._state is not None:
+            self._env_state = self._state.read()
         return SampleBatch.from_paths(paths)
+
+    def env_state(self) -> Optional[np.ndarray]:
+        return self._env_state
 
     def shutdown(self) -> None:
         if self._env is not None and self._owns_env:
@@ -203,6 +225,7 @@ def _serve(conn: multiprocessing.connection.Connection, payload: bytes, stop: An
     try:
         recipe = cloudpickle.loads(payload)
         env = recipe["env_maker"]()
+        state = _state_reader(env)
         policy = recipe["policy"]
         conn.send(("ready", os.getpid()))
         seed = itr = max_path_length = None
@@ -221,7 +244,10 @@ def _serve(conn: multiprocessing.connection.Connection, payload: bytes, stop: An
                         env_seed, rng = path_seeds(seed, itr, data)
                         path = rollout(env, policy, max_path_length, env_seed, rng,
                                        lambda: bool(stop.value))
-                    conn.send(("skipped", data) if path is None else ("path", data, path))
+                    # Each path carries what the env's wrappers have learned so far (a few
+                    # numbers), for the plotter's copy of the env (``Sampler.env_state``).
+                    learned = state.read() if state is not None else None
+                    conn.send(("skipped", data) if path is None else ("path", data, path, learned))
                 elif command == "close":
                     return
                 else:
@@ -280,6 +306,7 @@ class ParallelSampler(Sampler):
         self._ready = 0  # workers 0 .. _ready - 1 have reported ready
         self._stop: Any = None
         self._interrupted = False
+        self._env_state: Optional[np.ndarray] = None
 
     @property
     def worker_pids(self) -> List[int]:
@@ -310,6 +337,7 @@ class ParallelSampler(Sampler):
         ctx = processes.spawn_context()
         self._stop = ctx.RawValue("b", 0)
         self._interrupted = False
+        self._env_state = None
         self._ready = 0
         try:
             for index in range(self.n_parallel):
@@ -386,6 +414,8 @@ class ParallelSampler(Sampler):
                 worker = self._conns.index(conn)
                 message = self._receive(worker)
                 outstanding[worker] -= 1
+                if message[0] == "path" and worker == 0:
+                    self._env_state = message[3]
                 if message[0] == "path" and needed is None:
                     paths[message[1]] = message[2]
                     while prefix in paths:
@@ -399,6 +429,10 @@ class ParallelSampler(Sampler):
                     assign(worker)
         self._interrupted = False
         return SampleBatch.from_paths([paths[k] for k in range(needed)])
+
+    def env_state(self) -> Optional[np.ndarray]:
+        """Worker 0's: each worker's wrappers learn from its own paths, and one is shown."""
+        return self._env_state
 
     def shutdown(self) -> None:
         """Ask the workers to exit; join with a timeout, then terminate/kill. Idempotent."""

@@ -4,7 +4,9 @@ import time
 from typing import Any, Dict, Optional, Tuple
 
 import cloudpickle
+import gymnasium
 import numpy as np
+from gymnasium.wrappers import NormalizeObservation
 
 
 def rebuild_policy_and_act(conn: Any, policy_bytes: bytes, params: np.ndarray, obs: np.ndarray,
@@ -63,3 +65,44 @@ def start_sampler_then_wait(conn: Any, env_id: str) -> None:
 def failing_env():
     """An env factory that fails inside the worker."""
     raise RuntimeError("this env cannot be built (on purpose)")
+
+
+def action_echo_env():
+    """``ActionEcho`` under ``NormalizeObservation``, and an outer wrapper whose reward is the
+    size of the normalized observation the policy sees: a shown episode's return says which
+    statistics normalized it. The samplers' policy takes both actions, so their statistics have
+    a mean near 0 and a deviation near 5, and a deterministic episode returns about 10; statistics
+    learned from deterministic episodes alone (one action: the observation is their mean) give
+    about 0."""
+    return RewardIsObservationSize(NormalizeObservation(ActionEcho()))
+
+
+class ActionEcho(gymnasium.Env):
+    """Observes +5 after action 1 and -5 after action 0 (0 at reset); 10 steps an episode."""
+
+    metadata = {"render_modes": ["rgb_array"], "render_fps": 50}
+
+    def __init__(self, render_mode="rgb_array"):
+        self.observation_space = gymnasium.spaces.Box(-10.0, 10.0, (1, ), np.float32)
+        self.action_space = gymnasium.spaces.Discrete(2)
+        self.render_mode = render_mode
+        self._steps = 0
+
+    def reset(self, seed=None, options=None):
+        super().reset(seed=seed)
+        self._steps = 0
+        return np.zeros(1, np.float32), {}
+
+    def step(self, action):
+        self._steps += 1
+        return np.array([5.0 if action else -5.0], np.float32), 0.0, self._steps >= 10, False, {}
+
+    def render(self):
+        return np.zeros((32, 32, 3), np.uint8)
+
+
+class RewardIsObservationSize(gymnasium.Wrapper):
+
+    def step(self, action):
+        observation, _, terminated, truncated, info = self.env.step(action)
+        return observation, float(abs(observation[0])), terminated, truncated, info

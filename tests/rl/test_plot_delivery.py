@@ -6,9 +6,12 @@ import subprocess
 import sys
 
 import imageio.v2 as imageio
+import numpy as np
 import pytest
 
-from async_plotter.rl import TRPO, GaussianMLPPolicy, LinearFeatureBaseline, run_experiment_lite
+from async_plotter.rl import (TRPO, CategoricalMLPPolicy, GaussianMLPPolicy, LinearFeatureBaseline,
+                              run_experiment_lite)
+from async_plotter.rl.envs import EnvSpec
 from async_plotter.rl.example_cli import example_parser, plot_options
 
 pytestmark = pytest.mark.slow
@@ -87,3 +90,33 @@ def test_an_example_names_its_videos_and_final_policy(tmp_path):
     assert f"final policy:   {final}" in completed.stdout
     assert "videos:         " in completed.stdout and " in " in completed.stdout
     assert os.path.exists(final)
+
+
+@pytest.mark.parametrize("n_parallel", [1, 2])
+def test_the_statistics_the_samplers_learn_are_the_ones_shown(n_parallel, tmp_path, caplog):
+    """The samplers build the env from a factory. Before, the plot worker's NormalizeObservation
+    started fresh (a warning said so) and learned from the worker's own episodes, and the shown
+    episodes returned about 0 (``rl_child.action_echo_env``)."""
+    from rl_child import action_echo_env
+
+    algo = TRPO(action_echo_env,
+                CategoricalMLPPolicy(EnvSpec.from_env(action_echo_env()), hidden_sizes=(4, )),
+                LinearFeatureBaseline(),
+                batch_size=200,
+                max_path_length=10,
+                n_itr=3)
+    with caplog.at_level(logging.INFO, logger="async_plotter"):
+        result = run_experiment_lite(algo,
+                                     n_parallel=n_parallel,
+                                     plot=True,
+                                     seed=1,
+                                     log_dir=str(tmp_path / "run"))
+    assert "start fresh in the plot worker" not in caplog.text
+    # The final policy's episode, normalized by the samplers' final statistics: each of its 10
+    # observations is +5 or -5 (by the action before it), so its return is one of 11 sums.
+    mean, var, _ = result.algo.sampler.env_state()
+    size = {observation: abs(observation - mean) / np.sqrt(var + 1e-8) for observation in (5, -5)}
+    returns = [k * size[5] + (10 - k) * size[-5] for k in range(11)]
+    final = result.algo.plotter.stats["history"][-1]
+    assert final["iteration"] == 2
+    assert min(abs(final["return"] - expected) for expected in returns) < 1e-3, (final, returns)
