@@ -131,9 +131,26 @@ class Sampler:
 
 
 def _state_reader(env: Any) -> Optional[TrainerEnvState]:
-    """A reader of what ``env``'s wrappers learn, or None where none of them learns anything."""
-    state = TrainerEnvState(env, type(env).__name__)
+    """A reader of what ``env``'s wrappers learn, or None where none of them learns anything or
+    it cannot be read (a hook of the user's that returns no arrays: the plotter's own check names
+    that, and training must not fail for it)."""
+    try:
+        state = TrainerEnvState(env, type(env).__name__)
+    except Exception as error:  # noqa: BLE001 - the user's get_wrapper_state()
+        logger.debug("not reading the env's wrapper state: %s", error)
+        return None
     return state if state.layout.layers else None
+
+
+def _learned(state: Optional[TrainerEnvState]) -> Optional[np.ndarray]:
+    """``state.read()``, or None where there is none or it cannot be read now."""
+    if state is None:
+        return None
+    try:
+        return state.read()
+    except Exception as error:  # noqa: BLE001 - a hook whose fields changed: never fail training
+        logger.debug("not reading the env's wrapper state: %s", error)
+        return None
 
 
 def _resolve_sampler_seed(seed: Optional[int]) -> int:
@@ -178,8 +195,7 @@ class SerialSampler(Sampler):
             path = rollout(self._env, acting, max_path_length, env_seed, rng)
             paths.append(path)
             total += len(path["rewards"])
-        if self._state is not None:
-            self._env_state = self._state.read()
+        self._env_state = _learned(self._state)
         return SampleBatch.from_paths(paths)
 
     def env_state(self) -> Optional[np.ndarray]:
@@ -246,8 +262,8 @@ def _serve(conn: multiprocessing.connection.Connection, payload: bytes, stop: An
                                        lambda: bool(stop.value))
                     # Each path carries what the env's wrappers have learned so far (a few
                     # numbers), for the plotter's copy of the env (``Sampler.env_state``).
-                    learned = state.read() if state is not None else None
-                    conn.send(("skipped", data) if path is None else ("path", data, path, learned))
+                    conn.send(("skipped", data) if path is None else ("path", data, path,
+                                                                      _learned(state)))
                 elif command == "close":
                     return
                 else:

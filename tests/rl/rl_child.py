@@ -106,3 +106,21 @@ class RewardIsObservationSize(gymnasium.Wrapper):
     def step(self, action):
         observation, _, terminated, truncated, info = self.env.step(action)
         return observation, float(abs(observation[0])), terminated, truncated, info
+
+
+def cartpole_with_a_broken_hook():
+    """CartPole under a wrapper whose ``get_wrapper_state()`` returns no arrays."""
+    return BrokenHook(gymnasium.make("CartPole-v1"))
+
+
+class BrokenHook(gymnasium.Wrapper):
+
+    def get_wrapper_state(self):
+        return ["not", "a", "dict"]
+
+    def set_wrapper_state(self, state):
+        pass
+
+
+def normalized_cartpole():
+    return NormalizeObservation(gymnasium.make("CartPole-v1"))

@@ -145,3 +145,24 @@ def test_a_bad_policy_device_is_named():
 
     with pytest.raises(InvalidArgumentError, match="policy_device must be one of 'cpu', 'gpu'"):
         ParallelSampler(2, policy_device="cuda:0")
+
+
+@pytest.mark.slow
+def test_what_the_env_learns_is_read_and_a_broken_hook_never_fails_training(no_leftover_children):
+    """The samplers read their env's wrapper state for the plotter (``env_state()``), with or
+    without plotting; a hook that returns no arrays is the plotter's error to name, not a reason
+    for training to fail."""
+    policy = CategoricalMLPPolicy("CartPole-v1", seed=0)
+    params = policy.get_param_values()
+    for sampler in (SerialSampler(), ParallelSampler(2)):
+        with sampler:
+            sampler.start(rl_child.cartpole_with_a_broken_hook, policy, seed=1)
+            assert sampler.obtain_samples(0, params, 200, 50).num_steps >= 200
+            assert sampler.env_state() is None
+            sampler.start(rl_child.normalized_cartpole, policy, seed=1)
+            assert sampler.env_state() is None  # before a batch
+            batch = sampler.obtain_samples(0, params, 200, 50)
+            mean, var, count = np.split(sampler.env_state(), [4, 8])
+            assert count[0] >= 1 and not np.allclose(mean, 0) and mean.shape == var.shape
+            if isinstance(sampler, SerialSampler):  # every step of the batch, and the resets
+                assert count[0] == pytest.approx(batch.num_steps + len(batch.path_lengths), abs=1)
