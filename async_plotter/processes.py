@@ -16,7 +16,7 @@ import signal
 import sys
 import threading
 from multiprocessing import resource_tracker, spawn, util
-from typing import Any, Callable, Dict, Iterator, Mapping, Optional, Sequence
+from typing import Any, Callable, Dict, Iterator, Mapping, Optional, Sequence, Type
 
 from async_plotter.display import use_private_runtime_dir
 from async_plotter.mujoco_warnings import route_to_log
@@ -24,6 +24,9 @@ from async_plotter.mujoco_warnings import route_to_log
 _SPAWN = multiprocessing.get_context("spawn")
 _MAIN_KEYS = ("init_main_from_path", "init_main_from_name")
 _thread_state = threading.local()
+# After a stop was lost (``resend_lost_stops``): long enough for the code that swallowed it to
+# return, short beside the supervisor's wait before it kills.
+_RESEND_DELAY = 0.01
 
 
 def spawn_context() -> multiprocessing.context.SpawnContext:
@@ -281,6 +284,27 @@ def become_background_child() -> None:
     """
     # The terminal sends SIGINT to the whole process group; the parent owns the shutdown.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+def resend_lost_stops(stop: Type[BaseException]) -> None:
+    """Keep a stop raised by this process's SIGTERM handler (an exception of type ``stop``) from
+    being lost. Raised where Python only reports an exception and goes on (a weakref callback,
+    ``__del__``, a garbage-collector callback: "Exception ignored in ..."), it printed a
+    traceback on the trainer's terminal and the process went on until the supervisor's SIGKILL.
+    Such a stop is not printed; SIGTERM is sent again, from a thread, a moment later, so that the
+    handler raises it where the process can take it."""
+    previous = sys.unraisablehook
+
+    def hook(unraisable: Any) -> None:
+        if not isinstance(unraisable.exc_value, stop):
+            previous(unraisable)
+            return
+        try:
+            threading.Timer(_RESEND_DELAY, os.kill, (os.getpid(), signal.SIGTERM)).start()
+        except RuntimeError:  # no new threads at the interpreter's exit: it is ending anyway
+            pass
+
+    sys.unraisablehook = hook
 
 
 def keep_side_effects_out_of_user_folders() -> None:

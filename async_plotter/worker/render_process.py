@@ -14,7 +14,7 @@ from multiprocessing.connection import Connection, wait
 from typing import Any, Callable, Deque, Dict, List, Optional, Tuple
 
 from async_plotter.cpu import usable_cores
-from async_plotter.processes import (become_background_child, exit_now,
+from async_plotter.processes import (become_background_child, exit_now, resend_lost_stops,
                                      keep_side_effects_out_of_user_folders)
 from async_plotter.worker.config import WorkerConfig
 from async_plotter.sinks.specs import WindowSpec
@@ -55,6 +55,7 @@ def main(config: WorkerConfig,
     global _finishing
     become_background_child()
     signal.signal(signal.SIGTERM, _raise_terminated)
+    resend_lost_stops(_Terminated)
     status = StatusSender(status_connection, "render")
     status.offer_stacks()
     sinks: List[Any] = []

@@ -21,7 +21,7 @@ from multiprocessing.connection import Connection
 from typing import Any, Callable, List, Optional, Tuple
 
 from async_plotter.channel.base import ChannelAddress, ParamReader, ParamUpdate, ParentGone
-from async_plotter.processes import (become_background_child, exit_now,
+from async_plotter.processes import (become_background_child, exit_now, resend_lost_stops,
                                      keep_side_effects_out_of_user_folders)
 from async_plotter.worker.config import WorkerConfig
 from async_plotter.worker.history import HistoryHung, HistoryRecorder
@@ -73,6 +73,7 @@ def main(config: WorkerConfig, address: ChannelAddress, frames_out: Connection,
     become_background_child()
     # Without a handler SIGTERM ends the process at once; as SystemExit, ``finally`` still runs.
     signal.signal(signal.SIGTERM, _raise_stopped)
+    resend_lost_stops(_Stopped)
     os.environ.update(_THREAD_LIMITS)
     keep_side_effects_out_of_user_folders()
     status = StatusSender(status_connection, "rollout")

@@ -29,7 +29,7 @@ from async_plotter.channel.redis.states import StateKeys
 from async_plotter.display import offscreen_gl_backend
 from async_plotter.env.recipe import EnvRecipe
 from async_plotter.policy.recipe import PolicyRecipe
-from async_plotter.processes import become_background_child
+from async_plotter.processes import become_background_child, resend_lost_stops
 from async_plotter.render.stream import EpisodeEnd, StreamKind
 from async_plotter.worker.config import WorkerConfig
 from async_plotter.worker.parameters import ParameterLayout
@@ -85,6 +85,7 @@ def main(config: Any, address: LiveAddress, frames_out: Connection,
     """Entry point (started by the supervisor with ``spawn``, in the rollout process's place)."""
     become_background_child()
     signal.signal(signal.SIGTERM, _raise_stopped)
+    resend_lost_stops(_Stopped)
     status = StatusSender(status_connection, "rollout")
     status.offer_stacks()
     try:
