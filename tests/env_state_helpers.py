@@ -101,3 +101,22 @@ class RllabNormalizedEnv:
 
     def close(self):
         self._wrapped_env.close()
+
+
+class StepNormalizer(gymnasium.Wrapper):
+    """Subtracts a running mean it updates in its own ``step()`` (not ``observation()``)."""
+
+    def __init__(self, env):
+        super().__init__(env)
+        self.mean = np.zeros(env.observation_space.shape)
+        self.seen = 0
+
+    def reset(self, **kwargs):
+        observation, info = self.env.reset(**kwargs)
+        return (observation - self.mean).astype(np.float32), info
+
+    def step(self, action):
+        observation, reward, terminated, truncated, info = self.env.step(action)
+        self.seen += 1
+        self.mean = self.mean + (observation - self.mean) / self.seen
+        return (observation - self.mean).astype(np.float32), reward, terminated, truncated, info

@@ -12,32 +12,14 @@ import numpy as np
 import pytest
 
 from async_plotter import EnvMismatchError, Plotter
-from async_plotter.env.carried_state import MAX_BUILD_SECONDS, check_no_carried_state
+from async_plotter.env.carried_state import (MAX_BUILD_SECONDS, MAX_PLAY_SECONDS,
+                                             check_no_carried_state)
 from async_plotter.env.state import TrainerEnvState, WorkerEnvState
 from async_plotter.env.stepper import EnvStepper
 from tests import env_state_helpers as helpers
 
 
-class StepNormalizer(gymnasium.Wrapper):
-    """Subtracts a running mean it updates in its own ``step()`` (not ``observation()``)."""
-
-    def __init__(self, env):
-        super().__init__(env)
-        self.mean = np.zeros(env.observation_space.shape)
-        self.seen = 0
-
-    def reset(self, **kwargs):
-        observation, info = self.env.reset(**kwargs)
-        return (observation - self.mean).astype(np.float32), info
-
-    def step(self, action):
-        observation, reward, terminated, truncated, info = self.env.step(action)
-        self.seen += 1
-        self.mean = self.mean + (observation - self.mean) / self.seen
-        return (observation - self.mean).astype(np.float32), reward, terminated, truncated, info
-
-
-class TravellingStepNormalizer(StepNormalizer):
+class TravellingStepNormalizer(helpers.StepNormalizer):
 
     def get_wrapper_state(self):
         return {"mean": self.mean, "seen": self.seen}
@@ -46,7 +28,7 @@ class TravellingStepNormalizer(StepNormalizer):
         self.mean, self.seen = np.array(state["mean"]), int(state["seen"])
 
 
-class ForgetfulStepNormalizer(StepNormalizer):
+class ForgetfulStepNormalizer(helpers.StepNormalizer):
     """Sends its mean but not the count it divides by."""
 
     def get_wrapper_state(self):
@@ -163,7 +145,9 @@ def _copies(trainer_env, make):
 def test_a_wrapper_that_normalizes_in_its_own_step_is_refused_by_name(env_id, tmp_path):
     videos = tmp_path / "videos"
     with pytest.raises(EnvMismatchError) as error:
-        Plotter(StepNormalizer(gymnasium.make(env_id)), _policy_for(env_id), video_dir=str(videos))
+        Plotter(helpers.StepNormalizer(gymnasium.make(env_id)),
+                _policy_for(env_id),
+                video_dir=str(videos))
     message = str(error.value)
     assert "StepNormalizer (mean, seen)" in message, message
     assert "get_wrapper_state" in message and "set_wrapper_state" in message
@@ -227,7 +211,7 @@ def test_a_difference_no_data_explains_is_a_warning_and_an_unrepeatable_env_is_s
 
 def test_an_env_slow_to_build_is_let_through_with_a_line(caplog):
 
-    class SlowToBuild(StepNormalizer):
+    class SlowToBuild(helpers.StepNormalizer):
 
         def __init__(self, env):
             time.sleep(MAX_BUILD_SECONDS + 0.1)
@@ -238,6 +222,21 @@ def test_an_env_slow_to_build_is_let_through_with_a_line(caplog):
         check_no_carried_state(_copies(env, lambda: SlowToBuild(gymnasium.make("CartPole-v1"))),
                                env, "CartPole-v1")
     assert "a copy took" in caplog.text
+
+
+def test_an_env_slow_to_step_is_let_through_with_a_line(caplog):
+
+    class SlowToStep(helpers.StepNormalizer):
+
+        def step(self, action):
+            time.sleep(MAX_PLAY_SECONDS / 20)
+            return super().step(action)
+
+    env = SlowToStep(gymnasium.make("CartPole-v1"))
+    with caplog.at_level(logging.INFO, logger="async_plotter"):
+        check_no_carried_state(_copies(env, lambda: SlowToStep(gymnasium.make("CartPole-v1"))), env,
+                               "CartPole-v1")
+    assert "short episodes took" in caplog.text
 
 
 def test_the_trainers_env_is_never_stepped_by_the_check(tmp_path):

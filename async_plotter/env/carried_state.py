@@ -19,7 +19,8 @@ object), and a warning says so.
 
 Runs only where the trainer gave an env object with such a layer: ~5 ms a copy of a Gymnasium
 MuJoCo env, three copies, one more per candidate attribute where they differ; an env whose copy
-takes over ``MAX_BUILD_SECONDS`` to build is let through with one log line. No TensorFlow.
+takes over ``MAX_BUILD_SECONDS`` to build, or ``MAX_PLAY_SECONDS`` to play the warm-up, is let
+through with one log line. No TensorFlow.
 """
 import copy
 import dataclasses
@@ -44,8 +45,9 @@ logger = logging.getLogger("async_plotter")
 WARM_UP_EPISODES, WARM_UP_STEPS = 3, 20
 #: the steps of the episode compared
 COMPARED_STEPS = 10
-#: an env slower to build than this is not checked (the check builds three copies or more)
-MAX_BUILD_SECONDS = 0.5
+#: an env slower to build than this, or to play the warm-up episodes, is not checked (the check
+#: builds three copies or more, and plays more episodes)
+MAX_BUILD_SECONDS = MAX_PLAY_SECONDS = 0.5
 #: the seed of the compared episode (the warm-up episodes take the next ones)
 SEED = 0
 # Modules whose layers hold no state across episodes beyond what env/state.py carries.
@@ -98,7 +100,15 @@ def _check(fresh: Callable[[], EnvStepper], label: str) -> None:
     if actions is None:
         return
     try:
+        started = time.perf_counter()
         _warm_up(played, actions)
+        took = time.perf_counter() - started
+        if took > MAX_PLAY_SECONDS:
+            logger.info(
+                "Plotter: not checking whether %s carries state across episodes: %d short "
+                "episodes took %.1f s to play, and the check plays more", label, WARM_UP_EPISODES,
+                took)
+            return
         kept = _suspect_data(played.env)
         ours, theirs, again = (_episode(stepper, actions) for stepper in (played, first, second))
     except Exception as error:  # noqa: BLE001 - the step check (preflight) names step failures

@@ -7,12 +7,12 @@ before any sampler worker or plot worker starts.
 import os
 
 import gymnasium
-import numpy as np
 import pytest
 from gymnasium.wrappers import NormalizeObservation
 
 from async_plotter import EnvMismatchError, InvalidArgumentError, NoDisplayError, VideoDirError
 from async_plotter.rl import TRPO, CategoricalMLPPolicy, run_experiment_lite
+from tests import env_state_helpers as helpers
 
 SETTINGS = "it passes any of n_parallel, plot, seed, exp_name, log_dir by name"
 EXP_NAME = ("exp_name must be a non-empty name of letters, digits, '.', '_' or '-', not '.' or "
@@ -167,21 +167,6 @@ def test_plotter_arguments_are_checked_before_any_process_starts(case, kwargs, e
     assert not (workdir / "run" / "params.pkl").exists()
 
 
-class StepNormalizer(gymnasium.Wrapper):
-    """A user's wrapper, added after ``gymnasium.make``, that subtracts a running mean it keeps
-    in its own ``step()``."""
-
-    def __init__(self, env):
-        super().__init__(env)
-        self.mean, self.seen = np.zeros(env.observation_space.shape), 0
-
-    def step(self, action):
-        observation, reward, terminated, truncated, info = self.env.step(action)
-        self.seen += 1
-        self.mean = self.mean + (observation - self.mean) / self.seen
-        return (observation - self.mean).astype(np.float32), reward, terminated, truncated, info
-
-
 def _trpo_on(env):
     return TRPO(env,
                 CategoricalMLPPolicy("CartPole-v1", hidden_sizes=(8, )),
@@ -208,7 +193,7 @@ def test_serial_sampling_plots_the_env_object_it_steps(workdir, no_leftover_chil
     """Before: the plotter got the env's id and showed CartPole without the user's wrapper, so
     the plotter's checks of that wrapper never ran; now they name it."""
     with pytest.raises(EnvMismatchError, match=r"StepNormalizer \(mean, seen\)"):
-        run_experiment_lite(_trpo_on(StepNormalizer(gymnasium.make("CartPole-v1"))),
+        run_experiment_lite(_trpo_on(helpers.StepNormalizer(gymnasium.make("CartPole-v1"))),
                             plot=True,
                             log_dir="run")
     assert not (workdir / "run" / "videos").exists()
