@@ -14,7 +14,9 @@ from typing import Any, Callable, Optional
 
 import numpy as np
 
+from async_plotter.env.recipe import describe_env
 from async_plotter.env.state import TrainerEnvState, WorkerEnvState
+from async_plotter.errors import EnvSpecError
 
 logger = logging.getLogger(__name__)
 
@@ -30,9 +32,19 @@ class EnvMirror:
     @classmethod
     def of(cls, make: Callable[[], Any], label: str) -> Optional["EnvMirror"]:
         """A mirror of the env ``make`` builds, or None where its wrappers learn nothing (the
-        plotter can then build its own from the id or the factory)."""
+        plotter can then build its own from the id or the factory) or the copy cannot travel to
+        the plot worker (an env without a registration that cloudpickle cannot copy, where the
+        factory can: the plotter then gets the factory, and says its statistics start fresh)."""
         mirror = cls(make(), label)
         if mirror._writer is None:
+            mirror.close()
+            return None
+        try:
+            describe_env(mirror.env)  # what Plotter() does with it: it must travel
+        except EnvSpecError as error:
+            logger.info(
+                "the plotter gets the env's factory, not a copy that follows the samplers' "
+                "statistics: %s", error)
             mirror.close()
             return None
         return mirror

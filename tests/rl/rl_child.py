@@ -1,5 +1,6 @@
 """Functions that the tests run in spawned child processes (importable by name, see conftest)."""
 import os
+import threading
 import time
 from typing import Any, Dict, Optional, Tuple
 
@@ -124,3 +125,10 @@ class BrokenHook(gymnasium.Wrapper):
 
 def normalized_cartpole():
     return NormalizeObservation(gymnasium.make("CartPole-v1"))
+
+
+def unpicklable_normalized_env():
+    """``action_echo_env`` whose base env holds a lock: the factory travels, a copy does not."""
+    env = ActionEcho()
+    env.lock = threading.Lock()
+    return RewardIsObservationSize(NormalizeObservation(env))

@@ -120,3 +120,22 @@ def test_the_statistics_the_samplers_learn_are_the_ones_shown(n_parallel, tmp_pa
     final = result.algo.plotter.stats["history"][-1]
     assert final["iteration"] == 2
     assert min(abs(final["return"] - expected) for expected in returns) < 1e-3, (final, returns)
+
+
+def test_an_env_whose_copy_cannot_travel_is_plotted_from_its_factory(tmp_path, caplog):
+    """The plotter's copy of the env holds a lock, which cloudpickle cannot copy: the plot worker
+    builds its own from the factory, with fresh statistics, as before the copy existed."""
+    from rl_child import unpicklable_normalized_env
+
+    algo = TRPO(unpicklable_normalized_env,
+                CategoricalMLPPolicy(EnvSpec.from_env(unpicklable_normalized_env()),
+                                     hidden_sizes=(4, )),
+                LinearFeatureBaseline(),
+                batch_size=100,
+                max_path_length=10,
+                n_itr=2)
+    with caplog.at_level(logging.INFO, logger="async_plotter"):
+        result = run_experiment_lite(algo, plot=True, seed=1, log_dir=str(tmp_path / "run"))
+    assert result.final_video is not None
+    assert "not a copy that follows the samplers' statistics" in caplog.text
+    assert "start fresh in the plot worker" in caplog.text
