@@ -321,9 +321,10 @@ class BatchPolopt:
             # Sampled in this process: the plotter gets the env object training steps, so that
             # its wrappers, and the state they learn, are the ones shown.
             env = self.env
-        elif self.env_maker is not None:
-            # The samplers step envs of their own: the plotter gets a copy that follows what
-            # their wrappers learn (rl/env_mirror.py).
+        elif self.env_maker is not None and type(self.sampler).env_state is not Sampler.env_state:
+            # The samplers step envs of their own and say what their wrappers learn: the plotter
+            # gets a copy that follows it (rl/env_mirror.py). A sampler that does not say (one of
+            # the user's) leaves the plot worker its own env, whose statistics learn as it plays.
             self._mirror = EnvMirror.of(self.env_maker, self._env_name())
             env = self._mirror.env if self._mirror is not None else env
         try:

@@ -12,6 +12,7 @@ import pytest
 from async_plotter.rl import (TRPO, CategoricalMLPPolicy, GaussianMLPPolicy, LinearFeatureBaseline,
                               run_experiment_lite)
 from async_plotter.rl.envs import EnvSpec
+from async_plotter.rl.samplers import Sampler, SerialSampler
 from async_plotter.rl.example_cli import example_parser, plot_options
 
 pytestmark = pytest.mark.slow
@@ -139,3 +140,40 @@ def test_an_env_whose_copy_cannot_travel_is_plotted_from_its_factory(tmp_path, c
     assert result.final_video is not None
     assert "not a copy that follows the samplers' statistics" in caplog.text
     assert "start fresh in the plot worker" in caplog.text
+
+
+class _QuietSampler(Sampler):
+    """A user's own sampler, which says nothing of what its env learns (no ``env_state``)."""
+
+    def __init__(self):
+        self._inner = SerialSampler()
+
+    def start(self, env, policy, seed=None):
+        self._inner.start(env, policy, seed)
+
+    def obtain_samples(self, itr, param_values, batch_size, max_path_length):
+        return self._inner.obtain_samples(itr, param_values, batch_size, max_path_length)
+
+    def shutdown(self):
+        self._inner.shutdown()
+
+
+def test_a_sampler_that_does_not_say_what_its_env_learns_leaves_the_worker_its_own(
+        tmp_path, caplog):
+    """A copy that no sampler updates would show the initial statistics for the whole run; the
+    plot worker's own env, which learns from its episodes, is nearer (as before the copy)."""
+    from rl_child import action_echo_env
+
+    algo = TRPO(action_echo_env,
+                CategoricalMLPPolicy(EnvSpec.from_env(action_echo_env()), hidden_sizes=(4, )),
+                LinearFeatureBaseline(),
+                batch_size=100,
+                max_path_length=10,
+                n_itr=2,
+                sampler=_QuietSampler(),
+                plot=True,
+                log_dir=str(tmp_path / "run"))
+    with caplog.at_level(logging.INFO, logger="async_plotter"):
+        algo.train()
+    assert "start fresh in the plot worker" in caplog.text
+    assert algo.plotter.stats["videos"] >= 1
