@@ -28,12 +28,12 @@ import logging
 import pickle
 import random
 import time
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple
 
 import gymnasium
 import numpy as np
 
-from async_plotter.env.check import copied_data, is_plain_data, same_data
+from async_plotter.env.check import LINKS, copied_data, is_plain_data, same_data
 from async_plotter.env.state import HOOK, env_layers, layer_kind
 from async_plotter.env.stepper import EnvStepper
 from async_plotter.errors import EnvMismatchError
@@ -52,7 +52,6 @@ MAX_BUILD_SECONDS = MAX_PLAY_SECONDS = 0.5
 SEED = 0
 # Modules whose layers hold no state across episodes beyond what env/state.py carries.
 _KNOWN_MODULES = ("gymnasium", "gym", "async_plotter")
-_LINKS = ("env", "_wrapped_env", "wrapped_env")
 
 Build = Callable[[], EnvStepper]
 #: attributes of a stack's layers: (the layer's place, outermost first; the attribute's name)
@@ -226,17 +225,25 @@ def _flat(observation: Any) -> np.ndarray:
     return np.ravel(np.asarray(observation, dtype=np.float64))
 
 
+def _same_step(a: np.ndarray, b: np.ndarray) -> bool:
+    return a.shape == b.shape and np.array_equal(a, b, equal_nan=True)
+
+
 def _same_episode(a: List[np.ndarray], b: List[np.ndarray]) -> bool:
-    return len(a) == len(b) and all(x.shape == y.shape and np.array_equal(x, y, equal_nan=True)
-                                    for x, y in zip(a, b))
+    return len(a) == len(b) and all(_same_step(x, y) for x, y in zip(a, b))
 
 
 def _first_difference(played: List[np.ndarray], fresh: List[np.ndarray]) -> str:
     for step, (ours, theirs) in enumerate(zip(played, fresh)):
-        if ours.shape != theirs.shape or not np.array_equal(ours, theirs, equal_nan=True):
+        if not _same_step(ours, theirs):
             return (f"{_show(ours)} at step {step} of an episode where a fresh copy gives "
                     f"{_show(theirs)} from the same start and actions")
     return f"an episode of {len(played)} observations where a fresh copy's has {len(fresh)}"
+
+
+def _suspect_layers(env: Any) -> Iterator[Tuple[int, Any]]:
+    """The suspect layers of ``env`` with their place in the stack, outermost first."""
+    return ((index, layer) for index, layer in enumerate(env_layers(env)) if _suspect(layer))
 
 
 def _suspect_data(env: Any) -> Dict[int, Dict[str, Any]]:
@@ -244,18 +251,16 @@ def _suspect_data(env: Any) -> Dict[int, Dict[str, Any]]:
     return {
         index: {
             key: copied_data(value)
-            for key, value in vars(layer).items() if key not in _LINKS and is_plain_data(value)
+            for key, value in vars(layer).items() if key not in LINKS and is_plain_data(value)
         }
-        for index, layer in enumerate(env_layers(env)) if _suspect(layer)
+        for index, layer in _suspect_layers(env)
     }
 
 
 def _generators(env: Any) -> Dict[Tuple[int, str], bytes]:
     """The state of each random generator the suspect layers hold, comparable by equality."""
     states = {}
-    for index, layer in enumerate(env_layers(env)):
-        if not _suspect(layer):
-            continue
+    for index, layer in _suspect_layers(env):
         for key, value in vars(layer).items():
             if isinstance(value, np.random.Generator):
                 states[(index, key)] = pickle.dumps(value.bit_generator.state)

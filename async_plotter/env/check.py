@@ -27,7 +27,8 @@ logger = logging.getLogger("async_plotter")
 _RTOL = 1e-4
 _ATOL = 1e-4
 _PROBES = 3
-_LINKS = ("env", "_wrapped_env", "wrapped_env", "envs", "env_fns")
+#: attributes by which a layer holds the env(s) it wraps: links, not the layer's own data
+LINKS = ("env", "_wrapped_env", "wrapped_env", "envs", "env_fns")
 
 Stage = Tuple[str, Callable[[np.ndarray], np.ndarray]]
 
@@ -100,7 +101,7 @@ def _detached(layer: Any) -> Any:
     were collected."""
     clone = copy.copy(layer)
     for key, value in vars(layer).items():
-        if key not in _LINKS:
+        if key not in LINKS:
             vars(clone)[key] = copied_data(value)
     return clone
 
@@ -117,12 +118,10 @@ def copied_data(value: Any, depth: int = 0) -> Any:
         return type(value)(copied_data(item, depth + 1) for item in value)
     if isinstance(value, dict):
         return {key: copied_data(item, depth + 1) for key, item in value.items()}
-    fields = getattr(value, "__dict__", None)
-    if type(value).__module__.startswith("gymnasium.spaces") or fields is None or not all(
-            _is_data(item) for item in fields.values()):
+    if not _made_of_data(value):
         return value
     clone = copy.copy(value)
-    for key, item in fields.items():
+    for key, item in vars(value).items():
         vars(clone)[key] = copied_data(item, depth + 1)
     return clone
 
@@ -130,11 +129,13 @@ def copied_data(value: Any, depth: int = 0) -> Any:
 def is_plain_data(value: Any) -> bool:
     """Whether ``copied_data`` copies ``value`` whole: arrays, numbers, strings, containers, and
     objects made only of those (a ``RunningMeanStd``)."""
-    if _is_data(value):
-        return True
+    return _is_data(value) or (_made_of_data(value) and not callable(value))
+
+
+def _made_of_data(value: Any) -> bool:
+    """An object whose fields are all data (not a Gymnasium space, which is shared, not state)."""
     fields = getattr(value, "__dict__", None)
-    return (fields is not None and not callable(value)
-            and not type(value).__module__.startswith("gymnasium.spaces")
+    return (fields is not None and not type(value).__module__.startswith("gymnasium.spaces")
             and all(_is_data(item) for item in fields.values()))
 
 
@@ -216,7 +217,7 @@ def _changed_attributes(layer: Any) -> List[str]:
     if getattr(space, "shape", None) is None:
         return []
     probe = _detached(layer)
-    before = {k: copied_data(v) for k, v in vars(probe).items() if k not in _LINKS}
+    before = {k: copied_data(v) for k, v in vars(probe).items() if k not in LINKS}
     try:
         for observation in _probes(np.zeros(space.shape, dtype=space.dtype or np.float32)):
             if vector:

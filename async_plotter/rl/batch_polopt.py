@@ -327,15 +327,13 @@ class BatchPolopt:
             # the user's) leaves the plot worker its own env, whose statistics learn as it plays.
             self._mirror = EnvMirror.of(self.env_maker, self._env_name())
             env = self._mirror.env if self._mirror is not None else env
+        plotter = None
         try:
             plotter = Plotter(env, self.policy, **kwargs)
-        except BaseException:
-            self._close_mirror()
-            raise
-        try:
             plotter.start()
         except BaseException:
-            plotter.close()
+            if plotter is not None:
+                plotter.close()
             self._close_mirror()
             raise
         logger.info("plotter started%s", f"; videos go to {video_dir}" if video_dir else "")

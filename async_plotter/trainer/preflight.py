@@ -4,9 +4,9 @@ read, fails here as a named error (docs/design.md, "checked before anything star
 
 All of it is cheap and without GL: the env is built as the worker builds it (with the wrappers'
 state as it travels), compared with the trainer's (``env/check.py``; copies played for a few
-episodes with fresh ones, ``env/carried_state.py``) and reset; the policy acts
-once and the env steps once through the worker's own step function (``env/stepper.py``); the
-worker's copy of the policy is checked (``policy/check.py``), random generators put back after;
+episodes against fresh ones, ``env/carried_state.py``) and reset; the policy acts once and the
+env steps once through the worker's own step function (``env/stepper.py``); the worker's copy
+of the policy is checked (``policy/check.py``), random generators put back after;
 a self-drawing env must return an RGB array; ``camera=`` must name a camera of the model.
 MuJoCo's warnings meanwhile are DEBUG records (``mujoco_warnings``). A check that cannot be made
 here (a TF1 graph-mode trainer, an env whose drawing looks like GL) is skipped with one log line.
