@@ -352,6 +352,11 @@ def test_final_video_at_zero_timeout_is_skipped(tmp_path, no_leftovers):
 def test_summary_explains_a_starved_run(tmp_path, caplog):
     from async_plotter.trainer.summary import summarize_videos
 
+    live = {"frames": 300, "frames_drawn": 40, "updates_applied": 3, "updates_sent": 5}
+    assert summarize_videos(
+        live, 5, 10.0, 0.05,
+        None) == ("plotter: 300 frames shown live (40 drawn for a viewer), 3 of 5 updates")
+
     stats = {"video_log": [], "boot_seconds": None, "frames": 0}
     text = summarize_videos(stats, 8, 10.0, 0.05, str(tmp_path))
     assert text.startswith(f"plotter: no video in {tmp_path}")
@@ -363,7 +368,9 @@ def test_summary_explains_a_starved_run(tmp_path, caplog):
             "iteration": 0
         }],
         "boot_seconds": 3.0,
-        "frames": 500,
+        # Frames a live view played undrawn cost nothing: the cost is per frame drawn.
+        "frames": 800,
+        "frames_drawn": 500,
         "worker_cpu_seconds": 8.0,
         "boot_cpu_seconds": 3.0,
         "updates_sent": 40,

@@ -306,8 +306,9 @@ def test_worker_reports_are_typed_and_unknown_ones_are_errors():
     assert "unknown report 'framez'" in stats.last_error and heard == []
     assert stats.unknown_reports == 1
     assert Pair.errors == {"render": "unknown report 'framez' from the plot worker"}
-    supervisor._apply("frames", {"role": "render", "count": 5}, Pair())
-    assert stats.frames == 5 and heard == [("frames", {"role": "render", "count": 5})]
+    report = {"role": "render", "count": 5, "drawn": 3}
+    supervisor._apply("frames", report, Pair())
+    assert stats.frames == 5 and stats.frames_drawn == 3 and heard == [("frames", report)]
 
 
 def test_the_render_process_refuses_messages_it_does_not_know():

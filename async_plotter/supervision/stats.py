@@ -24,8 +24,11 @@ class WorkerStats:
     updates_applied: int = 0
     #: episodes the worker ran
     episodes: int = 0
-    #: frames drawn (every ``frame_stride``-th step)
+    #: frames shown (every ``frame_stride``-th step): on video, or played to a live view
     frames: int = 0
+    #: of those, the frames drawn as pixels: a live page or window that nobody watches plays
+    #: its frames without drawing them
+    frames_drawn: int = 0
     #: videos written
     videos: int = 0
     #: restarts after worker failures

@@ -509,6 +509,7 @@ class WorkerSupervisor:
 
     def _on_frames(self, payload: dict, pair: _Pair) -> None:
         self._stats.frames += payload["count"]
+        self._stats.frames_drawn += payload["drawn"]
 
     def _on_encoder(self, payload: dict, pair: _Pair) -> None:
         self._settle_priority(payload["pid"])

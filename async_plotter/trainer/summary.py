@@ -22,7 +22,10 @@ def summarize_videos(stats: Dict[str, Any],
     which cuts the video being drawn without waiting for it."""
     log: List[Dict[str, Any]] = list(stats.get("video_log") or [])
     if not video_dir:
-        return (f"plotter: {stats.get('frames', 0)} frames shown live, "
+        played, drawn = stats.get("frames", 0), stats.get("frames_drawn", 0)
+        # A page's frames are drawn only while someone watches it.
+        unwatched = f" ({drawn} drawn for a viewer)" if drawn != played else ""
+        return (f"plotter: {played} frames shown live{unwatched}, "
                 f"{stats.get('updates_applied', 0)} of {stats.get('updates_sent', 0)} updates")
     if not log:
         text = f"plotter: no video in {video_dir}"
@@ -150,7 +153,7 @@ def _why_few(stats: Dict[str, Any], videos: int, iterations: int, elapsed: float
     cpu = max(
         stats.get("worker_cpu_seconds", 0.0) - stats.get("boot_cpu_seconds", 0.0) - history_cpu,
         0.0)
-    frames = max(stats.get("frames", 0), 1)
+    frames = max(stats.get("frames_drawn", 0), 1)
     per_frame_ms = 1000.0 * cpu / frames if cpu else None
     cost = f" (~{per_frame_ms:.0f} ms of CPU a frame)" if per_frame_ms else ""
     history = ""

@@ -373,6 +373,8 @@ class _Stream:
         self._first_video = not config.live and not self._viewers
         self._episode: Optional[EpisodeInfo] = None
         self._frames_unreported = 0
+        #: of those, the frames with pixels (a live view that nobody watches draws none)
+        self._drawn_unreported = 0
         self._last_report = time.monotonic()
         #: the sinks that copy states and draw nothing (state recordings), by their specs
         self._state_copies = [
@@ -756,6 +758,7 @@ class _Stream:
         if self._episode is not None:
             self._shown_update = self._episode.update
         self._frames_unreported += 1
+        self._drawn_unreported += frame is not None
         if time.monotonic() - self._last_report >= 0.5:
             self._report_frames()
         # A live view's steps are each due one interval after the step before, however late
@@ -765,8 +768,11 @@ class _Stream:
 
     def _report_frames(self) -> None:
         if self._frames_unreported:
-            self._status.send(StatusKind.FRAMES, count=self._frames_unreported)
-            self._frames_unreported, self._last_report = 0, time.monotonic()
+            self._status.send(StatusKind.FRAMES,
+                              count=self._frames_unreported,
+                              drawn=self._drawn_unreported)
+            self._frames_unreported, self._drawn_unreported = 0, 0
+            self._last_report = time.monotonic()
 
 
 #: the messages that carry shown steps

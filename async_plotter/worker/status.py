@@ -17,7 +17,7 @@ class StatusKind(str, enum.Enum):
     BEAT = "beat"  # the main loop makes progress (hang detection)
     APPLIED = "applied"  # rollout: new parameters applied (update, iteration)
     EPISODE = "episode"  # rollout: an episode ended (update, steps, reward, completed, part)
-    FRAMES = "frames"  # render: frames drawn since the last report (count)
+    FRAMES = "frames"  # render: frames shown since the last report (count; drawn: with pixels)
     VIDEO = "video"  # render: a video file is complete (path, update, iteration, ...)
     TENSORBOARD = "tensorboard"  # render: a rollout written to TensorBoard (path, tag, step, ...)
     STATES = "states"  # render: a state recording is complete (path, update, iteration, ...)
