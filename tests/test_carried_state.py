@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 from async_plotter import EnvMismatchError, Plotter
+from async_plotter.env import carried_state
 from async_plotter.env.carried_state import (MAX_BUILD_SECONDS, MAX_PLAY_SECONDS,
                                              check_no_carried_state)
 from async_plotter.env.state import TrainerEnvState, WorkerEnvState
@@ -167,6 +168,33 @@ def test_an_env_whose_episodes_change_with_their_count_is_refused_by_name(tmp_pa
     with pytest.raises(EnvMismatchError, match=r"Curriculum \(episodes\)") as error:
         Plotter(Curriculum(), _LinearPolicy(2, 1), video_dir=str(tmp_path / "videos"))
     assert "[0.1 0. ]" in str(error.value)  # what a fresh copy, the worker's, starts from
+
+
+class CountingStepNormalizer(helpers.StepNormalizer):
+    """Also counts its steps in six counters the observations never see."""
+
+    def step(self, action):
+        for counter in range(6):
+            vars(self)[f"count{counter}"] = vars(self).get(f"count{counter}", 0) + counter + 1
+        return super().step(action)
+
+
+def test_the_attributes_named_are_narrowed_for_a_bounded_time(monkeypatch, caplog):
+    env = CountingStepNormalizer(gymnasium.make("CartPole-v1"))
+    with pytest.raises(EnvMismatchError, match=r"CountingStepNormalizer \(mean, seen\) in"):
+        check_no_carried_state(
+            _copies(env, lambda: CountingStepNormalizer(gymnasium.make("CartPole-v1"))), env,
+            "CartPole-v1")
+    # Each attribute left out costs a copy and an episode: past the bound, all are named.
+    monkeypatch.setattr(carried_state, "MAX_NARROWING_SECONDS", 0.0)
+    with caplog.at_level(logging.INFO, logger="async_plotter"):
+        with pytest.raises(EnvMismatchError) as error:
+            check_no_carried_state(
+                _copies(env, lambda: CountingStepNormalizer(gymnasium.make("CartPole-v1"))), env,
+                "CartPole-v1")
+    assert str(error.value).startswith("CountingStepNormalizer (mean, seen, count0, count1, "
+                                       "count2, count3, count4, count5) in the env CartPole-v1")
+    assert "naming all 8 attributes in which a played copy of CartPole-v1 differs" in caplog.text
 
 
 def test_state_that_travels_resets_or_is_not_seen_passes_and_leaves_training_alone(caplog):

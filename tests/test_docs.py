@@ -90,6 +90,8 @@ def test_the_carried_state_checks_limits_are_stated_as_the_code_has_them():
     assert (f"plays {played.WARM_UP_EPISODES} episodes of up to {played.WARM_UP_STEPS} steps, "
             "then it and two fresh copies play one more from seed "
             f"{played.SEED} with the same {played.COMPARED_STEPS} actions") in design
+    assert f"each left out in turn (`StepNormalizer (mean, seen)`, `Curriculum (episodes)`; for " \
+        f"a hook, `... leaves out seen`), for at most {played.MAX_NARROWING_SECONDS:g} s" in design
 
 
 def test_the_spin_rule_is_stated_as_the_code_has_it():

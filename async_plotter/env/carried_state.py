@@ -18,9 +18,9 @@ act as the played one, those of them it still needs (each left out in turn) are 
 object), and a warning says so.
 
 Runs only where the trainer gave an env object with such a layer: ~5 ms a copy of a Gymnasium
-MuJoCo env, three copies, one more per candidate attribute where they differ; an env whose copy
-takes over ``MAX_BUILD_SECONDS`` to build, or ``MAX_PLAY_SECONDS`` to play the warm-up, is let
-through with one log line. No TensorFlow.
+MuJoCo env, three copies, one more per candidate attribute where they differ (for at most
+``MAX_NARROWING_SECONDS``); an env whose copy takes over ``MAX_BUILD_SECONDS`` to build, or
+``MAX_PLAY_SECONDS`` to play the warm-up, is let through with one log line. No TensorFlow.
 """
 import copy
 import dataclasses
@@ -48,6 +48,9 @@ COMPARED_STEPS = 10
 #: an env slower to build than this, or to play the warm-up episodes, is not checked (the check
 #: builds three copies or more, and plays more episodes)
 MAX_BUILD_SECONDS = MAX_PLAY_SECONDS = 0.5
+#: narrowing the attributes an error names down to those needed (a copy and an episode each)
+#: stops after this; the error then names all that are left
+MAX_NARROWING_SECONDS = 1.0
 #: the seed of the compared episode (the warm-up episodes take the next ones)
 SEED = 0
 # Modules whose layers hold no state across episodes beyond what env/state.py carries.
@@ -140,9 +143,7 @@ def _check(fresh: Callable[[], EnvStepper], label: str) -> None:
     keys = [(index, key) for index, data in ours.data.items() for key in data
             if not same_data(data[key], theirs.data[index].get(key))]
     if keys and explains(keys):
-        for key in list(keys):
-            if len(keys) > 1 and explains([other for other in keys if other != key]):
-                keys.remove(key)
+        _narrow(keys, explains, label)
         raise EnvMismatchError(
             f"{_by_layer(keys, layers)} in the env {label} carries state from one episode to "
             "the next, outside the state that travels to the plot worker, and it changes what "
@@ -164,6 +165,21 @@ def _check(fresh: Callable[[], EnvStepper], label: str) -> None:
         "Plotter: the env %s gives the policy other observations after a few episodes than "
         "fresh (%s), from state the plotter cannot send (not plain arrays or numbers): the "
         "plot worker's copy starts it fresh", label, where)
+
+
+def _narrow(keys: _Keys, explains: Callable[[_Keys], bool], label: str) -> None:
+    """Leave out of ``keys``, in place, each that the others explain the difference without,
+    until ``MAX_NARROWING_SECONDS`` have passed."""
+    deadline = time.perf_counter() + MAX_NARROWING_SECONDS
+    for key in list(keys):
+        if time.perf_counter() > deadline:
+            logger.info(
+                "Plotter: naming all %d attributes in which a played copy of %s differs: "
+                "finding which of them it needs took over %g s", len(keys), label,
+                MAX_NARROWING_SECONDS)
+            return
+        if len(keys) > 1 and explains([other for other in keys if other != key]):
+            keys.remove(key)
 
 
 def _suspect(layer: Any) -> bool:
