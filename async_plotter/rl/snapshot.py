@@ -2,7 +2,7 @@
 back."""
 import os
 import uuid
-from typing import Any, Dict, Union
+from typing import Any, Dict, Tuple, Union
 
 import cloudpickle
 
@@ -33,16 +33,37 @@ def atomic_write_bytes(path: PathLike, data: bytes) -> None:
         raise
 
 
+class _TrainedPolicy:
+    """Pickles as ``policy`` given ``params`` when unpickled. A policy pickles as its recipe (its
+    constructor's arguments) and comes back freshly initialised; this way a snapshot read with a
+    plain ``pickle.load`` (rllab's ``joblib.load(path)["policy"]``) holds the trained policy."""
+
+    def __init__(self, policy: Any, params: Any) -> None:
+        self.policy, self.params = policy, params
+
+    def __reduce__(self) -> Tuple[Any, Tuple[Any, Any]]:
+        return _trained, (self.policy, self.params)
+
+
+def _trained(policy: Any, params: Any) -> Any:
+    policy.set_param_values(params)
+    return policy
+
+
 def save_snapshot(path: PathLike, snapshot: Dict[str, Any]) -> None:
-    """Pickle ``snapshot`` (cloudpickle: env factories may be lambdas) atomically to ``path``."""
+    """Pickle ``snapshot`` (cloudpickle: env factories may be lambdas) atomically to ``path``;
+    its ``policy`` loads with its ``policy_params``."""
+    if snapshot.get("policy") is not None and snapshot.get("policy_params") is not None:
+        snapshot = dict(snapshot,
+                        policy=_TrainedPolicy(snapshot["policy"], snapshot["policy_params"]))
     atomic_write_bytes(path, cloudpickle.dumps(snapshot))
 
 
 def load_snapshot(path: PathLike) -> Dict[str, Any]:
     """Load a snapshot written during training.
 
-    The policy pickles as its constructor arguments only, so it comes back freshly initialised;
-    this loads the saved parameters into it (key ``policy_params``).
+    The policy comes back with the parameters it had (``policy_params``), as with a plain
+    ``pickle.load``; this also gives them to the policy of a snapshot written before it did.
     """
     with open(path, "rb") as f:
         snapshot = cloudpickle.load(f)

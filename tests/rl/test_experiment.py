@@ -2,6 +2,7 @@
 test_bad_input_experiment.py)."""
 import csv
 import os
+import pickle
 import signal
 import subprocess
 import sys
@@ -133,6 +134,10 @@ def test_writes_progress_curve_snapshot_and_log(tmp_path):
     assert snapshot["itr"] == 2
     np.testing.assert_array_equal(snapshot["policy"].get_param_values(),
                                   result.algo.policy.get_param_values())
+    # Read as rllab's scripts read it (joblib.load(path)["policy"]): the trained policy too.
+    with open(run / "params.pkl", "rb") as f:
+        np.testing.assert_array_equal(
+            pickle.load(f)["policy"].get_param_values(), result.algo.policy.get_param_values())
     assert result.video_dir is None
 
 
