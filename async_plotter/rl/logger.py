@@ -63,7 +63,10 @@ def console_logging(debug_log: Optional[str] = None) -> Iterator[None]:
 
 
 def format_value(value: Any) -> str:
-    """Numbers with 6 significant digits, everything else as ``str``."""
+    """Numbers with 6 significant digits, nothing (``ShownReturn`` in an iteration that finished
+    no recording; blank in ``progress.csv``) as ``-``, everything else as ``str``."""
+    if value is None:
+        return "-"
     if isinstance(value, bool):
         return str(value)
     if isinstance(value, int):

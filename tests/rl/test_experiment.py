@@ -77,6 +77,13 @@ def test_the_curve_draws_every_recordings_return_also_those_no_row_holds(tmp_pat
     assert drawn == (tmp_path / "every.png").read_bytes() != (tmp_path / "rows.png").read_bytes()
 
 
+def test_the_console_shows_an_iteration_that_finished_no_recording_as_a_dash():
+    from async_plotter.rl.logger import format_table
+
+    lines = format_table({"AverageReturn": 93.41, "ShownReturn": None}).splitlines()
+    assert lines[1:3] == ["AverageReturn  93.41", "ShownReturn    -"]
+
+
 def test_tensorboard_gets_one_value_a_step_when_close_amends_the_last_row(tmp_path):
     """The last row's ShownReturn is replaced at close() by the final policy's: progress.csv is
     written again, and TensorBoard holds each value once (the returns as ``history/return`` at
