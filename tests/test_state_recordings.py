@@ -238,6 +238,13 @@ def test_what_is_not_a_recording_is_refused_and_runs_no_code(tmp_path):
     assert recordings_in(str(tmp_path)) == [str(pickled), str(plain)]
     result = render_command(str(plain), "--out", str(tmp_path))
     assert result.returncode == 1 and "not an async_plotter state recording" in result.stderr
+    # A file of the run given by mistake is named for what it is not, not as "pickled data".
+    returns = tmp_path / "returns.csv"
+    returns.write_text("iteration,update,return\n0,1,31.8\n")
+    result = render_command(str(returns), "--out", str(tmp_path))
+    assert result.returncode == 1, result.stderr
+    assert f"{returns} is not a state recording: recordings are numpy zips (.npz)" in result.stderr
+    assert "pickled" not in result.stderr
 
 
 # ------------------------------------------------------------ record_states: live episodes

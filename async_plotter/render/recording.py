@@ -237,6 +237,12 @@ def _read_archive(source: Any, what: str, expected_format: str,
     failure to read it, a ``RecordingError`` naming ``what``. Runs no code
     (``allow_pickle=False``)."""
     try:
+        # np.load reads what is no zip as a .npy or a pickle, and says so ("contains pickled
+        # data"): about a CSV or an mp4 given by mistake, the wrong thing.
+        if not _is_zip(source):
+            raise RecordingError(
+                f"{what} is not a state recording: recordings are numpy zips (.npz), such as "
+                "the iter_NNNN.npz files beside the videos and in their history/ folder")
         with np.load(source, allow_pickle=False) as archive:
             if "format" not in archive.files or str(archive["format"]) != expected_format:
                 raise RecordingError(f"{what} is not an async_plotter state recording "
@@ -246,6 +252,22 @@ def _read_archive(source: Any, what: str, expected_format: str,
         if isinstance(error, RecordingError):
             raise
         raise RecordingError(f"cannot read the state recording {what}: {error}") from error
+
+
+def _is_zip(source: Any) -> bool:
+    """Whether ``source`` (a path or a seekable file) starts as a zip does; read from where it
+    is, and put back there."""
+    if isinstance(source, (str, os.PathLike)):
+        with open(source, "rb") as file:
+            return file.read(4) == _ZIP_MAGIC
+    where = source.tell()
+    try:
+        return source.read(4) == _ZIP_MAGIC
+    finally:
+        source.seek(where)
+
+
+_ZIP_MAGIC = b"PK\x03\x04"
 
 
 def recordings_in(path: str) -> List[str]:
