@@ -42,17 +42,31 @@ def check_worker_env(worker_env: Any, trainer_env: Any, label: str) -> None:
     if trainer_env is None:
         _warn_fresh_statistics(worker_layers, label)
         return
+    compare_observation_wrappers(worker_env, trainer_env, label)
+    _refuse_untravelled_state(trainer_env, label)
+
+
+def compare_observation_wrappers(worker_env: Any,
+                                 trainer_env: Any,
+                                 label: str,
+                                 raw: Optional[np.ndarray] = None,
+                                 advice: Optional[str] = None) -> bool:
+    """Raise ``EnvMismatchError`` if ``worker_env``'s observation wrappers transform a few
+    observations otherwise than ``trainer_env``'s, on detached copies of the wrappers; whether
+    they could be compared (both have some, and they take observations of the base env's kind).
+    ``raw``: the base env's first observation (``raw_observation``), else it is reset for one;
+    ``advice``: what the error says to do, else what fits the wrapper that differs."""
     trainer_stages = _stages(env_layers(trainer_env))
-    worker_stages = _stages(worker_layers)
     if not trainer_stages:
-        _refuse_untravelled_state(trainer_env, label)
-        return
-    raw = _raw_observation(worker_layers)
+        return False
+    worker_layers = env_layers(worker_env)
+    worker_stages = _stages(worker_layers)
+    raw = raw_observation(worker_env) if raw is None else raw
     if raw is None:
         logger.info(
             "Plotter: not comparing %s's observation wrappers (no raw observation to feed "
             "them)", label)
-        return
+        return False
     # A vector env's wrappers stand on top of the one env's own: compare them on what that
     # env's inner wrappers give.
     inner = worker_stages[:len(worker_stages) - len(trainer_stages)]
@@ -60,7 +74,7 @@ def check_worker_env(worker_env: Any, trainer_env: Any, label: str) -> None:
     for probe in _probes(raw):
         try:
             start = _through(inner, probe)
-            _compare(trainer_stages, outer, start, label)
+            _compare(trainer_stages, outer, start, label, advice)
         except EnvMismatchError:
             raise
         except Exception as error:  # noqa: BLE001 - a wrapper between them changes the shape
@@ -68,8 +82,8 @@ def check_worker_env(worker_env: Any, trainer_env: Any, label: str) -> None:
                 "Plotter: not comparing %s's observation wrappers (%s: %s; a wrapper that is "
                 "not an observation wrapper, such as a frame stack, stands between them)", label,
                 type(error).__name__, error)
-            break
-    _refuse_untravelled_state(trainer_env, label)
+            return False
+    return True
 
 
 def _stages(layers: List[Any]) -> List[Stage]:
@@ -144,8 +158,10 @@ def _is_data(value: Any) -> bool:
         value, (np.ndarray, np.generic, bool, int, float, str, tuple, list, dict))
 
 
-def _raw_observation(worker_layers: List[Any]) -> Optional[np.ndarray]:
-    base = worker_layers[-1]
+def raw_observation(env: Any) -> Optional[np.ndarray]:
+    """The first observation of ``env``'s base env from seed 0 (None where it is a dict);
+    resets that base env."""
+    base = env_layers(env)[-1]
     try:
         result = base.reset(seed=0)
     except TypeError:
@@ -168,8 +184,8 @@ def _through(stages: List[Stage], observation: np.ndarray) -> np.ndarray:
     return observation
 
 
-def _compare(trainer: List[Stage], worker: List[Stage], observation: np.ndarray,
-             label: str) -> None:
+def _compare(trainer: List[Stage], worker: List[Stage], observation: np.ndarray, label: str,
+             advice: Optional[str]) -> None:
     ours, theirs = observation, observation
     for index, ((name, transform), (worker_name,
                                     worker_transform)) in enumerate(zip(trainer, worker)):
@@ -182,7 +198,7 @@ def _compare(trainer: List[Stage], worker: List[Stage], observation: np.ndarray,
             f"gives it: after {name} (observation wrapper {index + 1} of {len(trainer)}, "
             f"innermost first), yours gives {_show(ours)} and the worker's {worker_name} "
             f"{_show(theirs)}, so the videos would show the policy acting on other "
-            f"observations. {_advice(name)}")
+            f"observations. {_advice(name) if advice is None else advice}")
     if len(trainer) != len(worker):
         raise EnvMismatchError(
             f"the plot worker's copy of the env {label} has {len(worker)} observation wrappers "

@@ -19,13 +19,16 @@ from typing import Any, Callable, Dict, Optional, Sequence, Set, Tuple, Union
 import numpy as np
 
 from async_plotter.display import private_runtime_dir
+from async_plotter.env.drift import ObservationDrift
+from async_plotter.env.recipe import build_env
+from async_plotter.env.state import WorkerEnvState
 from async_plotter.errors import InvalidArgumentError, PlotterClosedError
 from async_plotter.policy.adapters import PolicyAdapter, adapter_for
 from async_plotter.trainer.preflight import check_before_start
 from async_plotter.sinks.base import FrameSink
 from async_plotter.validation import (metrics as checked_metrics, non_negative_number,
                                       optional_non_negative_int, positive_int)
-from async_plotter.trainer.config import (DEFAULT_VIDEO_LENGTH, checked_parameters,
+from async_plotter.trainer.config import (DEFAULT_VIDEO_LENGTH, PlotterConfig, checked_parameters,
                                           create_output_dirs, plotter_config)
 from async_plotter.trainer.routes import PlotRoute, open_route
 from async_plotter.sinks.specs import HttpSpec
@@ -197,6 +200,8 @@ class Plotter:
                                      has_states=has_states)
         create_output_dirs(config)  # only once every check has passed
         self._config = config
+        #: the trainer's observation wrappers against the worker's copy at each update
+        self._drift = _observation_drift(config)
         self._stats = WorkerStats(disabled=not config.has_output)
         if not config.has_output:
             logger.warning(
@@ -260,14 +265,18 @@ class Plotter:
         iteration = optional_non_negative_int("iteration", iteration)
         if metrics is not None:
             metrics = checked_metrics(metrics)
+        route = self._route
+        update = None
+        if route is not None and not self._stats.disabled:
+            update = config.worker.parameters.encode(flat, config.env_state)
+            if self._drift is not None:  # before it counts: a refused update is not sent
+                self._drift.check(config.worker.parameters.split(update)[1])
         self._stats.updates_sent += 1
         if iteration is not None:
             self._iterations_given.add(iteration)
-        route = self._route
-        if route is None or self._stats.disabled:
+        if route is None or update is None:
             return
-        route.publish(config.worker.parameters.encode(flat, config.env_state), iteration,
-                      max_path_length)
+        route.publish(update, iteration, max_path_length)
         if metrics and not route.post_metrics(iteration, metrics):
             logger.warning(
                 "update_plot(): metrics dropped, too large to send (%d keys); send a few scalars",
@@ -332,6 +341,9 @@ class Plotter:
                             startup_wait)
         finally:
             self._stats.alive = False
+            drift, self._drift = self._drift, None
+            if drift is not None:
+                drift.close()
         if route is not None and route.renders_here:
             tell(
                 logger, self._config.verbose, "%s",
@@ -377,6 +389,18 @@ class Plotter:
 # ----------------------------------------------------------------------- shutdown at exit
 
 _open_plotters: "weakref.WeakSet[Plotter]" = weakref.WeakSet()
+
+
+def _observation_drift(config: PlotterConfig) -> Optional[ObservationDrift]:
+    """The check of the trainer's observation wrappers at each update (``env/drift.py``),
+    where the trainer gave an env object whose wrappers could change outside what travels."""
+    worker, env_state = config.worker, config.env_state
+    travelled = (env_state.read().astype(worker.parameters.dtype)
+                 if env_state is not None else np.zeros(0, worker.parameters.dtype))
+    return ObservationDrift.of(
+        lambda: build_env(worker.env, render_mode=None),
+        lambda env: WorkerEnvState(env, worker.parameters.env_state, worker.env.label),
+        config.trainer_env, worker.env.label, travelled)
 
 
 @atexit.register
