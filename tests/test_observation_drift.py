@@ -5,7 +5,7 @@ and envs without such wrappers are not followed."""
 import gymnasium
 import numpy as np
 import pytest
-from gymnasium.wrappers import NormalizeObservation, TransformObservation
+from gymnasium.wrappers import FlattenObservation, NormalizeObservation, TransformObservation
 
 from async_plotter import EnvMismatchError, Plotter
 from async_plotter.env import drift
@@ -77,4 +77,6 @@ def test_only_wrappers_that_could_change_outside_what_travels_are_followed():
     layout = EnvStateLayout()
     assert not follow(gymnasium.make("CartPole-v1"))  # no observation wrapper: nothing to do
     assert not follow(NormalizeObservation(gymnasium.make("CartPole-v1")))  # its state travels
+    # Gymnasium's own transform (a TransformObservation of its own function) cannot change.
+    assert not follow(FlattenObservation(gymnasium.make("CartPole-v1")))
     assert follow(shifted_cartpole(Shift()))

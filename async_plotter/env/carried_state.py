@@ -34,7 +34,7 @@ import gymnasium
 import numpy as np
 
 from async_plotter.env.check import LINKS, copied_data, is_plain_data, same_data
-from async_plotter.env.state import HOOK, env_layers, layer_kind
+from async_plotter.env.state import HOOK, env_layers, from_a_library, layer_kind
 from async_plotter.env.stepper import EnvStepper
 from async_plotter.errors import EnvMismatchError
 from async_plotter.policy.random_state import random_state_kept
@@ -53,8 +53,6 @@ MAX_BUILD_SECONDS = MAX_PLAY_SECONDS = 0.5
 MAX_NARROWING_SECONDS = 1.0
 #: the seed of the compared episode (the warm-up episodes take the next ones)
 SEED = 0
-# Modules whose layers hold no state across episodes beyond what env/state.py carries.
-_KNOWN_MODULES = ("gymnasium", "gym", "async_plotter")
 
 Build = Callable[[], EnvStepper]
 #: attributes of a stack's layers: (the layer's place, outermost first; the attribute's name)
@@ -186,8 +184,7 @@ def _suspect(layer: Any) -> bool:
     """Whether ``layer`` could hold state across episodes that does not travel: one of the
     user's, with no state that travels or with its own ``get_wrapper_state()``, which may leave
     some out."""
-    module = type(layer).__module__.split(".")[0]
-    return layer_kind(layer) in (None, HOOK) and module not in _KNOWN_MODULES
+    return layer_kind(layer) in (None, HOOK) and not from_a_library(layer)
 
 
 def _actions(env: Any) -> Optional[List[Any]]:

@@ -9,7 +9,8 @@ kept for the run and given the state that travels with that update, must transfo
 observations as the trainer's env does now (``env/check.py``'s comparison, on detached copies of
 the wrappers: neither env changes). Only where an observation wrapper holds no state that
 travels (a wrapper of a known kind, or with its own hook, is given the trainer's state with every
-update and cannot drift this way), and nothing otherwise. A check costs ~0.3-0.6 ms (Swimmer under
+update) and is the user's, or holds a function of the user's; nothing otherwise (Gymnasium's
+``FlattenObservation`` and the like cannot change). A check costs ~0.3-0.6 ms (Swimmer under
 two wrappers, against ~0.02 ms for the rest of ``update_plot``), so after one the next waits 100
 times as long: every update of a training loop, at most 1% of a loop that calls it far more
 often. A refused update is not sent.
@@ -21,8 +22,9 @@ from typing import Any, Callable, Optional
 import gymnasium
 import numpy as np
 
-from async_plotter.env.check import compare_observation_wrappers, raw_observation
-from async_plotter.env.state import WorkerEnvState, env_layers, layer_kind
+from async_plotter.env.check import LINKS, compare_observation_wrappers, raw_observation
+from async_plotter.env.state import (LIBRARY_PACKAGES, WorkerEnvState, env_layers, from_a_library,
+                                     layer_kind)
 from async_plotter.errors import EnvMismatchError
 
 logger = logging.getLogger("async_plotter")
@@ -97,9 +99,21 @@ class ObservationDrift:
 
 
 def _may_drift(layer: Any) -> bool:
-    """An observation wrapper whose behaviour no travelling state carries."""
-    return layer_kind(layer) is None and isinstance(
-        layer, (gymnasium.ObservationWrapper, gymnasium.vector.VectorObservationWrapper))
+    """An observation wrapper whose behaviour no travelling state carries: the user's own, or a
+    library's that holds a function of the user's (``TransformObservation``); Gymnasium's others
+    (``FlattenObservation``, ``RescaleObservation``...) hold only their own."""
+    if layer_kind(layer) is not None or not isinstance(
+            layer, (gymnasium.ObservationWrapper, gymnasium.vector.VectorObservationWrapper)):
+        return False
+    return not from_a_library(layer) or any(
+        _users_function(value) for key, value in vars(layer).items() if key not in LINKS)
+
+
+def _users_function(value: Any) -> bool:
+    """A callable not defined by Gymnasium, gym, numpy or this library (one without a module,
+    such as a ``functools.partial``, counts as the user's)."""
+    module = getattr(value, "__module__", None) or ""
+    return callable(value) and module.split(".")[0] not in LIBRARY_PACKAGES + ("numpy", )
 
 
 def _close_quietly(env: Any) -> None:

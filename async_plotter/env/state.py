@@ -20,6 +20,8 @@ from async_plotter.errors import EnvMismatchError
 RUNNING_STATS = "running_stats"
 HOOK = "hook"
 RLLAB = "rllab"
+#: the packages whose layers hold no state beyond what this module carries
+LIBRARY_PACKAGES = ("gymnasium", "gym", "async_plotter")
 
 _RUNNING_STATS_ATTRIBUTES = ("obs_rms", "return_rms")
 _RLLAB_PAIRS = (("_obs_mean", "_obs_var"), ("obs_mean", "obs_var"), ("_reward_mean", "_reward_var"),
@@ -68,6 +70,11 @@ def env_layers(env: Any) -> List[Any]:
             break
         layers.append(inner)
     return layers
+
+
+def from_a_library(layer: Any) -> bool:
+    """Whether ``layer``'s class is Gymnasium's, gym's or this library's (not the user's)."""
+    return type(layer).__module__.split(".")[0] in LIBRARY_PACKAGES
 
 
 def layer_kind(layer: Any) -> Optional[str]:
