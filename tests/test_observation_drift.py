@@ -2,6 +2,8 @@
 ``TransformObservation`` reading statistics the training loop updates) are refused at the next
 ``update_plot``, and that update is never shown (``env/drift.py``); wrappers whose state travels
 and envs without such wrappers are not followed."""
+import logging
+
 import gymnasium
 import numpy as np
 import pytest
@@ -61,6 +63,30 @@ def test_a_wrapper_changed_outside_what_travels_is_refused_and_its_update_never_
         plotter.close()
     # The final video shows the newest update that was not refused.
     assert plotter.stats["final_video"].endswith("iter_0001.mp4"), plotter.stats["video_log"]
+
+
+def test_observation_noise_is_let_through_and_draws_nothing_from_trainings_generators(
+        tmp_path, caplog):
+    base = gymnasium.make("CartPole-v1", render_mode="rgb_array")
+    rng = np.random.default_rng(0)
+    noisy = {
+        "numpy's global generator":
+        lambda observation: observation + np.random.normal(0, 0.01, observation.shape),
+        "a generator of its own":
+        lambda observation: observation + rng.normal(0, 0.01, 4),
+    }
+    for what, noise in noisy.items():
+        env = TransformObservation(base, noise, base.observation_space)
+        np.random.seed(1)
+        before, own = np.random.get_state()[1].copy(), rng.bit_generator.state
+        caplog.clear()
+        with caplog.at_level(logging.INFO, logger="async_plotter"):
+            plotter = Plotter(env, helpers.CartPositionPolicy(), video_dir=str(tmp_path / "v"))
+        plotter.close()
+        assert "TransformObservation gives other observations for the same one each time " \
+            "(random noise)" in caplog.text, what
+        np.testing.assert_array_equal(np.random.get_state()[1], before, err_msg=what)
+        assert rng.bit_generator.state == own, what
 
 
 def test_only_wrappers_that_could_change_outside_what_travels_are_followed():

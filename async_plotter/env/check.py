@@ -20,6 +20,7 @@ import numpy as np
 
 from async_plotter.env.state import RLLAB, env_layers, freezes, layer_kind
 from async_plotter.errors import EnvMismatchError
+from async_plotter.policy.random_state import random_state_kept
 
 logger = logging.getLogger("async_plotter")
 
@@ -71,19 +72,33 @@ def compare_observation_wrappers(worker_env: Any,
     # env's inner wrappers give.
     inner = worker_stages[:len(worker_stages) - len(trainer_stages)]
     outer = worker_stages[len(inner):]
-    for probe in _probes(raw):
-        try:
-            start = _through(inner, probe)
-            _compare(trainer_stages, outer, start, label, advice)
-        except EnvMismatchError:
-            raise
-        except Exception as error:  # noqa: BLE001 - a wrapper between them changes the shape
-            logger.info(
-                "Plotter: not comparing %s's observation wrappers (%s: %s; a wrapper that is "
-                "not an observation wrapper, such as a frame stack, stands between them)", label,
-                type(error).__name__, error)
-            return False
+    # The wrappers' functions may draw random numbers (observation noise): the numbers training
+    # draws afterwards must be the ones it would have drawn.
+    with random_state_kept(*env_layers(trainer_env)):
+        for probe in _probes(raw):
+            try:
+                start = _through(inner, probe)
+                _compare(trainer_stages, outer, start, label, advice)
+            except EnvMismatchError:
+                raise
+            except _Unrepeatable as unrepeatable:
+                logger.info(
+                    "Plotter: not comparing %s's observation wrappers: %s gives other "
+                    "observations for the same one each time (random noise), so the worker's "
+                    "copy cannot be told apart from it", label, unrepeatable)
+                return False
+            except Exception as error:  # noqa: BLE001 - a wrapper between them changes the shape
+                logger.info(
+                    "Plotter: not comparing %s's observation wrappers (%s: %s; a wrapper that is "
+                    "not an observation wrapper, such as a frame stack, stands between them)",
+                    label,
+                    type(error).__name__, error)
+                return False
     return True
+
+
+class _Unrepeatable(Exception):
+    """A wrapper whose transform gives two outputs for one input."""
 
 
 def _stages(layers: List[Any]) -> List[Stage]:
@@ -189,9 +204,12 @@ def _compare(trainer: List[Stage], worker: List[Stage], observation: np.ndarray,
     ours, theirs = observation, observation
     for index, ((name, transform), (worker_name,
                                     worker_transform)) in enumerate(zip(trainer, worker)):
-        ours = np.asarray(transform(ours), np.float64)
+        given = ours
+        ours = np.asarray(transform(given), np.float64)
+        if not _same(np.asarray(transform(given), np.float64), ours):
+            raise _Unrepeatable(name)
         theirs = np.asarray(worker_transform(theirs), np.float64)
-        if ours.shape == theirs.shape and np.allclose(theirs, ours, rtol=_RTOL, atol=_ATOL):
+        if _same(theirs, ours):
             continue
         raise EnvMismatchError(
             f"the plot worker's copy of the env {label} would not give the policy what your env "
@@ -204,6 +222,10 @@ def _compare(trainer: List[Stage], worker: List[Stage], observation: np.ndarray,
             f"the plot worker's copy of the env {label} has {len(worker)} observation wrappers "
             f"where yours has {len(trainer)} ({', '.join(n for n, _ in trainer)}): pass a "
             "zero-argument function that builds the env with the same wrappers")
+
+
+def _same(a: np.ndarray, b: np.ndarray) -> bool:
+    return a.shape == b.shape and np.allclose(a, b, rtol=_RTOL, atol=_ATOL)
 
 
 def _refuse_untravelled_state(trainer_env: Any, label: str) -> None:

@@ -1,26 +1,30 @@
 """Random generators put back as they were: the trainer-side checks act with, and rebuild a copy
 of, the user's policy, and neither may shift the numbers training draws afterwards (training must
 draw the same numbers with plotting on or off)."""
+import inspect
 import random
 import sys
+import types
 from typing import Any, Callable, List, Optional, Tuple
 
 import numpy as np
 
 
 class random_state_kept:  # noqa: N801 - used as a context manager, named like one
-    """Puts back, on exit, numpy's and Python's global generators, the policy's own numpy
-    generators, TensorFlow's op-seed generator (after ``tf.random.set_seed``) and Keras's global
+    """Puts back, on exit, numpy's and Python's global generators, the numpy generators the
+    ``owners`` hold (the policy's own; an env's layers', their functions' too), TensorFlow's op-seed generator (after ``tf.random.set_seed``) and Keras's global
     seed generator."""
 
-    def __init__(self, policy: Any) -> None:
+    def __init__(self, *owners: Any) -> None:
         self._saved: List[Tuple[Callable[[Any], None], Any]] = []
-        self._policy = policy
+        self._owners = owners
 
     def __enter__(self) -> None:
         self._saved.append((np.random.set_state, np.random.get_state()))
         self._saved.append((random.setstate, random.getstate()))
-        for generator in _generators_of(self._policy):
+        seen: set = set()
+        generators = [found for owner in self._owners for found in _generators_of(owner, 0, seen)]
+        for generator in generators:
             if isinstance(generator, np.random.Generator):
                 state = generator.bit_generator.state
                 self._saved.append(
@@ -58,16 +62,34 @@ def _tensorflow_generators() -> List[Tuple[Callable[[Any], None], Any]]:
 
 
 def _generators_of(obj: Any, depth: int = 0, seen: Optional[set] = None) -> List[Any]:
-    """numpy generators held by the policy, up to two attributes deep."""
+    """numpy generators held by ``obj`` (a policy, an env's layers), up to two steps deep: its
+    attributes, the items of a list or tuple, and what a function reads (its closure, the
+    globals it names: a ``TransformObservation``'s noise)."""
     seen = set() if seen is None else seen
-    found: List[Any] = []
-    attributes = getattr(obj, "__dict__", None)
-    if not isinstance(attributes, dict) or id(obj) in seen or depth > 2:
-        return found
+    if id(obj) in seen or depth > 2:
+        return []
     seen.add(id(obj))
-    for value in attributes.values():
+    if isinstance(obj, (list, tuple)):
+        values = list(obj)
+    elif inspect.isfunction(obj):
+        names = set(obj.__code__.co_names)
+        values = [cell.cell_contents for cell in obj.__closure__ or () if _filled(cell)]
+        values += [value for name, value in obj.__globals__.items() if name in names]
+    else:
+        attributes = getattr(obj, "__dict__", None)
+        values = list(attributes.values()) if isinstance(attributes, dict) else []
+    found: List[Any] = []
+    for value in values:
         if isinstance(value, (np.random.Generator, np.random.RandomState)):
             found.append(value)
-        elif not isinstance(value, (np.ndarray, str, bytes, int, float)):
+        elif not isinstance(value, (np.ndarray, str, bytes, int, float, types.ModuleType)):
             found.extend(_generators_of(value, depth + 1, seen))
     return found
+
+
+def _filled(cell: Any) -> bool:
+    try:
+        cell.cell_contents
+    except ValueError:  # a cell not yet given its value
+        return False
+    return True

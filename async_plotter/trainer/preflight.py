@@ -23,7 +23,7 @@ from async_plotter.env.carried_state import check_no_carried_state
 from async_plotter.env.check import check_worker_env
 from async_plotter.env.recipe import (EnvRecipe, build_env, builds_from_registry,
                                       factory_accepts_render_mode)
-from async_plotter.env.state import WorkerEnvState
+from async_plotter.env.state import WorkerEnvState, env_layers
 from async_plotter.env.stepper import EnvStepper
 from async_plotter.errors import EnvBuildError, EnvRenderError, EnvStepError, PolicyShapeError
 from async_plotter.mujoco_warnings import kept_to_log
@@ -50,7 +50,10 @@ def check_before_start(config: PlotterConfig, policy: Any) -> bool:
     one warning otherwise; a history (``history``) of such an env is said, once, to keep
     returns only. Returns whether the env is a MuJoCo one (it has states to record)."""
     started = time.perf_counter()
-    with kept_to_log():
+    # The env's wrappers may draw random numbers (observation noise) as the checks reset and
+    # step copies: training must draw the numbers it would have drawn without plotting.
+    layers = env_layers(config.trainer_env) if config.trainer_env is not None else []
+    with kept_to_log(), random_state_kept(policy, *layers):
         mujoco = _check(config, policy)
     logger.debug("Plotter checks of %s took %.0f ms", config.worker.env.label,
                  1000 * (time.perf_counter() - started))
