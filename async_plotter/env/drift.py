@@ -30,7 +30,7 @@ from async_plotter.errors import EnvMismatchError
 logger = logging.getLogger("async_plotter")
 
 #: a check waits this many times its own length after the one before: at most 1% of the trainer's
-#: time, and every update where updates come more than ~50 ms apart
+#: time, and every update where updates come more than ~80 ms apart (a check: ~0.8 ms)
 _SPACING = 100.0
 _ADVICE = ("The worker's copy was built when Plotter() was, so whatever the wrapper reads that "
            "changed since (statistics you update, a global) reached it as it was then: keep such "
