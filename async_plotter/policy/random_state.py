@@ -12,8 +12,8 @@ import numpy as np
 
 class random_state_kept:  # noqa: N801 - used as a context manager, named like one
     """Puts back, on exit, numpy's and Python's global generators, the numpy generators the
-    ``owners`` hold (the policy's own; an env's layers', their functions' too), TensorFlow's op-seed generator (after ``tf.random.set_seed``) and Keras's global
-    seed generator."""
+    ``owners`` hold (the policy's own; an env's layers', their functions' too), TensorFlow's
+    op-seed generator (after ``tf.random.set_seed``) and Keras's global seed generator."""
 
     def __init__(self, *owners: Any) -> None:
         self._saved: List[Tuple[Callable[[Any], None], Any]] = []
