@@ -12,8 +12,8 @@ travels (a wrapper of a known kind, or with its own hook, is given the trainer's
 update) and is the user's, or holds a function of the user's; nothing otherwise (Gymnasium's
 ``FlattenObservation`` and the like cannot change). A check costs ~0.7-0.8 ms (Swimmer under
 two wrappers, the random generators they could draw from kept as they were; ~0.015 ms for the rest
-of ``update_plot``), so after one the next waits 100 times as long: every update of a training loop, at most 1% of a loop that calls it far more
-often. A refused update is not sent.
+of ``update_plot``), so after one the next waits 100 times as long: every update of a training
+loop, at most 1% of a loop that calls it far more often. A refused update is not sent.
 """
 import logging
 import time
