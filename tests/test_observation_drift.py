@@ -93,7 +93,7 @@ def test_only_wrappers_that_could_change_outside_what_travels_are_followed():
 
     def follow(env):
         check = ObservationDrift.of(lambda: env, lambda copy: WorkerEnvState(copy, layout, "env"),
-                                    env, "env", np.zeros(0))
+                                    env, "env")
         if check is not None:
             check.close()
         return check is not None

@@ -49,9 +49,9 @@ class ObservationDrift:
 
     @classmethod
     def of(cls, build: Callable[[], Any], state_of: Callable[[Any], WorkerEnvState],
-           trainer_env: Any, label: str, travelled: np.ndarray) -> Optional["ObservationDrift"]:
+           trainer_env: Any, label: str) -> Optional["ObservationDrift"]:
         """A check of ``trainer_env`` against a copy ``build`` makes (``state_of(copy)``: its
-        end of the state that travels, given ``travelled`` now), or None where nothing can
+        end of the state that travels, given the trainer's now), or None where nothing can
         drift this way: no env object, no observation wrapper without travelling state, or
         wrappers that cannot be compared (``Plotter()``'s checks said so)."""
         if trainer_env is None or not any(_may_drift(layer) for layer in env_layers(trainer_env)):
@@ -60,7 +60,6 @@ class ObservationDrift:
         try:
             copy = build()
             copy_state = state_of(copy)
-            copy_state.apply(travelled)
             raw = raw_observation(copy)
             if raw is not None and compare_observation_wrappers(copy, trainer_env, label, raw):
                 return cls(copy, copy_state, trainer_env, label, raw)

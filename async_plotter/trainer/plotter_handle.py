@@ -21,10 +21,9 @@ import numpy as np
 from async_plotter.display import private_runtime_dir
 from async_plotter.env.drift import ObservationDrift
 from async_plotter.env.recipe import build_env
-from async_plotter.env.state import WorkerEnvState
 from async_plotter.errors import InvalidArgumentError, PlotterClosedError
 from async_plotter.policy.adapters import PolicyAdapter, adapter_for
-from async_plotter.trainer.preflight import check_before_start
+from async_plotter.trainer.preflight import check_before_start, worker_env_state
 from async_plotter.sinks.base import FrameSink
 from async_plotter.validation import (metrics as checked_metrics, non_negative_number,
                                       optional_non_negative_int, positive_int)
@@ -394,13 +393,9 @@ _open_plotters: "weakref.WeakSet[Plotter]" = weakref.WeakSet()
 def _observation_drift(config: PlotterConfig) -> Optional[ObservationDrift]:
     """The check of the trainer's observation wrappers at each update (``env/drift.py``),
     where the trainer gave an env object whose wrappers could change outside what travels."""
-    worker, env_state = config.worker, config.env_state
-    travelled = (env_state.read().astype(worker.parameters.dtype)
-                 if env_state is not None else np.zeros(0, worker.parameters.dtype))
-    return ObservationDrift.of(
-        lambda: build_env(worker.env, render_mode=None),
-        lambda env: WorkerEnvState(env, worker.parameters.env_state, worker.env.label),
-        config.trainer_env, worker.env.label, travelled)
+    return ObservationDrift.of(lambda: build_env(config.worker.env, render_mode=None),
+                               lambda env: worker_env_state(env, config), config.trainer_env,
+                               config.worker.env.label)
 
 
 @atexit.register

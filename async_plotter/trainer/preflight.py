@@ -117,18 +117,25 @@ def _build(recipe: EnvRecipe, render_mode: Optional[str]) -> Any:
 
 def _stepper(env: Any, config: PlotterConfig) -> EnvStepper:
     """The worker's stepper on the check's env, given the trainer's wrapper state as the worker
-    gets it (in the parameters' dtype, cut from update 0)."""
-    layout, label = config.worker.parameters, config.worker.env.label
-    state = WorkerEnvState(env, layout.env_state, label)
+    gets it."""
+    state = worker_env_state(env, config)
     try:
-        stepper = EnvStepper(env, state)
+        return EnvStepper(env, state)
     except Exception as error:  # noqa: BLE001 - a space the worker cannot read
+        label = config.worker.env.label
         raise EnvStepError(
             f"the plot worker cannot step {label}: its action space "
             f"{getattr(env, 'action_space', None)!r} cannot be read: {type(error).__name__}: "
             f"{error}") from error
+
+
+def worker_env_state(env: Any, config: PlotterConfig) -> WorkerEnvState:
+    """``env``'s end of the wrapper state that travels (``env/state.py``), given the trainer's as
+    the worker gets it: in the parameters' dtype, cut from update 0."""
+    layout = config.worker.parameters
+    state = WorkerEnvState(env, layout.env_state, config.worker.env.label)
     state.apply(layout.split(layout.encode(config.initial, config.env_state))[1])
-    return stepper
+    return state
 
 
 def _reset(env: Any, label: str) -> Any:
