@@ -249,9 +249,6 @@ def _checked(page, pick):
 
 
 def test_every_history_refuses_another_origin_on_every_route(tmp_path, redis_url):
-    from async_plotter import Plotter
-    from tests.policies import LinearPolicy, make_sled
-
     # async-plotter replay DIR
     folder = write_history(str(tmp_path / "run"), range(3))
     process, url = start_replay(folder)
@@ -263,12 +260,7 @@ def test_every_history_refuses_another_origin_on_every_route(tmp_path, redis_url
     assert process.returncode == 0
 
     # A Plotter's live page: /history/, its video folder's recordings (history/ too)
-    videos = tmp_path / "videos"
-    write_history(str(videos), range(3))
-    policy = LinearPolicy(1, 1)
-    policy.fill(1.0)
-    with Plotter(make_sled, policy, max_path_length=100, http=0, view="3d",
-                 video_dir=str(videos)) as plotter:
+    with sled_plotter_with_history(tmp_path / "videos", range(3)) as plotter:
         page = plotter.wait_for_http_url(60) + "history/"
         _checked(page, page + "pick?x=2")
 
@@ -401,24 +393,34 @@ def test_returns_that_come_without_a_new_recording_are_drawn_on_the_open_page(tm
         replay.close()
 
 
+def sled_plotter_with_history(videos, iterations):
+    """A sled Plotter with a 3D live page whose video folder holds the history recordings of
+    ``iterations``, written once Plotter() claimed the folder (this run's, not an earlier one's)."""
+    from async_plotter import Plotter
+    from tests.policies import LinearPolicy, make_sled
+
+    policy = LinearPolicy(1, 1)
+    policy.fill(1.0)
+    plotter = Plotter(make_sled,
+                      policy,
+                      max_path_length=100,
+                      http=0,
+                      view="3d",
+                      video_dir=str(videos))
+    write_history(str(videos), iterations)
+    return plotter
+
+
 def test_a_plotter_opens_no_history_until_asked(tmp_path):
     """The live page's /history/ costs the render process nothing until a browser asks for it:
     no viser server is started for it before."""
     import psutil
 
-    from async_plotter import Plotter
-    from tests.policies import LinearPolicy, make_sled
-
     def listening(pid):
         return sorted(c.laddr.port for c in psutil.Process(pid).net_connections("tcp")
                       if c.status == psutil.CONN_LISTEN)
 
-    videos = tmp_path / "videos"
-    write_history(str(videos), range(2))
-    policy = LinearPolicy(1, 1)
-    policy.fill(1.0)
-    with Plotter(make_sled, policy, max_path_length=100, http=0, view="3d",
-                 video_dir=str(videos)) as plotter:
+    with sled_plotter_with_history(tmp_path / "videos", range(2)) as plotter:
         url = plotter.wait_for_http_url(60)
         render = wait_for(lambda: plotter.stats.get("worker_pids", {}).get("render"),
                           60,

@@ -306,7 +306,7 @@ def test_record_states_writes_every_live_episode_beside_the_videos(tmp_path_fact
 
 def test_live_recordings_are_written_whole_bounded_and_numbered_on(tmp_path):
     """The newest ``keep`` live recordings stay; a render process started again (after a
-    restart, or a new run into the same folder) numbers on after them; a failed rollout is
+    restart) numbers on after them; a failed rollout is
     not kept. A real sled scene, posed as the render process poses it."""
     import pickle
 

@@ -6,7 +6,8 @@ drawn: they ask for no pixels and cost a copy of each state.
   update, the short ones chained to it).
 * ``LiveStateRecordingSink`` (``Plotter(record_states=True)``): every episode a live view shows,
   one file each in ``<video_dir>/live/``, ``ep_000123_iter_0059.npz`` (a number that goes on
-  across worker restarts and runs into the same folder, then the policy's), the newest
+  across worker restarts, then the policy's; a new run sets the folder aside:
+  ``trainer/run_folder.py``), the newest
   ``LIVE_RECORDINGS_KEPT`` kept.
 """
 import collections

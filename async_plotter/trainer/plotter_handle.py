@@ -30,6 +30,7 @@ from async_plotter.validation import (metrics as checked_metrics, non_negative_n
 from async_plotter.trainer.config import (DEFAULT_VIDEO_LENGTH, PlotterConfig, checked_parameters,
                                           create_output_dirs, plotter_config)
 from async_plotter.trainer.routes import PlotRoute, open_route
+from async_plotter.trainer.run_folder import RunFolder
 from async_plotter.sinks.specs import HttpSpec
 from async_plotter.supervision.stats import WorkerStats
 from async_plotter.trainer.summary import summarize_videos
@@ -198,6 +199,8 @@ class Plotter:
                                      private_history=config.private_history and has_states,
                                      has_states=has_states)
         create_output_dirs(config)  # only once every check has passed
+        #: the video folder held for this run, an earlier run's files set aside
+        self._run_folder = RunFolder(config.video_dir, config.verbose) if config.video_dir else None
         self._config = config
         #: the trainer's observation wrappers against the worker's copy at each update
         self._drift = _observation_drift(config)
@@ -343,6 +346,8 @@ class Plotter:
             drift, self._drift = self._drift, None
             if drift is not None:
                 drift.close()
+            if self._run_folder is not None:
+                self._run_folder.release()
         if route is not None and route.renders_here:
             tell(
                 logger, self._config.verbose, "%s",

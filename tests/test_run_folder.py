@@ -1,0 +1,163 @@
+"""One video folder, one run: a Plotter started on a folder an earlier run wrote into moves that
+run's outputs into ``earlier_runs/<when it ended>/``, so that the folder's newest video is this
+run's final policy and its history is this run's alone; a Plotter writing there at the same
+time is not an earlier run, and a killed one's folder is free again."""
+import hashlib
+import logging
+import os
+import signal
+import subprocess
+import sys
+
+import pytest
+
+from async_plotter import Plotter
+from async_plotter.render.videos import list_named_recordings
+from async_plotter.trainer.run_folder import EARLIER_RUNS, RunFolder, set_aside_earlier_run
+from tests.conftest import wait_for
+from tests.policies import LinearPolicy
+
+STEPS = 40
+
+
+def run_plotter(folder, iterations, close=True):
+    """A Plotter on Swimmer that shows ``iterations`` updates (each recorded in the history)."""
+    policy = LinearPolicy(8, 2)
+    plotter = Plotter("Swimmer-v5",
+                      policy,
+                      max_path_length=STEPS,
+                      video_dir=str(folder),
+                      priority="normal",
+                      verbose=0).start()
+    try:
+        for iteration in range(iterations):
+            policy.fill(0.1 * (iteration + 1))
+            plotter.update_plot(policy, iteration=iteration)
+            wait_for(lambda: any(
+                entry.get("iteration") == iteration for entry in plotter.stats["history"]),
+                     120,
+                     message=f"iteration {iteration}'s history recording")
+    finally:
+        if close:
+            plotter.close()
+    return plotter
+
+
+def digests(folder):
+    """Every file below ``folder``, by its path relative to it, with its content's digest."""
+    found = {}
+    for parent, _, names in os.walk(folder):
+        for name in names:
+            path = os.path.join(parent, name)
+            with open(path, "rb") as file:
+                found[os.path.relpath(path, folder)] = hashlib.sha256(file.read()).hexdigest()
+    return found
+
+
+@pytest.mark.slow
+def test_a_second_run_in_the_same_folder_sets_the_first_aside_whole(tmp_path, caplog):
+    first = run_plotter(tmp_path, 4)
+    assert first.stats["final_video"].endswith("iter_0003.mp4")
+    before = digests(tmp_path)
+    (tmp_path / "notes.txt").write_text("the user's own file")
+
+    with caplog.at_level(logging.INFO, logger="async_plotter"):
+        second = run_plotter(tmp_path, 2)
+
+    # The folder shows the second run alone: its newest video is that run's final policy, and
+    # its history holds that run's policies (iterations 0 and 1, and the initial one if the
+    # worker took it before the first update came).
+    final = os.path.basename(second.stats["final_video"])
+    assert final == "iter_0001.mp4"
+    videos = sorted(name for name in os.listdir(tmp_path) if name.startswith("iter_"))
+    assert videos[-1] in (final, final.replace(".mp4", ".npz")), videos
+    assert all(int(name[5:9]) <= 1 for name in videos), videos
+    history = {entry.name for entry in list_named_recordings(str(tmp_path / "history"))}
+    assert history - {"update_0000.npz"} == {"iter_0000.npz", "iter_0001.npz"}, history
+    assert (tmp_path / "notes.txt").read_text() == "the user's own file"
+
+    # The first run is whole, byte for byte, under earlier_runs/<when it ended>/.
+    (aside, ) = os.listdir(tmp_path / EARLIER_RUNS)
+    assert digests(tmp_path / EARLIER_RUNS / aside) == before
+    told = [
+        record.getMessage() for record in caplog.records if "earlier run" in record.getMessage()
+    ]
+    assert len(told) == 1 and os.path.join(str(tmp_path), EARLIER_RUNS, aside) in told[0], told
+    first_history = [
+        name for name in before if name.startswith("history/") and name.endswith(".npz")
+    ]
+    assert f"a history of {len(first_history)} policies" in told[0], told
+
+
+@pytest.mark.slow
+def test_a_plotter_writing_into_the_folder_now_is_not_an_earlier_run(tmp_path):
+    live = run_plotter(tmp_path, 1, close=False)
+    try:
+        written = sorted(os.listdir(tmp_path / "history"))
+        beside = Plotter("Swimmer-v5",
+                         LinearPolicy(8, 2),
+                         max_path_length=STEPS,
+                         video_dir=str(tmp_path),
+                         verbose=0)
+        beside.close()
+        assert not os.path.exists(tmp_path / EARLIER_RUNS)
+        assert set(written) <= set(os.listdir(tmp_path / "history"))
+    finally:
+        live.close()
+    # Both closed: the folder is free, and the next Plotter sets their files aside.
+    Plotter("Swimmer-v5",
+            LinearPolicy(8, 2),
+            max_path_length=STEPS,
+            video_dir=str(tmp_path),
+            verbose=0).close()
+    assert len(os.listdir(tmp_path / EARLIER_RUNS)) == 1
+    assert not os.path.exists(tmp_path / "history")
+
+
+def test_a_killed_runs_folder_is_free_again(tmp_path):
+    """The claim is the kernel's lock: a process killed with SIGKILL leaves no claim behind."""
+    (tmp_path / "iter_0000.mp4").write_bytes(b"video")
+    holder = subprocess.Popen([
+        sys.executable, "-c", "import sys, time\n"
+        "from async_plotter.trainer.run_folder import RunFolder\n"
+        "claim = RunFolder(sys.argv[1], verbose=0)\n"
+        "print('claimed', claim.set_aside, flush=True)\n"
+        "time.sleep(600)\n",
+        str(tmp_path)
+    ],
+                              stdout=subprocess.PIPE,
+                              text=True)
+    try:
+        assert holder.stdout.readline().startswith("claimed ")
+        (tmp_path / "iter_0001.mp4").write_bytes(b"the live run's video")
+        RunFolder(str(tmp_path), verbose=0).release()
+        assert (tmp_path / "iter_0001.mp4").exists()  # claimed: not an earlier run
+    finally:
+        holder.send_signal(signal.SIGKILL)
+        holder.wait(timeout=60)
+    claim = RunFolder(str(tmp_path), verbose=0)
+    claim.release()
+    assert claim.set_aside is not None
+    assert sorted(os.listdir(claim.set_aside)) == ["iter_0001.mp4"]
+
+
+def test_earlier_runs_never_overwrite_each_other(tmp_path):
+    """Two runs set aside within one second get folders of their own; folders of other names,
+    partial files and the user's files stay."""
+    for content in (b"first", b"second"):
+        (tmp_path / "iter_0000.mp4").write_bytes(content)
+        (tmp_path / "history").mkdir()
+        (tmp_path / "history" / "iter_0000.npz").write_bytes(content)
+        os.utime(tmp_path / "iter_0000.mp4", (1_700_000_000, 1_700_000_000))
+        os.utime(tmp_path / "history" / "iter_0000.npz", (1_700_000_000, 1_700_000_000))
+        assert set_aside_earlier_run(str(tmp_path), verbose=0) is not None
+    (tmp_path / "mine").mkdir()
+    (tmp_path / ".partial_iter_0001.mp4").write_bytes(b"")
+    assert set_aside_earlier_run(str(tmp_path), verbose=0) is None  # nothing of a run's left
+    first, second = sorted(os.listdir(tmp_path / EARLIER_RUNS))
+    assert second == first + "_2"
+    for name, content in ((first, b"first"), (second, b"second")):
+        assert (tmp_path / EARLIER_RUNS / name / "iter_0000.mp4").read_bytes() == content
+        assert (tmp_path / EARLIER_RUNS / name / "history" /
+                "iter_0000.npz").read_bytes() == content
+    assert sorted(os.listdir(tmp_path)) == [".partial_iter_0001.mp4", EARLIER_RUNS, "mine"]
