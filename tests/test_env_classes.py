@@ -1,6 +1,9 @@
 """Env classes are zero-argument factories: ``Plotter(OldPointEnv, policy)`` and
 ``Plotter(HopperEnv, policy)`` used to be pickled as env "copies", and the worker failed with
 ``TypeError: reset() missing 1 required positional argument: 'self'``."""
+import threading
+
+import gymnasium
 import imageio.v2 as imageio
 import numpy as np
 import pytest
@@ -109,3 +112,69 @@ def test_a_made_envs_step_limit_still_ends_the_workers_episodes(tmp_path, no_lef
     rows = np.bincount(recording.episodes)
     # Swimmer shows every step: the reset state and 30 steps per episode, chained to 2 s.
     assert len(rows) >= 2 and (rows == 31).all(), rows
+
+
+class ScaledObservation(gymnasium.ObservationWrapper):
+    """A wrapper of the user's as most are written: its argument is not recorded (no
+    ``RecordConstructorArgs``), so Gymnasium's spec cannot rebuild it."""
+
+    def __init__(self, env, scale):
+        super().__init__(env)
+        self.scale = scale
+
+    def observation(self, observation):
+        return observation * self.scale
+
+
+class LockedObservation(ScaledObservation):
+    """The same, holding what cannot be copied to another process."""
+
+    def __init__(self, env, scale):
+        super().__init__(env, scale)
+        self.lock = threading.Lock()
+
+
+def deterministic_return(env, policy, steps):
+    """The return of ``policy``'s actions over ``steps`` steps from the reset of seed 0 (the
+    history's start state)."""
+    observation, _ = env.reset(seed=0)
+    total = 0.0
+    for _ in range(steps):
+        observation, reward, terminated, truncated, _ = env.step(policy.get_action(observation)[0])
+        total += reward
+        if terminated or truncated:
+            break
+    env.close()
+    return total
+
+
+def test_a_wrapper_that_records_no_arguments_is_shown_as_a_copy_of_yours(tmp_path, no_leftovers):
+    """Before, ``EnvSpecError``: "cannot be rebuilt in the plot worker: it needs scale"."""
+    env = ScaledObservation(gymnasium.make("Swimmer-v5"), scale=3.0)
+    copied = build_env(describe_env(env), render_mode=None)
+    assert isinstance(copied, ScaledObservation) and copied.scale == 3.0
+    assert copied.unwrapped is not env.unwrapped  # the env beneath is built afresh
+    copied.close()
+
+    steps = 80
+    policy = LinearPolicy(8, 2)
+    policy.fill(0.3)
+    with Plotter(env, policy, max_path_length=steps, video_dir=str(tmp_path),
+                 priority="normal") as plotter:
+        wait_for(lambda: plotter.stats["history"], 90, message="the initial policy's history")
+        shown = plotter.stats["history"][0]["return"]
+    # The worker's episode is the one a scale of 3 gives, not the plain env's.
+    scaled = ScaledObservation(gymnasium.make("Swimmer-v5"), scale=3.0)
+    assert shown == pytest.approx(deterministic_return(scaled, policy, steps), rel=1e-3, abs=1e-3)
+    plain = deterministic_return(gymnasium.make("Swimmer-v5"), policy, steps)
+    assert shown != pytest.approx(plain, rel=1e-2, abs=1e-2)
+
+
+def test_a_wrapper_that_can_be_neither_rebuilt_nor_copied_is_named_in_the_trainer(tmp_path):
+    env = LockedObservation(gymnasium.make("Swimmer-v5"), scale=3.0)
+    with pytest.raises(EnvSpecError) as raised:
+        Plotter(env, LinearPolicy(8, 2), video_dir=str(tmp_path / "videos"))
+    message = str(raised.value)
+    assert "LockedObservation cannot be rebuilt" in message and "needs scale" in message
+    assert "RecordConstructorArgs.__init__(self, scale=scale)" in message
+    assert not (tmp_path / "videos").exists()

@@ -8,10 +8,11 @@ Accepted: a Gymnasium id (``"Swimmer-v5"``), an ``EnvSpec``, a zero-argument fac
 ``render_mode`` gets ``"rgb_array"`` in the worker. Old ``gym``-style envs work through
 ``GymCompat``.
 """
+import copy
 import dataclasses
 import inspect
 import pickle
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import cloudpickle
 import gymnasium
@@ -20,8 +21,26 @@ from async_plotter.errors import EnvSpecError
 from async_plotter.env.gym_compat import GymCompat, uses_old_gym_api, without_passive_checker
 from async_plotter.env.recipe_record import EnvRecipe
 
-#: a wrapper to apply in the worker: its class and keyword arguments (besides the env)
-WrapperRecord = Tuple[type, Dict[str, Any]]
+#: a wrapper to apply in the worker: its class (or a ``CopiedWrapper``) and keyword arguments
+#: (besides the env)
+WrapperRecord = Tuple[Callable[..., Any], Dict[str, Any]]
+
+
+class CopiedWrapper:
+    """A wrapper of the user's that did not record its constructor's arguments, rebuilt in the
+    worker as a copy of the trainer's layer (its own attributes, such as a scale it was given)
+    put over the worker's env. The env beneath is never copied: it is built fresh from the
+    spec, as for any made env."""
+
+    def __init__(self, layer: Any) -> None:
+        clone = copy.copy(layer)
+        vars(clone)["env"] = None  # the link down, set again to the worker's env
+        self.layer = clone
+
+    def __call__(self, env: Any) -> Any:
+        layer = copy.copy(self.layer)
+        layer.env = env
+        return layer
 
 
 def chain_recipe(base: EnvRecipe, wrappers: List[WrapperRecord], label: str = "") -> EnvRecipe:
@@ -141,7 +160,7 @@ def builds_from_registry(recipe: EnvRecipe) -> bool:
 def _added_wrappers(env: Any, spec: Any) -> List[WrapperRecord]:
     """The wrappers added to a made env (``spec.additional_wrappers``, outermost last), each as
     its class and recorded arguments; a wrapper that recorded none is rebuilt with the env
-    alone, or refused by name when it needs more."""
+    alone, or, when it needs more, copied (refused by name if it cannot be)."""
     count = len(spec.additional_wrappers)
     layers, outer = [], env
     for _ in range(count):
@@ -153,30 +172,40 @@ def _added_wrappers(env: Any, spec: Any) -> List[WrapperRecord]:
     for layer, recorded in zip(reversed(layers), spec.additional_wrappers):
         if type(layer).__name__ != recorded.name:
             return []
-        records.append((type(layer), _wrapper_arguments(layer, recorded.kwargs)))
+        if recorded.kwargs is not None or not _required_arguments(type(layer)):
+            records.append((type(layer), dict(recorded.kwargs or {})))
+        else:
+            records.append((_copied(layer), {}))
     return records
 
 
-def _wrapper_arguments(layer: Any, recorded: Optional[Dict[str, Any]]) -> Dict[str, Any]:
-    if recorded is not None:
-        return dict(recorded)
-    cls = type(layer)
+def _required_arguments(cls: type) -> List[str]:
+    """The arguments besides the env that building ``cls`` needs."""
     try:
         parameters = list(inspect.signature(cls).parameters.values())[1:]
     except (TypeError, ValueError):
         parameters = []
-    required = [
+    return [
         p.name for p in parameters
         if p.default is p.empty and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)
     ]
-    if required:
+
+
+def _copied(layer: Any) -> CopiedWrapper:
+    """``layer`` as a ``CopiedWrapper``, refused by name where it cannot travel."""
+    copied = CopiedWrapper(layer)
+    try:
+        cloudpickle.dumps(copied)
+        return copied
+    except Exception as error:  # noqa: BLE001 - pickling fails in many ways
+        required = _required_arguments(type(layer))
         raise EnvSpecError(
-            f"the wrapper {cls.__qualname__} cannot be rebuilt in the plot worker: it needs "
-            f"{', '.join(required)} but did not record them. Subclass "
-            "gymnasium.utils.RecordConstructorArgs and call "
-            f"RecordConstructorArgs.__init__(self, {', '.join(f'{n}={n}' for n in required)}) "
-            "in its __init__, or pass a zero-argument function that builds the wrapped env")
-    return {}
+            f"the wrapper {type(layer).__qualname__} cannot be rebuilt in the plot worker: it "
+            f"needs {', '.join(required)}, which it did not record, and it cannot be copied "
+            f"({type(error).__name__}: {error}). Subclass gymnasium.utils.RecordConstructorArgs "
+            "and call RecordConstructorArgs.__init__(self, "
+            f"{', '.join(f'{n}={n}' for n in required)}) in its __init__, or pass a "
+            "zero-argument function that builds the wrapped env") from error
 
 
 # What a vector env's wrappers become on the one env the worker plots. The normalizing ones
