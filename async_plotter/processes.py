@@ -167,7 +167,7 @@ def start_process(target: Callable[..., Any],
             # Only this thread, for the few milliseconds of fork and exec: a Ctrl-C meanwhile stays
             # pending for the parent and is delivered when the mask is restored below.
             blocked = signal.SIGINT in signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
-        with _sigint_deferred():
+        with _sigint_deferred(), _children_allowed(die_with_parent):
             process.start()
     finally:
         _thread_state.hide_main = False
@@ -201,6 +201,29 @@ def _sigint_deferred() -> Iterator[None]:
         signal.signal(signal.SIGINT, previous)
         if pending and callable(previous):
             previous(signal.SIGINT, pending[0])
+
+
+@contextlib.contextmanager
+def _children_allowed(die_with_parent: bool) -> Iterator[None]:
+    """Let a daemonic process start a child that dies with it.
+
+    A trainer inside a ``multiprocessing.Pool`` worker (a hyperparameter sweep) is daemonic, and
+    multiprocessing refuses it children ("daemonic processes are not allowed to have children"):
+    the pool terminates its workers without waiting, which would leave their children orphaned.
+    A ``die_with_parent`` child is killed by the kernel when its parent goes, however it goes,
+    so the refusal guards against nothing there; it is lifted for the moment of the start
+    (multiprocessing keeps the flag in the current process's ``_config``: where it does not,
+    the refusal stands).
+    """
+    config = getattr(multiprocessing.current_process(), "_config", None)
+    if not (die_with_parent and isinstance(config, dict) and config.get("daemon")):
+        yield
+        return
+    config["daemon"] = False
+    try:
+        yield
+    finally:
+        config["daemon"] = True
 
 
 _PR_SET_PDEATHSIG = 1

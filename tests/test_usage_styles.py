@@ -91,3 +91,65 @@ def test_repl_session(tmp_path):
     assert marker.read_text() == "ran\n"
     # The worker ran in another directory: no MuJoCo log or TF files land where the user is.
     assert sorted(os.listdir(tmp_path)) == ["runs.txt", "videos"]
+
+
+SWEEP = textwrap.dedent("""\
+    import multiprocessing, os, sys, time
+    sys.path.insert(0, {root!r})
+
+    def train(seed, folder={videos!r}, leave_open=False):
+        from async_plotter import Plotter
+        from tests.policies import LinearPolicy
+        policy = LinearPolicy(8, 2)
+        plotter = Plotter("Swimmer-v5", policy, max_path_length=30, verbose=0,
+                          video_dir=os.path.join(folder, str(seed))).start()
+        for iteration in range(3):
+            policy.fill(0.1 * (seed + iteration))
+            plotter.update_plot(policy, iteration=iteration)
+        if leave_open:  # the pool is terminated while its worker plots
+            deadline = time.monotonic() + 60
+            while len(plotter.stats["worker_pids"] or ()) < 2 and time.monotonic() < deadline:
+                time.sleep(0.05)
+            return os.getpid(), sorted((plotter.stats["worker_pids"] or {{}}).values())
+        plotter.close()
+        return plotter.stats["final_video"], plotter.stats["last_error"]
+
+    def train_and_leave_open(seed):
+        return train(seed, leave_open=True)
+
+    if __name__ == "__main__":
+        with multiprocessing.get_context("spawn").Pool(2) as pool:
+            print("FINAL", pool.map(train, [0, 1]), flush=True)
+        pool = multiprocessing.get_context("spawn").Pool(1)
+        print("OPEN", pool.map(train_and_leave_open, [2]), flush=True)
+        pool.terminate()
+    """)
+
+
+def test_a_trainer_in_a_multiprocessing_pool_plots_and_leaves_no_orphans(tmp_path):
+    """A hyperparameter sweep's trainer in a ``multiprocessing.Pool`` worker (a daemonic process,
+    which multiprocessing refuses children) gets its videos, and a pool terminated while it
+    plots takes the plot workers with it. Before, the supervisor thread died of "daemonic
+    processes are not allowed to have children" and close() blamed a slow start."""
+    import ast
+
+    import psutil
+
+    script = tmp_path / "sweep.py"
+    script.write_text(SWEEP.format(root=ROOT, videos=str(tmp_path / "videos")))
+    result = subprocess.run([sys.executable, str(script)],
+                            capture_output=True,
+                            text=True,
+                            timeout=240,
+                            cwd=tmp_path)
+    lines = dict(line.split(" ", 1) for line in result.stdout.splitlines() if " " in line)
+    assert "FINAL" in lines and "OPEN" in lines, result.stderr[-3000:]
+    assert ast.literal_eval(lines["FINAL"]) == [
+        (str(tmp_path / "videos" / str(seed) / "iter_0002.mp4"), None) for seed in (0, 1)
+    ], result.stderr[-3000:]
+    assert "daemonic" not in result.stderr
+    [(trainer, workers)] = ast.literal_eval(lines["OPEN"])
+    assert len(workers) == 2
+    wait_for(lambda: not any(psutil.pid_exists(pid) for pid in [trainer, *workers]),
+             30,
+             message="the terminated pool's trainer and its plot workers to be gone")
