@@ -420,3 +420,81 @@ def test_a_full_disk_stops_videos_with_one_warning_until_space_comes_back(
     err = capfd.readouterr().err
     assert "[out#" not in err and "Error writing" not in err, err[-2000:]
     assert "No space left on device" not in err, err[-2000:]
+
+
+NO_ROOM = textwrap.dedent("""\
+    import logging, os, resource, sys, time
+    sys.path.insert(0, {root!r})
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(message)s")
+    from async_plotter import Plotter
+    from tests.policies import LinearPolicy
+
+    policy = LinearPolicy(8, 2, extra={extra})
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    for spare in {spares}:
+        plotter = Plotter("Swimmer-v5", policy, max_path_length=30, max_restarts=1,
+                          video_dir={videos!r} + str(spare))
+        if spare is not None:  # what the trainer has open, and this many more
+            resource.setrlimit(resource.RLIMIT_NOFILE,
+                               (len(os.listdir("/proc/self/fd")) + spare, hard))
+        plotter.start()
+        for iteration in range(10):
+            policy.fill(0.01 * iteration)
+            plotter.update_plot(policy, iteration=iteration)
+            time.sleep(0.2)
+        started = time.monotonic()
+        plotter.close()
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+        stats = plotter.stats
+        print("TRAINED", spare, stats["disabled"], round(time.monotonic() - started, 1),
+              repr(stats["last_error"]), flush=True)
+    """)
+
+
+def _run_starved(tmp_path, extra, spares, prefix=()):
+    script = tmp_path / "starved.py"
+    script.write_text(
+        NO_ROOM.format(root=ROOT, extra=extra, spares=spares, videos=str(tmp_path / "videos")))
+    return subprocess.run([*prefix, sys.executable, str(script)],
+                          capture_output=True,
+                          text=True,
+                          timeout=240,
+                          cwd=tmp_path)
+
+
+def test_no_room_in_dev_shm_turns_plotting_off_not_the_trainer(tmp_path):
+    """A 16 MB parameter segment where /dev/shm is a 4 MB tmpfs (Docker gives 64 MB): the
+    trainer died of SIGBUS ("Bus error") at its first write into the segment. Now plotting is
+    off with one error naming the fix, and training goes on. Needs root (a private mount
+    namespace, with its own /dev/shm)."""
+    if os.geteuid() != 0 or shutil.which("unshare") is None:
+        pytest.skip("a private /dev/shm needs root and unshare")
+    mount = "mount -t tmpfs -o size=4m tmpfs /dev/shm && exec \"$@\""
+    result = _run_starved(tmp_path, 2_000_000, (None, ), ("unshare", "-m", "sh", "-c", mount, "-"))
+    assert result.returncode == 0 and "Bus error" not in result.stderr, result.stderr[-3000:]
+    trained = [line.split(" ", 4) for line in result.stdout.splitlines()]
+    assert [line[:3] for line in trained] == [["TRAINED", "None", "True"]], result.stderr[-3000:]
+    assert "/dev/shm has no room" in trained[0][4] and "--shm-size" in trained[0][4]
+    errors = [line for line in result.stderr.splitlines() if line.startswith("ERROR")]
+    assert len(errors) == 1 and "plotting is off" in errors[0], result.stderr[-3000:]
+
+
+def test_out_of_file_descriptors_turns_plotting_off_not_the_trainer(tmp_path):
+    """A trainer out of file descriptors at start(), at each of the points the plotter opens
+    some (its segment, the pipes, the processes, the worker's own imports): the supervisor
+    thread died with a traceback, or start() raised. Now training goes on, plotting is off,
+    and close() does not wait for a worker that never came."""
+    spares = (1, 4, 8, 12, 16, 40)  # 1: the segment; 4, 8: the pipes; 12, 16: the processes
+    result = _run_starved(tmp_path, 0, spares)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "Traceback" not in result.stderr and "Exception in thread" not in result.stderr, (
+        result.stderr[-3000:])
+    trained = [line.split(" ", 4) for line in result.stdout.splitlines()]
+    assert [int(line[1]) for line in trained] == list(spares), result.stderr[-3000:]
+    for _, spare, disabled, close_seconds, error in trained:
+        # Off, saying why; or, with enough to spare, plotting as usual.
+        assert (disabled == "True" and "Too many open files" in error) or (disabled == "False"
+                                                                           and error == "None")
+        assert float(close_seconds) < 10, (spare, close_seconds)
+    assert [line[2] for line in trained].count("True") >= 4, trained  # the faults were met
+    assert trained[-1][2] == "False", trained  # with room, it plots: the limit was the cause

@@ -14,6 +14,7 @@ import multiprocessing.connection
 import os
 import secrets
 import select
+import shutil
 import sys
 import time
 from multiprocessing import resource_tracker, shared_memory
@@ -77,6 +78,8 @@ class SharedMemoryWriter:
         self.size = int(size)
         self.dtype = dtype
         remove_orphaned_segments()
+        # The pipe first: if the segment cannot be had, nothing is left that outlives us.
+        self._wake_reader, self._wake_writer = _wake_pipe()
         self._shm = _create_segment(_HEADER_BYTES + 2 * _slot_bytes(self.size, dtype))
         self._header = np.ndarray((_HEADER_BYTES // 8, ), np.int64, self._shm.buf, 0)
         self._header[:] = 0
@@ -86,7 +89,6 @@ class SharedMemoryWriter:
         self._header[_H_LATEST] = -1  # nothing published yet
         self._header[_H_MAGIC] = _MAGIC
         self._published = -1
-        self._wake_reader, self._wake_writer = _wake_pipe()
         self._wake_fd = self._wake_writer.fileno()
         self._closed = False
 
@@ -287,9 +289,41 @@ def _create_segment(size: int) -> shared_memory.SharedMemory:
     while True:
         name = f"{SEGMENT_PREFIX}{creator}_{secrets.token_hex(4)}"
         try:
-            return shared_memory.SharedMemory(name=name, create=True, size=size)
+            segment = shared_memory.SharedMemory(name=name, create=True, size=size)
         except FileExistsError:
             continue
+        try:
+            _reserve(segment.name, size)
+        except OSError:
+            segment.close()
+            segment.unlink()
+            raise
+        return segment
+
+
+def _reserve(name: str, size: int) -> None:
+    """Give segment ``name`` its memory now. A segment is a sparse file in ``/dev/shm``: where
+    that tmpfs has no room (Docker gives containers 64 MB), the first write into a page it
+    cannot back is a SIGBUS that kills the trainer; reserved, the shortage is an ``OSError``
+    here instead, naming the fix."""
+    path = os.path.join(_SHM_DIR, name.lstrip("/"))
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return  # shared memory is not a /dev/shm file here: nothing to reserve this way
+    try:
+        os.posix_fallocate(fd, 0, size)
+    except OSError as error:
+        if error.errno not in (errno.ENOSPC, errno.ENOMEM):
+            return  # a file system that reserves nothing (EOPNOTSUPP): as before
+        free = shutil.disk_usage(_SHM_DIR).free
+        raise OSError(
+            error.errno,
+            f"{_SHM_DIR} has no room for the plotter's shared memory ({size / 1e6:.1f} MB: two "
+            f"copies of the parameter vector; {free / 1e6:.1f} MB free). Free space there, or "
+            "give the container more (docker run --shm-size=1g)") from error
+    finally:
+        os.close(fd)
 
 
 def _creator_alive(name: str) -> bool:

@@ -54,6 +54,24 @@ SPIN_SHARE = 0.5
 _LIVE_STOP_GRACE = 2.0
 
 
+class _StartFailed(Exception):
+    """The processes of a launch could not be started (none is left running)."""
+
+
+def _pipes(count: int) -> List[Connection]:
+    """``count`` one-way pipes, each as its reading and its writing end; ``_StartFailed`` if
+    they cannot all be made (out of file descriptors), with none left open."""
+    made: List[Connection] = []
+    try:
+        for _ in range(count):
+            made.extend(spawn_context().Pipe(duplex=False))
+    except OSError as error:
+        for end in made:
+            end.close()
+        raise _StartFailed(f"the plot worker could not be started: {error}") from error
+    return made
+
+
 class _Pair:
     """One launch of the two processes and the pipes the supervisor keeps."""
 
@@ -145,37 +163,46 @@ class WorkerSupervisor:
     # ------------------------------------------------------------------ lifecycle of one launch
 
     def _launch(self) -> Optional[_Pair]:
-        ctx = spawn_context()
-        frames_in, frames_out = ctx.Pipe(duplex=False)
+        (frames_in, frames_out, lifeline_in, lifeline_out, render_status_in, render_status_out,
+         rollout_status_in, rollout_status_out) = _pipes(4)
         try:
             fcntl.fcntl(frames_out.fileno(), _F_SETPIPE_SZ, _STREAM_PIPE_BYTES)
         except OSError:
             pass
-        lifeline_in, lifeline_out = ctx.Pipe(duplex=False)
-        render_status_in, render_status_out = ctx.Pipe(duplex=False)
-        rollout_status_in, rollout_status_out = ctx.Pipe(duplex=False)
+        ends = (frames_in, frames_out, lifeline_in, render_status_out, rollout_status_out)
+        started: List[Any] = []
         with self._lock:
             if self._stopping.is_set():
                 return None
-            # Both die with this thread (PR_SET_PDEATHSIG), which outlives them: it returns only
-            # after they are gone. The rollout process's TensorFlow sees no GPU unless the user
-            # opted in; the render process keeps the GPU for EGL.
-            render = start_process(
-                render_process.main,
-                (self._config, frames_in, lifeline_in, render_status_out, self._http_listener),
-                name="async_plotter-render",
-                ignore_sigint=True,
-                die_with_parent=True,
-                env=one_blas_thread())
-            rollout = start_process(self._source,
-                                    (self._config.for_rollout(), self._channel_address(),
-                                     frames_out, rollout_status_out),
-                                    name="async_plotter-rollout",
-                                    ignore_sigint=True,
-                                    die_with_parent=True,
-                                    env=worker_environment(self._config.policy_device))
+            try:
+                # Both die with this thread (PR_SET_PDEATHSIG), which outlives them: it returns
+                # only after they are gone. The rollout process's TensorFlow sees no GPU unless
+                # the user opted in; the render process keeps the GPU for EGL.
+                started.append(
+                    start_process(render_process.main, (self._config, frames_in, lifeline_in,
+                                                        render_status_out, self._http_listener),
+                                  name="async_plotter-render",
+                                  ignore_sigint=True,
+                                  die_with_parent=True,
+                                  env=one_blas_thread()))
+                started.append(
+                    start_process(self._source,
+                                  (self._config.for_rollout(), self._channel_address(), frames_out,
+                                   rollout_status_out),
+                                  name="async_plotter-rollout",
+                                  ignore_sigint=True,
+                                  die_with_parent=True,
+                                  env=worker_environment(self._config.policy_device)))
+            except Exception as error:  # noqa: BLE001 - no process, no file: any reason
+                for process in started:
+                    stop_process(process, 1.0)
+                for end in (*ends, lifeline_out, render_status_in, rollout_status_in):
+                    end.close()
+                raise _StartFailed(f"the plot worker could not be started: "
+                                   f"{type(error).__name__}: {error}") from error
+            render, rollout = started
             # Our copies must go, or end-of-file would never reach the other side when one dies.
-            for end in (frames_in, frames_out, lifeline_in, render_status_out, rollout_status_out):
+            for end in ends:
                 end.close()
             os.set_blocking(lifeline_out.fileno(), False)
             self._metrics.resend_all()
@@ -211,23 +238,28 @@ class WorkerSupervisor:
     def _launch_until_done(self) -> None:
         failures = 0
         while not self._stopping.is_set():
-            pair = self._launch()
-            if pair is None:
-                return
-            culprit = self._watch(pair)
-            self._stats.alive = False
-            if culprit is None:  # stopping
-                return
-            self._kill(pair)
-            if self._display_gone(culprit):
-                if not self._config.sinks:
-                    self._stats.disabled = True
+            try:
+                pair = self._launch()
+            except _StartFailed as failed:  # out of processes or files: it may pass
+                culprit = str(failed)
+                self._stats.last_error = culprit
+            else:
+                if pair is None:
                     return
-                continue  # without the window: not a failure of the worker
-            if self._draw_with_osmesa(pair):
-                continue  # another GL backend: not a failure of the worker
-            if self._without_history(pair):
-                continue  # the history's thread, not the worker, failed
+                culprit = self._watch(pair)
+                self._stats.alive = False
+                if culprit is None:  # stopping
+                    return
+                self._kill(pair)
+                if self._display_gone(culprit):
+                    if not self._config.sinks:
+                        self._stats.disabled = True
+                        return
+                    continue  # without the window: not a failure of the worker
+                if self._draw_with_osmesa(pair):
+                    continue  # another GL backend: not a failure of the worker
+                if self._without_history(pair):
+                    continue  # the history's thread, not the worker, failed
             if failures >= self._max_restarts:
                 self._stats.disabled = True
                 logger.error(

@@ -235,7 +235,14 @@ class Plotter:
         self._state = PlotterState.RUNNING
         self._started_at = time.monotonic()
         if self._config.has_output:
-            self._route = open_route(self._config, self._stats)
+            # No room in /dev/shm, out of files or threads: the machine's state, not the user's
+            # mistake, and plotting must never take training down.
+            try:
+                self._route = open_route(self._config, self._stats)
+            except (OSError, RuntimeError) as error:
+                self._stats.update(disabled=True, alive=False, last_error=str(error))
+                logger.error("plotting is off: %s. Training goes on without it.", error)
+                return self
             _open_plotters.add(self)  # closed at interpreter exit, if not before
         return self
 

@@ -65,14 +65,18 @@ class LocalRoute:
                             None,
                             config.worker.max_path_length,
                             number=0)
-        self._supervisor = WorkerSupervisor(config.worker,
-                                            self.writer.address,
-                                            stats,
-                                            max_restarts=config.max_restarts,
-                                            hang_timeout=config.hang_timeout,
-                                            listener=listener or config.on_event,
-                                            verbose=config.verbose)
-        self._supervisor.start()
+        try:
+            self._supervisor = WorkerSupervisor(config.worker,
+                                                self.writer.address,
+                                                stats,
+                                                max_restarts=config.max_restarts,
+                                                hang_timeout=config.hang_timeout,
+                                                listener=listener or config.on_event,
+                                                verbose=config.verbose)
+            self._supervisor.start()
+        except BaseException:
+            self.writer.close()  # the segment goes now, not at the interpreter's exit
+            raise
 
     def publish(self, params: np.ndarray, iteration: Optional[int], max_path_length: int) -> None:
         self.writer.publish(params, iteration, max_path_length)
