@@ -498,3 +498,41 @@ def test_out_of_file_descriptors_turns_plotting_off_not_the_trainer(tmp_path):
         assert float(close_seconds) < 10, (spare, close_seconds)
     assert [line[2] for line in trained].count("True") >= 4, trained  # the faults were met
     assert trained[-1][2] == "False", trained  # with room, it plots: the limit was the cause
+
+
+def test_a_worker_whose_python_cannot_be_run_is_named(tmp_path):
+    """multiprocessing told to start children with a Python that is not there (an embedding
+    host, a venv removed): each process exits with code 127, and stats["last_error"] was None
+    while the error line pointed at it for a traceback."""
+    script = tmp_path / "elsewhere.py"
+    script.write_text(
+        textwrap.dedent(f"""\
+        import multiprocessing, sys, time
+        from multiprocessing import resource_tracker
+        sys.path.insert(0, {ROOT!r})
+        from async_plotter import Plotter
+        from tests.policies import LinearPolicy
+
+        resource_tracker.ensure_running()  # the segment's tracker, started as usual
+        multiprocessing.set_executable("/nonexistent/python3")
+        policy = LinearPolicy(8, 2)
+        plotter = Plotter("Swimmer-v5", policy, max_path_length=30, max_restarts=1,
+                          video_dir={str(tmp_path / "videos")!r}).start()
+        deadline = time.monotonic() + 60
+        iteration = 0
+        while not plotter.stats["disabled"] and time.monotonic() < deadline:
+            policy.fill(0.01 * iteration)
+            plotter.update_plot(policy, iteration=iteration)
+            iteration += 1
+            time.sleep(0.1)
+        plotter.close()
+        print("TRAINED", plotter.stats["disabled"], repr(plotter.stats["last_error"]))
+        """))
+    result = subprocess.run([sys.executable, str(script)],
+                            capture_output=True,
+                            text=True,
+                            timeout=120,
+                            cwd=tmp_path)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.stdout.startswith("TRAINED True "), (result.stdout, result.stderr[-3000:])
+    assert "/nonexistent/python3, could not be started" in result.stdout

@@ -7,6 +7,7 @@ status pipes and process sentinels, so it costs the trainer nothing while all is
 import dataclasses
 import fcntl
 import logging
+import multiprocessing.spawn
 import os
 import signal
 import socket
@@ -42,6 +43,8 @@ logger = logging.getLogger("async_plotter")
 # Linux: shrink the rollout->render pipe so that it cannot hold seconds of stale steps
 _F_SETPIPE_SZ = 1031
 _STREAM_PIPE_BYTES = 16384
+# The exit code of a child whose program could not be found or run (``env``'s, the shell's)
+_NOT_RUN = 127
 
 #: start-up, unbudgeted, lasts until the first video exists, or this long after the processes
 #: are ready (a window or a live page writes no video)
@@ -264,8 +267,8 @@ class WorkerSupervisor:
                 self._stats.disabled = True
                 logger.error(
                     "plotting disabled: the plot worker failed %d times (last: %s). Training "
-                    "continues without plotting; stats['last_error'] has the traceback.",
-                    failures + 1, _one_line(culprit))
+                    "continues without plotting; stats['last_error'] says more.", failures + 1,
+                    _one_line(culprit))
                 logger.debug("plot worker failure in full: %s", culprit)
                 return
             failures += 1
@@ -488,8 +491,15 @@ class WorkerSupervisor:
                 name = signal.Signals(-code).name
             except ValueError:
                 name = f"signal {-code}"
-            return f"its {role} process was killed by {name}"
-        return f"its {role} process exited with code {code}"
+            culprit = f"its {role} process was killed by {name}"
+        elif code == _NOT_RUN:
+            culprit = (
+                f"its {role} process exited with code {code}: the Python it runs, "
+                f"{os.fsdecode(multiprocessing.spawn.get_executable())}, could not be started")
+        else:
+            culprit = f"its {role} process exited with code {code}"
+        self._stats.last_error = culprit  # no traceback came: this is all there is to tell
+        return culprit
 
     def _apply(self, kind: Any, payload: dict, pair: _Pair) -> None:
         """Act on one report. An unknown kind is a bug (both ends are this package): it is
