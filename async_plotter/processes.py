@@ -15,6 +15,7 @@ import shutil
 import signal
 import sys
 import threading
+import weakref
 from multiprocessing import resource_tracker, spawn, util
 from typing import Any, Callable, Dict, Iterator, Mapping, Optional, Sequence, Type
 
@@ -174,8 +175,27 @@ def start_process(target: Callable[..., Any],
         _thread_state.child_env = None
         if mask_sigint and not blocked:
             signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+    _started.add(process)
     return process
 
+
+#: the children started here: a process forked from this one must leave them alone
+_started: "weakref.WeakSet[multiprocessing.process.BaseProcess]" = weakref.WeakSet()
+
+
+def _forget_children_in_forked_child() -> None:
+    """In a process forked from this one (a plain ``os.fork()``: multiprocessing's own children
+    start afresh), drop our children from multiprocessing's list of the current process's
+    children. That list is copied by the fork, and at the forked process's exit multiprocessing
+    terminates the daemonic ones on it (the trainer's plot worker) and tries to join the others
+    ("can only join a child process")."""
+    children = getattr(multiprocessing.process, "_children", None)
+    if isinstance(children, set):
+        children.difference_update(_started)
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_children_in_forked_child)
 
 _HAVE_SIGMASK = hasattr(signal, "pthread_sigmask")
 

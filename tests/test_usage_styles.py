@@ -153,3 +153,57 @@ def test_a_trainer_in_a_multiprocessing_pool_plots_and_leaves_no_orphans(tmp_pat
     wait_for(lambda: not any(psutil.pid_exists(pid) for pid in [trainer, *workers]),
              30,
              message="the terminated pool's trainer and its plot workers to be gone")
+
+
+FORKED_HELPER = textwrap.dedent("""\
+    import logging, os, sys, time
+    sys.path.insert(0, {root!r})
+    logging.basicConfig(level=logging.WARNING, format="%(process)d %(levelname)s %(message)s")
+    from async_plotter import Plotter
+    from tests.policies import LinearPolicy
+
+    policy = LinearPolicy(8, 2)
+    plotter = Plotter("Swimmer-v5", policy, max_path_length=30, video_dir={videos!r},
+                      priority="normal").start()
+    plotter.update_plot(policy, iteration=0)
+    deadline = time.monotonic() + 60
+    while (plotter.stats["last_applied_update"] or 0) < 1 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    child = os.fork()
+    if child == 0:  # a helper forked from the trainer, ending normally: exit handlers run
+        policy.fill(9.0)
+        plotter.update_plot(policy, iteration=99)
+        sys.exit(0)
+    os.waitpid(child, 0)
+    for iteration in range(1, 4):
+        policy.fill(0.1 * iteration)
+        plotter.update_plot(policy, iteration=iteration)
+        time.sleep(0.5)
+    plotter.close()
+    stats = plotter.stats
+    print("PARENT", os.getpid(), "CHILD", child, stats["restarts"], stats["final_video"],
+          sorted(entry["iteration"] for entry in stats["history"]))
+    """)
+
+
+def test_a_process_forked_from_the_trainer_leaves_its_plotter_alone(tmp_path):
+    """A helper forked with ``os.fork()`` that exits normally ran the exit handlers on its copy
+    of the trainer's Plotter: multiprocessing terminated the trainer's plot worker, and the
+    Plotter's close() removed its segment, so plotting died for the trainer. Its update_plot
+    would have shown the helper's parameters as the trainer's."""
+    videos = tmp_path / "videos"
+    script = tmp_path / "forks.py"
+    script.write_text(FORKED_HELPER.format(root=ROOT, videos=str(videos)))
+    result = subprocess.run([sys.executable, str(script)],
+                            capture_output=True,
+                            text=True,
+                            timeout=180,
+                            cwd=tmp_path)
+    assert result.returncode == 0 and "PARENT" in result.stdout, result.stderr[-3000:]
+    _, parent, _, child, restarts, final, iterations = result.stdout.split(" ", 6)
+    assert restarts == "0" and final == str(videos / "iter_0003.mp4"), result.stderr[-3000:]
+    assert "99" not in iterations  # the helper's update was never shown
+    assert "Traceback" not in result.stderr, result.stderr[-3000:]
+    warned = [line for line in result.stderr.splitlines() if "WARNING" in line]
+    assert len(warned) == 1 and warned[0].startswith(child + " "), result.stderr[-3000:]
+    assert "update_plot() called in process " + child in warned[0] and parent in warned[0]

@@ -217,6 +217,10 @@ class Plotter:
         self._iterations_given: Set[int] = set()
         self._started_at: Optional[float] = None
         self._route: Optional[PlotRoute] = None
+        #: the process whose Plotter this is: a process forked from it holds a copy of this
+        #: object (its pipes, its segment) and must not publish through it or close it
+        self._owner_pid = os.getpid()
+        self._told_forked = False
         self._state = PlotterState.CREATED
         self.video_dir = config.video_dir
         #: where the run's history recordings go (``<video_dir>/history``); None: no history
@@ -262,6 +266,8 @@ class Plotter:
         ``None`` or ``math.inf`` (rllab's ``update_plot(policy, np.inf)``) means no cap beyond
         the plotter's own ``max_path_length``.
         """
+        if not self._in_owner("update_plot()"):
+            return
         if self._state is not PlotterState.RUNNING:
             if self._state is PlotterState.CLOSED:
                 raise PlotterClosedError(
@@ -330,7 +336,7 @@ class Plotter:
         recording instead of a video (within the same limits), then at most 2 s for the last of
         it to reach Redis, whatever the server does. Logs a one-line summary of the videos.
         Calling it again does nothing."""
-        if self._state is PlotterState.CLOSED:
+        if self._state is PlotterState.CLOSED or not self._in_owner("close()"):
             return
         # With every limit at its default, a worker still starting gets to finish first (up
         # to hang_timeout): a run shorter than TensorFlow's import still shows its final policy.
@@ -361,6 +367,21 @@ class Plotter:
                 summarize_videos(self._stats.snapshot(), len(self._iterations_given),
                                  time.monotonic() - (self._started_at or 0.0),
                                  self._config.worker.budget, self.video_dir, final_video))
+
+    def _in_owner(self, call: str) -> bool:
+        """Whether this is the process that made this Plotter. A process forked from it (an
+        ``os.fork()`` helper that exits normally runs the exit handlers, and so ``close()``)
+        would otherwise stop the worker and remove the segment under the trainer's feet, or
+        show its own parameters as the trainer's: there ``call`` does nothing, once said."""
+        if os.getpid() == self._owner_pid:
+            return True
+        if not self._told_forked:
+            self._told_forked = True
+            logger.warning(
+                "%s called in process %d, forked from the one that made this Plotter (%d): "
+                "ignored; the Plotter belongs to its own process", call, os.getpid(),
+                self._owner_pid)
+        return False
 
     def __enter__(self) -> "Plotter":
         return self.start()
@@ -416,4 +437,5 @@ def _close_open_plotters() -> None:
     # because of an exception nobody caught (Ctrl-C among them): then the user wants out.
     failed = getattr(sys, "last_type", None) is not None
     for plotter in list(_open_plotters):
-        plotter.close(final_video=not failed)
+        if plotter._owner_pid == os.getpid():  # a forked child's copies are not its to close
+            plotter.close(final_video=not failed)
