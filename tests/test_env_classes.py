@@ -134,6 +134,17 @@ class LockedObservation(ScaledObservation):
         self.lock = threading.Lock()
 
 
+class ScaledAction(gymnasium.ActionWrapper):
+    """An action wrapper of the user's with an optional argument, recorded nowhere."""
+
+    def __init__(self, env, scale=1.0):
+        super().__init__(env)
+        self.scale = scale
+
+    def action(self, action):
+        return action * self.scale
+
+
 def deterministic_return(env, policy, steps):
     """The return of ``policy``'s actions over ``steps`` steps from the reset of seed 0 (the
     history's start state)."""
@@ -178,3 +189,20 @@ def test_a_wrapper_that_can_be_neither_rebuilt_nor_copied_is_named_in_the_traine
     assert "LockedObservation cannot be rebuilt" in message and "needs scale" in message
     assert "RecordConstructorArgs.__init__(self, scale=scale)" in message
     assert not (tmp_path / "videos").exists()
+
+
+def test_an_action_wrapper_given_an_optional_argument_is_shown_as_given(tmp_path, no_leftovers):
+    """Before, the worker built ``ScaledAction(env)`` afresh, with the default scale of 1, and
+    showed other actions than the trainer's silently (no check compares action wrappers)."""
+    steps = 80
+    policy = LinearPolicy(8, 2)
+    policy.fill(0.3)
+    env = ScaledAction(gymnasium.make("Swimmer-v5"), scale=0.2)
+    with Plotter(env, policy, max_path_length=steps, video_dir=str(tmp_path),
+                 priority="normal") as plotter:
+        wait_for(lambda: plotter.stats["history"], 90, message="the initial policy's history")
+        shown = plotter.stats["history"][0]["return"]
+    given = ScaledAction(gymnasium.make("Swimmer-v5"), scale=0.2)
+    assert shown == pytest.approx(deterministic_return(given, policy, steps), rel=1e-3, abs=1e-3)
+    default = ScaledAction(gymnasium.make("Swimmer-v5"))
+    assert shown != pytest.approx(deterministic_return(default, policy, steps), rel=1e-2, abs=1e-2)

@@ -159,8 +159,8 @@ def builds_from_registry(recipe: EnvRecipe) -> bool:
 
 def _added_wrappers(env: Any, spec: Any) -> List[WrapperRecord]:
     """The wrappers added to a made env (``spec.additional_wrappers``, outermost last), each as
-    its class and recorded arguments; a wrapper that recorded none is rebuilt with the env
-    alone, or, when it needs more, copied (refused by name if it cannot be)."""
+    its class and recorded arguments, or for a wrapper that recorded none, as ``_unrecorded``
+    says."""
     count = len(spec.additional_wrappers)
     layers, outer = [], env
     for _ in range(count):
@@ -172,10 +172,10 @@ def _added_wrappers(env: Any, spec: Any) -> List[WrapperRecord]:
     for layer, recorded in zip(reversed(layers), spec.additional_wrappers):
         if type(layer).__name__ != recorded.name:
             return []
-        if recorded.kwargs is not None or not _required_arguments(type(layer)):
-            records.append((type(layer), dict(recorded.kwargs or {})))
+        if recorded.kwargs is not None:
+            records.append((type(layer), dict(recorded.kwargs)))
         else:
-            records.append((_copied(layer), {}))
+            records.append(_unrecorded(layer))
     return records
 
 
@@ -191,14 +191,19 @@ def _required_arguments(cls: type) -> List[str]:
     ]
 
 
-def _copied(layer: Any) -> CopiedWrapper:
-    """``layer`` as a ``CopiedWrapper``, refused by name where it cannot travel."""
+def _unrecorded(layer: Any) -> WrapperRecord:
+    """A wrapper that recorded no arguments: a copy of it (its attributes are what it was given,
+    optional arguments too: built afresh, ``Scale(env, k=0.5)`` would be ``Scale(env)``), else,
+    where it cannot be pickled, built with the env alone if it needs nothing more; refused by
+    name otherwise."""
     copied = CopiedWrapper(layer)
     try:
         cloudpickle.dumps(copied)
-        return copied
+        return copied, {}
     except Exception as error:  # noqa: BLE001 - pickling fails in many ways
         required = _required_arguments(type(layer))
+        if not required:
+            return type(layer), {}
         raise EnvSpecError(
             f"the wrapper {type(layer).__qualname__} cannot be rebuilt in the plot worker: it "
             f"needs {', '.join(required)}, which it did not record, and it cannot be copied "
