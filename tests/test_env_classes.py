@@ -145,7 +145,22 @@ class ScaledAction(gymnasium.ActionWrapper):
         return action * self.scale
 
 
-def deterministic_return(env, policy, steps):
+#: steps of the episodes whose returns are compared
+STEPS = 80
+
+
+def shown_return(env, folder):
+    """The return of the initial policy's history episode on ``env`` (one deterministic
+    episode from the start state, in the worker), and that policy."""
+    policy = LinearPolicy(8, 2)
+    policy.fill(0.3)
+    with Plotter(env, policy, max_path_length=STEPS, video_dir=str(folder),
+                 priority="normal") as plotter:
+        wait_for(lambda: plotter.stats["history"], 90, message="the initial policy's history")
+        return plotter.stats["history"][0]["return"], policy
+
+
+def deterministic_return(env, policy, steps=STEPS):
     """The return of ``policy``'s actions over ``steps`` steps from the reset of seed 0 (the
     history's start state)."""
     observation, _ = env.reset(seed=0)
@@ -167,17 +182,11 @@ def test_a_wrapper_that_records_no_arguments_is_shown_as_a_copy_of_yours(tmp_pat
     assert copied.unwrapped is not env.unwrapped  # the env beneath is built afresh
     copied.close()
 
-    steps = 80
-    policy = LinearPolicy(8, 2)
-    policy.fill(0.3)
-    with Plotter(env, policy, max_path_length=steps, video_dir=str(tmp_path),
-                 priority="normal") as plotter:
-        wait_for(lambda: plotter.stats["history"], 90, message="the initial policy's history")
-        shown = plotter.stats["history"][0]["return"]
     # The worker's episode is the one a scale of 3 gives, not the plain env's.
+    shown, policy = shown_return(env, tmp_path)
     scaled = ScaledObservation(gymnasium.make("Swimmer-v5"), scale=3.0)
-    assert shown == pytest.approx(deterministic_return(scaled, policy, steps), rel=1e-3, abs=1e-3)
-    plain = deterministic_return(gymnasium.make("Swimmer-v5"), policy, steps)
+    assert shown == pytest.approx(deterministic_return(scaled, policy), rel=1e-3, abs=1e-3)
+    plain = deterministic_return(gymnasium.make("Swimmer-v5"), policy)
     assert shown != pytest.approx(plain, rel=1e-2, abs=1e-2)
 
 
@@ -194,15 +203,8 @@ def test_a_wrapper_that_can_be_neither_rebuilt_nor_copied_is_named_in_the_traine
 def test_an_action_wrapper_given_an_optional_argument_is_shown_as_given(tmp_path, no_leftovers):
     """Before, the worker built ``ScaledAction(env)`` afresh, with the default scale of 1, and
     showed other actions than the trainer's silently (no check compares action wrappers)."""
-    steps = 80
-    policy = LinearPolicy(8, 2)
-    policy.fill(0.3)
-    env = ScaledAction(gymnasium.make("Swimmer-v5"), scale=0.2)
-    with Plotter(env, policy, max_path_length=steps, video_dir=str(tmp_path),
-                 priority="normal") as plotter:
-        wait_for(lambda: plotter.stats["history"], 90, message="the initial policy's history")
-        shown = plotter.stats["history"][0]["return"]
+    shown, policy = shown_return(ScaledAction(gymnasium.make("Swimmer-v5"), scale=0.2), tmp_path)
     given = ScaledAction(gymnasium.make("Swimmer-v5"), scale=0.2)
-    assert shown == pytest.approx(deterministic_return(given, policy, steps), rel=1e-3, abs=1e-3)
+    assert shown == pytest.approx(deterministic_return(given, policy), rel=1e-3, abs=1e-3)
     default = ScaledAction(gymnasium.make("Swimmer-v5"))
-    assert shown != pytest.approx(deterministic_return(default, policy, steps), rel=1e-2, abs=1e-2)
+    assert shown != pytest.approx(deterministic_return(default, policy), rel=1e-2, abs=1e-2)
