@@ -11,7 +11,8 @@ import numpy as np
 import pytest
 
 from async_plotter import InvalidArgumentError, Plotter
-from async_plotter.errors import CameraError, EnvBuildError, EnvRenderError, PolicyShapeError
+from async_plotter.errors import (CameraError, EnvBuildError, EnvMismatchError, EnvRenderError,
+                                  PolicyShapeError)
 from tests.conftest import worker_children
 from tests.policies import LinearPolicy
 
@@ -131,3 +132,47 @@ def test_check_cost_for_a_keras_policy_and_hopper(tmp_path, caplog):
     logging.getLogger(__name__).info("Plotter(Hopper-v5, keras) took %s; %s",
                                      [f"{t * 1000:.0f} ms" for t in times], checks)
     assert min(times) < 2.0, times  # generous: a loaded 2-core machine
+
+
+def heavier_hopper():
+    """A Hopper whose torso weighs twice as much, on a planet of 5 m/s²: a transfer experiment's
+    env, changed where it is made."""
+    env = gymnasium.make("Hopper-v5")
+    env.unwrapped.model.body_mass[1] *= 2
+    env.unwrapped.model.opt.gravity[2] = -5.0
+    return env
+
+
+class RandomMass(gymnasium.Wrapper):
+    """Domain randomization: a new torso mass at every reset, from the wrapper's own generator."""
+
+    def __init__(self, env, seed=0):
+        super().__init__(env)
+        self.nominal = float(env.unwrapped.model.body_mass[1])
+        self.generator = np.random.default_rng(seed)
+
+    def reset(self, **kwargs):
+        self.env.unwrapped.model.body_mass[1] = self.nominal * self.generator.uniform(0.5, 1.5)
+        return self.env.reset(**kwargs)
+
+
+def test_a_model_changed_after_make_is_named(tmp_path):
+    """The worker builds its env afresh: a changed model would have been shown with its default
+    physics, with no word."""
+    message = rejected(EnvMismatchError, tmp_path, heavier_hopper(), LinearPolicy(11, 3))
+    assert "MuJoCo model differs" in message and "Hopper-v5" in message
+    assert "body_mass[1]:" in message and "opt.gravity[2]: -5 in yours, -9.81 in the worker's" in (
+        message)
+    assert "zero-argument function" in message
+
+
+def test_a_model_changed_where_the_env_is_made_or_randomized_is_no_mismatch(tmp_path, caplog):
+    """The same change in a factory travels (the worker calls it), and a model that the env
+    randomizes at each reset is not compared (the worker's copy randomizes it too)."""
+    Plotter(heavier_hopper, LinearPolicy(11, 3), video_dir=str(tmp_path / "factory")).close()
+    randomized = RandomMass(gymnasium.make("Hopper-v5"))
+    randomized.reset(seed=0)
+    with caplog.at_level(logging.INFO, logger="async_plotter"):
+        Plotter(randomized, LinearPolicy(11, 3), video_dir=str(tmp_path / "randomized")).close()
+    said = [r.getMessage() for r in caplog.records if "changes its own model" in r.getMessage()]
+    assert len(said) == 1 and "Hopper-v5" in said[0], said

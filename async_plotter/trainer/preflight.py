@@ -21,6 +21,7 @@ import numpy as np
 
 from async_plotter.env.carried_state import check_no_carried_state
 from async_plotter.env.check import check_worker_env
+from async_plotter.env.model_check import check_same_model, model_bytes, mujoco_model
 from async_plotter.env.recipe import (EnvRecipe, build_env, builds_from_registry,
                                       factory_accepts_render_mode)
 from async_plotter.env.state import WorkerEnvState, env_layers
@@ -66,12 +67,14 @@ def _check(config: PlotterConfig, policy: Any) -> bool:
     env = _build(env_recipe, None)
     opened = [env]
     try:
+        model = mujoco_model(env)
+        built = model_bytes(model) if model is not None else None  # before any reset
         stepper = _stepper(env, config)
         check_worker_env(env, config.trainer_env, label)
         check_no_carried_state(lambda: _stepper(_build(env_recipe, None), config),
                                config.trainer_env, label)
         observation = _reset(stepper, label)
-        model = _mujoco_model(env)
+        check_same_model(config.trainer_env, env, built, label)
         action = _check_policy(policy, config.adapter, observation, env, label)
         _step_once(stepper, action, config.initial.dtype, label)
         if action is not None:
@@ -175,12 +178,6 @@ def _step_once(stepper: EnvStepper, output: Any, dtype: Any, label: str) -> None
                 "worker would fail the same way at every step. It gives a Discrete space an "
                 "int index and a Box an array of its shape, in the policy's dtype, clipped to "
                 "its bounds: make the env's step() accept that.") from error
-
-
-def _mujoco_model(env: Any) -> Any:
-    unwrapped = getattr(env, "unwrapped", env)
-    model = getattr(unwrapped, "model", None)
-    return model if type(model).__name__ == "MjModel" else None
 
 
 def _check_frames(recipe: EnvRecipe, env: Any, opened: List[Any]) -> None:
