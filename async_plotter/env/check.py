@@ -286,8 +286,9 @@ def _warn_fresh_statistics(worker_layers: List[Any], label: str) -> None:
         logger.warning(
             "Plotter: the env %s has wrappers with running statistics (%s) that start fresh in "
             "the plot worker, since it builds its own env: if you train on such an env, pass "
-            "that env object to Plotter so that its statistics travel with every update_plot",
-            label, ", ".join(stateful))
+            "that env object to Plotter so that its statistics travel with every update_plot "
+            "(run_experiment_lite and plot=True pass theirs where cloudpickle can copy the env "
+            "and the sampler reports env_state())", label, ", ".join(stateful))
 
 
 def _advice(name: str) -> str:

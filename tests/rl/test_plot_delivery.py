@@ -140,6 +140,8 @@ def test_an_env_whose_copy_cannot_travel_is_plotted_from_its_factory(tmp_path, c
     assert result.final_video is not None
     assert "not a copy that follows the samplers' statistics" in caplog.text
     assert "start fresh in the plot worker" in caplog.text
+    # What to do, for a user who never called Plotter(): run_experiment_lite passes its copy.
+    assert "run_experiment_lite and plot=True pass theirs where cloudpickle can copy" in caplog.text
 
 
 class _QuietSampler(Sampler):
