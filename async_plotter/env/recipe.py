@@ -196,8 +196,8 @@ def _unrecorded(layer: Any) -> WrapperRecord:
     optional arguments too: built afresh, ``Scale(env, k=0.5)`` would be ``Scale(env)``), else,
     where it cannot be pickled, built with the env alone if it needs nothing more; refused by
     name otherwise."""
-    copied = CopiedWrapper(layer)
     try:
+        copied = CopiedWrapper(layer)
         cloudpickle.dumps(copied)
         return copied, {}
     except Exception as error:  # noqa: BLE001 - pickling fails in many ways

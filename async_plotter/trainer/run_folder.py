@@ -137,9 +137,17 @@ def _outputs(video_dir: str) -> List[str]:
         return []
     return [
         name for name in names if VIDEO_NAME.fullmatch(name) or RECORDING_NAME.fullmatch(name) or (
-            name in (HISTORY_FOLDER, LIVE_FOLDER) and os.path.isdir(os.path.join(video_dir, name))
-            and os.listdir(os.path.join(video_dir, name)))
+            name in (HISTORY_FOLDER, LIVE_FOLDER) and _has_entries(os.path.join(video_dir, name)))
     ]
+
+
+def _has_entries(folder: str) -> bool:
+    """Whether ``folder`` is a folder with something in it (an unreadable one counts: moved, it
+    stays with the run that wrote it)."""
+    try:
+        return os.path.isdir(folder) and bool(os.listdir(folder))
+    except OSError:
+        return True
 
 
 def _newest_mtime(path: str) -> float:
