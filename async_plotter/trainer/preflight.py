@@ -21,7 +21,6 @@ import numpy as np
 
 from async_plotter.env.carried_state import check_no_carried_state
 from async_plotter.env.check import check_worker_env
-from async_plotter.env.model_check import check_same_model, model_bytes, mujoco_model
 from async_plotter.env.recipe import (EnvRecipe, build_env, builds_from_registry,
                                       factory_accepts_render_mode)
 from async_plotter.env.state import WorkerEnvState, env_layers
@@ -33,6 +32,8 @@ from async_plotter.policy.check import brief_error, check_worker_copy
 from async_plotter.policy.random_state import random_state_kept
 from async_plotter.env.spaces import BOX, DISCRETE, space_kind
 from async_plotter.sinks.specs import LiveStatesSpec
+from async_plotter.render.recording import model_to_mjb
+from async_plotter.trainer.model_check import check_same_model, mujoco_model
 from async_plotter.trainer.config import PlotterConfig
 
 logger = logging.getLogger("async_plotter")
@@ -68,7 +69,7 @@ def _check(config: PlotterConfig, policy: Any) -> bool:
     opened = [env]
     try:
         model = mujoco_model(env)
-        built = model_bytes(model) if model is not None else None  # before any reset
+        built = model_to_mjb(model) if model is not None else None  # before any reset
         stepper = _stepper(env, config)
         check_worker_env(env, config.trainer_env, label)
         check_no_carried_state(lambda: _stepper(_build(env_recipe, None), config),

@@ -13,6 +13,7 @@ from typing import Any, List, Optional
 import numpy as np
 
 from async_plotter.errors import EnvMismatchError
+from async_plotter.render.recording import model_to_mjb
 
 logger = logging.getLogger("async_plotter")
 
@@ -27,15 +28,6 @@ def mujoco_model(env: Any) -> Any:
     return model if type(model).__name__ == "MjModel" else None
 
 
-def model_bytes(model: Any) -> bytes:
-    """MuJoCo's binary form of ``model`` (MJB): equal for models compiled alike."""
-    import mujoco
-
-    buffer = np.empty(mujoco.mj_sizeModel(model), dtype=np.uint8)
-    mujoco.mj_saveModel(model, None, buffer)
-    return buffer.tobytes()
-
-
 def check_same_model(trainer_env: Any, worker_env: Any, built: Optional[bytes], label: str) -> None:
     """Raise ``EnvMismatchError`` if ``trainer_env``'s MuJoCo model differs from the one
     ``worker_env`` was built with (``built``: its MJB then, before any reset), unless the
@@ -43,12 +35,12 @@ def check_same_model(trainer_env: Any, worker_env: Any, built: Optional[bytes], 
     trainer_model, worker_model = mujoco_model(trainer_env), mujoco_model(worker_env)
     if trainer_model is None or worker_model is None or built is None:
         return
-    if model_bytes(worker_model) != built:
+    if model_to_mjb(worker_model) != built:
         logger.info(
             "Plotter: not comparing %s's MuJoCo model with yours: the env changes its own model "
             "(at reset: a randomized model), and the worker's copy does the same", label)
         return
-    if model_bytes(trainer_model) == built:
+    if model_to_mjb(trainer_model) == built:
         return
     differences = model_differences(trainer_model, worker_model)
     named = "; ".join(differences[:_NAMED]) + ("; ..." if len(differences) > _NAMED else "")
