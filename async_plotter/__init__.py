@@ -17,7 +17,8 @@ if TYPE_CHECKING:  # the same names, for type checkers and readers
                                       EnvSpecError, EnvStepError, InvalidArgumentError,
                                       NoDisplayError, ParameterMismatchError, PlotterClosedError,
                                       PlotterError, PolicyMismatchError, PolicyNotRebuildableError,
-                                      PolicyProtocolError, PolicyShapeError, VideoDirError)
+                                      PolicyProtocolError, PolicyShapeError, VideoDirError,
+                                      VideoDirInUseError)
     from async_plotter.sinks.base import FrameSink
     from async_plotter.render.stream import EpisodeEnd, EpisodeInfo
     from async_plotter.policy.serializable import Serializable
@@ -35,7 +36,7 @@ _PUBLIC = {
     ("PlotterError", "PlotterClosedError", "PolicyProtocolError", "PolicyNotRebuildableError",
      "PolicyMismatchError", "ParameterMismatchError", "EnvSpecError", "NoDisplayError",
      "VideoDirError", "InvalidArgumentError", "PolicyShapeError", "EnvRenderError", "EnvBuildError",
-     "EnvMismatchError", "EnvStepError", "CameraError"),
+     "EnvMismatchError", "EnvStepError", "CameraError", "VideoDirInUseError"),
     "async_plotter.sinks.base": ("FrameSink", ),
     "async_plotter.render.stream": ("EpisodeInfo", "EpisodeEnd"),
     "async_plotter.policy.serializable": ("Serializable", ),
@@ -46,9 +47,9 @@ __all__ = [
     "Plotter", "Serializable", "PlotterError", "PlotterClosedError", "PolicyProtocolError",
     "PolicyNotRebuildableError", "PolicyMismatchError", "ParameterMismatchError", "EnvSpecError",
     "NoDisplayError", "VideoDirError", "InvalidArgumentError", "PolicyShapeError", "EnvRenderError",
-    "EnvBuildError", "EnvMismatchError", "EnvStepError", "CameraError", "DEFAULT_BUDGET",
-    "DEFAULT_VIDEO_LENGTH", "DEFAULT_VIDEO_SECONDS", "FrameSink", "EpisodeInfo", "EpisodeEnd",
-    "PlotterState"
+    "EnvBuildError", "EnvMismatchError", "EnvStepError", "CameraError", "VideoDirInUseError",
+    "DEFAULT_BUDGET", "DEFAULT_VIDEO_LENGTH", "DEFAULT_VIDEO_SECONDS", "FrameSink", "EpisodeInfo",
+    "EpisodeEnd", "PlotterState"
 ]
 
 

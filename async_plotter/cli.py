@@ -49,7 +49,11 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         return EXIT_USAGE
     _configure_logging(args.verbose, args.quiet)
     commands = {"list": _list, "serve": _serve, "render": _render, "replay": _replay, "acl": _acl}
-    code = commands.get(args.command, _view)(args.subparser, args)
+    try:
+        code = commands.get(args.command, _view)(args.subparser, args)
+    finally:
+        while _claims:
+            _claims.pop().release()
     if args.is_the_command:
         end_by_deadline(EXIT_DEADLINE_SECONDS)  # the interpreter's exit, which joins threads
     return code
@@ -324,7 +328,7 @@ def _replay_from_redis(parser: argparse.ArgumentParser, args: argparse.Namespace
                      "'-'): the experiment whose history to show")
     secret = _checked_secret(parser, args, loads_pickles=False)  # states: numbers only
     http = _checked_http(parser, args.http, args.http_token)
-    video_dir = _checked_video_dir(parser, args.video_dir)
+    video_dir = _claimed_video_dir(parser, args.video_dir)
     from async_plotter.sinks.rerender import NewestRenderer, prepare_gl
 
     if video_dir:
@@ -473,7 +477,7 @@ def _check_view_arguments(parser: argparse.ArgumentParser, args: argparse.Namesp
             parser.error("--window needs a display, and none is reachable (DISPLAY is "
                          f"{os.environ.get('DISPLAY') or 'unset'}); use --video-dir or --http "
                          "instead")
-    video_dir = _checked_video_dir(parser, args.video_dir)
+    video_dir = _claimed_video_dir(parser, args.video_dir)
     tensorboard_dir = _checked_video_dir(parser, args.tensorboard_dir, "--tensorboard-dir")
     http = _checked_http(parser, args.http, args.http_token)
     if not (video_dir or tensorboard_dir or args.window or http is not None):
@@ -518,6 +522,26 @@ def _checked_video_dir(parser: argparse.ArgumentParser,
             pass
     except OSError as error:
         parser.error(f"{flag} {path!r} cannot be written: {error.strerror or error}")
+    return path
+
+
+# The video folders this command writes a run into, claimed until it exits (the kernel lets go).
+_claims: List[Any] = []
+
+
+def _claimed_video_dir(parser: argparse.ArgumentParser, video_dir: Optional[str]) -> Optional[str]:
+    """``--video-dir`` checked, and claimed as a Plotter claims its own: an earlier run's videos
+    there are set aside, and a folder a live run writes into is refused (the same names would
+    overwrite each other)."""
+    path = _checked_video_dir(parser, video_dir)
+    if path is not None:
+        from async_plotter.errors import VideoDirInUseError
+        from async_plotter.trainer.run_folder import RunFolder
+
+        try:
+            _claims.append(RunFolder(path, verbose=1, holder="an async-plotter viewer"))
+        except VideoDirInUseError as error:
+            parser.error(f"--video-dir: {error}")
     return path
 
 

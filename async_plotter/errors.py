@@ -34,6 +34,11 @@ class VideoDirError(PlotterError, OSError):
     """The video directory cannot be created or written."""
 
 
+class VideoDirInUseError(VideoDirError):
+    """Another live run (a Plotter, in this process or another) writes into the video directory:
+    two runs in one folder would overwrite each other's videos and history."""
+
+
 class InvalidArgumentError(PlotterError, ValueError):
     """An argument has the wrong type or value."""
 

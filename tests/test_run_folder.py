@@ -1,7 +1,7 @@
 """One video folder, one run: a Plotter started on a folder an earlier run wrote into moves that
 run's outputs into ``earlier_runs/<when it ended>/``, so that the folder's newest video is this
-run's final policy and its history is this run's alone; a Plotter writing there at the same
-time is not an earlier run, and a killed one's folder is free again."""
+run's final policy and its history is this run's alone; a second run on a live run's folder is
+refused by name, and a killed one's folder is free again."""
 import hashlib
 import logging
 import os
@@ -11,9 +11,11 @@ import sys
 
 import pytest
 
-from async_plotter import Plotter
+from async_plotter import Plotter, VideoDirInUseError
+from async_plotter.cli import main as cli_main
 from async_plotter.render.videos import list_named_recordings
-from async_plotter.trainer.run_folder import EARLIER_RUNS, RunFolder, set_aside_earlier_run
+from async_plotter.trainer.run_folder import (EARLIER_RUNS, EARLIER_RUNS_KEPT, RunFolder,
+                                              set_aside_earlier_run)
 from tests.conftest import wait_for
 from tests.policies import LinearPolicy
 
@@ -90,55 +92,94 @@ def test_a_second_run_in_the_same_folder_sets_the_first_aside_whole(tmp_path, ca
 
 
 @pytest.mark.slow
-def test_a_plotter_writing_into_the_folder_now_is_not_an_earlier_run(tmp_path):
+def test_a_second_plotter_on_a_live_runs_folder_is_refused_and_the_live_run_goes_on(tmp_path):
+    """A notebook cell run again makes a second Plotter on the folder the first still writes
+    into. Both would write iter_0000.mp4 and history/iter_0000.npz over each other, and each
+    would call the other's last video its final one: the second is refused, by name, and the
+    live run's files stay and its final video is its own."""
     live = run_plotter(tmp_path, 1, close=False)
     try:
-        written = sorted(os.listdir(tmp_path / "history"))
-        beside = Plotter("Swimmer-v5",
-                         LinearPolicy(8, 2),
-                         max_path_length=STEPS,
-                         video_dir=str(tmp_path),
-                         verbose=0)
-        beside.close()
-        assert not os.path.exists(tmp_path / EARLIER_RUNS)
-        assert set(written) <= set(os.listdir(tmp_path / "history"))
+        written = digests(tmp_path)
+        with pytest.raises(VideoDirInUseError) as refusal:
+            Plotter("Swimmer-v5",
+                    LinearPolicy(8, 2),
+                    max_path_length=STEPS,
+                    video_dir=str(tmp_path),
+                    verbose=0)
+        message = str(refusal.value)
+        assert repr(str(tmp_path)) in message
+        assert "a Plotter for Swimmer-v5 of this process" in message
+        assert "close() that one first" in message and "a folder of its own" in message
+        assert digests(tmp_path) == written
+        policy = LinearPolicy(8, 2)
+        policy.fill(-0.3)
+        live.update_plot(policy, iteration=5)
     finally:
         live.close()
-    # Both closed: the folder is free, and the next Plotter sets their files aside.
+    assert live.stats["final_video"] == str(tmp_path / "iter_0005.mp4")
+    assert not os.path.exists(tmp_path / EARLIER_RUNS)
+    # Closed: the folder is free, and the next Plotter sets the run aside.
     Plotter("Swimmer-v5",
             LinearPolicy(8, 2),
             max_path_length=STEPS,
             video_dir=str(tmp_path),
             verbose=0).close()
-    assert len(os.listdir(tmp_path / EARLIER_RUNS)) == 1
+    (aside, ) = os.listdir(tmp_path / EARLIER_RUNS)
+    assert "iter_0005.mp4" in os.listdir(tmp_path / EARLIER_RUNS / aside)
     assert not os.path.exists(tmp_path / "history")
 
 
-def test_a_killed_runs_folder_is_free_again(tmp_path):
-    """The claim is the kernel's lock: a process killed with SIGKILL leaves no claim behind."""
-    (tmp_path / "iter_0000.mp4").write_bytes(b"video")
-    holder = subprocess.Popen([
-        sys.executable, "-c", "import sys, time\n"
-        "from async_plotter.trainer.run_folder import RunFolder\n"
-        "claim = RunFolder(sys.argv[1], verbose=0)\n"
-        "print('claimed', claim.set_aside, flush=True)\n"
-        "time.sleep(600)\n",
-        str(tmp_path)
-    ],
-                              stdout=subprocess.PIPE,
-                              text=True)
+def test_a_folder_held_by_another_process_is_refused_until_it_is_killed(
+        tmp_path, capsys, monkeypatch):
+    """The claim is the kernel's lock: a run in another process is named by its pid and command
+    line, to a Plotter and to ``async-plotter view --video-dir`` alike; killed with SIGKILL, it
+    leaves no claim behind, and the next claim sets its files aside."""
+    script = tmp_path.parent / "train_and_hold.py"
+    script.write_text("import sys, time\n"
+                      "from async_plotter.trainer.run_folder import RunFolder\n"
+                      "claim = RunFolder(sys.argv[1], verbose=0)\n"
+                      "print('claimed', claim.set_aside, flush=True)\n"
+                      "time.sleep(600)\n")
+    holder = subprocess.Popen(
+        [sys.executable, str(script), str(tmp_path), "--seed-7"], stdout=subprocess.PIPE, text=True)
     try:
         assert holder.stdout.readline().startswith("claimed ")
-        (tmp_path / "iter_0001.mp4").write_bytes(b"the live run's video")
-        RunFolder(str(tmp_path), verbose=0).release()
-        assert (tmp_path / "iter_0001.mp4").exists()  # claimed: not an earlier run
+        for name in ("iter_0000.mp4", "iter_0001.mp4"):
+            (tmp_path / name).write_bytes(b"the live run's video")
+        pattern = f"process {holder.pid} \\(python\\S* \\S*train_and_hold.py .* --seed-7\\)"
+        with pytest.raises(VideoDirInUseError, match=pattern):
+            RunFolder(str(tmp_path), verbose=0)
+        monkeypatch.setenv("ASYNC_PLOTTER_SECRET", "s" * 32)
+        with pytest.raises(SystemExit) as exit_info:
+            cli_main(["view", "redis://127.0.0.1:1/0", "-e", "x", "--video-dir", str(tmp_path)])
+        assert exit_info.value.code == 2
+        assert f"is in use: process {holder.pid}" in capsys.readouterr().err
+        assert sorted(os.listdir(tmp_path)) == ["iter_0000.mp4", "iter_0001.mp4"]
     finally:
         holder.send_signal(signal.SIGKILL)
         holder.wait(timeout=60)
     claim = RunFolder(str(tmp_path), verbose=0)
     claim.release()
     assert claim.set_aside is not None
-    assert sorted(os.listdir(claim.set_aside)) == ["iter_0001.mp4"]
+    assert sorted(os.listdir(claim.set_aside)) == ["iter_0000.mp4", "iter_0001.mp4"]
+
+
+def test_earlier_runs_keeps_the_newest_few(tmp_path):
+    """A folder reused run after run does not grow without end: ``earlier_runs/`` keeps the
+    newest ``EARLIER_RUNS_KEPT`` runs (a folder of the user's there stays)."""
+    (tmp_path / EARLIER_RUNS).mkdir()
+    (tmp_path / EARLIER_RUNS / "keep me").mkdir()
+    runs = EARLIER_RUNS_KEPT + 2
+    for run in range(runs):
+        (tmp_path / "iter_0000.mp4").write_bytes(b"run %d" % run)
+        ended = 1_700_000_000 + 3600 * run
+        os.utime(tmp_path / "iter_0000.mp4", (ended, ended))
+        assert set_aside_earlier_run(str(tmp_path), verbose=0) is not None
+    kept = sorted(name for name in os.listdir(tmp_path / EARLIER_RUNS) if name != "keep me")
+    assert len(kept) == EARLIER_RUNS_KEPT
+    contents = [(tmp_path / EARLIER_RUNS / name / "iter_0000.mp4").read_bytes() for name in kept]
+    assert contents == [b"run %d" % run for run in range(runs - EARLIER_RUNS_KEPT, runs)]
+    assert (tmp_path / EARLIER_RUNS / "keep me").is_dir()
 
 
 def test_earlier_runs_never_overwrite_each_other(tmp_path):

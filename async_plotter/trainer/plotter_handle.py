@@ -200,10 +200,19 @@ class Plotter:
                                      has_states=has_states)
         create_output_dirs(config)  # only once every check has passed
         #: the video folder held for this run, an earlier run's files set aside
-        self._run_folder = RunFolder(config.video_dir, config.verbose) if config.video_dir else None
+        self._run_folder = (RunFolder(config.video_dir, config.verbose,
+                                      f"a Plotter for {config.worker.env.label}")
+                            if config.video_dir else None)
         self._config = config
-        #: the trainer's observation wrappers against the worker's copy at each update
-        self._drift = _observation_drift(config)
+        try:
+            #: the trainer's observation wrappers against the worker's copy at each update
+            self._drift = _observation_drift(config)
+        except BaseException:
+            # A Plotter that was never made claims nothing: the traceback a notebook keeps
+            # would otherwise hold the folder against the cell's next run.
+            if self._run_folder is not None:
+                self._run_folder.release()
+            raise
         self._stats = WorkerStats(disabled=not config.has_output)
         if not config.has_output:
             logger.warning(

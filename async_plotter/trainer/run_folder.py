@@ -9,18 +9,25 @@ runs' policies under one numbering. So a Plotter moves the earlier run's videos,
 ``history/`` and ``live/`` into ``<video_dir>/earlier_runs/<when it ended>/``: nothing is lost,
 and the user's own files in the folder stay where they are.
 
-A live Plotter holds a shared ``flock`` on the folder until it closes, so another Plotter that
-writes into the same folder at the same time leaves its files alone (it is not an earlier run).
-The kernel lets go of the lock however the process ends, SIGKILL included.
+A live Plotter holds an exclusive ``flock`` on the folder until it closes. Another Plotter (or
+``async-plotter view --video-dir``) asked to write there meanwhile would overwrite its videos and
+history under the same names, so it is refused with ``VideoDirInUseError`` naming the holder (a
+Plotter of this process, or the other process's pid and command line): in a notebook, the
+Plotter from a cell's earlier run. The kernel lets go of the lock however the process ends,
+SIGKILL included, so a killed run leaves no claim. ``earlier_runs/`` keeps the newest
+``EARLIER_RUNS_KEPT`` runs.
 """
 import errno
 import fcntl
 import logging
 import os
+import re
+import shutil
 import time
-from typing import List, Optional
+from typing import Dict, List, Optional, Tuple
 
 from async_plotter.console import tell
+from async_plotter.errors import VideoDirInUseError
 from async_plotter.render.history import HISTORY_FOLDER
 from async_plotter.render.videos import RECORDING_NAME, VIDEO_NAME, list_named_recordings
 from async_plotter.sinks.states import LIVE_FOLDER
@@ -29,48 +36,63 @@ logger = logging.getLogger("async_plotter")
 
 #: the folder, inside the video folder, that earlier runs' outputs are moved into
 EARLIER_RUNS = "earlier_runs"
-# Another Plotter may hold the lock exclusively for the few milliseconds it takes to set an
-# earlier run aside: the shared lock is tried this often, a little apart, before going without.
-_SHARED_LOCK_TRIES = 50
-_SHARED_LOCK_PAUSE = 0.02
+#: earlier runs kept in it: setting one more aside removes the oldest (a run of the demo's
+#: size is 2-3 MB; a folder reused every day would otherwise grow without end)
+EARLIER_RUNS_KEPT = 5
+_EARLIER_RUN_NAME = re.compile(r"\d{4}-\d\d-\d\d_\d\d-\d\d-\d\d(_\d+)?")
+# The folders this process holds, by (device, inode), with who holds them: named in the error
+# when a second claim in this process is refused (the kernel says which process, not which
+# object).
+_held_here: Dict[Tuple[int, int], str] = {}
 
 
 class RunFolder:
-    """A Plotter's claim on its ``video_dir``: taken once every check has passed, released at
+    """A run's claim on its ``video_dir``: taken once every check has passed, released at
     ``close()`` (or when the Plotter is collected). ``set_aside`` is the folder the earlier
-    run's files went to, if any."""
+    run's files went to, if any. ``holder`` says who claims it ("a Plotter for Swimmer-v5"),
+    for the error another claimant gets."""
 
-    def __init__(self, video_dir: str, verbose: int) -> None:
+    def __init__(self, video_dir: str, verbose: int, holder: str = "a Plotter") -> None:
         self.video_dir = video_dir
         self.set_aside: Optional[str] = None
         self._fd: Optional[int] = _open_folder(video_dir)
-        exclusive = self._lock(fcntl.LOCK_EX)
-        if exclusive is False:
-            logger.info(
-                "Plotter: another live Plotter writes into %s too: its files are not an earlier "
-                "run's and stay", video_dir)
-        else:  # ours alone, or a file system without locks: an earlier run's files go aside
-            self.set_aside = set_aside_earlier_run(video_dir, verbose)
-        # Shared from now on, so that a Plotter started beside this one sees it (flock turns an
-        # exclusive lock into a shared one in place).
-        if exclusive is not None and not self._lock_shared():
-            logger.debug("Plotter: %s is not locked while this run writes into it", video_dir)
+        self._key: Optional[Tuple[int, int]] = None
+        taken = self._lock()
+        if taken is False:
+            who, here = self._holder_now()
+            self.release()
+            first = ("close() that one first (in a notebook, the Plotter of a cell's earlier run "
+                     "is still open)" if here else "let that run end first")
+            raise VideoDirInUseError(
+                f"video_dir {video_dir!r} is in use: {who} writes a run there, and two runs in "
+                f"one folder overwrite each other's videos and history. Either {first}, or give "
+                "this run a folder of its own (e.g. video_dir='videos/run_2').")
+        if taken and self._fd is not None:
+            status = os.fstat(self._fd)
+            self._key = (status.st_dev, status.st_ino)
+            _held_here[self._key] = f"{holder} of this process (claimed at " \
+                f"{time.strftime('%H:%M:%S')})"
+        # Ours alone, or a file system without locks: an earlier run's files go aside.
+        self.set_aside = set_aside_earlier_run(video_dir, verbose)
 
     def release(self) -> None:
         """Let go of the folder (idempotent)."""
         fd, self._fd = self._fd, None
+        key, self._key = self._key, None
+        if key is not None:
+            _held_here.pop(key, None)
         if fd is not None:
             os.close(fd)
 
     def __del__(self) -> None:
         self.release()
 
-    def _lock(self, kind: int) -> Optional[bool]:
-        """Whether ``kind`` of lock was taken at once; None where the folder takes no locks."""
+    def _lock(self) -> Optional[bool]:
+        """Whether the folder is ours now; None where it takes no locks."""
         if self._fd is None:
             return None
         try:
-            fcntl.flock(self._fd, kind | fcntl.LOCK_NB)
+            fcntl.flock(self._fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             return True
         except OSError as error:
             if error.errno in (errno.EWOULDBLOCK, errno.EAGAIN):
@@ -78,13 +100,20 @@ class RunFolder:
             logger.debug("Plotter: %s takes no lock: %s", self.video_dir, error)
             return None
 
-    def _lock_shared(self) -> bool:
-        for _ in range(_SHARED_LOCK_TRIES):
-            taken = self._lock(fcntl.LOCK_SH)
-            if taken is not False:
-                return bool(taken)
-            time.sleep(_SHARED_LOCK_PAUSE)
-        return False
+    def _holder_now(self) -> Tuple[str, bool]:
+        """Who holds the folder, and whether it is this process: a claim of this process by
+        its holder, another by its pid and command line (from ``/proc/locks``)."""
+        assert self._fd is not None
+        status = os.fstat(self._fd)
+        here = _held_here.get((status.st_dev, status.st_ino))
+        if here is not None:
+            return here, True
+        pid = _flock_holder(status)
+        if pid is None:
+            return "another live Plotter", False
+        if pid == os.getpid():
+            return "another live Plotter of this process", True
+        return f"process {pid}{_command_line(pid)}", False
 
 
 def set_aside_earlier_run(video_dir: str, verbose: int = 1) -> Optional[str]:
@@ -99,6 +128,7 @@ def set_aside_earlier_run(video_dir: str, verbose: int = 1) -> Optional[str]:
     target = _new_folder(os.path.join(video_dir, EARLIER_RUNS), ended)
     if target is None:
         return None
+    _keep_newest_runs(os.path.join(video_dir, EARLIER_RUNS), target)
     videos = sum(1 for name in names if VIDEO_NAME.fullmatch(name))
     recordings = sum(1 for name in names if RECORDING_NAME.fullmatch(name))
     history = len(list_named_recordings(os.path.join(video_dir, HISTORY_FOLDER)))
@@ -118,6 +148,61 @@ def set_aside_earlier_run(video_dir: str, verbose: int = 1) -> Optional[str]:
         "%d policies): moved to %s, so that the folder shows this run alone", video_dir, videos,
         recordings, history, target)
     return target
+
+
+def _flock_holder(status: os.stat_result) -> Optional[int]:
+    """The pid holding a ``flock`` on the file ``status`` is of, as ``/proc/locks`` lists it
+    (``1: FLOCK  ADVISORY  WRITE 4242 00:2f:1839 0 EOF``); None where it does not say."""
+    inode = f"{os.major(status.st_dev):02x}:{os.minor(status.st_dev):02x}:{status.st_ino}"
+    try:
+        with open("/proc/locks", encoding="ascii", errors="replace") as locks:
+            for line in locks:
+                fields = line.split()
+                # Lines of processes waiting for a lock start "1: ->": not a holder.
+                if len(fields) >= 6 and fields[1] == "FLOCK" and fields[5] == inode:
+                    return int(fields[4]) or None
+    except (OSError, ValueError):
+        pass
+    return None
+
+
+def _command_line(pid: int) -> str:
+    """`` (python train.py --seed 3)``, at most 160 characters, or "" where it cannot be
+    read."""
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as file:
+            words = file.read().split(b"\0")
+    except OSError:
+        return ""
+    words = [" ".join(word.decode(errors="replace").split()) for word in words if word]
+    if not words:
+        return ""
+    line = " ".join([os.path.basename(words[0])] + words[1:])  # python, not its whole path
+    return f" ({line if len(line) <= 160 else line[:157] + '...'})"
+
+
+def _keep_newest_runs(parent: str, target: str) -> None:
+    """Remove the oldest runs in ``parent`` beyond ``EARLIER_RUNS_KEPT`` (``target``, the one
+    being set aside, counted), with one line naming them; only folders named as this module
+    names them (``2026-12-07_05-37-59``, ``..._2``) count, anything else there stays."""
+    try:
+        runs = sorted(name for name in os.listdir(parent) if _EARLIER_RUN_NAME.fullmatch(name))
+    except OSError:
+        return
+    # Names sort by when the run ended; ``_2`` after the plain name of the same second.
+    runs.sort(key=lambda name: (name[:19], int(name[20:] or 1)))
+    oldest = [name for name in runs[:-EARLIER_RUNS_KEPT] if name != os.path.basename(target)]
+    removed = []
+    for name in oldest:
+        try:
+            shutil.rmtree(os.path.join(parent, name))
+            removed.append(name)
+        except OSError as error:
+            logger.warning("Plotter: could not remove the old run %s from %s: %s", name, parent,
+                           error.strerror or error)
+    if removed:
+        logger.info("Plotter: %s keeps the newest %d earlier runs: removed %s", parent,
+                    EARLIER_RUNS_KEPT, ", ".join(removed))
 
 
 def _open_folder(video_dir: str) -> Optional[int]:
