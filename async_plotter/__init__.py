@@ -18,7 +18,7 @@ if TYPE_CHECKING:  # the same names, for type checkers and readers
                                       NoDisplayError, ParameterMismatchError, PlotterClosedError,
                                       PlotterError, PolicyMismatchError, PolicyNotRebuildableError,
                                       PolicyProtocolError, PolicyShapeError, VideoDirError,
-                                      VideoDirInUseError)
+                                      FolderInUseError)
     from async_plotter.sinks.base import FrameSink
     from async_plotter.render.stream import EpisodeEnd, EpisodeInfo
     from async_plotter.policy.serializable import Serializable
@@ -36,7 +36,7 @@ _PUBLIC = {
     ("PlotterError", "PlotterClosedError", "PolicyProtocolError", "PolicyNotRebuildableError",
      "PolicyMismatchError", "ParameterMismatchError", "EnvSpecError", "NoDisplayError",
      "VideoDirError", "InvalidArgumentError", "PolicyShapeError", "EnvRenderError", "EnvBuildError",
-     "EnvMismatchError", "EnvStepError", "CameraError", "VideoDirInUseError"),
+     "EnvMismatchError", "EnvStepError", "CameraError", "FolderInUseError"),
     "async_plotter.sinks.base": ("FrameSink", ),
     "async_plotter.render.stream": ("EpisodeInfo", "EpisodeEnd"),
     "async_plotter.policy.serializable": ("Serializable", ),
@@ -47,7 +47,7 @@ __all__ = [
     "Plotter", "Serializable", "PlotterError", "PlotterClosedError", "PolicyProtocolError",
     "PolicyNotRebuildableError", "PolicyMismatchError", "ParameterMismatchError", "EnvSpecError",
     "NoDisplayError", "VideoDirError", "InvalidArgumentError", "PolicyShapeError", "EnvRenderError",
-    "EnvBuildError", "EnvMismatchError", "EnvStepError", "CameraError", "VideoDirInUseError",
+    "EnvBuildError", "EnvMismatchError", "EnvStepError", "CameraError", "FolderInUseError",
     "DEFAULT_BUDGET", "DEFAULT_VIDEO_LENGTH", "DEFAULT_VIDEO_SECONDS", "FrameSink", "EpisodeInfo",
     "EpisodeEnd", "PlotterState"
 ]

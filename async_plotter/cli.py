@@ -535,12 +535,12 @@ def _claimed_video_dir(parser: argparse.ArgumentParser, video_dir: Optional[str]
     overwrite each other)."""
     path = _checked_video_dir(parser, video_dir)
     if path is not None:
-        from async_plotter.errors import VideoDirInUseError
+        from async_plotter.errors import FolderInUseError
         from async_plotter.trainer.run_folder import RunFolder
 
         try:
             _claims.append(RunFolder(path, verbose=1, holder="an async-plotter viewer"))
-        except VideoDirInUseError as error:
+        except FolderInUseError as error:
             parser.error(f"--video-dir: {error}")
     return path
 

@@ -34,9 +34,10 @@ class VideoDirError(PlotterError, OSError):
     """The video directory cannot be created or written."""
 
 
-class VideoDirInUseError(VideoDirError):
-    """Another live run (a Plotter, in this process or another) writes into the video directory:
-    two runs in one folder would overwrite each other's videos and history."""
+class FolderInUseError(VideoDirError):
+    """Another live run (a Plotter, ``run_experiment_lite``, a viewer; in this process or
+    another) writes into the folder (``video_dir``, ``log_dir``): two runs in one folder would
+    overwrite each other's files."""
 
 
 class InvalidArgumentError(PlotterError, ValueError):

@@ -11,7 +11,7 @@ import sys
 
 import pytest
 
-from async_plotter import Plotter, VideoDirInUseError
+from async_plotter import Plotter, FolderInUseError
 from async_plotter.cli import main as cli_main
 from async_plotter.render.videos import list_named_recordings
 from async_plotter.trainer.run_folder import (EARLIER_RUNS, EARLIER_RUNS_KEPT, RunFolder,
@@ -100,7 +100,7 @@ def test_a_second_plotter_on_a_live_runs_folder_is_refused_and_the_live_run_goes
     live = run_plotter(tmp_path, 1, close=False)
     try:
         written = digests(tmp_path)
-        with pytest.raises(VideoDirInUseError) as refusal:
+        with pytest.raises(FolderInUseError) as refusal:
             Plotter("Swimmer-v5",
                     LinearPolicy(8, 2),
                     max_path_length=STEPS,
@@ -147,7 +147,7 @@ def test_a_folder_held_by_another_process_is_refused_until_it_is_killed(
         for name in ("iter_0000.mp4", "iter_0001.mp4"):
             (tmp_path / name).write_bytes(b"the live run's video")
         pattern = f"process {holder.pid} \\(python\\S* \\S*train_and_hold.py .* --seed-7\\)"
-        with pytest.raises(VideoDirInUseError, match=pattern):
+        with pytest.raises(FolderInUseError, match=pattern):
             RunFolder(str(tmp_path), verbose=0)
         monkeypatch.setenv("ASYNC_PLOTTER_SECRET", "s" * 32)
         with pytest.raises(SystemExit) as exit_info:

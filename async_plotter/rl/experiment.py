@@ -22,7 +22,8 @@ from async_plotter.rl import context as experiment_context
 from async_plotter.rl.batch_polopt import BatchPolopt
 from async_plotter.validation import positive_int
 from async_plotter.rl.logger import console_logging
-from async_plotter.rl.recorder import SNAPSHOT_MODES, RunRecorder
+from async_plotter.rl.recorder import LOG_OUTPUTS, SNAPSHOT_MODES, RunRecorder
+from async_plotter.trainer.run_folder import RunFolder, new_folder
 
 logger = logging.getLogger(__name__)
 
@@ -50,15 +51,6 @@ class ExperimentResult:
 
 def _default_exp_name() -> str:
     return time.strftime("experiment_%Y_%m_%d_%H_%M_%S")
-
-
-def _unique_dir(path: str) -> str:
-    # Two runs started within the same second get distinct folders instead of sharing files.
-    candidate, n = path, 1
-    while os.path.exists(candidate):
-        candidate = f"{path}_{n}"
-        n += 1
-    return candidate
 
 
 def _validate(fn_or_algo: Any, n_parallel: Any, plot: Any, seed: Any, exp_name: Any, log_dir: Any,
@@ -202,14 +194,26 @@ def run_experiment_lite(fn_or_algo: Union[BatchPolopt, Callable[..., Any]],
               plot_kwargs)
     if exp_name is None:
         exp_name = _default_exp_name()
-    if log_dir is None:
-        log_dir = _unique_dir(os.path.join("runs", exp_name))
-    log_dir = os.path.abspath(os.fspath(log_dir))
+    path = os.path.abspath(os.path.join("runs", exp_name) if log_dir is None else log_dir)
     try:
+        # runs/<exp_name>, or runs/<exp_name>_2 if that exists: made, so two runs started
+        # together never share one.
+        log_dir = new_folder(path) if log_dir is None else path
         recorder = RunRecorder(log_dir, snapshot_mode, tensorboard=tensorboard)
     except OSError as error:  # say which argument it was; the same exception class
-        raise type(error)(error.errno, f"log_dir {log_dir!r} cannot be created: "
+        raise type(error)(error.errno, f"log_dir {path!r} cannot be created: "
                           f"{error.strerror}") from error
+    # Held until the run ends; an earlier run's files there go aside first, and a live one's
+    # folder is refused (FolderInUseError): its progress.csv and snapshots would be overwritten.
+    with RunFolder(log_dir, 1, f"run_experiment_lite({exp_name!r})", LOG_OUTPUTS):
+        return _run(fn_or_algo, exp_name, log_dir, recorder, n_parallel, plot, seed, snapshot_mode,
+                    tensorboard, plot_kwargs)
+
+
+def _run(fn_or_algo: Any, exp_name: str, log_dir: str, recorder: RunRecorder, n_parallel: int,
+         plot: bool, seed: Optional[int], snapshot_mode: str, tensorboard: bool,
+         plot_kwargs: Dict[str, Any]) -> ExperimentResult:
+    """The run itself, in its claimed folder."""
     if not plot and plot_kwargs:
         logger.warning("plot is False; ignoring plotter arguments %s", sorted(plot_kwargs))
     settings = {

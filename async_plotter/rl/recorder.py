@@ -5,6 +5,7 @@ import io
 import logging
 import numbers
 import os
+import re
 import time
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
@@ -14,6 +15,7 @@ from async_plotter.learning_curve import PREFERRED_METRIC, SHOWN_RETURN
 from async_plotter.render.history import HISTORY_RETURN_TAG
 from async_plotter.rl.shown_returns import SHOWN_ITERATION
 from async_plotter.rl.snapshot import PathLike, atomic_write_bytes, save_snapshot
+from async_plotter.trainer.run_folder import RunOutputs, has_entries
 
 logger = logging.getLogger(__name__)
 
@@ -25,6 +27,11 @@ SCALAR_PREFIX = "progress/"
 #: ``history/return`` (every recording once, at its policy's iteration) and put two values at
 #: the last step
 NOT_SCALARS = frozenset({SHOWN_RETURN, SHOWN_ITERATION})
+#: the files a run writes into its folder, besides snapshots, event files and ``videos/``
+_RUN_FILES = ("progress.csv", "learning_curve.png", "debug.log", "experiment.json", "params.pkl")
+_SNAPSHOT_NAME = re.compile(r"itr_\d+\.pkl")
+_EVENTS_PREFIX = "events.out.tfevents."
+_VIDEOS = "videos"
 
 
 class RunRecorder:
@@ -277,3 +284,35 @@ def save_learning_curve(path: PathLike,
     buffer = io.BytesIO()
     figure.savefig(buffer, format="png")
     atomic_write_bytes(path, buffer.getvalue())
+
+
+def _run_outputs(log_dir: str) -> List[str]:
+    """The names in ``log_dir`` that a run of ``run_experiment_lite`` wrote (the user's own
+    files there are not)."""
+    try:
+        names = sorted(os.listdir(log_dir))
+    except OSError:
+        return []
+    return [
+        name for name in names
+        if name in _RUN_FILES or _SNAPSHOT_NAME.fullmatch(name) or name.startswith(_EVENTS_PREFIX)
+        or (name == _VIDEOS and has_entries(os.path.join(log_dir, name)))
+    ]
+
+
+def _describe_run_outputs(log_dir: str, names: List[str]) -> str:
+    """``progress.csv, 2 TensorBoard event files, 1 snapshot, videos/, 3 more files``."""
+    snapshots = sum(1 for name in names if name == "params.pkl" or _SNAPSHOT_NAME.fullmatch(name))
+    events = sum(1 for name in names if name.startswith(_EVENTS_PREFIX))
+    rest = len(names) - snapshots - events - ("progress.csv" in names) - (_VIDEOS in names)
+    parts = [("progress.csv", "progress.csv" in names),
+             (f"{events} TensorBoard event file{'s' * (events != 1)}", events),
+             (f"{snapshots} snapshot{'s' * (snapshots != 1)}", snapshots),
+             ("videos/", _VIDEOS in names), (f"{rest} more file{'s' * (rest != 1)}", rest)]
+    return ", ".join(text for text, present in parts if present)
+
+
+#: ``run_experiment_lite``'s ``log_dir``: two runs there would write one progress.csv (the first
+#: run's lost), tangle their curves in TensorBoard (two event files, the same steps) and
+#: overwrite each other's snapshots
+LOG_OUTPUTS = RunOutputs("log_dir", "run_experiment_lite", _run_outputs, _describe_run_outputs)

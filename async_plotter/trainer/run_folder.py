@@ -1,22 +1,24 @@
-"""One video folder, one run: an earlier run's outputs are set aside when a Plotter claims the
-folder, so that its videos, its history and the "newest video is the final policy" rule are of
-this run alone.
+"""One folder, one run: an earlier run's outputs are set aside when a run claims the folder, so
+that its videos, its history and the "newest video is the final policy" rule are of this run
+alone. A ``Plotter`` claims its ``video_dir``; ``run_experiment_lite`` claims its ``log_dir``
+(``rl/recorder.py`` says which of its files are a run's).
 
 Run a script twice with the same ``video_dir`` and, without this, the second run's files mix with
 the first's: a shorter second run leaves the first run's later ``iter_NNNN.mp4`` as the folder's
 newest video, and its ``history/`` (which ``async-plotter replay`` scrubs as one run) holds both
-runs' policies under one numbering. So a Plotter moves the earlier run's videos, recordings,
-``history/`` and ``live/`` into ``<video_dir>/earlier_runs/<when it ended>/``: nothing is lost,
-and the user's own files in the folder stay where they are.
+runs' policies under one numbering. So the earlier run's videos, recordings, ``history/`` and
+``live/`` move into ``<video_dir>/earlier_runs/<when it ended>/``: nothing is lost, and the
+user's own files in the folder stay where they are.
 
-A live Plotter holds an exclusive ``flock`` on the folder until it closes. Another Plotter (or
-``async-plotter view --video-dir``) asked to write there meanwhile would overwrite its videos and
-history under the same names, so it is refused with ``VideoDirInUseError`` naming the holder (a
-Plotter of this process, or the other process's pid and command line): in a notebook, the
-Plotter from a cell's earlier run. The kernel lets go of the lock however the process ends,
+A live run holds an exclusive ``flock`` on its folder until it closes. Another run (a Plotter,
+``async-plotter view --video-dir``, ``run_experiment_lite``) asked to write there meanwhile would
+overwrite its files under the same names, so it is refused with ``FolderInUseError`` naming the
+holder (a claim of this process, or the other process's pid and command line): in a notebook,
+the Plotter from a cell's earlier run. The kernel lets go of the lock however the process ends,
 SIGKILL included, so a killed run leaves no claim. ``earlier_runs/`` keeps the newest
 ``EARLIER_RUNS_KEPT`` runs.
 """
+import dataclasses
 import errno
 import fcntl
 import logging
@@ -24,17 +26,17 @@ import os
 import re
 import shutil
 import time
-from typing import Dict, List, Optional, Tuple
+from typing import Callable, Dict, List, Optional, Tuple
 
 from async_plotter.console import tell
-from async_plotter.errors import VideoDirInUseError
+from async_plotter.errors import FolderInUseError
 from async_plotter.render.history import HISTORY_FOLDER
 from async_plotter.render.videos import RECORDING_NAME, VIDEO_NAME, list_named_recordings
 from async_plotter.sinks.states import LIVE_FOLDER
 
 logger = logging.getLogger("async_plotter")
 
-#: the folder, inside the video folder, that earlier runs' outputs are moved into
+#: the folder, inside the run's folder, that earlier runs' outputs are moved into
 EARLIER_RUNS = "earlier_runs"
 #: earlier runs kept in it: setting one more aside removes the oldest (a run of the demo's
 #: size is 2-3 MB; a folder reused every day would otherwise grow without end)
@@ -46,16 +48,35 @@ _EARLIER_RUN_NAME = re.compile(r"\d{4}-\d\d-\d\d_\d\d-\d\d-\d\d(_\d+)?")
 _held_here: Dict[Tuple[int, int], str] = {}
 
 
-class RunFolder:
-    """A run's claim on its ``video_dir``: taken once every check has passed, released at
-    ``close()`` (or when the Plotter is collected). ``set_aside`` is the folder the earlier
-    run's files went to, if any. ``holder`` says who claims it ("a Plotter for Swimmer-v5"),
-    for the error another claimant gets."""
+@dataclasses.dataclass(frozen=True)
+class RunOutputs:
+    """Which of a folder's entries a run writes, and the words for them."""
 
-    def __init__(self, video_dir: str, verbose: int, holder: str = "a Plotter") -> None:
-        self.video_dir = video_dir
+    #: the argument that named the folder (``video_dir``, ``log_dir``), for the refusal
+    argument: str
+    #: who speaks in the line that says a run was set aside (``plotter``)
+    speaker: str
+    #: the names in a folder that are a run's outputs (the user's own files are not)
+    names: Callable[[str], List[str]]
+    #: what those were, for that line: ``3 videos, 3 state recordings, a history of 8 policies``
+    describe: Callable[[str, List[str]], str]
+
+
+class RunFolder:
+    """A run's claim on its folder (by default a Plotter's ``video_dir``): taken once every
+    check has passed, released at ``close()`` (or when the Plotter is collected).
+    ``set_aside`` is the folder the earlier run's files went to, if any. ``holder`` says who
+    claims it ("a Plotter for Swimmer-v5"), for the error another claimant gets."""
+
+    def __init__(self,
+                 folder: str,
+                 verbose: int,
+                 holder: str = "a Plotter",
+                 outputs: Optional[RunOutputs] = None) -> None:
+        self.folder = folder
+        self.outputs = outputs or VIDEO_OUTPUTS
         self.set_aside: Optional[str] = None
-        self._fd: Optional[int] = _open_folder(video_dir)
+        self._fd: Optional[int] = _open_folder(folder)
         self._key: Optional[Tuple[int, int]] = None
         taken = self._lock()
         if taken is False:
@@ -63,17 +84,18 @@ class RunFolder:
             self.release()
             first = ("close() that one first (in a notebook, the Plotter of a cell's earlier run "
                      "is still open)" if here else "let that run end first")
-            raise VideoDirInUseError(
-                f"video_dir {video_dir!r} is in use: {who} writes a run there, and two runs in "
-                f"one folder overwrite each other's videos and history. Either {first}, or give "
-                "this run a folder of its own (e.g. video_dir='videos/run_2').")
+            argument = self.outputs.argument
+            raise FolderInUseError(
+                f"{argument} {folder!r} is in use: {who} writes a run there, and two runs in one "
+                f"folder overwrite each other's files. Either {first}, or give this run a folder "
+                f"of its own (e.g. {argument}='{os.path.basename(folder) or 'runs'}_2').")
         if taken and self._fd is not None:
             status = os.fstat(self._fd)
             self._key = (status.st_dev, status.st_ino)
             _held_here[self._key] = f"{holder} of this process (claimed at " \
                 f"{time.strftime('%H:%M:%S')})"
         # Ours alone, or a file system without locks: an earlier run's files go aside.
-        self.set_aside = set_aside_earlier_run(video_dir, verbose)
+        self.set_aside = set_aside_earlier_run(folder, verbose, self.outputs)
 
     def release(self) -> None:
         """Let go of the folder (idempotent)."""
@@ -87,6 +109,12 @@ class RunFolder:
     def __del__(self) -> None:
         self.release()
 
+    def __enter__(self) -> "RunFolder":
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.release()
+
     def _lock(self) -> Optional[bool]:
         """Whether the folder is ours now; None where it takes no locks."""
         if self._fd is None:
@@ -97,7 +125,7 @@ class RunFolder:
         except OSError as error:
             if error.errno in (errno.EWOULDBLOCK, errno.EAGAIN):
                 return False
-            logger.debug("Plotter: %s takes no lock: %s", self.video_dir, error)
+            logger.debug("%s takes no lock: %s", self.folder, error)
             return None
 
     def _holder_now(self) -> Tuple[str, bool]:
@@ -116,22 +144,24 @@ class RunFolder:
         return f"process {pid}{_command_line(pid)}", False
 
 
-def set_aside_earlier_run(video_dir: str, verbose: int = 1) -> Optional[str]:
-    """Move the outputs of an earlier run in ``video_dir`` (videos and recordings named by their
-    policy, ``history/``, ``live/``) into ``earlier_runs/<when the newest was written>/``; that
-    folder, or None if there were none. A file that cannot be moved stays, with a warning."""
-    names = _outputs(video_dir)
+def set_aside_earlier_run(folder: str,
+                          verbose: int = 1,
+                          outputs: Optional[RunOutputs] = None) -> Optional[str]:
+    """Move the outputs of an earlier run in ``folder`` (by default a video folder's: videos and
+    recordings named by their policy, ``history/``, ``live/``) into ``earlier_runs/<when the
+    newest was written>/``; that folder, or None if there were none. A file that cannot be moved
+    stays, with a warning."""
+    outputs = outputs or VIDEO_OUTPUTS
+    names = outputs.names(folder)
     if not names:
         return None
-    paths = [os.path.join(video_dir, name) for name in names]
+    paths = [os.path.join(folder, name) for name in names]
     ended = max(_newest_mtime(path) for path in paths)
-    target = _new_folder(os.path.join(video_dir, EARLIER_RUNS), ended)
+    target = _new_folder(os.path.join(folder, EARLIER_RUNS), ended)
     if target is None:
         return None
-    _keep_newest_runs(os.path.join(video_dir, EARLIER_RUNS), target)
-    videos = sum(1 for name in names if VIDEO_NAME.fullmatch(name))
-    recordings = sum(1 for name in names if RECORDING_NAME.fullmatch(name))
-    history = len(list_named_recordings(os.path.join(video_dir, HISTORY_FOLDER)))
+    _keep_newest_runs(os.path.join(folder, EARLIER_RUNS), target)
+    what = outputs.describe(folder, names)
     stayed = []
     for name, path in zip(names, paths):
         try:
@@ -140,14 +170,46 @@ def set_aside_earlier_run(video_dir: str, verbose: int = 1) -> Optional[str]:
             stayed.append(f"{name} ({error.strerror or error})")
     if stayed:
         logger.warning(
-            "Plotter: could not move %s out of %s with the rest of the earlier run's files; "
-            "they stay and mix with this run's", ", ".join(stayed), video_dir)
+            "%s: could not move %s out of %s with the rest of the earlier run's files; they stay "
+            "and mix with this run's", outputs.speaker, ", ".join(stayed), folder)
     tell(
         logger, verbose,
-        "plotter: %s held an earlier run's outputs (%d videos, %d state recordings, a history of "
-        "%d policies): moved to %s, so that the folder shows this run alone", video_dir, videos,
-        recordings, history, target)
+        "%s: %s held an earlier run's outputs (%s): moved to %s, so that the folder shows this "
+        "run alone", outputs.speaker, folder, what, target)
     return target
+
+
+def has_entries(folder: str) -> bool:
+    """Whether ``folder`` is a folder with something in it (an unreadable one counts: moved, it
+    stays with the run that wrote it)."""
+    try:
+        return os.path.isdir(folder) and bool(os.listdir(folder))
+    except OSError:
+        return True
+
+
+def _video_outputs(video_dir: str) -> List[str]:
+    """The names in ``video_dir`` that a run writes: finished videos and recordings, and the
+    history and live folders (partial files are the partial-file cleanup's)."""
+    try:
+        names = sorted(os.listdir(video_dir))
+    except OSError:
+        return []
+    return [
+        name for name in names if VIDEO_NAME.fullmatch(name) or RECORDING_NAME.fullmatch(name) or (
+            name in (HISTORY_FOLDER, LIVE_FOLDER) and has_entries(os.path.join(video_dir, name)))
+    ]
+
+
+def _describe_videos(video_dir: str, names: List[str]) -> str:
+    videos = sum(1 for name in names if VIDEO_NAME.fullmatch(name))
+    recordings = sum(1 for name in names if RECORDING_NAME.fullmatch(name))
+    history = len(list_named_recordings(os.path.join(video_dir, HISTORY_FOLDER)))
+    return f"{videos} videos, {recordings} state recordings, a history of {history} policies"
+
+
+#: a Plotter's ``video_dir``
+VIDEO_OUTPUTS = RunOutputs("video_dir", "plotter", _video_outputs, _describe_videos)
 
 
 def _flock_holder(status: os.stat_result) -> Optional[int]:
@@ -198,41 +260,19 @@ def _keep_newest_runs(parent: str, target: str) -> None:
             shutil.rmtree(os.path.join(parent, name))
             removed.append(name)
         except OSError as error:
-            logger.warning("Plotter: could not remove the old run %s from %s: %s", name, parent,
+            logger.warning("could not remove the old run %s from %s: %s", name, parent,
                            error.strerror or error)
     if removed:
-        logger.info("Plotter: %s keeps the newest %d earlier runs: removed %s", parent,
-                    EARLIER_RUNS_KEPT, ", ".join(removed))
+        logger.info("%s keeps the newest %d earlier runs: removed %s", parent, EARLIER_RUNS_KEPT,
+                    ", ".join(removed))
 
 
-def _open_folder(video_dir: str) -> Optional[int]:
+def _open_folder(folder: str) -> Optional[int]:
     try:
-        return os.open(video_dir, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        return os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     except OSError as error:  # made moments ago by create_output_dirs: only a race removes it
-        logger.debug("Plotter: cannot open %s to lock it: %s", video_dir, error)
+        logger.debug("cannot open %s to lock it: %s", folder, error)
         return None
-
-
-def _outputs(video_dir: str) -> List[str]:
-    """The names in ``video_dir`` that a run writes: finished videos and recordings, and the
-    history and live folders (partial files are the partial-file cleanup's)."""
-    try:
-        names = sorted(os.listdir(video_dir))
-    except OSError:
-        return []
-    return [
-        name for name in names if VIDEO_NAME.fullmatch(name) or RECORDING_NAME.fullmatch(name) or (
-            name in (HISTORY_FOLDER, LIVE_FOLDER) and _has_entries(os.path.join(video_dir, name)))
-    ]
-
-
-def _has_entries(folder: str) -> bool:
-    """Whether ``folder`` is a folder with something in it (an unreadable one counts: moved, it
-    stays with the run that wrote it)."""
-    try:
-        return os.path.isdir(folder) and bool(os.listdir(folder))
-    except OSError:
-        return True
 
 
 def _newest_mtime(path: str) -> float:
@@ -247,20 +287,28 @@ def _newest_mtime(path: str) -> float:
         return time.time()
 
 
-def _new_folder(parent: str, ended: float) -> Optional[str]:
-    """A new folder in ``parent`` named by the local time ``ended`` (``_2``, ``_3``... if
-    taken); None, with a warning, if it cannot be made."""
-    stem = os.path.join(parent, time.strftime("%Y-%m-%d_%H-%M-%S", time.localtime(ended)))
-    for attempt in range(1, 1000):
+def new_folder(stem: str) -> str:
+    """Make and return a folder that did not exist: ``stem``, else ``stem_2``, ``stem_3``...
+    (made, not looked for, so two runs starting together never get the same one). Raises the
+    ``OSError`` where none can be made."""
+    for attempt in range(1, 10_000):
         target = stem if attempt == 1 else f"{stem}_{attempt}"
         try:
             os.makedirs(target)
             return target
         except FileExistsError:
             continue
-        except OSError as error:
-            logger.warning(
-                "Plotter: cannot make %s for the earlier run's files (%s); they stay and mix with "
-                "this run's", target, error.strerror or error)
-            return None
-    return None
+    raise FileExistsError(errno.EEXIST, f"{stem} and 9,998 numbered ones after it exist", stem)
+
+
+def _new_folder(parent: str, ended: float) -> Optional[str]:
+    """A new folder in ``parent`` named by the local time ``ended``; None, with a warning, if it
+    cannot be made."""
+    try:
+        return new_folder(
+            os.path.join(parent, time.strftime("%Y-%m-%d_%H-%M-%S", time.localtime(ended))))
+    except OSError as error:
+        logger.warning(
+            "cannot make a folder in %s for the earlier run's files (%s); they stay and mix with "
+            "this run's", parent, error.strerror or error)
+        return None

@@ -1,6 +1,8 @@
 """run_experiment_lite: files, overrides, process hygiene, Ctrl-C (bad arguments: see
 test_bad_input_experiment.py)."""
+import concurrent.futures
 import csv
+import logging
 import os
 import pickle
 import signal
@@ -15,6 +17,7 @@ import pytest
 import async_plotter
 from async_plotter.rl import (TRPO, VPG, CategoricalMLPPolicy, GaussianMLPPolicy, load_snapshot,
                               run_experiment_lite)
+from async_plotter.trainer.run_folder import new_folder
 from tests.conftest import default_sigint
 
 
@@ -161,6 +164,103 @@ def test_default_log_dir_is_runs_exp_name(tmp_path, monkeypatch):
     result = run_experiment_lite(small_trpo(n_itr=1), exp_name="my_exp")
     assert result.log_dir == str(tmp_path / "runs" / "my_exp")
     assert os.path.exists(result.progress_csv)
+    again = run_experiment_lite(small_trpo(n_itr=1), exp_name="my_exp")
+    assert again.log_dir == str(tmp_path / "runs" / "my_exp_2")  # a folder of its own
+
+
+def test_runs_started_together_get_folders_of_their_own(tmp_path):
+    """The default folder is made, not looked for: runs of one name started at once never
+    share one."""
+    stem = str(tmp_path / "runs" / "sweep")
+    with concurrent.futures.ThreadPoolExecutor(8) as pool:
+        made = list(pool.map(lambda _: new_folder(stem), range(16)))
+    assert sorted(made) == sorted([stem] + [f"{stem}_{n}" for n in range(2, 17)])
+
+
+def files(folder):
+    """Each file directly in ``folder``, by name, with its bytes."""
+    return {entry.name: entry.read_bytes() for entry in folder.iterdir() if entry.is_file()}
+
+
+def read_rows(progress_csv):
+    with open(progress_csv, newline="") as f:
+        return [int(row["Iteration"]) for row in csv.DictReader(f)]
+
+
+def test_a_second_run_in_the_same_log_dir_sets_the_first_aside_whole(tmp_path, caplog):
+    """Run into the same log_dir again and, before, the first run's progress.csv was lost, its
+    snapshot overwritten and its TensorBoard events left beside the second's, tangling both
+    runs' curves over the same steps. Now each earlier run moves to earlier_runs/ whole (a run
+    of its own in TensorBoard), also where ``algo.train()`` writes the folder itself."""
+    run = tmp_path / "run"
+    run_experiment_lite(small_trpo(n_itr=3), log_dir=str(run), seed=1)
+    first = files(run)
+    (run / "notes.txt").write_text("the user's own file")
+    caplog.clear()
+
+    with caplog.at_level(logging.INFO, logger="async_plotter"):
+        result = run_experiment_lite(small_trpo(n_itr=2), log_dir=str(run), seed=2)
+    assert read_rows(result.progress_csv) == [0, 1]
+    assert len([name for name in os.listdir(run) if name.startswith("events.out.tfevents")]) == 1
+    (aside, ) = os.listdir(run / "earlier_runs")
+    assert files(run / "earlier_runs" / aside) == first
+    assert read_rows(run / "earlier_runs" / aside / "progress.csv") == [0, 1, 2]
+    assert (run / "notes.txt").read_text() == "the user's own file"
+    told = caplog.text
+    assert (f"run_experiment_lite: {run} held an earlier run's outputs (progress.csv, 1 "
+            "TensorBoard event file, 1 snapshot, 3 more files): moved to "
+            f"{run / 'earlier_runs' / aside}") in told, told
+
+    second = files(run)
+    small_trpo(n_itr=1, log_dir=str(run)).train()
+    assert read_rows(run / "progress.csv") == [0]
+    assert len(os.listdir(run / "earlier_runs")) == 2
+    newest = max(os.listdir(run / "earlier_runs"), key=lambda name: (name[:19], len(name), name))
+    assert files(run / "earlier_runs" / newest) == {
+        name: content
+        for name, content in second.items() if name != "notes.txt"
+    }
+
+
+HOLDING_SCRIPT = """
+from async_plotter.rl import TRPO, CategoricalMLPPolicy, run_experiment_lite
+
+algo = TRPO("CartPole-v1", CategoricalMLPPolicy("CartPole-v1", hidden_sizes=(8, )),
+            batch_size=300, max_path_length=50, n_itr=100000)
+run_experiment_lite(algo, log_dir={log_dir!r}, exp_name="the_live_one")
+"""
+
+
+@pytest.mark.slow
+def test_a_log_dir_a_live_run_writes_into_is_refused(tmp_path):
+    """Two runs given one log_dir at once (a sweep's copy-paste): the second is refused before
+    it writes anything, naming the first's process; the first trains on untouched."""
+    run = tmp_path / "run"
+    live = subprocess.Popen(
+        [sys.executable, "-c", HOLDING_SCRIPT.format(log_dir=str(run))],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 240
+        while not (run / "progress.csv").exists() or len(read_rows(run / "progress.csv")) < 2:
+            assert live.poll() is None and time.monotonic() < deadline, "the live run never wrote"
+            time.sleep(0.2)
+        with pytest.raises(async_plotter.FolderInUseError,
+                           match=f"log_dir '{run}' is in use: process {live.pid} "):
+            run_experiment_lite(small_trpo(n_itr=1), log_dir=str(run), exp_name="second")
+        rows = len(read_rows(run / "progress.csv"))
+        while len(read_rows(run / "progress.csv")) <= rows:  # still training, into its file
+            assert live.poll() is None and time.monotonic() < deadline
+            time.sleep(0.2)
+        assert not (run / "earlier_runs").exists()
+        assert "the_live_one" in (run / "experiment.json").read_text()
+    finally:
+        live.kill()
+        live.wait(timeout=60)
+    # Killed, it holds nothing: the next run sets it aside and goes on.
+    result = run_experiment_lite(small_trpo(n_itr=1), log_dir=str(run))
+    assert read_rows(result.progress_csv) == [0]
+    assert len(os.listdir(run / "earlier_runs")) == 1
 
 
 def test_function_forms(tmp_path):
