@@ -176,3 +176,57 @@ def test_a_model_changed_where_the_env_is_made_or_randomized_is_no_mismatch(tmp_
         Plotter(randomized, LinearPolicy(11, 3), video_dir=str(tmp_path / "randomized")).close()
     said = [r.getMessage() for r in caplog.records if "changes its own model" in r.getMessage()]
     assert len(said) == 1 and "Hopper-v5" in said[0], said
+
+
+def test_a_setting_changed_after_make_is_named(tmp_path):
+    """The worker builds its env afresh: a frame skip, a reward weight or a start pose set on the
+    env after make() would have been shown at its default (twice the speed, other returns,
+    another start), with no word."""
+    env = gymnasium.make("Hopper-v5")
+    env.unwrapped.frame_skip = 2
+    env.unwrapped._ctrl_cost_weight = 0.0
+    message = rejected(EnvMismatchError, tmp_path, env, LinearPolicy(11, 3))
+    assert "settings differ" in message and "Hopper-v5" in message
+    assert "env.unwrapped.frame_skip: 2 in yours, 4 in the worker's" in message
+    assert "env.unwrapped._ctrl_cost_weight: 0 in yours, 0.001 in the worker's" in message
+    assert "gymnasium.make(..., _ctrl_cost_weight=0, frame_skip=2)" not in message
+    assert "gymnasium.make(..., ctrl_cost_weight=0, frame_skip=2) records them" in message
+
+    env = gymnasium.make("Hopper-v5")
+    env.unwrapped.init_qpos[1] = 1.5
+    message = rejected(EnvMismatchError, tmp_path, env, LinearPolicy(11, 3))
+    assert "env.unwrapped.init_qpos[1]: 1.5 in yours, 1.25 in the worker's" in message
+    assert "set it in a function that makes the env" in message
+
+
+class RandomTarget(gymnasium.Wrapper, gymnasium.utils.RecordConstructorArgs):
+    """A target speed drawn when the wrapper is made, unless given: each fresh copy has its own."""
+
+    def __init__(self, env, target=None):
+        gymnasium.utils.RecordConstructorArgs.__init__(self, target=target)
+        super().__init__(env)
+        self.target = float(np.random.uniform(0, 1)) if target is None else target
+
+
+def test_settings_made_with_the_env_travel_and_state_is_no_setting(tmp_path):
+    """Settings given to make() travel in the spec: the worker's episode is the one they give.
+    What a trainer's env changes as it plays (its counters, its random state), and what differs
+    between two fresh copies, are not settings."""
+    from tests.test_env_classes import deterministic_return, shown_return
+
+    settings = dict(frame_skip=2, ctrl_cost_weight=0.0)
+    env = gymnasium.make("Swimmer-v5", **settings)
+    env.reset(seed=5)
+    for _ in range(300):  # the trainer's env has been sampled from
+        env.step(env.action_space.sample())
+    shown, policy = shown_return(env, tmp_path / "made")
+    assert shown == pytest.approx(deterministic_return(gymnasium.make("Swimmer-v5", **settings),
+                                                       policy),
+                                  rel=1e-3,
+                                  abs=1e-3)
+    assert shown != pytest.approx(deterministic_return(gymnasium.make("Swimmer-v5"), policy),
+                                  rel=1e-2,
+                                  abs=1e-2)
+
+    drawn = RandomTarget(gymnasium.make("Swimmer-v5"))
+    Plotter(drawn, LinearPolicy(8, 2), video_dir=str(tmp_path / "drawn")).close()

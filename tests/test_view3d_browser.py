@@ -88,7 +88,7 @@ def test_the_browser_draws_the_policy_moving_one_way_then_the_other(webgl_chromi
                  message="the iteration on screen")
         # The body moves +x on screen, as the policy pushes it.
         first = shown_x(session)
-        wait_for(lambda: shown_x(session) > first + 0.5, 20, message="the sled moving +x")
+        wait_for(lambda: shown_x(session) > first + 0.5, 60, message="the sled moving +x")
         image, before = canvas_pixels(session)
         assert before.std() > 10, "the canvas is blank"
         time.sleep(1.0)
@@ -103,7 +103,7 @@ def test_the_browser_draws_the_policy_moving_one_way_then_the_other(webgl_chromi
         wait_for(lambda: "iteration 2" in session.evaluate("document.body.innerText"),
                  30,
                  message="the new policy on screen")
-        wait_for(lambda: shown_x(session) < -0.5, 20, message="the sled moving -x")
+        wait_for(lambda: shown_x(session) < -0.5, 60, message="the sled moving -x")
         text = session.evaluate("document.body.innerText")
         assert "Sled" in text or "make_sled" in text or "sled" in text.lower()
         assert "AverageReturn" in text  # the learning curve's title
@@ -141,7 +141,7 @@ def test_with_a_token_the_page_opens_its_socket_and_another_origin_cannot(webgl_
         session.call("Page.navigate", url=f"{url}?token={quote(token)}")
         wait_for(lambda: shown_x(session) is not None, 120, message="the scene in the page")
         first = shown_x(session)
-        wait_for(lambda: shown_x(session) > first + 0.2, 20, message="the sled moving")
+        wait_for(lambda: shown_x(session) > first + 0.2, 60, message="the sled moving")
 
         # A page on another origin tries to open the socket in the same browser, which holds the
         # cookie and sends it (another port of 127.0.0.1 is the same *site*, so SameSite does

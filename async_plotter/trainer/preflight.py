@@ -20,6 +20,7 @@ from typing import Any, List, Optional
 import numpy as np
 
 from async_plotter.env.carried_state import check_no_carried_state
+from async_plotter.env.settings_check import check_same_settings, settings_of, steady
 from async_plotter.env.check import check_worker_env
 from async_plotter.env.recipe import (EnvRecipe, build_env, builds_from_registry,
                                       factory_accepts_render_mode)
@@ -70,6 +71,7 @@ def _check(config: PlotterConfig, policy: Any) -> bool:
     try:
         model = mujoco_model(env)
         built = model_to_mjb(model) if model is not None else None  # before any reset
+        settings = settings_of(env)
         stepper = _stepper(env, config)
         check_worker_env(env, config.trainer_env, label)
         check_no_carried_state(lambda: _stepper(_build(env_recipe, None), config),
@@ -78,6 +80,8 @@ def _check(config: PlotterConfig, policy: Any) -> bool:
         check_same_model(config.trainer_env, env, built, label)
         action = _check_policy(policy, config.adapter, observation, env, label)
         _step_once(stepper, action, config.initial.dtype, label)
+        check_same_settings(config.trainer_env, steady(settings, settings_of(env)),
+                            lambda: _opened(_build(env_recipe, None), opened), label)
         if action is not None:
             check_worker_copy(worker.policy, policy, config.adapter, _copy(observation), label,
                               worker.policy_device == "cpu")
@@ -117,6 +121,12 @@ def _build(recipe: EnvRecipe, render_mode: Optional[str]) -> Any:
             f"building the env {recipe.label} failed in the trainer, so it would fail in the "
             f"plot worker too: {type(error).__name__}: {error}. Check that it builds with no "
             "arguments (a factory is called as factory(), a class as Class()).") from error
+
+
+def _opened(env: Any, opened: List[Any]) -> Any:
+    """``env``, noted to be closed with the others."""
+    opened.append(env)
+    return env
 
 
 def _stepper(env: Any, config: PlotterConfig) -> EnvStepper:
