@@ -13,6 +13,7 @@ import pytest
 
 from async_plotter import Plotter, FolderInUseError
 from async_plotter.cli import main as cli_main
+from async_plotter.render.history_returns import read_returns
 from async_plotter.render.videos import list_named_recordings
 from async_plotter.trainer.run_folder import (EARLIER_RUNS, EARLIER_RUNS_KEPT, RunFolder,
                                               set_aside_earlier_run)
@@ -202,3 +203,45 @@ def test_earlier_runs_never_overwrite_each_other(tmp_path):
         assert (tmp_path / EARLIER_RUNS / name / "history" /
                 "iter_0000.npz").read_bytes() == content
     assert sorted(os.listdir(tmp_path)) == [".partial_iter_0001.mp4", EARLIER_RUNS, "mine"]
+
+
+def test_a_resumed_run_keeps_the_folders_iterations_up_to_its_snapshot(tmp_path):
+    """``resume_after=3``: the run continues the one in the folder. Its videos, recordings,
+    history and returns of iterations 0-3 stay (the history goes on), those of 4 and 5, which
+    the resumed run does again, are set aside; the initial policy is shown as iteration 3."""
+    first = run_plotter(tmp_path, 6)
+    assert first.stats["final_video"].endswith("iter_0005.mp4")
+    before = digests(tmp_path)
+
+    policy = LinearPolicy(8, 2)
+    policy.fill(0.1 * 4)  # the snapshot's policy: iteration 3's
+    with Plotter("Swimmer-v5",
+                 policy,
+                 max_path_length=STEPS,
+                 video_dir=str(tmp_path),
+                 priority="normal",
+                 resume_after=3,
+                 verbose=0) as resumed:
+        for iteration in (4, 5, 6):
+            policy.fill(-0.1 * iteration)  # another branch than the first run's
+            resumed.update_plot(policy, iteration=iteration)
+            wait_for(lambda: any(
+                entry.get("iteration") == iteration for entry in resumed.stats["history"]),
+                     120,
+                     message=f"iteration {iteration}'s history recording")
+    assert resumed.stats["final_video"] == str(tmp_path / "iter_0006.mp4")
+    assert {entry.get("iteration") for entry in resumed.stats["history"]} <= {3, 4, 5, 6}
+
+    # Iterations 0-3 are the first run's, byte for byte; 4-6 the resumed run's.
+    after = digests(tmp_path)
+    for name in ("history/iter_0000.npz", "history/iter_0002.npz", "history/iter_0003.npz"):
+        assert after[name] == before[name], name
+    assert after["history/iter_0004.npz"] != before["history/iter_0004.npz"]
+    rows = read_returns(str(tmp_path / "history"))
+    assert [row["iteration"] for row in rows if row["iteration"] is not None][-7:] == list(range(7))
+    # The first run's 4 and 5 are aside, whole, with their rows.
+    (aside, ) = os.listdir(tmp_path / EARLIER_RUNS)
+    aside = tmp_path / EARLIER_RUNS / aside
+    for name in ("history/iter_0004.npz", "history/iter_0005.npz"):
+        assert digests(aside)[name] == before[name]
+    assert [row["iteration"] for row in read_returns(str(aside / "history"))][-2:] == [4, 5]

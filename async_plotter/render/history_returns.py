@@ -4,7 +4,8 @@ The folder keeps at most ``history_kept`` recordings (``render/history.py`` thin
 and ``stats["history"]`` the newest 1000, in memory; this file keeps a row for every recording
 the run made, also those whose file was thinned away, and those of envs that draw themselves
 (which have no file). The supervisor appends a row as each recording's report comes, so one
-file spans the worker's restarts; each ``Plotter`` starts it anew, as ``progress.csv`` is.
+file spans the worker's restarts; a ``Plotter``'s claim on its folder has set an earlier run's
+aside, and a resumed run's rows up to its iteration stay.
 
 Columns (``COLUMNS``): ``iteration`` (-1: the initial policy; blank: an update sent without
 one), ``update``, ``return`` (blank if not finite), ``length`` (steps), ``recording`` (the
@@ -18,7 +19,7 @@ import errno
 import logging
 import math
 import os
-from typing import Any, Dict, List, Mapping, Optional
+from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 from async_plotter.render.history import INITIAL_POLICY_ITERATION
 
@@ -32,13 +33,14 @@ _WHOLE_NUMBERS = ("iteration", "update", "length")
 
 class ReturnsFile:
     """Appends history reports (``VideoLedger.record_history``'s entries) to ``returns.csv`` in
-    ``folder``; the first one of this object starts the file anew. Never raises: a folder that
+    ``folder``; the first one of this object starts the file anew, unless ``keep_rows`` (the
+    rows there are the run's own: it was resumed). Never raises: a folder that
     cannot be written loses those rows and is tried again at the next report; it warns once,
     unless the folder was taken away or the device is full (the video sink says so)."""
 
-    def __init__(self, folder: str) -> None:
+    def __init__(self, folder: str, keep_rows: bool = False) -> None:
         self.path = os.path.join(folder, RETURNS_FILE)
-        self._started = False
+        self._started = keep_rows
         self._warned = False
 
     def append(self, entry: Mapping[str, Any]) -> None:
@@ -87,13 +89,14 @@ def _row(entry: Mapping[str, Any]) -> Dict[str, Any]:
 
 def read_returns(folder: str) -> List[Dict[str, Any]]:
     """The rows of ``folder``'s ``returns.csv`` (``COLUMNS``; numbers as numbers, blanks as None,
-    ``recording`` a name), the later row of an update recorded twice only; [] without one."""
+    ``recording`` a name), the later row of a policy recorded twice only (by its iteration, else
+    its update: a resumed run numbers its updates afresh); [] without one."""
     try:
         with open(os.path.join(folder, RETURNS_FILE), encoding="utf-8", newline="") as file:
             rows = list(csv.DictReader(file))
     except (OSError, csv.Error, UnicodeDecodeError):
         return []
-    by_update: Dict[int, Dict[str, Any]] = {}
+    by_policy: Dict[Tuple[str, int], Dict[str, Any]] = {}
     for row in rows:
         try:
             parsed = {key: _number(key, row.get(key)) for key in COLUMNS if key != "recording"}
@@ -102,8 +105,16 @@ def read_returns(folder: str) -> List[Dict[str, Any]]:
         if parsed["update"] is None:
             continue
         parsed["recording"] = row.get("recording") or None
-        by_update[int(parsed["update"])] = parsed
-    return [by_update[update] for update in sorted(by_update)]
+        iteration = parsed["iteration"]
+        by_policy[("update", int(parsed["update"])) if iteration is None else
+                  ("iteration", int(iteration))] = parsed
+    return sorted(by_policy.values(), key=_in_run_order)
+
+
+def _in_run_order(row: Dict[str, Any]) -> Tuple[float, float]:
+    """Rows by iteration (those without one, sent without, by update after them)."""
+    iteration = row["iteration"]
+    return (math.inf, row["update"]) if iteration is None else (iteration, row["update"])
 
 
 def _number(column: str, text: Optional[str]) -> Optional[float]:

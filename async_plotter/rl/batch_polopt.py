@@ -20,6 +20,7 @@ from async_plotter.rl.baselines import Baseline, LinearFeatureBaseline
 from async_plotter.rl.env_mirror import EnvMirror
 from async_plotter.rl.envs import EnvMaker
 from async_plotter.rl.logger import console_logging, format_duration, format_table
+from async_plotter.rl import resume
 from async_plotter.rl.recorder import LOG_OUTPUTS, RunRecorder
 from async_plotter.trainer.run_folder import RunFolder
 from async_plotter.learning_curve import SHOWN_RETURN
@@ -203,6 +204,11 @@ class BatchPolopt:
         if ctx is not None:
             ctx.trained.append(self)
         plot, plot_kwargs, sampler, seed = self._settings(ctx)
+        if ctx is not None and ctx.resume is not None and ctx.trained == [self]:
+            resume.apply_to(self, ctx.resume)
+            # Its videos and history go on from the snapshot's iteration.
+            plot_kwargs = dict(plot_kwargs, resume_after=ctx.resume.itr)
+            logger.info("resuming from %s: iteration %d on", ctx.resume.path, self.start_itr)
         sampler.check_env(self.env)
         self._finished_training = False
         recorder = ctx.recorder if ctx is not None else RunRecorder(self.log_dir)

@@ -19,6 +19,8 @@ class ExperimentContext:
     seed: Optional[int]
     plot_kwargs: Dict[str, Any]
     recorder: Any  # async_plotter.rl.logger.RunRecorder
+    #: the snapshot the first algorithm to train resumes from (``rl/resume.py``), if any
+    resume: Any = None
     trained: List[Any] = dataclasses.field(default_factory=list)  # algorithms that ran inside
 
 

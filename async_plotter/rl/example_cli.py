@@ -46,6 +46,11 @@ def example_parser(doc: str,
                         default=batch_size,
                         help="env steps per iteration")
     parser.add_argument("--exp-name", default=None, help="run folder name under runs/")
+    parser.add_argument("--resume-from",
+                        default=None,
+                        metavar="PATH",
+                        help="go on with a run from its snapshot (runs/NAME/params.pkl, "
+                        "itr_N.pkl) or its folder, in that folder; --n-itr is the total")
     parser.add_argument("--tensorboard",
                         action=argparse.BooleanOptionalAction,
                         default=True,
@@ -131,6 +136,7 @@ def run_example(make_algo: Callable[[], Any], args: argparse.Namespace) -> int:
                                      seed=args.seed,
                                      exp_name=args.exp_name,
                                      tensorboard=args.tensorboard,
+                                     resume_from=args.resume_from,
                                      **plot_options(args))
     except KeyboardInterrupt:
         print("interrupted; workers and plotter were shut down", file=sys.stderr)

@@ -23,6 +23,7 @@ from async_plotter.rl.batch_polopt import BatchPolopt
 from async_plotter.validation import positive_int
 from async_plotter.rl.logger import console_logging
 from async_plotter.rl.recorder import LOG_OUTPUTS, SNAPSHOT_MODES, RunRecorder
+from async_plotter.rl.resume import ResumePoint, resume_point
 from async_plotter.trainer.run_folder import RunFolder, new_folder
 
 logger = logging.getLogger(__name__)
@@ -157,6 +158,7 @@ def run_experiment_lite(fn_or_algo: Union[BatchPolopt, Callable[..., Any]],
                         log_dir: Optional[str] = None,
                         snapshot_mode: str = "last",
                         tensorboard: bool = True,
+                        resume_from: Optional[str] = None,
                         **plot_kwargs: Any) -> ExperimentResult:
     """Train an algorithm and write its outputs into ``log_dir``.
 
@@ -172,8 +174,10 @@ def run_experiment_lite(fn_or_algo: Union[BatchPolopt, Callable[..., Any]],
         exp_name: name of the run (default: a timestamp); the default folder is
             ``runs/<exp_name>/``.
         log_dir: folder of the run's files (created if needed). Without it, ``runs/<exp_name>``
-            is used, with a ``_1``, ``_2``... suffix if that folder exists, so that two runs
-            never write into one ``progress.csv``.
+            is used, with a ``_2``, ``_3``... suffix if that folder exists, so that two runs
+            never write into one ``progress.csv``; with ``resume_from``, the snapshot's folder.
+            An earlier run's files in it move to ``earlier_runs/``; a live run's is refused
+            (``FolderInUseError``).
         snapshot_mode: ``"last"`` (``params.pkl`` each iteration), ``"all"`` (``itr_<N>.pkl``)
             or ``"none"``.
         tensorboard: write TensorBoard event files into ``log_dir``: every numeric column of
@@ -181,6 +185,13 @@ def run_experiment_lite(fn_or_algo: Union[BatchPolopt, Callable[..., Any]],
             ``plot`` each plotted rollout as an animated image ``rollout/<env>``. Needs neither
             TensorFlow nor ``tensorboard`` to write; ``tensorboard --logdir runs`` shows each
             run folder as one run.
+        resume_from: a snapshot (``params.pkl``, ``itr_<N>.pkl``) or a run's folder to resume
+            from, as rllab's: the algorithm (built as usual, its policy of the same structure)
+            gets the snapshot's policy parameters and baseline and trains from the next
+            iteration. In the run's own folder, the run goes on: ``progress.csv``, the curve,
+            TensorBoard, the videos and the history keep their iterations up to the snapshot's
+            (later ones, which it does again, move to ``earlier_runs/``). An optimizer's moments
+            (VPG's Adam) start afresh.
         **plot_kwargs: passed on to :class:`async_plotter.Plotter` (e.g. ``fps``, ``window``); a
             name ``Plotter`` does not take is an error even with ``plot=False``.
 
@@ -192,8 +203,11 @@ def run_experiment_lite(fn_or_algo: Union[BatchPolopt, Callable[..., Any]],
     """
     _validate(fn_or_algo, n_parallel, plot, seed, exp_name, log_dir, snapshot_mode, tensorboard,
               plot_kwargs)
+    point = resume_point(resume_from) if resume_from is not None else None
     if exp_name is None:
         exp_name = _default_exp_name()
+    if log_dir is None and point is not None:
+        log_dir = point.folder
     path = os.path.abspath(os.path.join("runs", exp_name) if log_dir is None else log_dir)
     try:
         # runs/<exp_name>, or runs/<exp_name>_2 if that exists: made, so two runs started
@@ -205,14 +219,19 @@ def run_experiment_lite(fn_or_algo: Union[BatchPolopt, Callable[..., Any]],
                           f"{error.strerror}") from error
     # Held until the run ends; an earlier run's files there go aside first, and a live one's
     # folder is refused (FolderInUseError): its progress.csv and snapshots would be overwritten.
-    with RunFolder(log_dir, 1, f"run_experiment_lite({exp_name!r})", LOG_OUTPUTS):
+    # Resumed in its own folder, the run goes on there: its iterations up to the snapshot's stay.
+    in_place = point is not None and os.path.samefile(point.folder, log_dir)
+    with RunFolder(log_dir, 1, f"run_experiment_lite({exp_name!r})", LOG_OUTPUTS,
+                   point.itr if in_place else None):
+        if in_place:
+            recorder.resume_after(point.itr)
         return _run(fn_or_algo, exp_name, log_dir, recorder, n_parallel, plot, seed, snapshot_mode,
-                    tensorboard, plot_kwargs)
+                    tensorboard, plot_kwargs, point)
 
 
 def _run(fn_or_algo: Any, exp_name: str, log_dir: str, recorder: RunRecorder, n_parallel: int,
          plot: bool, seed: Optional[int], snapshot_mode: str, tensorboard: bool,
-         plot_kwargs: Dict[str, Any]) -> ExperimentResult:
+         plot_kwargs: Dict[str, Any], point: Optional[ResumePoint]) -> ExperimentResult:
     """The run itself, in its claimed folder."""
     if not plot and plot_kwargs:
         logger.warning("plot is False; ignoring plotter arguments %s", sorted(plot_kwargs))
@@ -223,14 +242,18 @@ def _run(fn_or_algo: Any, exp_name: str, log_dir: str, recorder: RunRecorder, n_
         "plot": plot,
         "seed": None if seed is None else int(seed),
     }
-    recorded = dict(settings, snapshot_mode=snapshot_mode, tensorboard=tensorboard)
+    recorded = dict(settings,
+                    snapshot_mode=snapshot_mode,
+                    tensorboard=tensorboard,
+                    resume_from=point.path if point else None)
     recorded["plot_kwargs"] = {key: repr(value) for key, value in plot_kwargs.items()}
     recorder.write_text("experiment.json", json.dumps(recorded, indent=2) + "\n")
     ctx = experiment_context.ExperimentContext(plot=plot,
                                                n_parallel=int(n_parallel),
                                                seed=settings["seed"],
                                                plot_kwargs=dict(plot_kwargs),
-                                               recorder=recorder)
+                                               recorder=recorder,
+                                               resume=point)
     with console_logging(recorder.debug_log), experiment_context.activate(ctx):
         logger.info("experiment %s: outputs in %s", exp_name, log_dir)
         try:

@@ -15,7 +15,7 @@ from async_plotter.learning_curve import PREFERRED_METRIC, SHOWN_RETURN
 from async_plotter.render.history import HISTORY_RETURN_TAG
 from async_plotter.rl.shown_returns import SHOWN_ITERATION
 from async_plotter.rl.snapshot import PathLike, atomic_write_bytes, save_snapshot
-from async_plotter.trainer.run_folder import RunOutputs, has_entries
+from async_plotter.trainer.run_folder import VIDEO_OUTPUTS, RunOutputs, has_entries
 
 logger = logging.getLogger(__name__)
 
@@ -93,6 +93,27 @@ class RunRecorder:
     @property
     def debug_log(self) -> Optional[str]:
         return self._path("debug.log")
+
+    def resume_after(self, itr: int) -> None:
+        """Continue the run whose rows up to iteration ``itr`` are in ``progress.csv`` (the
+        later ones were set aside): keep them, so that the file, the curve and TensorBoard go
+        on from there. TensorBoard is told that the run starts again at ``itr + 1``, before
+        any other writer in the folder writes a step of the resumed run."""
+        if self.log_dir is None:
+            return
+        for row in _read_rows(self.progress_csv):
+            self.rows.append(row)
+            if SHOWN_RETURN in row:
+                self._shown[row.get(SHOWN_ITERATION, row.get("Iteration"))] = row[SHOWN_RETURN]
+        if self.tensorboard:
+            from async_plotter.tensorboard.writer import SummaryWriter
+
+            try:
+                self._summaries = SummaryWriter(self.log_dir)
+                self._summaries.restart_at(itr + 1)
+            except OSError:
+                self.tensorboard = False
+                logger.exception("could not write TensorBoard scalars; not trying again")
 
     def note_shown(self, points: Dict[float, float]) -> None:
         """The return of every history recording so far, by its policy's iteration: a row has
@@ -286,6 +307,24 @@ def save_learning_curve(path: PathLike,
     atomic_write_bytes(path, buffer.getvalue())
 
 
+def _read_rows(path: Optional[str]) -> List[Dict[str, Any]]:
+    """``progress.csv``'s rows, numbers as numbers and blanks left out; [] without one."""
+    try:
+        with open(path or "", encoding="utf-8", newline="") as file:
+            rows = list(csv.DictReader(file))
+    except (OSError, csv.Error, UnicodeDecodeError):
+        return []
+    return [{key: _parsed(text) for key, text in row.items() if key and text} for row in rows]
+
+
+def _parsed(text: str) -> Any:
+    try:
+        number = float(text)
+    except ValueError:
+        return text
+    return int(number) if number.is_integer() and "." not in text and "e" not in text else number
+
+
 def _run_outputs(log_dir: str) -> List[str]:
     """The names in ``log_dir`` that a run of ``run_experiment_lite`` wrote (the user's own
     files there are not)."""
@@ -312,7 +351,24 @@ def _describe_run_outputs(log_dir: str, names: List[str]) -> str:
     return ", ".join(text for text, present in parts if present)
 
 
+def _later_outputs(log_dir: str, after: int) -> List[str]:
+    """The snapshots (``itr_<N>.pkl``) of iterations after ``after``, and the videos and
+    recordings of those iterations in ``videos/`` (set aside here, with the rest of them)."""
+    try:
+        names = sorted(os.listdir(log_dir))
+    except OSError:
+        return []
+    snapshots = [
+        name for name in names if _SNAPSHOT_NAME.fullmatch(name) and int(name[4:-4]) > after
+    ]
+    videos = VIDEO_OUTPUTS.later(os.path.join(log_dir, _VIDEOS), after)
+    return snapshots + [os.path.join(_VIDEOS, path) for path in videos]
+
+
 #: ``run_experiment_lite``'s ``log_dir``: two runs there would write one progress.csv (the first
 #: run's lost), tangle their curves in TensorBoard (two event files, the same steps) and
 #: overwrite each other's snapshots
-LOG_OUTPUTS = RunOutputs("log_dir", "run_experiment_lite", _run_outputs, _describe_run_outputs)
+LOG_OUTPUTS = RunOutputs("log_dir", "run_experiment_lite", _run_outputs, _describe_run_outputs,
+                         _later_outputs, (("progress.csv", "Iteration"), ) + tuple(
+                             (os.path.join(_VIDEOS, path), column)
+                             for path, column in VIDEO_OUTPUTS.tables))

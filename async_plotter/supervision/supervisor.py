@@ -143,7 +143,10 @@ class WorkerSupervisor:
             stats.update(budget=config.budget, budget_mechanism=self._governor.mechanism)
         self._videos = VideoLedger(stats)
         #: every history recording's return, kept when its file is thinned away
-        self._returns = ReturnsFile(config.history_dir) if config.history_dir else None
+        # Appended to: the Plotter's claim on its folder set an earlier run's rows aside, so
+        # any left are those of the run this one resumes.
+        self._returns = ReturnsFile(config.history_dir,
+                                    keep_rows=True) if config.history_dir else None
         #: the live page's socket, bound once for the supervisor's life: every render process
         #: it starts serves on it, so a restarted one keeps the page's address
         self._http_listener = _bind_live_page(config)

@@ -30,7 +30,8 @@ from async_plotter.render.history import DEFAULT_KEPT, history_folder
 from async_plotter.sinks.base import FrameSink
 from async_plotter.validation import (boolean, callable_or_none, cpu_fraction, frame_size as
                                       checked_frame_size, is_int, non_negative_int,
-                                      non_negative_number, one_of, positive_int, positive_number)
+                                      optional_non_negative_int, non_negative_number, one_of,
+                                      positive_int, positive_number)
 from async_plotter.supervision.budget import DEFAULT_BUDGET
 from async_plotter.worker.config import WorkerConfig
 from async_plotter.worker.parameters import ParameterLayout
@@ -107,6 +108,9 @@ class PlotterConfig:
     #: the env is a MuJoCo one, with states to record and to send (set after the checks): a
     #: publishing trainer with a worker here then plays the live episode for viewers elsewhere
     has_states: bool = False
+    #: a resumed run continues the one in ``video_dir`` after this iteration: its outputs up
+    #: to it stay (``trainer/run_folder.py``); None: a run of its own
+    resume_after: Optional[int] = None
 
     @property
     def has_output(self) -> bool:
@@ -201,7 +205,8 @@ def plotter_config(arguments: Mapping[str, Any]) -> PlotterConfig:
                          trainer_env=trainer_env,
                          env_state=env_state,
                          verbose=verbose,
-                         private_history=bool(publish and history_kept and not video_dir))
+                         private_history=bool(publish and history_kept and not video_dir),
+                         resume_after=optional_non_negative_int("resume_after", given.resume_after))
 
 
 def _final_video_timeout(given: Any, max_path_length: int) -> float:

@@ -131,6 +131,11 @@ class Plotter:
             (``history/return``). ``True`` keeps at most 200 files (the newest quarter, older
             ones thinned evenly); an int that many; ``False`` turns it off. The final policy is
             recorded at ``close()``. An env that draws itself (not MuJoCo) keeps returns only.
+        resume_after: this run resumes one that wrote ``video_dir``, from its snapshot of this
+            iteration: the videos, recordings, history and returns of iterations up to it stay
+            (the history goes on), those of later ones move to ``earlier_runs/`` (the resumed
+            run does them again). None (default): a run of its own, and an earlier run's
+            outputs in the folder move to ``earlier_runs/`` whole.
         channel: ``None`` renders here; ``"redis://host:6379/0"`` (or ``rediss://``) publishes
             the parameters to Redis for ``async-plotter view`` on another machine, instead of
             rendering here, or as well where outputs here are asked for too (``video_dir``,
@@ -182,6 +187,7 @@ class Plotter:
                  view: str = "2d",
                  record_states: bool = False,
                  history: Union[bool, int] = True,
+                 resume_after: Optional[int] = None,
                  channel: Optional[str] = None,
                  experiment: Optional[str] = None,
                  secret: Optional[Union[str, bytes]] = None,
@@ -200,8 +206,10 @@ class Plotter:
                                      has_states=has_states)
         create_output_dirs(config)  # only once every check has passed
         #: the video folder held for this run, an earlier run's files set aside
-        self._run_folder = (RunFolder(config.video_dir, config.verbose,
-                                      f"a Plotter for {config.worker.env.label}")
+        self._run_folder = (RunFolder(config.video_dir,
+                                      config.verbose,
+                                      f"a Plotter for {config.worker.env.label}",
+                                      resume_after=config.resume_after)
                             if config.video_dir else None)
         self._config = config
         try:

@@ -61,8 +61,9 @@ class LocalRoute:
         self._stats = stats
         layout = config.worker.parameters
         self.writer = SharedMemoryWriter(layout.size, layout.dtype)
+        # A resumed run's initial policy is its snapshot's: shown as that iteration.
         self.writer.publish(layout.encode(config.initial, config.env_state),
-                            None,
+                            config.resume_after,
                             config.worker.max_path_length,
                             number=0)
         try:
@@ -170,8 +171,9 @@ class PublishRoute:
                                   stats,
                                   live_states=live_states,
                                   history_states=history_states)
+        # A resumed run's initial policy is its snapshot's: shown as that iteration.
         self.writer.publish(layout.encode(config.initial, config.env_state),
-                            None,
+                            config.resume_after,
                             config.worker.max_path_length,
                             number=0)
 

@@ -17,10 +17,16 @@ holder (a claim of this process, or the other process's pid and command line): i
 the Plotter from a cell's earlier run. The kernel lets go of the lock however the process ends,
 SIGKILL included, so a killed run leaves no claim. ``earlier_runs/`` keeps the newest
 ``EARLIER_RUNS_KEPT`` runs.
+
+A run resumed from its snapshot of iteration K is the same run (``resume_after``): what the
+folder holds of iterations up to K stays, and only the outputs of later ones, which it does
+again, go aside, with the later rows of its tables (``progress.csv``, ``returns.csv``).
 """
+import csv
 import dataclasses
 import errno
 import fcntl
+import io
 import logging
 import os
 import re
@@ -31,6 +37,7 @@ from typing import Callable, Dict, List, Optional, Tuple
 from async_plotter.console import tell
 from async_plotter.errors import FolderInUseError
 from async_plotter.render.history import HISTORY_FOLDER
+from async_plotter.render.history_returns import RETURNS_FILE
 from async_plotter.render.videos import RECORDING_NAME, VIDEO_NAME, list_named_recordings
 from async_plotter.sinks.states import LIVE_FOLDER
 
@@ -60,19 +67,28 @@ class RunOutputs:
     names: Callable[[str], List[str]]
     #: what those were, for that line: ``3 videos, 3 state recordings, a history of 8 policies``
     describe: Callable[[str, List[str]], str]
+    #: the outputs (paths relative to the folder) of the iterations after the given one: a run
+    #: resumed after it does them again
+    later: Callable[[str, int], List[str]]
+    #: tables (a path relative to the folder, its iteration column) whose rows of the later
+    #: iterations go aside with those outputs
+    tables: Tuple[Tuple[str, str], ...] = ()
 
 
 class RunFolder:
     """A run's claim on its folder (by default a Plotter's ``video_dir``): taken once every
     check has passed, released at ``close()`` (or when the Plotter is collected).
     ``set_aside`` is the folder the earlier run's files went to, if any. ``holder`` says who
-    claims it ("a Plotter for Swimmer-v5"), for the error another claimant gets."""
+    claims it ("a Plotter for Swimmer-v5"), for the error another claimant gets. A run resumed
+    after iteration ``resume_after`` continues the one in the folder: only the outputs of later
+    iterations, which it does again, are set aside."""
 
     def __init__(self,
                  folder: str,
                  verbose: int,
                  holder: str = "a Plotter",
-                 outputs: Optional[RunOutputs] = None) -> None:
+                 outputs: Optional[RunOutputs] = None,
+                 resume_after: Optional[int] = None) -> None:
         self.folder = folder
         self.outputs = outputs or VIDEO_OUTPUTS
         self.set_aside: Optional[str] = None
@@ -95,7 +111,10 @@ class RunFolder:
             _held_here[self._key] = f"{holder} of this process (claimed at " \
                 f"{time.strftime('%H:%M:%S')})"
         # Ours alone, or a file system without locks: an earlier run's files go aside.
-        self.set_aside = set_aside_earlier_run(folder, verbose, self.outputs)
+        if resume_after is None:
+            self.set_aside = set_aside_earlier_run(folder, verbose, self.outputs)
+        else:
+            self.set_aside = set_aside_later_iterations(folder, resume_after, verbose, self.outputs)
 
     def release(self) -> None:
         """Let go of the folder (idempotent)."""
@@ -179,6 +198,94 @@ def set_aside_earlier_run(folder: str,
     return target
 
 
+def set_aside_later_iterations(folder: str,
+                               after: int,
+                               verbose: int = 1,
+                               outputs: Optional[RunOutputs] = None) -> Optional[str]:
+    """For a run resumed after iteration ``after`` in ``folder``: move the outputs of later
+    iterations (an earlier run went further than the snapshot resumed from) into
+    ``earlier_runs/<now>/``, with the tables' rows of those iterations (the whole table is
+    copied there, and keeps only the earlier rows here); that folder, or None if there were
+    none. Everything of iterations up to ``after`` stays: it is this run's."""
+    outputs = outputs or VIDEO_OUTPUTS
+    paths = outputs.later(folder, after)
+    tables = [(path, column) for path, column in outputs.tables
+              if _rows_after(os.path.join(folder, path), column, after)]
+    if not paths and not tables:
+        return None
+    target = _new_folder(os.path.join(folder, EARLIER_RUNS), time.time())
+    if target is None:
+        return None
+    _keep_newest_runs(os.path.join(folder, EARLIER_RUNS), target)
+    stayed = []
+    for path in paths:
+        try:
+            os.makedirs(os.path.dirname(os.path.join(target, path)), exist_ok=True)
+            os.rename(os.path.join(folder, path), os.path.join(target, path))
+        except OSError as error:
+            stayed.append(f"{path} ({error.strerror or error})")
+    for path, column in tables:
+        try:
+            os.makedirs(os.path.dirname(os.path.join(target, path)), exist_ok=True)
+            shutil.copy2(os.path.join(folder, path), os.path.join(target, path))
+            _keep_rows_through(os.path.join(folder, path), column, after)
+        except (OSError, csv.Error) as error:
+            stayed.append(f"the later rows of {path} ({getattr(error, 'strerror', None) or error})")
+    if stayed:
+        logger.warning(
+            "%s: could not move %s out of %s with the rest of the later iterations' outputs; "
+            "they stay and mix with this run's", outputs.speaker, ", ".join(stayed), folder)
+    moved = [f"{len(paths)} files"] if paths else []
+    moved += [f"the later rows of {path}" for path, _ in tables]
+    tell(logger, verbose,
+         "%s: %s held iterations after %d, which this resumed run does again (%s): moved to %s",
+         outputs.speaker, folder, after, " and ".join(moved), target)
+    return target
+
+
+def _iteration_of(name: str) -> Optional[int]:
+    """The iteration a video or state recording named by its policy shows (``iter_0007.mp4``:
+    7); None for one named by its update."""
+    match = VIDEO_NAME.fullmatch(name) or RECORDING_NAME.fullmatch(name)
+    return int(match[2]) if match and match[1] == "iter" else None
+
+
+def _rows_after(path: str, column: str, after: int) -> bool:
+    return any(_iteration(row, column) > after for row in _read_table(path)[1])
+
+
+def _keep_rows_through(path: str, column: str, after: int) -> None:
+    """Rewrite the table at ``path`` with its rows of iterations up to ``after`` (and those
+    without one), whole or not at all."""
+    header, rows = _read_table(path)
+    kept = io.StringIO()
+    writer = csv.DictWriter(kept, header, lineterminator="\n", extrasaction="ignore")
+    writer.writeheader()
+    writer.writerows(row for row in rows if _iteration(row, column) <= after)
+    partial = f"{path}.{os.getpid()}.partial"
+    with open(partial, "w", encoding="utf-8", newline="") as file:
+        file.write(kept.getvalue())
+    os.replace(partial, path)
+
+
+def _read_table(path: str) -> Tuple[List[str], List[Dict[str, str]]]:
+    try:
+        with open(path, encoding="utf-8", newline="") as file:
+            reader = csv.DictReader(file)
+            rows = list(reader)
+            return list(reader.fieldnames or []), rows
+    except (OSError, csv.Error, UnicodeDecodeError):
+        return [], []
+
+
+def _iteration(row: Dict[str, str], column: str) -> float:
+    """A row's iteration; -inf where it has none (an update sent without one): kept."""
+    try:
+        return float(row.get(column) or "-inf")
+    except ValueError:
+        return float("-inf")
+
+
 def has_entries(folder: str) -> bool:
     """Whether ``folder`` is a folder with something in it (an unreadable one counts: moved, it
     stays with the run that wrote it)."""
@@ -208,8 +315,24 @@ def _describe_videos(video_dir: str, names: List[str]) -> str:
     return f"{videos} videos, {recordings} state recordings, a history of {history} policies"
 
 
+def _later_videos(video_dir: str, after: int) -> List[str]:
+    """Videos and recordings, beside them and in the history, of iterations after ``after``."""
+    found = []
+    for folder in ("", HISTORY_FOLDER):
+        try:
+            names = sorted(os.listdir(os.path.join(video_dir, folder)))
+        except OSError:
+            continue
+        for name in names:
+            iteration = _iteration_of(name)
+            if iteration is not None and iteration > after:
+                found.append(os.path.join(folder, name))
+    return found
+
+
 #: a Plotter's ``video_dir``
-VIDEO_OUTPUTS = RunOutputs("video_dir", "plotter", _video_outputs, _describe_videos)
+VIDEO_OUTPUTS = RunOutputs("video_dir", "plotter", _video_outputs, _describe_videos, _later_videos,
+                           ((os.path.join(HISTORY_FOLDER, RETURNS_FILE), "iteration"), ))
 
 
 def _flock_holder(status: os.stat_result) -> Optional[int]:

@@ -17,6 +17,8 @@ import pytest
 import async_plotter
 from async_plotter.rl import (TRPO, VPG, CategoricalMLPPolicy, GaussianMLPPolicy, load_snapshot,
                               run_experiment_lite)
+from async_plotter.render.history_returns import read_returns
+from async_plotter.rl.resume import apply_to, resume_point
 from async_plotter.trainer.run_folder import new_folder
 from tests.conftest import default_sigint
 
@@ -505,3 +507,98 @@ def test_the_examples_say_where_every_policys_return_is_when_the_history_was_thi
     lines = describe_outputs(result).splitlines()
     assert f"history:        2 policies in {history}" in lines
     assert f"returns:        3 policies in {history / 'returns.csv'}" in lines
+
+
+def scalar_steps(log_dir, tag):
+    """The steps TensorBoard shows for ``tag`` in the run folder ``log_dir``."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    accumulator = EventAccumulator(str(log_dir))
+    accumulator.Reload()
+    return [event.step for event in accumulator.Scalars(tag)]
+
+
+@pytest.mark.slow
+def test_a_resumed_run_goes_on_in_its_own_folder(tmp_path, caplog):
+    """rllab's resume_from: a run resumed from its snapshot of iteration 1 trains iterations 2
+    and 3 again from that policy, in its folder, as one run: progress.csv, TensorBoard, the
+    videos and the history keep iterations 0-1 and go on; the first run's later iterations are
+    set aside, whole."""
+    run = tmp_path / "run"
+    first = run_experiment_lite(small_trpo(n_itr=4),
+                                log_dir=str(run),
+                                seed=1,
+                                snapshot_mode="all",
+                                plot=True)
+    assert read_rows(first.progress_csv) == [0, 1, 2, 3]
+    first_rows = list(first.history)
+    later = {name: (run / name).read_bytes() for name in ("itr_2.pkl", "itr_3.pkl")}
+    first_final = (run / "videos" / "iter_0003.mp4").read_bytes()
+    first_recorded = {row["iteration"] for row in read_returns(str(run / "videos" / "history"))}
+
+    algo = small_trpo(n_itr=4)
+    with caplog.at_level(logging.INFO, logger="async_plotter"):
+        result = run_experiment_lite(algo,
+                                     seed=2,
+                                     snapshot_mode="all",
+                                     plot=True,
+                                     resume_from=str(run / "itr_1.pkl"))
+    assert result.log_dir == str(run)
+    assert algo.start_itr == 2 and "resuming from" in caplog.text
+    # One progress.csv, its first rows the first run's; TensorBoard shows each step once.
+    assert read_rows(result.progress_csv) == [0, 1, 2, 3]
+    with open(result.progress_csv, newline="") as f:
+        rows = list(csv.DictReader(f))
+    for kept, row in zip(first_rows[:2], rows[:2]):
+        assert float(row["AverageReturn"]) == pytest.approx(kept["AverageReturn"])
+    assert scalar_steps(run, "progress/AverageReturn") == [0, 1, 2, 3]
+    # The first run's iterations 2 and 3 are kept aside, whole.
+    (aside, ) = os.listdir(run / "earlier_runs")
+    aside = run / "earlier_runs" / aside
+    assert {name: (aside / name).read_bytes() for name in later} == later
+    assert read_rows(aside / "progress.csv") == [0, 1, 2, 3]
+    assert (aside / "videos" / "iter_0003.mp4").read_bytes() == first_final
+    # The videos go on: the newest is the resumed run's final policy; the history's returns
+    # hold each iteration once.
+    assert result.final_video == str(run / "videos" / "iter_0003.mp4")
+    # (the final policy is always recorded; the others where the worker took them in time)
+    iterations = [row["iteration"] for row in read_returns(str(run / "videos" / "history"))]
+    assert {itr for itr in first_recorded if itr <= 1} | {3} <= set(iterations)
+    assert len(iterations) == len(set(iterations))
+
+
+def test_a_resumed_algorithm_starts_from_the_snapshots_policy_and_baseline(tmp_path):
+    run = tmp_path / "run"
+    trained = run_experiment_lite(small_trpo(n_itr=3), log_dir=str(run), snapshot_mode="all")
+    point = resume_point(str(run / "itr_1.pkl"))
+    algo = small_trpo(n_itr=5)
+    assert not np.array_equal(algo.policy.get_param_values(), point.snapshot["policy_params"])
+    apply_to(algo, point)
+    assert algo.start_itr == 2
+    np.testing.assert_array_equal(algo.policy.get_param_values(), point.snapshot["policy_params"])
+    assert algo.baseline is point.snapshot["baseline"]
+    # A run's folder resumes from its newest snapshot.
+    assert resume_point(str(run)).itr == 2
+    np.testing.assert_array_equal(
+        resume_point(str(run)).snapshot["policy_params"], trained.algo.policy.get_param_values())
+
+
+def test_resume_from_names_what_is_wrong_before_anything_is_written(tmp_path):
+    run = tmp_path / "run"
+    run_experiment_lite(small_trpo(n_itr=2), log_dir=str(run), snapshot_mode="none")
+    before = sorted(os.listdir(run))
+    with pytest.raises(FileNotFoundError, match="holds no snapshot"):
+        run_experiment_lite(small_trpo(n_itr=3), resume_from=str(run))
+    with pytest.raises(FileNotFoundError, match="does not exist"):
+        run_experiment_lite(small_trpo(n_itr=3), resume_from=str(run / "params.pkl"))
+    assert sorted(os.listdir(run)) == before
+    run_experiment_lite(small_trpo(n_itr=2), log_dir=str(run))
+    with pytest.raises(ValueError, match="iteration 1, and n_itr is 2"):
+        run_experiment_lite(small_trpo(n_itr=2), resume_from=str(run))
+    other = TRPO("CartPole-v1",
+                 CategoricalMLPPolicy("CartPole-v1", hidden_sizes=(4, )),
+                 batch_size=300,
+                 max_path_length=50,
+                 n_itr=5)
+    with pytest.raises(ValueError, match="parameters, and the algorithm's has"):
+        run_experiment_lite(other, resume_from=str(run))

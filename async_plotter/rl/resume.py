@@ -1,0 +1,91 @@
+"""Resuming a run from one of its snapshots (``run_experiment_lite(..., resume_from=...)``, as
+rllab's): the algorithm trains on from the iteration after the snapshot's, with its policy's
+parameters and its baseline, in the run's own folder, so that ``progress.csv``, the learning
+curve, TensorBoard, the videos and the history go on as one run.
+
+The algorithm itself is the one the user builds again (its hyperparameters may change, e.g. a
+larger ``n_itr``); its policy must have the snapshot's structure. What a snapshot does not hold
+starts afresh: an optimizer's moments (VPG's Adam), the samplers' random streams.
+"""
+import dataclasses
+import glob
+import os
+import re
+from typing import Any, Dict
+
+import numpy as np
+
+from async_plotter.rl.snapshot import load_snapshot
+
+_SNAPSHOT_NAME = re.compile(r"itr_(\d+)\.pkl")
+
+
+@dataclasses.dataclass(frozen=True)
+class ResumePoint:
+    """A snapshot to resume from: its file, its iteration and what it holds."""
+
+    path: str
+    itr: int
+    snapshot: Dict[str, Any]
+
+    @property
+    def folder(self) -> str:
+        """The run's folder, where the snapshot was written."""
+        return os.path.dirname(self.path)
+
+
+def resume_point(resume_from: Any) -> ResumePoint:
+    """``resume_from`` (a snapshot, or a run's folder: its ``params.pkl``, else its newest
+    ``itr_<N>.pkl``) checked and loaded; a clear error before anything is built or written."""
+    if not isinstance(resume_from, (str, os.PathLike)):
+        raise TypeError(f"resume_from must be the path of a snapshot or of a run's folder, got "
+                        f"{type(resume_from).__name__}")
+    path = os.path.abspath(os.fspath(resume_from))
+    if os.path.isdir(path):
+        path = _newest_snapshot(path)
+    elif not os.path.isfile(path):
+        raise FileNotFoundError(f"resume_from {path!r} does not exist: give a snapshot "
+                                "(params.pkl, itr_<N>.pkl) or the run's folder")
+    try:
+        snapshot = load_snapshot(path)
+    except Exception as error:  # noqa: BLE001 - whatever unpickling raises, say which file
+        raise ValueError(f"resume_from {path!r} could not be read as a snapshot: "
+                         f"{type(error).__name__}: {error}") from error
+    if not isinstance(snapshot, dict) or not {"itr", "policy_params"} <= set(snapshot):
+        raise ValueError(f"resume_from {path!r} is not a snapshot of run_experiment_lite's (it "
+                         "has no 'itr' and 'policy_params')")
+    return ResumePoint(path, int(snapshot["itr"]), snapshot)
+
+
+def apply_to(algo: Any, point: ResumePoint) -> None:
+    """Give ``algo`` the snapshot's policy parameters and baseline, and start it at the next
+    iteration; raises ``ValueError`` where the policy differs or nothing is left to train."""
+    params = np.asarray(point.snapshot["policy_params"])
+    ours = algo.policy.get_param_values()
+    if params.shape != ours.shape:
+        raise ValueError(
+            f"resume_from {point.path!r} holds a policy of {params.size} parameters, and the "
+            f"algorithm's has {ours.size}: resume with the policy the run trained (the same "
+            "class, sizes and env)")
+    start = point.itr + 1
+    if start >= algo.n_itr:
+        raise ValueError(f"resume_from {point.path!r} is of iteration {point.itr}, and n_itr is "
+                         f"{algo.n_itr} (iterations 0-{algo.n_itr - 1}): nothing is left to train; "
+                         "give the algorithm a larger n_itr")
+    algo.policy.set_param_values(params.astype(ours.dtype, copy=False))
+    baseline = point.snapshot.get("baseline")
+    if baseline is not None and type(baseline) is type(algo.baseline):
+        algo.baseline = baseline
+    algo.start_itr = start
+
+
+def _newest_snapshot(folder: str) -> str:
+    last = os.path.join(folder, "params.pkl")
+    if os.path.isfile(last):
+        return last
+    numbered = [(int(match[1]), path) for path in glob.glob(os.path.join(folder, "itr_*.pkl"))
+                for match in [_SNAPSHOT_NAME.fullmatch(os.path.basename(path))] if match]
+    if not numbered:
+        raise FileNotFoundError(f"resume_from {folder!r} holds no snapshot (params.pkl or "
+                                "itr_<N>.pkl): was the run made with snapshot_mode='none'?")
+    return max(numbered)[1]
