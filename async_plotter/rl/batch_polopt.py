@@ -206,9 +206,12 @@ class BatchPolopt:
         plot, plot_kwargs, sampler, seed = self._settings(ctx)
         if ctx is not None and ctx.resume is not None and ctx.trained == [self]:
             resume.apply_to(self, ctx.resume)
-            # Its videos and history go on from the snapshot's iteration.
-            plot_kwargs = dict(plot_kwargs, resume_after=ctx.resume.itr)
             logger.info("resuming from %s: iteration %d on", ctx.resume.path, self.start_itr)
+        # A run that starts past iteration 0 (resume_from, or start_itr set by hand after
+        # loading a snapshot) goes on: its folder's outputs up to there are its own.
+        resume_after = self.start_itr - 1 if self.start_itr > 0 else None
+        if resume_after is not None:
+            plot_kwargs = dict(plot_kwargs, resume_after=resume_after)
         sampler.check_env(self.env)
         self._finished_training = False
         recorder = ctx.recorder if ctx is not None else RunRecorder(self.log_dir)
@@ -217,7 +220,9 @@ class BatchPolopt:
                 if recorder.log_dir is not None:  # as run_experiment_lite claims its log_dir
                     cleanup.enter_context(
                         RunFolder(recorder.log_dir, 1, f"{type(self).__name__}.train()",
-                                  LOG_OUTPUTS))
+                                  LOG_OUTPUTS, resume_after))
+                    if resume_after is not None:
+                        recorder.resume_after(resume_after)
                 cleanup.enter_context(console_logging(recorder.debug_log))
             # ExitStack runs every callback even when one raises, in reverse order.
             cleanup.callback(sampler.shutdown)

@@ -219,12 +219,17 @@ def run_experiment_lite(fn_or_algo: Union[BatchPolopt, Callable[..., Any]],
                           f"{error.strerror}") from error
     # Held until the run ends; an earlier run's files there go aside first, and a live one's
     # folder is refused (FolderInUseError): its progress.csv and snapshots would be overwritten.
-    # Resumed in its own folder, the run goes on there: its iterations up to the snapshot's stay.
-    in_place = point is not None and os.path.samefile(point.folder, log_dir)
-    with RunFolder(log_dir, 1, f"run_experiment_lite({exp_name!r})", LOG_OUTPUTS,
-                   point.itr if in_place else None):
-        if in_place:
-            recorder.resume_after(point.itr)
+    # Resumed in its own folder, the run goes on there: its iterations up to the snapshot's
+    # stay; so they do for an algorithm whose start_itr was set by hand.
+    if point is not None:
+        resume_after = point.itr if os.path.samefile(point.folder, log_dir) else None
+    elif isinstance(fn_or_algo, BatchPolopt) and fn_or_algo.start_itr > 0:
+        resume_after = fn_or_algo.start_itr - 1
+    else:
+        resume_after = None
+    with RunFolder(log_dir, 1, f"run_experiment_lite({exp_name!r})", LOG_OUTPUTS, resume_after):
+        if resume_after is not None:
+            recorder.resume_after(resume_after)
         return _run(fn_or_algo, exp_name, log_dir, recorder, n_parallel, plot, seed, snapshot_mode,
                     tensorboard, plot_kwargs, point)
 

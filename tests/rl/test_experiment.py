@@ -602,3 +602,25 @@ def test_resume_from_names_what_is_wrong_before_anything_is_written(tmp_path):
                  n_itr=5)
     with pytest.raises(ValueError, match="parameters, and the algorithm's has"):
         run_experiment_lite(other, resume_from=str(run))
+
+
+def test_a_run_resumed_by_hand_with_start_itr_goes_on_in_its_folder(tmp_path):
+    """rllab's other way: load the snapshot, give the policy its parameters and start the
+    algorithm at the next iteration (``start_itr``) in the same log_dir. Before, the folder's
+    progress.csv was lost; now the run goes on there."""
+    run = tmp_path / "run"
+    small_trpo(n_itr=2, log_dir=str(run)).train()
+    snapshot = load_snapshot(run / "params.pkl")
+    algo = small_trpo(n_itr=4, log_dir=str(run), start_itr=snapshot["itr"] + 1)
+    algo.policy.set_param_values(snapshot["policy_params"])
+    algo.train()
+    assert read_rows(run / "progress.csv") == [0, 1, 2, 3]
+    assert not (run / "earlier_runs").exists()  # nothing of the run was done again
+    # The same through run_experiment_lite, with TensorBoard: each step once.
+    other = tmp_path / "other"
+    run_experiment_lite(small_trpo(n_itr=2), log_dir=str(other))
+    algo = small_trpo(n_itr=3, start_itr=2)
+    algo.policy.set_param_values(load_snapshot(other / "params.pkl")["policy_params"])
+    run_experiment_lite(algo, log_dir=str(other))
+    assert read_rows(other / "progress.csv") == [0, 1, 2]
+    assert scalar_steps(other, "progress/AverageReturn") == [0, 1, 2]
