@@ -23,7 +23,7 @@ from async_plotter.rl.batch_polopt import BatchPolopt
 from async_plotter.validation import positive_int
 from async_plotter.rl.logger import console_logging
 from async_plotter.rl.recorder import LOG_OUTPUTS, SNAPSHOT_MODES, RunRecorder
-from async_plotter.rl.resume import ResumePoint, resume_point
+from async_plotter.rl.resume import ResumePoint, check_fits, resume_point
 from async_plotter.trainer.run_folder import RunFolder, new_folder
 
 logger = logging.getLogger(__name__)
@@ -204,6 +204,8 @@ def run_experiment_lite(fn_or_algo: Union[BatchPolopt, Callable[..., Any]],
     _validate(fn_or_algo, n_parallel, plot, seed, exp_name, log_dir, snapshot_mode, tensorboard,
               plot_kwargs)
     point = resume_point(resume_from) if resume_from is not None else None
+    if point is not None and isinstance(fn_or_algo, BatchPolopt):
+        check_fits(fn_or_algo, point)  # before its folder is touched
     if exp_name is None:
         exp_name = _default_exp_name()
     if log_dir is None and point is not None:

@@ -60,6 +60,19 @@ def resume_point(resume_from: Any) -> ResumePoint:
 def apply_to(algo: Any, point: ResumePoint) -> None:
     """Give ``algo`` the snapshot's policy parameters and baseline, and start it at the next
     iteration; raises ``ValueError`` where the policy differs or nothing is left to train."""
+    check_fits(algo, point)
+    ours = algo.policy.get_param_values()
+    algo.policy.set_param_values(
+        np.asarray(point.snapshot["policy_params"]).astype(ours.dtype, copy=False))
+    baseline = point.snapshot.get("baseline")
+    if baseline is not None and type(baseline) is type(algo.baseline):
+        algo.baseline = baseline
+    algo.start_itr = point.itr + 1
+
+
+def check_fits(algo: Any, point: ResumePoint) -> None:
+    """Raise ``ValueError`` where ``algo`` cannot resume from ``point``: another policy, or no
+    iteration left to train (run before anything is written, where the algorithm is given)."""
     params = np.asarray(point.snapshot["policy_params"])
     ours = algo.policy.get_param_values()
     if params.shape != ours.shape:
@@ -72,11 +85,6 @@ def apply_to(algo: Any, point: ResumePoint) -> None:
         raise ValueError(f"resume_from {point.path!r} is of iteration {point.itr}, and n_itr is "
                          f"{algo.n_itr} (iterations 0-{algo.n_itr - 1}): nothing is left to train; "
                          "give the algorithm a larger n_itr")
-    algo.policy.set_param_values(params.astype(ours.dtype, copy=False))
-    baseline = point.snapshot.get("baseline")
-    if baseline is not None and type(baseline) is type(algo.baseline):
-        algo.baseline = baseline
-    algo.start_itr = start
 
 
 def _newest_snapshot(folder: str) -> str:

@@ -179,6 +179,14 @@ def test_runs_started_together_get_folders_of_their_own(tmp_path):
     assert sorted(made) == sorted([stem] + [f"{stem}_{n}" for n in range(2, 17)])
 
 
+def digests(folder):
+    """Every file below ``folder``, by its path relative to it, with its bytes."""
+    return {
+        str(path.relative_to(folder)): path.read_bytes()
+        for path in folder.rglob("*") if path.is_file()
+    }
+
+
 def files(folder):
     """Each file directly in ``folder``, by name, with its bytes."""
     return {entry.name: entry.read_bytes() for entry in folder.iterdir() if entry.is_file()}
@@ -593,6 +601,7 @@ def test_resume_from_names_what_is_wrong_before_anything_is_written(tmp_path):
         run_experiment_lite(small_trpo(n_itr=3), resume_from=str(run / "params.pkl"))
     assert sorted(os.listdir(run)) == before
     run_experiment_lite(small_trpo(n_itr=2), log_dir=str(run))
+    written = digests(run)
     with pytest.raises(ValueError, match="iteration 1, and n_itr is 2"):
         run_experiment_lite(small_trpo(n_itr=2), resume_from=str(run))
     other = TRPO("CartPole-v1",
@@ -602,6 +611,7 @@ def test_resume_from_names_what_is_wrong_before_anything_is_written(tmp_path):
                  n_itr=5)
     with pytest.raises(ValueError, match="parameters, and the algorithm's has"):
         run_experiment_lite(other, resume_from=str(run))
+    assert digests(run) == written  # refused before the folder was touched
 
 
 def test_a_run_resumed_by_hand_with_start_itr_goes_on_in_its_folder(tmp_path):
