@@ -11,7 +11,7 @@ import sys
 
 import pytest
 
-from async_plotter import Plotter, FolderInUseError
+from async_plotter import FolderInUseError, InvalidArgumentError, Plotter
 from async_plotter.cli import main as cli_main
 from async_plotter.render.history_returns import read_returns
 from async_plotter.render.videos import list_named_recordings
@@ -222,6 +222,10 @@ def test_a_resumed_run_keeps_the_folders_iterations_up_to_its_snapshot(tmp_path)
                  priority="normal",
                  resume_after=3,
                  verbose=0) as resumed:
+        # Numbered from 0 again by mistake, an update would overwrite the run's own iteration 0.
+        with pytest.raises(InvalidArgumentError, match="resumes its run after iteration 3"):
+            resumed.update_plot(policy, iteration=0)
+        assert resumed.stats["updates_sent"] == 0
         for iteration in (4, 5, 6):
             policy.fill(-0.1 * iteration)  # another branch than the first run's
             resumed.update_plot(policy, iteration=iteration)

@@ -134,8 +134,10 @@ class Plotter:
         resume_after: this run resumes one that wrote ``video_dir``, from its snapshot of this
             iteration: the videos, recordings, history and returns of iterations up to it stay
             (the history goes on), those of later ones move to ``earlier_runs/`` (the resumed
-            run does them again). None (default): a run of its own, and an earlier run's
-            outputs in the folder move to ``earlier_runs/`` whole.
+            run does them again). Its initial policy is shown as that iteration, and an
+            ``update_plot`` numbered before it is refused (it would overwrite the run's own).
+            None (default): a run of its own, and an earlier run's outputs in the folder move
+            to ``earlier_runs/`` whole.
         channel: ``None`` renders here; ``"redis://host:6379/0"`` (or ``rediss://``) publishes
             the parameters to Redis for ``async-plotter view`` on another machine, instead of
             rendering here, or as well where outputs here are asked for too (``video_dir``,
@@ -295,6 +297,14 @@ class Plotter:
         flat = self._flat(policy, adapter, "update_plot()")
         max_path_length = self._rollout_cap(max_path_length, max_length)
         iteration = optional_non_negative_int("iteration", iteration)
+        resumed_after = config.resume_after
+        if iteration is not None and resumed_after is not None and iteration < resumed_after:
+            # The folder's outputs of that iteration are the run's own: kept, not overwritten.
+            raise InvalidArgumentError(
+                f"update_plot(iteration={iteration}): this Plotter resumes its run after "
+                f"iteration {resumed_after} (resume_after), whose videos and history up "
+                f"to it are kept, and iteration {iteration}'s would be overwritten. Number the "
+                f"updates as the run does: {resumed_after + 1} on.")
         if metrics is not None:
             metrics = checked_metrics(metrics)
         route = self._route
