@@ -104,7 +104,7 @@ class RunFolder:
             raise FolderInUseError(
                 f"{argument} {folder!r} is in use: {who} writes a run there, and two runs in one "
                 f"folder overwrite each other's files. Either {first}, or give this run a folder "
-                f"of its own (e.g. {argument}='{os.path.basename(folder) or 'runs'}_2').")
+                f"of its own (e.g. {argument}={_sibling(folder)!r}).")
         if taken and self._fd is not None:
             status = os.fstat(self._fd)
             self._key = (status.st_dev, status.st_ino)
@@ -333,6 +333,13 @@ def _later_videos(video_dir: str, after: int) -> List[str]:
 #: a Plotter's ``video_dir``
 VIDEO_OUTPUTS = RunOutputs("video_dir", "plotter", _video_outputs, _describe_videos, _later_videos,
                            ((os.path.join(HISTORY_FOLDER, RETURNS_FILE), "iteration"), ))
+
+
+def _sibling(folder: str) -> str:
+    """``folder`` with ``_2`` added, relative to the working directory where it is below it."""
+    other = folder.rstrip(os.sep) + "_2"
+    relative = os.path.relpath(other)
+    return other if relative.startswith("..") else relative
 
 
 def _flock_holder(status: os.stat_result) -> Optional[int]:
