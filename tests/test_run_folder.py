@@ -165,9 +165,11 @@ def test_a_folder_held_by_another_process_is_refused_until_it_is_killed(
     assert sorted(os.listdir(claim.set_aside)) == ["iter_0000.mp4", "iter_0001.mp4"]
 
 
-def test_earlier_runs_keeps_the_newest_few(tmp_path):
+def test_earlier_runs_keeps_the_newest_few(tmp_path, caplog):
     """A folder reused run after run does not grow without end: ``earlier_runs/`` keeps the
-    newest ``EARLIER_RUNS_KEPT`` runs (a folder of the user's there stays)."""
+    newest ``EARLIER_RUNS_KEPT`` runs (a folder of the user's there stays), and says which it
+    removed."""
+    caplog.set_level(logging.INFO, logger="async_plotter")
     (tmp_path / EARLIER_RUNS).mkdir()
     (tmp_path / EARLIER_RUNS / "keep me").mkdir()
     runs = EARLIER_RUNS_KEPT + 2
@@ -181,6 +183,8 @@ def test_earlier_runs_keeps_the_newest_few(tmp_path):
     contents = [(tmp_path / EARLIER_RUNS / name / "iter_0000.mp4").read_bytes() for name in kept]
     assert contents == [b"run %d" % run for run in range(runs - EARLIER_RUNS_KEPT, runs)]
     assert (tmp_path / EARLIER_RUNS / "keep me").is_dir()
+    told = [r.getMessage() for r in caplog.records if "removed the oldest" in r.getMessage()]
+    assert len(told) == 2 and all(f"keeps the newest {EARLIER_RUNS_KEPT}" in line for line in told)
 
 
 def test_earlier_runs_never_overwrite_each_other(tmp_path):

@@ -179,7 +179,7 @@ def set_aside_earlier_run(folder: str,
     target = _new_folder(os.path.join(folder, EARLIER_RUNS), ended)
     if target is None:
         return None
-    _keep_newest_runs(os.path.join(folder, EARLIER_RUNS), target)
+    _keep_newest_runs(os.path.join(folder, EARLIER_RUNS), target, verbose)
     what = outputs.describe(folder, names)
     stayed = []
     for name, path in zip(names, paths):
@@ -216,7 +216,7 @@ def set_aside_later_iterations(folder: str,
     target = _new_folder(os.path.join(folder, EARLIER_RUNS), time.time())
     if target is None:
         return None
-    _keep_newest_runs(os.path.join(folder, EARLIER_RUNS), target)
+    _keep_newest_runs(os.path.join(folder, EARLIER_RUNS), target, verbose)
     stayed = []
     for path in paths:
         try:
@@ -373,7 +373,7 @@ def _command_line(pid: int) -> str:
     return f" ({line if len(line) <= 160 else line[:157] + '...'})"
 
 
-def _keep_newest_runs(parent: str, target: str) -> None:
+def _keep_newest_runs(parent: str, target: str, verbose: int) -> None:
     """Remove the oldest runs in ``parent`` beyond ``EARLIER_RUNS_KEPT`` (``target``, the one
     being set aside, counted), with one line naming them; only folders named as this module
     names them (``2026-12-07_05-37-59``, ``..._2``) count, anything else there stays."""
@@ -392,9 +392,9 @@ def _keep_newest_runs(parent: str, target: str) -> None:
         except OSError as error:
             logger.warning("could not remove the old run %s from %s: %s", name, parent,
                            error.strerror or error)
-    if removed:
-        logger.info("%s keeps the newest %d earlier runs: removed %s", parent, EARLIER_RUNS_KEPT,
-                    ", ".join(removed))
+    if removed:  # the user's files go: said where they see it, as the move is
+        tell(logger, verbose, "%s keeps the newest %d earlier runs: removed the oldest, %s", parent,
+             EARLIER_RUNS_KEPT, ", ".join(removed))
 
 
 def _open_folder(folder: str) -> Optional[int]:
