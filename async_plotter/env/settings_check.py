@@ -68,9 +68,10 @@ def check_same_settings(trainer_env: Any, worker: List[Settings], another_copy: 
     raise EnvMismatchError(
         f"your env's settings differ from those of the env the plot worker builds for {label} "
         f"({named}{'; ...' if len(differences) > _NAMED else ''}). They were changed after the "
-        "env was made (by you, or by the env as it played), and the worker builds its env afresh, so its videos and returns would "
-        f"show another env than training's. Set them where the env is made ({_how(differences)}"
-        "), or pass Plotter a zero-argument function that makes the env and sets them.")
+        "env was made (by you, or by the env as it played), and the worker builds its env "
+        "afresh, so its videos and returns would show another env than training's. Set them "
+        f"where the env is made ({_how(differences)}), or pass Plotter a zero-argument function "
+        "that makes the env and sets them.")
 
 
 def _differences(trainer: List[Settings], worker: List[Settings]) -> List[Tuple[str, str, str]]:
@@ -82,8 +83,8 @@ def _differences(trainer: List[Settings], worker: List[Settings]) -> List[Tuple[
         taker = "make" if base or kind == "TimeLimit" else kind
         for name, value in theirs.items():
             if name in mine and not _same(mine[name], value):
-                text = _difference(name, mine[name], value,
-                                   "env.unwrapped." if base else f"{kind}.")
+                text = difference(("env.unwrapped." if base else f"{kind}.") + name, mine[name],
+                                  value)
                 argument = (name
                             if name in _START_STATE else f"{name.lstrip('_')}={_show(mine[name])}")
                 found.append((text, taker, argument))
@@ -105,23 +106,30 @@ def _how(differences: List[Tuple[str, str, str]]) -> str:
                 if taker == "make" else f"{taker}(env, {', '.join(arguments)})")
         said.append(f"{call} records {'them' if len(arguments) > 1 else 'it'}, and "
                     f"{'they travel' if len(arguments) > 1 else 'it travels'}")
-    if starts:
-        said.append(f"{' and '.join(sorted(set(starts)))} are no arguments: set them in a "
-                    "function that makes the env" if len(set(starts)) >
-                    1 else f"{starts[0]} is no argument: set it in a function that makes the env")
+    names = sorted(set(starts))
+    if len(names) == 1:
+        said.append(f"{names[0]} is no argument: set it in a function that makes the env")
+    elif names:
+        said.append(f"{' and '.join(names)} are no arguments: set them in a function that makes "
+                    "the env")
     return "; ".join(said)
 
 
-def _difference(name: str, mine: Any, theirs: Any, where: str) -> str:
-    if isinstance(mine, np.ndarray) and isinstance(theirs,
-                                                   np.ndarray) and mine.shape == theirs.shape:
+def difference(name: str, mine: Any, theirs: Any) -> str:
+    """``name: 2 in yours, 4 in the worker's``; for arrays of one shape, at the first index
+    where they differ: ``init_qpos[1]: 1.5 in yours, 1.25 in the worker's`` (also the MuJoCo
+    model check's words, ``trainer/model_check.py``)."""
+    if isinstance(mine, np.ndarray) and isinstance(theirs, np.ndarray) and (mine.shape
+                                                                            == theirs.shape):
         index = tuple(int(i) for i in np.argwhere(mine != theirs)[0])
         name = f"{name}[{', '.join(str(i) for i in index)}]"
         mine, theirs = mine[index], theirs[index]
-    return f"{where}{name}: {_show(mine)} in yours, {_show(theirs)} in the worker's"
+    return f"{name}: {_show(mine)} in yours, {_show(theirs)} in the worker's"
 
 
 def _show(value: Any) -> str:
+    if isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_)):
+        return str(int(value))
     if isinstance(value, (float, np.floating)):
         return f"{value:g}"
     if isinstance(value, np.ndarray):
@@ -129,7 +137,7 @@ def _show(value: Any) -> str:
     return repr(value)
 
 
-def _layer_settings(layer: Any) -> Settings:
+def _layer_settings(layer: Any) -> Dict[str, Any]:
     try:
         attributes = vars(layer)
     except TypeError:  # slots: nothing a user sets after construction that we can see

@@ -21,8 +21,7 @@ from async_plotter.rl.env_mirror import EnvMirror
 from async_plotter.rl.envs import EnvMaker
 from async_plotter.rl.logger import console_logging, format_duration, format_table
 from async_plotter.rl import resume
-from async_plotter.rl.recorder import LOG_OUTPUTS, RunRecorder
-from async_plotter.trainer.run_folder import RunFolder
+from async_plotter.rl.recorder import RunRecorder
 from async_plotter.learning_curve import SHOWN_RETURN
 from async_plotter.rl.sample_processing import ProcessedSamples, process_samples
 from async_plotter.rl.shown_returns import ShownReturns
@@ -216,13 +215,9 @@ class BatchPolopt:
         self._finished_training = False
         recorder = ctx.recorder if ctx is not None else RunRecorder(self.log_dir)
         with contextlib.ExitStack() as cleanup:
-            if ctx is None:
-                if recorder.log_dir is not None:  # as run_experiment_lite claims its log_dir
-                    cleanup.enter_context(
-                        RunFolder(recorder.log_dir, 1, f"{type(self).__name__}.train()",
-                                  LOG_OUTPUTS, resume_after))
-                    if resume_after is not None:
-                        recorder.resume_after(resume_after)
+            if ctx is None:  # as run_experiment_lite does
+                cleanup.enter_context(
+                    recorder.claimed(f"{type(self).__name__}.train()", resume_after))
                 cleanup.enter_context(console_logging(recorder.debug_log))
             # ExitStack runs every callback even when one raises, in reverse order.
             cleanup.callback(sampler.shutdown)

@@ -22,9 +22,9 @@ from async_plotter.rl import context as experiment_context
 from async_plotter.rl.batch_polopt import BatchPolopt
 from async_plotter.validation import positive_int
 from async_plotter.rl.logger import console_logging
-from async_plotter.rl.recorder import LOG_OUTPUTS, SNAPSHOT_MODES, RunRecorder
+from async_plotter.rl.recorder import SNAPSHOT_MODES, RunRecorder
 from async_plotter.rl.resume import ResumePoint, check_fits, resume_point
-from async_plotter.trainer.run_folder import RunFolder, new_folder
+from async_plotter.trainer.run_folder import new_folder
 
 logger = logging.getLogger(__name__)
 
@@ -229,9 +229,7 @@ def run_experiment_lite(fn_or_algo: Union[BatchPolopt, Callable[..., Any]],
         resume_after = fn_or_algo.start_itr - 1
     else:
         resume_after = None
-    with RunFolder(log_dir, 1, f"run_experiment_lite({exp_name!r})", LOG_OUTPUTS, resume_after):
-        if resume_after is not None:
-            recorder.resume_after(resume_after)
+    with recorder.claimed(f"run_experiment_lite({exp_name!r})", resume_after):
         return _run(fn_or_algo, exp_name, log_dir, recorder, n_parallel, plot, seed, snapshot_mode,
                     tensorboard, plot_kwargs, point)
 

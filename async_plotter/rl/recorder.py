@@ -1,21 +1,23 @@
 """Where a run's outputs go: ``progress.csv``, TensorBoard scalars, the learning curve, snapshots,
 videos."""
+import contextlib
 import csv
 import io
 import logging
 import numbers
 import os
-import re
 import time
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
 
 import numpy as np
 
 from async_plotter.learning_curve import PREFERRED_METRIC, SHOWN_RETURN
 from async_plotter.render.history import HISTORY_RETURN_TAG
 from async_plotter.rl.shown_returns import SHOWN_ITERATION
-from async_plotter.rl.snapshot import PathLike, atomic_write_bytes, save_snapshot
-from async_plotter.trainer.run_folder import VIDEO_OUTPUTS, RunOutputs, has_entries
+from async_plotter.rl.snapshot import (LAST_SNAPSHOT, PathLike, atomic_write_bytes, save_snapshot,
+                                       snapshot_iteration, snapshot_name)
+from async_plotter.trainer.run_folder import (VIDEO_OUTPUTS, RunFolder, RunOutputs, has_entries,
+                                              read_table)
 
 logger = logging.getLogger(__name__)
 
@@ -28,8 +30,7 @@ SCALAR_PREFIX = "progress/"
 #: the last step
 NOT_SCALARS = frozenset({SHOWN_RETURN, SHOWN_ITERATION})
 #: the files a run writes into its folder, besides snapshots, event files and ``videos/``
-_RUN_FILES = ("progress.csv", "learning_curve.png", "debug.log", "experiment.json", "params.pkl")
-_SNAPSHOT_NAME = re.compile(r"itr_\d+\.pkl")
+_RUN_FILES = ("progress.csv", "learning_curve.png", "debug.log", "experiment.json", LAST_SNAPSHOT)
 _EVENTS_PREFIX = "events.out.tfevents."
 _VIDEOS = "videos"
 
@@ -93,6 +94,19 @@ class RunRecorder:
     @property
     def debug_log(self) -> Optional[str]:
         return self._path("debug.log")
+
+    @contextlib.contextmanager
+    def claimed(self, holder: str, resume_after: Optional[int] = None) -> Iterator[None]:
+        """Hold ``log_dir`` for the run (``trainer/run_folder.py``: an earlier run's files set
+        aside first, a live run's folder refused), and with ``resume_after`` go on with the
+        run in it from that iteration (``resume_after``); nothing without a ``log_dir``."""
+        if self.log_dir is None:
+            yield
+            return
+        with RunFolder(self.log_dir, 1, holder, _LOG_OUTPUTS, resume_after):
+            if resume_after is not None:
+                self.resume_after(resume_after)
+            yield
 
     def resume_after(self, itr: int) -> None:
         """Continue the run whose rows up to iteration ``itr`` are in ``progress.csv`` (the
@@ -237,7 +251,7 @@ class RunRecorder:
         """Write the snapshot of iteration ``itr`` as the mode says; returns its path or None."""
         if self.log_dir is None or self.snapshot_mode == "none":
             return None
-        name = "params.pkl" if self.snapshot_mode == "last" else f"itr_{itr}.pkl"
+        name = snapshot_name(None if self.snapshot_mode == "last" else itr)
         path = self._path(name)
         save_snapshot(path, snapshot)
         return path
@@ -309,11 +323,7 @@ def save_learning_curve(path: PathLike,
 
 def _read_rows(path: Optional[str]) -> List[Dict[str, Any]]:
     """``progress.csv``'s rows, numbers as numbers and blanks left out; [] without one."""
-    try:
-        with open(path or "", encoding="utf-8", newline="") as file:
-            rows = list(csv.DictReader(file))
-    except (OSError, csv.Error, UnicodeDecodeError):
-        return []
+    _, rows = read_table(path or "")
     return [{key: _parsed(text) for key, text in row.items() if key and text} for row in rows]
 
 
@@ -334,14 +344,15 @@ def _run_outputs(log_dir: str) -> List[str]:
         return []
     return [
         name for name in names
-        if name in _RUN_FILES or _SNAPSHOT_NAME.fullmatch(name) or name.startswith(_EVENTS_PREFIX)
-        or (name == _VIDEOS and has_entries(os.path.join(log_dir, name)))
+        if name in _RUN_FILES or snapshot_iteration(name) is not None or name.startswith(
+            _EVENTS_PREFIX) or (name == _VIDEOS and has_entries(os.path.join(log_dir, name)))
     ]
 
 
 def _describe_run_outputs(log_dir: str, names: List[str]) -> str:
     """``progress.csv, 2 TensorBoard event files, 1 snapshot, videos/, 3 more files``."""
-    snapshots = sum(1 for name in names if name == "params.pkl" or _SNAPSHOT_NAME.fullmatch(name))
+    snapshots = sum(1 for name in names
+                    if name == LAST_SNAPSHOT or snapshot_iteration(name) is not None)
     events = sum(1 for name in names if name.startswith(_EVENTS_PREFIX))
     rest = len(names) - snapshots - events - ("progress.csv" in names) - (_VIDEOS in names)
     parts = [("progress.csv", "progress.csv" in names),
@@ -358,9 +369,8 @@ def _later_outputs(log_dir: str, after: int) -> List[str]:
         names = sorted(os.listdir(log_dir))
     except OSError:
         return []
-    snapshots = [
-        name for name in names if _SNAPSHOT_NAME.fullmatch(name) and int(name[4:-4]) > after
-    ]
+    numbered = ((name, snapshot_iteration(name)) for name in names)
+    snapshots = [name for name, itr in numbered if itr is not None and itr > after]
     videos = VIDEO_OUTPUTS.later(os.path.join(log_dir, _VIDEOS), after)
     return snapshots + [os.path.join(_VIDEOS, path) for path in videos]
 
@@ -368,7 +378,7 @@ def _later_outputs(log_dir: str, after: int) -> List[str]:
 #: ``run_experiment_lite``'s ``log_dir``: two runs there would write one progress.csv (the first
 #: run's lost), tangle their curves in TensorBoard (two event files, the same steps) and
 #: overwrite each other's snapshots
-LOG_OUTPUTS = RunOutputs("log_dir", "run_experiment_lite", _run_outputs, _describe_run_outputs,
-                         _later_outputs, (("progress.csv", "Iteration"), ) + tuple(
-                             (os.path.join(_VIDEOS, path), column)
-                             for path, column in VIDEO_OUTPUTS.tables))
+_LOG_OUTPUTS = RunOutputs("log_dir", "run_experiment_lite", _run_outputs, _describe_run_outputs,
+                          _later_outputs, (("progress.csv", "Iteration"), ) + tuple(
+                              (os.path.join(_VIDEOS, path), column)
+                              for path, column in VIDEO_OUTPUTS.tables))

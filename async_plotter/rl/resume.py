@@ -8,16 +8,12 @@ larger ``n_itr``); its policy must have the snapshot's structure. What a snapsho
 starts afresh: an optimizer's moments (VPG's Adam), the samplers' random streams.
 """
 import dataclasses
-import glob
 import os
-import re
 from typing import Any, Dict
 
 import numpy as np
 
-from async_plotter.rl.snapshot import load_snapshot
-
-_SNAPSHOT_NAME = re.compile(r"itr_(\d+)\.pkl")
+from async_plotter.rl.snapshot import LAST_SNAPSHOT, load_snapshot, snapshot_iteration
 
 
 @dataclasses.dataclass(frozen=True)
@@ -88,12 +84,12 @@ def check_fits(algo: Any, point: ResumePoint) -> None:
 
 
 def _newest_snapshot(folder: str) -> str:
-    last = os.path.join(folder, "params.pkl")
+    last = os.path.join(folder, LAST_SNAPSHOT)
     if os.path.isfile(last):
         return last
-    numbered = [(int(match[1]), path) for path in glob.glob(os.path.join(folder, "itr_*.pkl"))
-                for match in [_SNAPSHOT_NAME.fullmatch(os.path.basename(path))] if match]
+    numbered = [(snapshot_iteration(name), name) for name in os.listdir(folder)]
+    numbered = [(itr, name) for itr, name in numbered if itr is not None]
     if not numbered:
         raise FileNotFoundError(f"resume_from {folder!r} holds no snapshot (params.pkl or "
                                 "itr_<N>.pkl): was the run made with snapshot_mode='none'?")
-    return max(numbered)[1]
+    return os.path.join(folder, max(numbered)[1])

@@ -1,8 +1,9 @@
 """Writing snapshots so that an interruption never leaves a truncated file, and reading them
 back."""
 import os
+import re
 import uuid
-from typing import Any, Dict, Tuple, Union
+from typing import Any, Dict, Optional, Tuple, Union
 
 import cloudpickle
 
@@ -48,6 +49,24 @@ class _TrainedPolicy:
 def _trained(policy: Any, params: Any) -> Any:
     policy.set_param_values(params)
     return policy
+
+
+#: the snapshot of snapshot_mode "last", written again each iteration
+LAST_SNAPSHOT = "params.pkl"
+#: the snapshots of snapshot_mode "all", one per iteration: ``itr_<N>.pkl``
+_NUMBERED_SNAPSHOT = re.compile(r"itr_(\d+)\.pkl")
+
+
+def snapshot_name(itr: Optional[int]) -> str:
+    """The file name of iteration ``itr``'s snapshot (``itr_7.pkl``), or ``params.pkl`` for
+    None (snapshot_mode "last")."""
+    return LAST_SNAPSHOT if itr is None else f"itr_{itr}.pkl"
+
+
+def snapshot_iteration(name: str) -> Optional[int]:
+    """The iteration of a numbered snapshot's file name (``itr_7.pkl``: 7), else None."""
+    match = _NUMBERED_SNAPSHOT.fullmatch(name)
+    return int(match[1]) if match else None
 
 
 def save_snapshot(path: PathLike, snapshot: Dict[str, Any]) -> None:

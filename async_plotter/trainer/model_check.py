@@ -12,6 +12,7 @@ from typing import Any, List, Optional
 
 import numpy as np
 
+from async_plotter.env.settings_check import difference
 from async_plotter.errors import EnvMismatchError
 from async_plotter.render.recording import model_to_mjb
 
@@ -68,7 +69,7 @@ def model_differences(ours: Any, theirs: Any) -> List[str]:
                 continue
             if isinstance(mine, (bool, int, float)) and isinstance(yours, (bool, int, float)):
                 if mine != yours:
-                    found.append(f"{prefix}{name}: {mine:g} in yours, {yours:g} in the worker's")
+                    found.append(difference(prefix + name, mine, yours))
             elif isinstance(mine, np.ndarray) and isinstance(yours, np.ndarray):
                 found.extend(_array_difference(prefix + name, mine, yours))
     sizes = [entry for entry in found if entry.startswith("n") and "[" not in entry]
@@ -81,6 +82,4 @@ def _array_difference(name: str, mine: np.ndarray, yours: np.ndarray) -> List[st
     if mine.dtype.kind not in "biuf" or np.array_equal(
             mine, yours, equal_nan=mine.dtype.kind == "f"):
         return []
-    index = tuple(int(i) for i in np.argwhere(mine != yours)[0])
-    where = ", ".join(str(i) for i in index)
-    return [f"{name}[{where}]: {mine[index]:g} in yours, {yours[index]:g} in the worker's"]
+    return [difference(name, mine, yours)]

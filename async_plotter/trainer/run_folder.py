@@ -32,7 +32,7 @@ import os
 import re
 import shutil
 import time
-from typing import Callable, Dict, List, Optional, Tuple
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 from async_plotter.console import tell
 from async_plotter.errors import FolderInUseError
@@ -174,27 +174,14 @@ def set_aside_earlier_run(folder: str,
     names = outputs.names(folder)
     if not names:
         return None
-    paths = [os.path.join(folder, name) for name in names]
-    ended = max(_newest_mtime(path) for path in paths)
-    target = _new_folder(os.path.join(folder, EARLIER_RUNS), ended)
-    if target is None:
-        return None
-    _keep_newest_runs(os.path.join(folder, EARLIER_RUNS), target, verbose)
+    ended = max(_newest_mtime(os.path.join(folder, name)) for name in names)
     what = outputs.describe(folder, names)
-    stayed = []
-    for name, path in zip(names, paths):
-        try:
-            os.rename(path, os.path.join(target, name))
-        except OSError as error:
-            stayed.append(f"{name} ({error.strerror or error})")
-    if stayed:
-        logger.warning(
-            "%s: could not move %s out of %s with the rest of the earlier run's files; they stay "
-            "and mix with this run's", outputs.speaker, ", ".join(stayed), folder)
-    tell(
-        logger, verbose,
-        "%s: %s held an earlier run's outputs (%s): moved to %s, so that the folder shows this "
-        "run alone", outputs.speaker, folder, what, target)
+    target = _move_aside(folder, names, (), None, ended, verbose, outputs.speaker)
+    if target is not None:
+        tell(
+            logger, verbose,
+            "%s: %s held an earlier run's outputs (%s): moved to %s, so that the folder shows "
+            "this run alone", outputs.speaker, folder, what, target)
     return target
 
 
@@ -213,7 +200,23 @@ def set_aside_later_iterations(folder: str,
               if _rows_after(os.path.join(folder, path), column, after)]
     if not paths and not tables:
         return None
-    target = _new_folder(os.path.join(folder, EARLIER_RUNS), time.time())
+    target = _move_aside(folder, paths, tables, after, time.time(), verbose, outputs.speaker)
+    if target is not None:
+        moved = [f"{len(paths)} files"] if paths else []
+        moved += [f"the later rows of {path}" for path, _ in tables]
+        tell(
+            logger, verbose,
+            "%s: %s held iterations after %d, which this resumed run does again (%s): moved "
+            "to %s", outputs.speaker, folder, after, " and ".join(moved), target)
+    return target
+
+
+def _move_aside(folder: str, paths: List[str], tables: Sequence[Tuple[str, str]],
+                after: Optional[int], ended: float, verbose: int, speaker: str) -> Optional[str]:
+    """Move ``paths`` (relative to ``folder``) into a new ``earlier_runs/<ended>/``, and copy
+    the ``tables`` there, keeping here only their rows of iterations up to ``after``; that
+    folder, or None if it cannot be made. What cannot be moved stays, with a warning."""
+    target = _new_folder(os.path.join(folder, EARLIER_RUNS), ended)
     if target is None:
         return None
     _keep_newest_runs(os.path.join(folder, EARLIER_RUNS), target, verbose)
@@ -233,13 +236,8 @@ def set_aside_later_iterations(folder: str,
             stayed.append(f"the later rows of {path} ({getattr(error, 'strerror', None) or error})")
     if stayed:
         logger.warning(
-            "%s: could not move %s out of %s with the rest of the later iterations' outputs; "
-            "they stay and mix with this run's", outputs.speaker, ", ".join(stayed), folder)
-    moved = [f"{len(paths)} files"] if paths else []
-    moved += [f"the later rows of {path}" for path, _ in tables]
-    tell(logger, verbose,
-         "%s: %s held iterations after %d, which this resumed run does again (%s): moved to %s",
-         outputs.speaker, folder, after, " and ".join(moved), target)
+            "%s: could not move %s out of %s with the rest of the earlier run's files; they stay "
+            "and mix with this run's", speaker, ", ".join(stayed), folder)
     return target
 
 
@@ -251,13 +249,13 @@ def _iteration_of(name: str) -> Optional[int]:
 
 
 def _rows_after(path: str, column: str, after: int) -> bool:
-    return any(_iteration(row, column) > after for row in _read_table(path)[1])
+    return any(_iteration(row, column) > after for row in read_table(path)[1])
 
 
 def _keep_rows_through(path: str, column: str, after: int) -> None:
     """Rewrite the table at ``path`` with its rows of iterations up to ``after`` (and those
     without one), whole or not at all."""
-    header, rows = _read_table(path)
+    header, rows = read_table(path)
     kept = io.StringIO()
     writer = csv.DictWriter(kept, header, lineterminator="\n", extrasaction="ignore")
     writer.writeheader()
@@ -268,7 +266,8 @@ def _keep_rows_through(path: str, column: str, after: int) -> None:
     os.replace(partial, path)
 
 
-def _read_table(path: str) -> Tuple[List[str], List[Dict[str, str]]]:
+def read_table(path: str) -> Tuple[List[str], List[Dict[str, str]]]:
+    """A CSV table's header and rows, as text; empty where it cannot be read."""
     try:
         with open(path, encoding="utf-8", newline="") as file:
             reader = csv.DictReader(file)
