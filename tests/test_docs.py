@@ -94,6 +94,15 @@ def test_the_carried_state_checks_limits_are_stated_as_the_code_has_them():
         f"a hook, `... leaves out seen`), for at most {played.MAX_NARROWING_SECONDS:g} s" in design
 
 
+def test_the_earlier_runs_kept_are_stated_as_the_code_has_them():
+    """The README and docs/design.md say how many earlier runs a folder keeps."""
+    from async_plotter.trainer.run_folder import EARLIER_RUNS_KEPT
+
+    assert f"the newest {EARLIER_RUNS_KEPT} runs are kept" in README
+    design = " ".join(_read("docs", "design.md").split())
+    assert f"the newest {EARLIER_RUNS_KEPT} runs are kept there" in design
+
+
 def test_the_spin_rule_is_stated_as_the_code_has_it():
     """docs/design.md says how much CPU a silent, started process may use before it is
     restarted as spinning: the share the supervisor applies."""
