@@ -8,6 +8,8 @@ parameters, and written into the same layers of the worker's copy, which never u
 kinds: ``running_stats`` (a ``RunningMeanStd`` as ``obs_rms``/``return_rms``), ``hook``
 (``get_wrapper_state()``/``set_wrapper_state()``) and ``rllab`` (its normalized env's means and
 variances); those without an ``update_running_mean`` switch are written back before every step.
+The env's settings travel behind them (``settings_travel.py``), for the env object a ``Plotter``
+is given.
 Runs in the trainer (``TrainerEnvState``) and in the rollout process (``WorkerEnvState``).
 """
 import dataclasses
@@ -15,6 +17,8 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
+from async_plotter.env.settings_travel import (SettingField, TrainerSettings, WorkerSettings,
+                                               size_of)
 from async_plotter.errors import EnvMismatchError
 
 RUNNING_STATS = "running_stats"
@@ -48,13 +52,19 @@ class LayerState:
 
 @dataclasses.dataclass(frozen=True)
 class EnvStateLayout:
-    """The stateful layers of an env, outermost first: what travels behind the parameters."""
+    """The stateful layers of an env, outermost first, then its settings
+    (``env/settings_travel.py``): what travels behind the parameters."""
 
     layers: Tuple[LayerState, ...] = ()
+    settings: Tuple[SettingField, ...] = ()
+
+    @property
+    def wrappers_size(self) -> int:
+        return sum(layer.size for layer in self.layers)
 
     @property
     def size(self) -> int:
-        return sum(layer.size for layer in self.layers)
+        return self.wrappers_size + size_of(self.settings)
 
     def describe(self) -> str:
         return ", ".join(f"{layer.wrapper} ({', '.join(name for name, _ in layer.fields)})"
@@ -145,10 +155,12 @@ def freezes(layer: Any) -> bool:
 
 
 class TrainerEnvState:
-    """The stateful layers of the trainer's own env object, read at every ``update_plot``."""
+    """The stateful layers of the trainer's own env object, and with ``settings`` its settings,
+    read at every ``update_plot``."""
 
-    def __init__(self, env: Any, label: str) -> None:
-        found = [(layer, layer_kind(layer)) for layer in env_layers(env)]
+    def __init__(self, env: Any, label: str, settings: bool = False) -> None:
+        every = env_layers(env)
+        found = [(layer, layer_kind(layer)) for layer in every]
         self._layers = [(layer, kind) for layer, kind in found if kind is not None]
         self.label = label
         layouts = []
@@ -158,11 +170,20 @@ class TrainerEnvState:
                 LayerState(
                     type(layer).__name__, kind,
                     tuple((name, tuple(np.shape(value))) for name, value in state.items())))
-        self.layout = EnvStateLayout(tuple(layouts))
+        self._settings = TrainerSettings(env, every, label) if settings else None
+        self.layout = EnvStateLayout(tuple(layouts), self._settings.fields if self._settings else
+                                     ())
 
-    def read(self) -> np.ndarray:
-        """The state now, flat (float64); the layout is checked on every read, since a layer's
-        arrays can be replaced (a hook that returns new fields)."""
+    def read(self, dtype: Any = np.float64) -> np.ndarray:
+        """The state now, flat, in ``dtype`` (the settings exactly, ``settings_travel.encode``);
+        the layout is checked on every read, since a layer's arrays can be replaced (a hook
+        that returns new fields)."""
+        wrappers = self._read_wrappers().astype(dtype, copy=False)
+        if self._settings is None or not self.layout.settings:
+            return wrappers
+        return np.concatenate([wrappers, self._settings.read(np.dtype(dtype))])
+
+    def _read_wrappers(self) -> np.ndarray:
         parts = []
         for (layer, kind), expected in zip(self._layers, self.layout.layers):
             state = read_layer(layer, kind)
@@ -178,10 +199,11 @@ class TrainerEnvState:
 
 class WorkerEnvState:
     """The same layers in the worker's copy of the env: given the travelled state, never updating
-    it themselves."""
+    it themselves; and its settings, given the trainer's."""
 
     def __init__(self, env: Any, layout: EnvStateLayout, label: str) -> None:
-        found = [(layer, layer_kind(layer)) for layer in env_layers(env)]
+        every = env_layers(env)
+        found = [(layer, layer_kind(layer)) for layer in every]
         # Nothing travels from an id or a factory: the layers its env has keep their own,
         # fresh statistics (the trainer-side check warns about it once).
         layers = [(layer, kind) for layer, kind in found if kind is not None and layout.layers]
@@ -197,10 +219,15 @@ class WorkerEnvState:
         self._layout = layout
         self._held = [not freezes(layer) for layer, _ in layers]
         self._state: List[Dict[str, np.ndarray]] = []
+        self._settings = WorkerSettings(every, layout.settings, label) if layout.settings else None
 
     def apply(self, flat: np.ndarray) -> None:
-        """Write the travelled state (``TrainerEnvState.read``'s vector) into the layers."""
-        self._state = _split(flat, self._layout.layers)
+        """Write the travelled state (``TrainerEnvState.read``'s vector) into the layers, and
+        the settings that changed."""
+        wrappers = self._layout.wrappers_size
+        if self._settings is not None:
+            self._settings.apply(flat[wrappers:])
+        self._state = _split(flat[:wrappers], self._layout.layers)
         for (layer, kind), state in zip(self._layers, self._state):
             write_layer(layer, kind, state)
 

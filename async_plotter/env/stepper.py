@@ -50,6 +50,8 @@ class EnvStepper:
     def reset(self, seed: Optional[int] = None) -> Any:
         """A new episode; its first observation."""
         self._state.hold()  # the trainer's wrapper state, never the worker's own updates of it
+        # TimeLimit's limit is a setting that travels: read anew where it is kept here.
+        self._step, self._time_limit = direct_step(self.env)
         observation, _ = self.env.reset(seed=seed)
         self._steps = 0
         return observation

@@ -227,11 +227,12 @@ def _http_config(http: Any, token: Optional[str]) -> Any:
 
 def _trainer_env(env: Any, label: str) -> Tuple[Any, Optional[TrainerEnvState]]:
     """The env object the user passed (None for an id, a spec, a class or a factory), and the
-    state of its wrappers, which travels behind the parameters (None: it has none)."""
+    state of its wrappers and its settings, which travel behind the parameters (None: it has
+    neither)."""
     if isinstance(env, (str, type)) or not (hasattr(env, "step") and hasattr(env, "reset")):
         return None, None
-    state = TrainerEnvState(env, label)
-    return env, state if state.layout.layers else None
+    state = TrainerEnvState(env, label, settings=True)
+    return env, state if state.layout.size else None
 
 
 def checked_parameters(flat: np.ndarray,

@@ -71,8 +71,8 @@ def _check(config: PlotterConfig, policy: Any) -> bool:
     try:
         model = mujoco_model(env)
         built = model_to_mjb(model) if model is not None else None  # before any reset
-        settings = settings_of(env)
         stepper = _stepper(env, config)
+        settings = settings_of(env)  # with the trainer's travelled in
         check_worker_env(env, config.trainer_env, label)
         check_no_carried_state(lambda: _stepper(_build(env_recipe, None), config),
                                config.trainer_env, label)

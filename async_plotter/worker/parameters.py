@@ -1,7 +1,8 @@
 """The vector an update carries from the trainer to the rollout process, both ends of it.
 
 It is the policy's flat parameters, then the state of the trainer's env's wrappers (running
-statistics, ``env/state.py``), in the policy's dtype. The trainer builds it with
+statistics, ``env/state.py``) and its settings (``env/settings_travel.py``), in the policy's
+dtype. The trainer builds it with
 ``ParameterLayout.encode`` and publishes it (shared memory or Redis); the rollout process's
 ``ParameterClient`` takes the newest, cuts it with ``split`` and applies both parts, as acme's
 ``VariableClient`` fetches an actor's newest variables. The trainer-side check gives its copy of
@@ -40,7 +41,7 @@ class ParameterLayout:
         """Trainer side: the policy's parameters, then its env's wrapper state read now."""
         if env_state is None:
             return policy_flat
-        return np.concatenate([policy_flat, env_state.read().astype(self.dtype)])
+        return np.concatenate([policy_flat, env_state.read(self.dtype)])
 
     def split(self, flat: np.ndarray) -> Tuple[np.ndarray, np.ndarray]:
         """Worker side: ``encode``'s vector as (policy's parameters, env's wrapper state)."""

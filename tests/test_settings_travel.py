@@ -1,0 +1,145 @@
+"""The env's settings travel with every update: a setting changed on the trainer's env, after
+make() or while it trains (a curriculum), is the one the worker's episodes are played with.
+
+Before, the worker built its env once, afresh: a setting changed after make() was refused at
+Plotter(), and one changed during training was never shown, with no word.
+"""
+import gymnasium
+import numpy as np
+import pytest
+
+from async_plotter import Plotter
+from async_plotter.env.state import TrainerEnvState, WorkerEnvState
+from async_plotter.errors import EnvMismatchError
+from tests.conftest import wait_for
+from tests.policies import LinearPolicy
+from tests.test_env_classes import STEPS, deterministic_return, shown_return
+
+
+def changed_hopper():
+    env = gymnasium.make("Hopper-v5")
+    base = env.unwrapped
+    base.frame_skip = 2
+    base._ctrl_cost_weight = 0  # an int where the env has a float
+    base._reset_noise_scale = 1 / 3  # not exact in float32
+    base._healthy_z_range = (0.5, float("inf"))
+    base._terminate_when_unhealthy = False
+    base.init_qpos[1] = 1.5
+    env._max_episode_steps = 321  # TimeLimit's
+    return env
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_each_setting_arrives_exactly_with_its_type(dtype):
+    env = changed_hopper()
+    trainer = TrainerEnvState(env, "Hopper-v5", settings=True)
+    copy = gymnasium.make("Hopper-v5")
+    WorkerEnvState(copy, trainer.layout, "Hopper-v5").apply(trainer.read(dtype))
+    for name in ("frame_skip", "_ctrl_cost_weight", "_reset_noise_scale", "_healthy_z_range",
+                 "_terminate_when_unhealthy", "_forward_reward_weight"):
+        mine, theirs = getattr(env.unwrapped, name), getattr(copy.unwrapped, name)
+        assert theirs == mine and type(theirs) is type(mine), (name, mine, theirs)
+    assert np.array_equal(copy.unwrapped.init_qpos, env.unwrapped.init_qpos)
+    assert copy.unwrapped.init_qpos.dtype == env.unwrapped.init_qpos.dtype
+    assert copy._max_episode_steps == 321
+
+
+def test_a_copy_keeps_what_it_changed_itself_until_training_changes_it():
+    env = gymnasium.make("Swimmer-v5")
+    trainer = TrainerEnvState(env, "Swimmer-v5", settings=True)
+    copy = gymnasium.make("Swimmer-v5")
+    state = WorkerEnvState(copy, trainer.layout, "Swimmer-v5")
+    state.apply(trainer.read(np.float32))
+    copy.unwrapped._ctrl_cost_weight = 0.25  # as an env may change a setting as it plays
+    state.apply(trainer.read(np.float32))
+    assert copy.unwrapped._ctrl_cost_weight == 0.25
+    env.unwrapped._ctrl_cost_weight = 0.5
+    state.apply(trainer.read(np.float32))
+    assert copy.unwrapped._ctrl_cost_weight == 0.5
+
+
+def test_a_setting_changed_after_make_is_shown(tmp_path, no_leftovers):
+    """Refused at Plotter() before: now the worker's episode is the one the changed env gives,
+    not the default env's."""
+
+    def changed():
+        env = gymnasium.make("Swimmer-v5")
+        env.unwrapped.frame_skip = 2
+        env.unwrapped._ctrl_cost_weight = 0
+        env.unwrapped.init_qpos[2] = 0.8
+        return env
+
+    shown, policy = shown_return(changed(), tmp_path / "changed")
+    assert shown == pytest.approx(deterministic_return(changed(), policy), rel=1e-6, abs=1e-6)
+    assert shown != pytest.approx(deterministic_return(gymnasium.make("Swimmer-v5"), policy),
+                                  rel=1e-2,
+                                  abs=1e-2)
+
+
+@pytest.mark.slow
+def test_a_curriculum_changed_while_training_is_followed(tmp_path, no_leftovers):
+    """The training loop changes the env's settings between iterations: each recorded episode
+    is the one the settings of its iteration give."""
+    env = gymnasium.make("Swimmer-v5")
+    policy = LinearPolicy(8, 2)
+    policy.fill(0.3)
+    plans = {0: {}, 1: {"_ctrl_cost_weight": 2.0}, 2: {"_ctrl_cost_weight": 2.0, "frame_skip": 2}}
+    with Plotter(env, policy, max_path_length=STEPS, video_dir=str(tmp_path),
+                 priority="normal") as plotter:
+        for iteration, settings in plans.items():
+            for name, value in settings.items():
+                setattr(env.unwrapped, name, value)
+            plotter.update_plot(policy, iteration=iteration)
+
+            def recorded():
+                return [e for e in plotter.stats["history"] if e["iteration"] == iteration]
+
+            wait_for(recorded, 90, message=f"the history of iteration {iteration}")
+            expected = gymnasium.make("Swimmer-v5")
+            for name, value in settings.items():
+                setattr(expected.unwrapped, name, value)
+            assert recorded()[0]["return"] == pytest.approx(deterministic_return(expected, policy),
+                                                            rel=1e-6,
+                                                            abs=1e-6), iteration
+    returns = [entry["return"] for entry in plotter.stats["history"] if entry["iteration"] in plans]
+    assert len(set(np.round(returns, 6))) == len(plans), returns  # each setting told apart
+
+
+class Mode(gymnasium.Wrapper, gymnasium.utils.RecordConstructorArgs):
+    """A wrapper with a setting that is a string: it cannot travel."""
+
+    def __init__(self, env, mode="easy"):
+        gymnasium.utils.RecordConstructorArgs.__init__(self, mode=mode)
+        super().__init__(env)
+        self.mode = mode
+
+
+def test_a_setting_that_cannot_travel_is_named_before_start_and_while_training(tmp_path):
+    env = Mode(gymnasium.make("Swimmer-v5"))
+    env.mode = "hard"
+    with pytest.raises(EnvMismatchError) as raised:
+        Plotter(env, LinearPolicy(8, 2), video_dir=str(tmp_path / "before"))
+    message = str(raised.value)
+    assert "Mode.mode: 'hard' in yours, 'easy' in the worker's" in message, message
+    assert "Mode(env, mode='hard') records it" in message, message
+    assert not (tmp_path / "before").exists()
+
+    env = Mode(gymnasium.make("Swimmer-v5"))
+    policy = LinearPolicy(8, 2)
+    with Plotter(env, policy, video_dir=str(tmp_path / "during")) as plotter:
+        plotter.update_plot(policy, iteration=0)
+        env.mode = "hard"
+        with pytest.raises(EnvMismatchError) as raised:
+            plotter.update_plot(policy, iteration=1)
+        message = str(raised.value)
+        assert message.startswith("the setting Mode.mode of the env Swimmer-v5 is now 'hard', "
+                                  "which cannot travel to the plot worker"), message
+        assert "(it was 'easy')" in message
+        assert plotter.stats["updates_sent"] == 1  # the refused one is not sent
+
+        env.mode = "easy"
+        env.unwrapped.init_qpos = np.zeros(3)  # another shape
+        with pytest.raises(EnvMismatchError) as raised:
+            plotter.update_plot(policy, iteration=1)
+        assert "SwimmerEnv.init_qpos" in str(raised.value)
+        assert "its form or shape changed" in str(raised.value)
