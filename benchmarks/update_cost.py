@@ -7,6 +7,9 @@ timed side by side, interleaved in rounds so that machine drift hits all three a
 * ``update_plot``: ``Plotter.update_plot`` with a live worker (shared memory + a wake-up byte).
 * ``queue``: pickling the vector through a ``multiprocessing.Queue`` to a consumer process, the
   way rllab's plotter did.
+* ``env object``: ``update_plot`` of a Plotter given the env object itself (Swimmer-v5) rather
+  than its id: its settings and model physics travel with every update and its model is
+  watched (``env/settings_travel.py``, ``trainer/model_check.py``).
 
 Two figures per method: the wall time of the call in the training thread, and the trainer
 process's CPU time per update (all threads: a Queue pickles in a background feeder thread, which
@@ -23,6 +26,7 @@ import platform
 import sys
 import time
 
+import gymnasium
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -81,7 +85,8 @@ def time_calls(call, repeats, settle=None):
 def bench_size(size, rounds, repeats, plotter_for):
     policy = FlatPolicy(size)
     target = np.empty_like(policy.params)
-    plotter = plotter_for(policy)
+    plotter = plotter_for(policy, "Swimmer-v5")
+    with_env = plotter_for(policy, gymnasium.make("Swimmer-v5"))
     ctx = spawn_context()
     queue, done = ctx.Queue(), ctx.Queue()
     # A plain spawn Process: its target lives in this script, which has a main guard.
@@ -98,19 +103,22 @@ def bench_size(size, rounds, repeats, plotter_for):
             if done.get() == sent[0]:
                 return
 
-    samples = {"copy": [], "update_plot": [], "queue": []}
+    samples = {"copy": [], "update_plot": [], "queue": [], "env_object": []}
     for method, call, settle in [("copy", lambda: np.copyto(target, policy.params), None),
                                  ("update_plot", lambda: plotter.update_plot(policy), None),
-                                 ("queue", queue_put, queue_settle)]:
+                                 ("queue", queue_put, queue_settle),
+                                 ("env_object", lambda: with_env.update_plot(policy), None)]:
         time_calls(call, max(2, repeats // 10), settle)  # warm up: page faults, first pickles
     for _ in range(rounds):
         samples["copy"].append(time_calls(lambda: np.copyto(target, policy.params), repeats))
         samples["update_plot"].append(time_calls(lambda: plotter.update_plot(policy), repeats))
         samples["queue"].append(time_calls(queue_put, repeats, queue_settle))
+        samples["env_object"].append(time_calls(lambda: with_env.update_plot(policy), repeats))
     queue.put(None)
     consumer.join(30)
     applied = plotter.stats["updates_applied"]
     plotter.close()
+    with_env.close()
     means = {
         m: tuple(float(np.mean([s[i] for s in v])) for i in range(2))
         for m, v in samples.items()
@@ -126,15 +134,15 @@ def main():
     sizes = [1_000, 1_000_000] if args.quick else [1_000, 10_000, 100_000, 1_000_000, 10_000_000]
     rounds = 2 if args.quick else 5
 
-    def plotter_for(policy):
-        plotter = Plotter("Swimmer-v5", policy, max_path_length=50, on_frame=_discard, fps=10)
+    def plotter_for(policy, env):
+        plotter = Plotter(env, policy, max_path_length=50, on_frame=_discard, fps=10)
         plotter.start()
         return plotter
 
     rows = []
     header = (f"{'params':>10} | {'copy us':>9} | {'update_plot us':>14} | {'queue us':>9} | "
               f"{'update/copy':>11} | {'queue/copy':>10} | {'queue/update':>12} | "
-              f"{'CPU update/copy':>15} | {'CPU queue/update':>16}")
+              f"{'CPU update/copy':>15} | {'CPU queue/update':>16} | {'env obj/update':>14}")
     print(header, flush=True)
     print("-" * len(header))
     for size in sizes:
@@ -145,6 +153,7 @@ def main():
         (copy_wall, copy_cpu), (up_wall, up_cpu), (q_wall,
                                                    q_cpu) = (means["copy"], means["update_plot"],
                                                              means["queue"])
+        env_wall = means["env_object"][0]
         row = {
             "params": size,
             "repeats_per_round": repeats,
@@ -160,6 +169,8 @@ def main():
             "queue_over_update": q_wall / up_wall,
             "cpu_update_over_copy": up_cpu / copy_cpu,
             "cpu_queue_over_update": q_cpu / up_cpu,
+            "env_object_wall_s": env_wall,
+            "env_object_over_update": env_wall / up_wall,
             "worker_applied": applied,
         }
         rows.append(row)
@@ -167,7 +178,7 @@ def main():
             f"{size:>10} | {copy_wall * 1e6:>9.1f} | {up_wall * 1e6:>14.1f} | {q_wall * 1e6:>9.1f} | "
             f"{row['update_over_copy']:>11.2f} | {row['queue_over_copy']:>10.2f} | "
             f"{row['queue_over_update']:>12.2f} | {row['cpu_update_over_copy']:>15.2f} | "
-            f"{row['cpu_queue_over_update']:>16.2f}",
+            f"{row['cpu_queue_over_update']:>16.2f} | {row['env_object_over_update']:>14.2f}",
             flush=True)
     os.makedirs(os.path.dirname(args.out), exist_ok=True)
     with open(args.out, "w") as out:

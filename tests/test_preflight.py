@@ -156,14 +156,17 @@ class RandomMass(gymnasium.Wrapper):
         return self.env.reset(**kwargs)
 
 
-def test_a_model_changed_after_make_is_named(tmp_path):
-    """The worker builds its env afresh: a changed model would have been shown with its default
-    physics, with no word."""
-    message = rejected(EnvMismatchError, tmp_path, heavier_hopper(), LinearPolicy(11, 3))
+def test_a_model_changed_after_make_is_named_where_it_does_not_travel(tmp_path):
+    """The worker builds its env afresh: a changed body would have been shown as it was made,
+    with no word. Physics travel (a heavier torso on a planet of 5 m/s² is accepted)."""
+    Plotter(heavier_hopper(), LinearPolicy(11, 3), video_dir=str(tmp_path / "heavier")).close()
+    env = heavier_hopper()
+    env.unwrapped.model.geom_size[2, 0] = 0.2  # a thicker torso
+    message = rejected(EnvMismatchError, tmp_path, env, LinearPolicy(11, 3))
     assert "MuJoCo model differs" in message and "Hopper-v5" in message
-    assert "body_mass[1]:" in message and "opt.gravity[2]: -5 in yours, -9.81 in the worker's" in (
-        message)
-    assert "zero-argument function" in message
+    assert "geom_size[2, 0]: 0.2 in yours, 0.05 in the worker's" in message, message
+    assert "body_mass" not in message and "gravity[2]:" not in message
+    assert "its physics parameters travel" in message and "zero-argument function" in message
 
 
 def test_a_model_changed_where_the_env_is_made_or_randomized_is_no_mismatch(tmp_path, caplog):

@@ -4,6 +4,8 @@ make() or while it trains (a curriculum), is the one the worker's episodes are p
 Before, the worker built its env once, afresh: a setting changed after make() was refused at
 Plotter(), and one changed during training was never shown, with no word.
 """
+import sys
+
 import gymnasium
 import numpy as np
 import pytest
@@ -44,6 +46,19 @@ def test_each_setting_arrives_exactly_with_its_type(dtype):
     assert copy._max_episode_steps == 321
 
 
+def test_a_value_too_large_for_float32_stays_put_and_is_compared():
+    """A "no limit" of sys.float_info.max cannot travel in a float32 policy's update: it does
+    not travel, and is compared instead (a curriculum changing it is refused by name)."""
+    env = gymnasium.make("Hopper-v5")
+    env.unwrapped._healthy_state_range = (-sys.float_info.max, sys.float_info.max)
+    trainer = TrainerEnvState(env, "Hopper-v5", settings=True)
+    assert "_healthy_state_range" not in [field.name for field in trainer.layout.settings]
+    trainer.read(np.float32)
+    env.unwrapped._healthy_state_range = (-100.0, 100.0)
+    with pytest.raises(EnvMismatchError, match="HopperEnv._healthy_state_range"):
+        trainer.read(np.float32)
+
+
 def test_a_copy_keeps_what_it_changed_itself_until_training_changes_it():
     env = gymnasium.make("Swimmer-v5")
     trainer = TrainerEnvState(env, "Swimmer-v5", settings=True)
@@ -67,6 +82,8 @@ def test_a_setting_changed_after_make_is_shown(tmp_path, no_leftovers):
         env.unwrapped.frame_skip = 2
         env.unwrapped._ctrl_cost_weight = 0
         env.unwrapped.init_qpos[2] = 0.8
+        env.unwrapped.model.opt.viscosity = 0.3  # the model's physics travel too
+        env.unwrapped.model.dof_damping[3] = 2.0
         return env
 
     shown, policy = shown_return(changed(), tmp_path / "changed")
@@ -83,12 +100,24 @@ def test_a_curriculum_changed_while_training_is_followed(tmp_path, no_leftovers)
     env = gymnasium.make("Swimmer-v5")
     policy = LinearPolicy(8, 2)
     policy.fill(0.3)
-    plans = {0: {}, 1: {"_ctrl_cost_weight": 2.0}, 2: {"_ctrl_cost_weight": 2.0, "frame_skip": 2}}
+
+    def harder(env):
+        env.unwrapped._ctrl_cost_weight = 2.0
+
+    def faster(env):
+        harder(env)
+        env.unwrapped.frame_skip = 2
+
+    def thicker(env):  # the model's physics, in place
+        faster(env)
+        env.unwrapped.model.opt.viscosity = 0.4
+        env.unwrapped.model.body_mass[2] *= 3
+
+    plans = {0: lambda env: None, 1: harder, 2: faster, 3: thicker}
     with Plotter(env, policy, max_path_length=STEPS, video_dir=str(tmp_path),
                  priority="normal") as plotter:
-        for iteration, settings in plans.items():
-            for name, value in settings.items():
-                setattr(env.unwrapped, name, value)
+        for iteration, change in plans.items():
+            change(env)
             plotter.update_plot(policy, iteration=iteration)
 
             def recorded():
@@ -96,8 +125,7 @@ def test_a_curriculum_changed_while_training_is_followed(tmp_path, no_leftovers)
 
             wait_for(recorded, 90, message=f"the history of iteration {iteration}")
             expected = gymnasium.make("Swimmer-v5")
-            for name, value in settings.items():
-                setattr(expected.unwrapped, name, value)
+            change(expected)
             assert recorded()[0]["return"] == pytest.approx(deterministic_return(expected, policy),
                                                             rel=1e-6,
                                                             abs=1e-6), iteration
@@ -142,4 +170,29 @@ def test_a_setting_that_cannot_travel_is_named_before_start_and_while_training(t
         with pytest.raises(EnvMismatchError) as raised:
             plotter.update_plot(policy, iteration=1)
         assert "SwimmerEnv.init_qpos" in str(raised.value)
-        assert "its form or shape changed" in str(raised.value)
+        assert "no longer a number (or a tuple or array of them" in str(raised.value)
+
+
+def test_a_model_changed_in_what_does_not_travel_refuses_the_update(tmp_path, monkeypatch,
+                                                                    no_leftovers):
+    """A body's geometry is drawn from the render process's own model: changed while training,
+    it would have been shown as it was."""
+    from async_plotter.trainer import model_check
+
+    monkeypatch.setattr(model_check, "_SPACING", 0.0)  # every update checked
+    env = gymnasium.make("Swimmer-v5")
+    policy = LinearPolicy(8, 2)
+    with Plotter(env, policy, video_dir=str(tmp_path)) as plotter:
+        plotter.update_plot(policy, iteration=0)
+        env.unwrapped.model.opt.gravity[2] = -5.0  # physics: travels
+        env.unwrapped.model.body_mass[1] *= 2
+        plotter.update_plot(policy, iteration=1)
+        env.unwrapped.model.geom_size[1, 0] *= 2  # geometry: does not
+        with pytest.raises(EnvMismatchError) as raised:
+            plotter.update_plot(policy, iteration=2)
+        message = str(raised.value)
+        assert message.startswith("since Plotter() was built, your env's MuJoCo model changed "
+                                  "in what does not travel to the plot worker (geom_size[1, 0]: ")
+        assert "gravity" not in message.split("(")[1].split(")")[0]  # what travels not named
+        assert "close this Plotter and start one" in message
+        assert plotter.stats["updates_sent"] == 2  # the refused one is not sent

@@ -8,7 +8,7 @@ its reader. Shared memory (``shm``) and Redis (``redis/``) implement all three.
 """
 import dataclasses
 import pickle
-from typing import Dict, Optional, Protocol
+from typing import Dict, Optional, Protocol, Tuple, Union
 
 import numpy as np
 
@@ -33,6 +33,23 @@ class ParamUpdate:
     iteration: Optional[int]
     #: rollout length limit for this update
     max_path_length: int
+
+
+#: an update as the trainer hands it to a writer: one vector, or its parts in order (the policy's
+#: parameters, then its env's state), which the writer copies one after the other into its own
+#: buffer: putting them together first cost a second copy (of a million parameters: ~2x one)
+Update = Union[np.ndarray, Tuple[np.ndarray, ...]]
+
+
+def copy_update(target: np.ndarray, update: Update) -> None:
+    """Copy ``update`` (of ``target``'s size) into ``target``."""
+    if isinstance(update, np.ndarray):
+        np.copyto(target, update, casting="same_kind")
+        return
+    offset = 0
+    for part in update:
+        np.copyto(target[offset:offset + part.size], part, casting="same_kind")
+        offset += part.size
 
 
 def metrics_fit(iteration: Optional[int], metrics: Dict[str, float]) -> bool:
@@ -65,7 +82,7 @@ class ParamWriter(Protocol):
         """The number of the newest update published (0: the initial policy)."""
 
     def publish(self,
-                params: np.ndarray,
+                params: Update,
                 iteration: Optional[int],
                 max_path_length: int,
                 number: Optional[int] = None) -> int:

@@ -24,7 +24,7 @@ from typing import List, Optional
 import numpy as np
 import psutil
 
-from async_plotter.channel.base import ParamUpdate, ParentGone
+from async_plotter.channel.base import ParamUpdate, ParentGone, Update, copy_update
 
 _MAGIC = 0x41504c54  # "APLT"
 _DTYPES = {0: np.dtype(np.float32), 1: np.dtype(np.float64)}
@@ -108,7 +108,7 @@ class SharedMemoryWriter:
         return self._published
 
     def publish(self,
-                params: np.ndarray,
+                params: Update,
                 iteration: Optional[int],
                 max_path_length: int,
                 number: Optional[int] = None) -> int:
@@ -121,7 +121,7 @@ class SharedMemoryWriter:
         base = _SLOT_BASE + (number % 2) * _SLOT_WORDS
         header = self._header
         header[base + _S_SEQ] += 1  # odd: slot being written
-        self._slots[number % 2][:] = params
+        copy_update(self._slots[number % 2], params)
         header[base + _S_NUMBER] = number
         header[base + _S_ITERATION] = _NO_ITERATION if iteration is None else iteration
         header[base + _S_MAX_PATH] = max_path_length

@@ -5,6 +5,12 @@ names (the whole class hierarchy's, with leading underscores stripped: ``frame_s
 Its value is a number, a string, None, a short tuple of them or a numeric array. Read by the
 check that the worker's copy has the trainer's settings (``settings_check.py``) and by their
 travel with every update (``settings_travel.py``).
+
+A MuJoCo env's model holds settings too: its physics parameters (``model_settings``: the options,
+masses, inertias, friction, damping, stiffness, actuator gains...), which a transfer experiment
+or a curriculum changes in place (``env.unwrapped.model.opt.gravity[2] = -5``). They travel as
+the others do. Its geometry and looks do not: the render process draws with its own copy of
+the model (``trainer/model_check.py`` names a change of those).
 """
 import inspect
 from typing import Any, Dict, Optional
@@ -20,6 +26,17 @@ _DRAWING = frozenset({
 START_STATE = ("init_qpos", "init_qvel")
 #: arrays larger than this are not a setting anyone types in
 _LARGEST_ARRAY = 10_000
+#: the ``MjModel`` arrays that are physics parameters, not geometry or looks (the render
+#: process draws with its own model); ``mj_setConst``'s results of them among them
+MODEL_PHYSICS = ("body_mass", "body_inertia", "body_gravcomp", "body_subtreemass",
+                 "body_invweight0", "geom_friction", "geom_solref", "geom_solimp", "geom_solmix",
+                 "geom_margin", "geom_gap", "dof_damping", "dof_armature", "dof_frictionloss",
+                 "dof_invweight0", "jnt_stiffness", "jnt_range", "jnt_solref", "jnt_solimp",
+                 "qpos_spring", "actuator_gear", "actuator_gainprm", "actuator_biasprm",
+                 "actuator_dynprm", "actuator_ctrlrange", "actuator_forcerange", "tendon_stiffness",
+                 "tendon_damping", "tendon_invweight0")
+#: where a model's settings are, below the layer that holds it
+MODEL, OPTIONS = "model.", "model.opt."
 
 
 def layer_settings(layer: Any) -> Dict[str, Any]:
@@ -94,3 +111,47 @@ def same_setting(mine: Any, theirs: Any) -> bool:
         return bool(mine == theirs)
     except Exception:  # noqa: BLE001 - a value whose == is odd is not one we can tell apart
         return True
+
+
+def model_settings(layer: Any) -> Dict[str, Any]:
+    """The physics parameters of the MuJoCo model ``layer`` holds (none if it holds none), by
+    their path below it (``model.body_mass``, ``model.opt.gravity``): arrays as views of the
+    model, every numeric option (``MjOption``: gravity, wind, timestep, viscosity, solver...)."""
+    model = getattr(layer, "__dict__", {}).get("model")
+    if type(model).__name__ != "MjModel":
+        return {}
+    found: Dict[str, Any] = {}
+    for name in MODEL_PHYSICS:
+        value = getattr(model, name, None)
+        if isinstance(value, np.ndarray) and 0 < value.size <= _LARGEST_ARRAY:
+            found[MODEL + name] = value
+    options = model.opt
+    for name in dir(options):
+        value = getattr(options, name) if not name.startswith("_") else None
+        if isinstance(value, (int, float, np.ndarray)) and not isinstance(value, bool):
+            found[OPTIONS + name] = value
+    return found
+
+
+def read_setting(layer: Any, name: str) -> Any:
+    """``layer``'s setting ``name``: its own attribute, or a path below it (``model.opt.x``)."""
+    if "." not in name:
+        return getattr(layer, "__dict__", {}).get(name)
+    owner = layer
+    for part in name.split("."):
+        owner = getattr(owner, part, None)
+    return owner
+
+
+def write_setting(layer: Any, name: str, value: Any) -> None:
+    """Give ``layer``'s setting ``name`` ``value``: a model's array in place (the model owns
+    its memory), anything else by assignment."""
+    *path, last = name.split(".")
+    owner = layer
+    for part in path:
+        owner = getattr(owner, part)
+    current = getattr(owner, last, None)
+    if path and isinstance(current, np.ndarray):
+        current[...] = value
+    else:
+        setattr(owner, last, value)

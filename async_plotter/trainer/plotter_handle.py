@@ -23,6 +23,7 @@ from async_plotter.env.drift import ObservationDrift
 from async_plotter.env.recipe import build_env
 from async_plotter.errors import InvalidArgumentError, PlotterClosedError
 from async_plotter.policy.adapters import PolicyAdapter, adapter_for
+from async_plotter.trainer.model_check import ModelWatch
 from async_plotter.trainer.preflight import check_before_start, worker_env_state
 from async_plotter.sinks.base import FrameSink
 from async_plotter.validation import (metrics as checked_metrics, non_negative_number,
@@ -201,7 +202,8 @@ class Plotter:
         # the only place that names them and their defaults.
         config = plotter_config({name: value for name, value in locals().items() if name != "self"})
         with private_runtime_dir():  # pygame's Wayland probe: no "XDG_RUNTIME_DIR" error line
-            has_states = check_before_start(config, policy)
+            checked = check_before_start(config, policy)
+        has_states = checked.has_states
         # An env that draws itself has no states for a viewer elsewhere: no worker for them.
         config = dataclasses.replace(config,
                                      private_history=config.private_history and has_states,
@@ -217,6 +219,9 @@ class Plotter:
         try:
             #: the trainer's observation wrappers against the worker's copy at each update
             self._drift = _observation_drift(config)
+            #: the trainer's MuJoCo model, where it stays put, at each update
+            self._model_watch = (ModelWatch.of(config.trainer_env, config.worker.env.label)
+                                 if checked.model_kept else None)
         except BaseException:
             # A Plotter that was never made claims nothing: the traceback a notebook keeps
             # would otherwise hold the folder against the cell's next run.
@@ -310,9 +315,11 @@ class Plotter:
         route = self._route
         update = None
         if route is not None and not self._stats.disabled:
-            update = config.worker.parameters.encode(flat, config.env_state)
+            update = config.worker.parameters.parts(flat, config.env_state)
             if self._drift is not None:  # before it counts: a refused update is not sent
-                self._drift.check(config.worker.parameters.split(update)[1])
+                self._drift.check(update[1] if isinstance(update, tuple) else flat[:0])
+            if self._model_watch is not None:
+                self._model_watch.check()
         self._stats.updates_sent += 1
         if iteration is not None:
             self._iterations_given.add(iteration)
@@ -386,6 +393,7 @@ class Plotter:
             drift, self._drift = self._drift, None
             if drift is not None:
                 drift.close()
+            self._model_watch = None  # its copy of the model
             if self._run_folder is not None:
                 self._run_folder.release()
         if route is not None and route.renders_here:

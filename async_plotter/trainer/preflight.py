@@ -15,7 +15,7 @@ import inspect
 import logging
 import sys
 import time
-from typing import Any, List, Optional
+from typing import Any, List, NamedTuple, Optional
 
 import numpy as np
 
@@ -44,40 +44,52 @@ logger = logging.getLogger("async_plotter")
 _GL_MARKERS = ("OpenGL", "pyglet", "moderngl", "glfw", "mujoco", "dm_control", "pybullet")
 
 
-def check_before_start(config: PlotterConfig, policy: Any) -> bool:
+class Checked(NamedTuple):
+    """What ``check_before_start`` found out beside its errors."""
+
+    #: the env is a MuJoCo one (it has states to record)
+    has_states: bool
+    #: its MuJoCo model was compared with the worker's and stays put (the env does not
+    #: randomize it), so a later change of it can be told
+    model_kept: bool
+
+
+def check_before_start(config: PlotterConfig, policy: Any) -> Checked:
     """Raise a named error if the env, the policy or the camera of ``config`` cannot work
     together, or if the worker's copy of the env or of ``policy`` would act differently from the
     trainer's env object (``config.trainer_env``) and ``policy``: the policy checked on the CPU
     when the worker's TensorFlow sees no GPU, the env given its wrappers' state as it travels.
     State recordings of the live episodes (``record_states``), which only a MuJoCo env has, get
     one warning otherwise; a history (``history``) of such an env is said, once, to keep
-    returns only. Returns whether the env is a MuJoCo one (it has states to record)."""
+    returns only."""
     started = time.perf_counter()
     # The env's wrappers may draw random numbers (observation noise) as the checks reset and
     # step copies: training must draw the numbers it would have drawn without plotting.
     layers = env_layers(config.trainer_env) if config.trainer_env is not None else []
     with kept_to_log(), random_state_kept(policy, *layers):
-        mujoco = _check(config, policy)
+        checked = _check(config, policy)
     logger.debug("Plotter checks of %s took %.0f ms", config.worker.env.label,
                  1000 * (time.perf_counter() - started))
-    return mujoco
+    return checked
 
 
-def _check(config: PlotterConfig, policy: Any) -> bool:
+def _check(config: PlotterConfig, policy: Any) -> Checked:
     worker = config.worker
     env_recipe, label = worker.env, worker.env.label
     env = _build(env_recipe, None)
     opened = [env]
     try:
         model = mujoco_model(env)
-        built = model_to_mjb(model) if model is not None else None  # before any reset
         stepper = _stepper(env, config)
-        settings = settings_of(env)  # with the trainer's travelled in
+        # With the trainer's settings travelled in (its model's physics among them), before
+        # any reset.
+        built = model_to_mjb(model) if model is not None else None
+        settings = settings_of(env)
         check_worker_env(env, config.trainer_env, label)
         check_no_carried_state(lambda: _stepper(_build(env_recipe, None), config),
                                config.trainer_env, label)
         observation = _reset(stepper, label)
-        check_same_model(config.trainer_env, env, built, label)
+        model_kept = check_same_model(config.trainer_env, env, built, label)
         action = _check_policy(policy, config.adapter, observation, env, label)
         _step_once(stepper, action, config.initial.dtype, label)
         check_same_settings(config.trainer_env, steady(settings, settings_of(env)),
@@ -104,7 +116,7 @@ def _check(config: PlotterConfig, policy: Any) -> bool:
                     "so there is no physics state to record; its live view and videos are "
                     "unaffected", label)
             _check_frames(env_recipe, env, opened)
-        return model is not None
+        return Checked(model is not None, model_kept)
     finally:
         for each in opened:
             _close_quietly(each)

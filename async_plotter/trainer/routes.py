@@ -13,8 +13,7 @@ import tempfile
 import time
 from typing import Callable, Dict, Optional, Protocol
 
-import numpy as np
-
+from async_plotter.channel.base import Update
 from async_plotter.channel.shm import SharedMemoryWriter
 from async_plotter.console import tell
 from async_plotter.trainer.config import PlotterConfig
@@ -35,7 +34,7 @@ class PlotRoute(Protocol):
     #: whether a worker renders in this process's care (the run ends with a summary of videos)
     renders_here: bool
 
-    def publish(self, params: np.ndarray, iteration: Optional[int], max_path_length: int) -> None:
+    def publish(self, params: Update, iteration: Optional[int], max_path_length: int) -> None:
         """Make ``params`` the newest update (checked by the caller)."""
 
     def post_metrics(self, iteration: Optional[int], metrics: Dict[str, float]) -> bool:
@@ -79,7 +78,7 @@ class LocalRoute:
             self.writer.close()  # the segment goes now, not at the interpreter's exit
             raise
 
-    def publish(self, params: np.ndarray, iteration: Optional[int], max_path_length: int) -> None:
+    def publish(self, params: Update, iteration: Optional[int], max_path_length: int) -> None:
         self.writer.publish(params, iteration, max_path_length)
 
     def post_metrics(self, iteration: Optional[int], metrics: Dict[str, float]) -> bool:
@@ -177,7 +176,7 @@ class PublishRoute:
                             config.worker.max_path_length,
                             number=0)
 
-    def publish(self, params: np.ndarray, iteration: Optional[int], max_path_length: int) -> None:
+    def publish(self, params: Update, iteration: Optional[int], max_path_length: int) -> None:
         self.writer.publish(params, iteration, max_path_length)
 
     def post_metrics(self, iteration: Optional[int], metrics: Dict[str, float]) -> bool:
@@ -239,7 +238,7 @@ class ShownAndPublishedRoute:
             self._remove_private_dir()
             raise
 
-    def publish(self, params: np.ndarray, iteration: Optional[int], max_path_length: int) -> None:
+    def publish(self, params: Update, iteration: Optional[int], max_path_length: int) -> None:
         self._local.publish(params, iteration, max_path_length)
         self._published.publish(params, iteration, max_path_length)
 

@@ -16,7 +16,7 @@ from typing import Any, Optional, Tuple
 
 import numpy as np
 
-from async_plotter.channel.base import ParamReader, ParamUpdate, ParentGone
+from async_plotter.channel.base import ParamReader, ParamUpdate, ParentGone, Update
 from async_plotter.env.state import EnvStateLayout, TrainerEnvState, WorkerEnvState
 from async_plotter.newest import Newest
 from async_plotter.worker.status import StatusKind, StatusSender
@@ -42,6 +42,12 @@ class ParameterLayout:
         if env_state is None:
             return policy_flat
         return np.concatenate([policy_flat, env_state.read(self.dtype)])
+
+    def parts(self, policy_flat: np.ndarray, env_state: Optional[TrainerEnvState]) -> Update:
+        """``encode``'s update as its parts, for a writer to copy (``channel/base.Update``)."""
+        if env_state is None:
+            return policy_flat
+        return policy_flat, env_state.read(self.dtype)
 
     def split(self, flat: np.ndarray) -> Tuple[np.ndarray, np.ndarray]:
         """Worker side: ``encode``'s vector as (policy's parameters, env's wrapper state)."""

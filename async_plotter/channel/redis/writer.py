@@ -24,7 +24,7 @@ from async_plotter.channel.redis.refusals import AccessDenied
 from async_plotter.channel.redis.link import (REFUSED_RETRY, Backoff, OutageLog, close_quietly,
                                               connect, connection_errors)
 from async_plotter.channel.redis.urls import redact, url_problem
-from async_plotter.channel.base import metrics_fit
+from async_plotter.channel.base import Update, copy_update, metrics_fit
 from async_plotter.channel.redis.reader import RedisAddress, RedisReader
 from async_plotter.channel.redis.wire import (MAX_METRICS_BYTES, MAX_VALUE_BYTES, STRUCTURE_HEADER,
                                               UPDATE_HEADER, Expected, ExperimentKeys,
@@ -144,9 +144,9 @@ class _NewestSlot:
     def dirty(self) -> bool:
         return self._dirty
 
-    def put(self, params: np.ndarray, meta: _Meta) -> None:
+    def put(self, params: Update, meta: _Meta) -> None:
         with self._lock:
-            np.copyto(self._views[self._pending], params, casting="same_kind")
+            copy_update(self._views[self._pending], params)
             if self._dirty:
                 self.replaced += 1
             self._meta = meta
@@ -291,7 +291,7 @@ class RedisWriter:
                         RunKey(self._run_started_ns, self._run_id))
 
     def publish(self,
-                params: np.ndarray,
+                params: Update,
                 iteration: Optional[int],
                 max_path_length: int,
                 number: Optional[int] = None) -> int:
