@@ -94,6 +94,20 @@ def test_a_setting_changed_after_make_is_shown(tmp_path, no_leftovers):
 
 
 @pytest.mark.slow
+def test_a_frame_skip_set_after_make_plays_the_videos_at_the_env_s_rate(tmp_path, no_leftovers):
+    """Gymnasium's render_fps is 1 / dt as the env was made: a Hopper stepping 2 frames at a
+    time makes 250 steps a second of simulated time, not 125, and its videos play them so."""
+    env = gymnasium.make("Hopper-v5")
+    env.unwrapped.frame_skip = 2
+    with Plotter(env, LinearPolicy(11, 3), video_dir=str(tmp_path)) as plotter:
+        wait_for(lambda: plotter.stats["env_rate"], 90, message="the worker's start")
+        assert plotter.stats["env_rate"] == pytest.approx(250.0)
+    with Plotter("Hopper-v5", LinearPolicy(11, 3), video_dir=str(tmp_path / "made")) as plotter:
+        wait_for(lambda: plotter.stats["env_rate"], 90, message="the worker's start")
+        assert plotter.stats["env_rate"] == pytest.approx(125.0)
+
+
+@pytest.mark.slow
 def test_a_curriculum_changed_while_training_is_followed(tmp_path, no_leftovers):
     """The training loop changes the env's settings between iterations: each recorded episode
     is the one the settings of its iteration give."""
@@ -196,3 +210,25 @@ def test_a_model_changed_in_what_does_not_travel_refuses_the_update(tmp_path, mo
         assert "gravity" not in message.split("(")[1].split(")")[0]  # what travels not named
         assert "close this Plotter and start one" in message
         assert plotter.stats["updates_sent"] == 2  # the refused one is not sent
+
+
+def test_settings_find_their_layer_in_a_copy_with_other_layers():
+    """A gym 0.26 env's copy in the worker has a layer more on top (the adapter to Gymnasium's
+    API) and none of gym's passive checker: each setting goes to the layer of its class, not to
+    the layer at its place (where gym's env had no checker, the base env was one place off)."""
+    import gym
+
+    from async_plotter.env.recipe import build_env, describe_env
+    from async_plotter.env.state import env_layers
+
+    for checked in (True, False):
+        env = gym.make("Pendulum-v1", disable_env_checker=not checked)
+        copy = build_env(describe_env(env), render_mode=None)
+        names = [type(layer).__name__ for layer in env_layers(copy)]
+        assert names == ["GymCompat", "TimeLimit", "OrderEnforcing", "PendulumEnv"], names
+        trainer = TrainerEnvState(env, "Pendulum-v1", settings=True)
+        state = WorkerEnvState(copy, trainer.layout, "Pendulum-v1")
+        state.apply(trainer.read(np.float32))
+        env.unwrapped.g = 2.0  # a constructor parameter of gym's PendulumEnv, while training
+        state.apply(trainer.read(np.float32))
+        assert copy.unwrapped.g == 2.0, checked

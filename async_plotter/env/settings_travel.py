@@ -26,7 +26,7 @@ import dataclasses
 import functools
 import logging
 import math
-from typing import Any, Callable, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import numpy as np
 
@@ -52,7 +52,9 @@ _LARGEST = float(np.finfo(np.float32).max)
 class SettingField:
     """One setting that travels: where it is, and its form."""
 
-    #: its layer's place in the env's stack (``env_layers``, outermost first)
+    #: which layer of its class it belongs to, counted from the base env (0: the innermost):
+    #: a worker's copy may have other layers on top or between (an old gym env's adapter,
+    #: gym's passive checker taken out), never others of the same class
     layer: int
     #: that layer's class name (messages; the worker's layer must have the same)
     wrapper: str
@@ -110,18 +112,21 @@ class TrainerSettings:
     def __init__(self, env: Any, layers: List[Any], label: str) -> None:
         self._layers = layers
         self.label = label
-        fields, fixed = [], []
-        for place, layer in enumerate(layers):
+        fields, places, fixed = [], [], []
+        for place, (layer, rank) in enumerate(zip(layers, ranks(layers))):
             for name, kept in {**layer_settings(layer), **model_settings(layer)}.items():
-                field = field_of(place, layer, name, read_setting(layer, name))
+                field = field_of(rank, layer, name, read_setting(layer, name))
                 if field is not None:
                     fields.append(field)
+                    places.append(place)
                 else:
                     fixed.append((place, name, kept))
         self.fields: Tuple[SettingField, ...] = tuple(fields)
+        #: each field's layer in ``layers``
+        self._places = places
         #: settings that cannot travel, as they were: a change is refused
         self._fixed = fixed
-        self._readers = [_reader(layers[field.layer], field.name) for field in self.fields]
+        self._readers = [_reader(layers[place], field.name) for field, place in zip(fields, places)]
 
     def read(self, dtype: np.dtype) -> np.ndarray:
         """The travelling settings now, in ``dtype`` (``size_of(fields)`` values); an
@@ -157,16 +162,16 @@ class TrainerSettings:
         flat = np.concatenate(pieces).astype(np.float64, copy=False) if pieces else np.zeros(0)
         too_large = np.flatnonzero(np.isfinite(flat) & (np.abs(flat) > np.finfo(dtype).max))
         if too_large.size:
-            field = self._field_at(int(too_large[0]))
-            self._refuse(field.label, read_setting(self._layers[field.layer], field.name),
+            field, place = self._field_at(int(too_large[0]))
+            self._refuse(field.label, read_setting(self._layers[place], field.name),
                          f"a value is too large for the policy's dtype, {np.dtype(dtype)}")
         return encode(flat, np.array(kinds), dtype)
 
-    def _field_at(self, index: int) -> SettingField:
-        """The field whose elements hold value ``index``."""
-        for field in self.fields:
+    def _field_at(self, index: int) -> Tuple[SettingField, int]:
+        """The field whose elements hold value ``index``, and its layer's place."""
+        for field, place in zip(self.fields, self._places):
             if index < field.elements:
-                return field
+                return field, place
             index -= field.elements
         raise IndexError(index)
 
@@ -183,10 +188,13 @@ class WorkerSettings:
 
     def __init__(self, layers: List[Any], fields: Tuple[SettingField, ...], label: str) -> None:
         self._fields, self._label = fields, label
-        self._targets: List[Optional[Any]] = []
-        for field in fields:
-            layer = layers[field.layer] if field.layer < len(layers) else None
-            self._targets.append(layer if type(layer).__name__ == field.wrapper else None)
+        by_rank = {
+            (type(layer).__name__, rank): layer
+            for layer, rank in zip(layers, ranks(layers))
+        }
+        self._targets: List[Optional[Any]] = [
+            by_rank.get((field.wrapper, field.layer)) for field in fields
+        ]
         if fields and not all(target is not None for target in self._targets):
             # Another stack of wrappers: Plotter()'s observation checks name it.
             logger.debug("%s: some settings do not travel (another stack of layers)", label)
@@ -215,6 +223,18 @@ class WorkerSettings:
                         type(error).__name__, error)
                     self._targets[index] = None
             self._last[index] = value
+
+
+def ranks(layers: List[Any]) -> List[int]:
+    """Each layer's rank among the layers of its class, counted from the base env (0: the
+    innermost), as ``SettingField.layer`` names it."""
+    seen: Dict[str, int] = {}
+    found = []
+    for layer in reversed(layers):
+        name = type(layer).__name__
+        found.append(seen.get(name, 0))
+        seen[name] = found[-1] + 1
+    return found[::-1]
 
 
 def encode(values: np.ndarray, kinds: np.ndarray, dtype: np.dtype) -> np.ndarray:

@@ -185,6 +185,7 @@ def plotter_config(arguments: Mapping[str, Any]) -> PlotterConfig:
         policy_device=given.policy_device,
         parameters=ParameterLayout(initial.size, initial.dtype,
                                    env_state.layout if env_state else EnvStateLayout()),
+        initial_env_state=env_state.read(initial.dtype) if env_state else None,
         history_dir=history_folder(video_dir) if video_dir and history_kept else None,
         history_kept=history_kept or DEFAULT_KEPT,
         hang_timeout=hang_timeout,

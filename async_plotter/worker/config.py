@@ -28,6 +28,10 @@ class WorkerConfig:
     seed: Optional[int]
     #: what an update's vector holds: the policy's parameters, then its env's wrapper state
     parameters: ParameterLayout
+    #: that env part as it was at ``Plotter()`` (its wrappers' state and its settings), given
+    #: to the rollout process's env before it plans the videos' rate, which a ``frame_skip``
+    #: set after make() changes; None: nothing travels
+    initial_env_state: Any = None
     #: fraction of the machine's CPU the worker may take beyond idle CPU (``supervision/budget.py``)
     budget: Optional[float] = None
     #: recorded videos last at least this long: short episodes are chained into one file

@@ -1,6 +1,7 @@
 """How fast a video plays and which of its steps are drawn: the env's own rate, under the cap
 (docs/design.md, "Real-time videos"). A video plays at ``metadata["render_fps"]``, else
-``1 / env.unwrapped.dt``, else the Plotter's ``fps``; above the cap only every k-th step is drawn,
+``1 / env.unwrapped.dt``, else the Plotter's ``fps`` (a Gymnasium MuJoCo env: ``1 / dt`` first,
+its settings given); above the cap only every k-th step is drawn,
 k the smallest stride that brings the rate within ``CAP_TOLERANCE`` of the cap (Hopper: every
 4th at 31.25 frames/s). The rollout process decides and sends it in ``SceneInfo``, so every sink
 plays at the same rate.
@@ -36,7 +37,11 @@ class Playback:
 
 def env_rate(env: Any) -> Optional[tuple]:
     """``(steps per second of simulated time, source)`` of ``env``, or None when it says none."""
-    for holder in (env, getattr(env, "unwrapped", None)):
+    unwrapped = getattr(env, "unwrapped", env)
+    made = _rate_as_made(env, unwrapped)
+    if made is not None:
+        return made
+    for holder in (env, unwrapped):
         metadata = getattr(holder, "metadata", None)
         if isinstance(metadata, dict):
             # old gym envs named it "video.frames_per_second"
@@ -44,7 +49,6 @@ def env_rate(env: Any) -> Optional[tuple]:
                 rate = _positive(metadata.get(key))
                 if rate is not None:
                     return rate, "render_fps"
-    unwrapped = getattr(env, "unwrapped", env)
     try:
         dt = _positive(getattr(unwrapped, "dt", None))
     except Exception:  # noqa: BLE001 - a property of a user's env that fails: no rate from it
@@ -62,6 +66,25 @@ def plan_playback(env: Any, cap: float) -> Playback:
     rate, source = found
     stride = max(1, math.ceil(rate / (cap * (1.0 + CAP_TOLERANCE))))
     return Playback(rate, stride, source)
+
+
+def _rate_as_made(env: Any, unwrapped: Any) -> Optional[tuple]:
+    """``(1 / dt, "dt")`` for Gymnasium's kind of MuJoCo env (a model stepped ``frame_skip``
+    times) whose ``render_fps`` is no longer its ``1 / dt`` rounded, as it was when the env was
+    made (a class-wide dict): a ``frame_skip`` or time step set since (they travel) changes
+    ``dt`` alone. None otherwise."""
+    own = getattr(unwrapped, "__dict__", {})
+    if "frame_skip" not in own or type(own.get("model")).__name__ != "MjModel":
+        return None
+    try:
+        dt = _positive(unwrapped.dt)
+    except Exception:  # noqa: BLE001 - a property of a user's env that fails
+        return None
+    metadata = getattr(env, "metadata", None)
+    fps = _positive(metadata.get("render_fps")) if isinstance(metadata, dict) else None
+    if dt is None or (fps is not None and round(1.0 / dt) == round(fps)):
+        return None
+    return 1.0 / dt, "dt"
 
 
 def _positive(value: Any) -> Optional[float]:

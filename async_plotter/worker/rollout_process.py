@@ -116,6 +116,8 @@ def _run(config: WorkerConfig, reader: ParamReader, frames_out: Connection,
         runtime = PolicyRuntime(config.policy, config.deterministic)
         env = build_env(config.env, render_mode="rgb_array")
         env_state = WorkerEnvState(env, config.parameters.env_state, config.env.label)
+        if config.initial_env_state is not None:  # before the videos' rate is planned
+            env_state.apply(config.initial_env_state)
         stepper = EnvStepper(env, env_state)
         params = ParameterClient(fan_out.main if fan_out else reader, config.parameters, runtime,
                                  env_state, status)
