@@ -130,6 +130,32 @@ def test_a_second_plotter_on_a_live_runs_folder_is_refused_and_the_live_run_goes
     assert not os.path.exists(tmp_path / "history")
 
 
+def test_close_all_lets_go_of_the_plotters_no_name_refers_to(tmp_path):
+    """A notebook keeps a cell's Plotter in ``Out[n]`` (or a traceback) after the name is gone:
+    the refusal says how to close it, and ``Plotter.close_all()`` does, final video first."""
+    out = [
+        Plotter("Swimmer-v5",
+                LinearPolicy(8, 2),
+                max_path_length=STEPS,
+                video_dir=str(tmp_path / "started"),
+                verbose=0).start(),
+        Plotter("Swimmer-v5",
+                LinearPolicy(8, 2),
+                max_path_length=STEPS,
+                video_dir=str(tmp_path / "never_started"),
+                verbose=0)
+    ]
+    out[0].update_plot(LinearPolicy(8, 2), iteration=3)
+    with pytest.raises(FolderInUseError, match=r"Plotter\.close_all\(\) closes it"):
+        Plotter("Swimmer-v5", LinearPolicy(8, 2), video_dir=str(tmp_path / "started"))
+    assert Plotter.close_all() == 2
+    assert Plotter.close_all() == 0  # each once
+    assert out[0].stats["final_video"] == str(tmp_path / "started" / "iter_0003.mp4")
+    for folder in ("started", "never_started"):  # free again
+        Plotter("Swimmer-v5", LinearPolicy(8, 2), video_dir=str(tmp_path / folder),
+                verbose=0).close()
+
+
 def test_a_folder_held_by_another_process_is_refused_until_it_is_killed(
         tmp_path, capsys, monkeypatch):
     """The claim is the kernel's lock: a run in another process is named by its pid and command

@@ -251,6 +251,7 @@ class Plotter:
         self.history_dir = config.worker.history_dir if config.has_output else None
         self.tensorboard_dir = config.tensorboard_dir
         self.window = config.window
+        _open_plotters.add(self)  # it holds its folder until closed: close_all() finds it
 
     # ------------------------------------------------------------------------------ public API
 
@@ -357,6 +358,20 @@ class Plotter:
             if remaining <= 0:
                 return None
             time.sleep(min(0.05, remaining))
+
+    @staticmethod
+    def close_all(final_video: bool = True) -> int:
+        """Close every Plotter of this process that is not closed yet, each as
+        ``close(final_video=final_video)``, and return how many there were: in a notebook,
+        those of a cell's earlier runs that no name refers to any more (IPython's ``Out``, a
+        kept traceback or an interrupted loop still holds them, and their folders)."""
+        plotters = [
+            plotter for plotter in list(_open_plotters)
+            if plotter._owner_pid == os.getpid() and plotter._state is not PlotterState.CLOSED
+        ]
+        for plotter in plotters:
+            plotter.close(final_video=final_video)
+        return len(plotters)
 
     def close(self, timeout: Optional[float] = None, *, final_video: bool = True) -> None:
         """Stop the worker. First, when no video shows the newest parameters yet, the worker

@@ -99,7 +99,8 @@ class RunFolder:
             who, here = self._holder_now()
             self.release()
             first = ("close() that one first (in a notebook, the Plotter of a cell's earlier run "
-                     "is still open)" if here else "let that run end first")
+                     "is still open: Plotter.close_all() closes it)"
+                     if here else "let that run end first")
             argument = self.outputs.argument
             raise FolderInUseError(
                 f"{argument} {folder!r} is in use: {who} writes a run there, and two runs in one "
