@@ -7,6 +7,7 @@ import time
 
 import gymnasium
 import keras
+import mujoco
 import numpy as np
 import pytest
 
@@ -160,6 +161,9 @@ def test_a_model_changed_after_make_is_named_where_it_does_not_travel(tmp_path):
     """The worker builds its env afresh: a changed body would have been shown as it was made,
     with no word. Physics travel (a heavier torso on a planet of 5 m/s² is accepted)."""
     Plotter(heavier_hopper(), LinearPolicy(11, 3), video_dir=str(tmp_path / "heavier")).close()
+    env = heavier_hopper()  # what MuJoCo derives from the masses, updated as its docs advise
+    mujoco.mj_setConst(env.unwrapped.model, env.unwrapped.data)
+    Plotter(env, LinearPolicy(11, 3), video_dir=str(tmp_path / "set_const")).close()
     env = heavier_hopper()
     env.unwrapped.model.geom_size[2, 0] = 0.2  # a thicker torso
     message = rejected(EnvMismatchError, tmp_path, env, LinearPolicy(11, 3))

@@ -27,14 +27,17 @@ START_STATE = ("init_qpos", "init_qvel")
 #: arrays larger than this are not a setting anyone types in
 _LARGEST_ARRAY = 10_000
 #: the ``MjModel`` arrays that are physics parameters, not geometry or looks (the render
-#: process draws with its own model); ``mj_setConst``'s results of them among them
+#: process draws with its own model), and what ``mj_setConst`` derives from them after a
+#: change of masses: among those, the offsets of tracking cameras and lights from the centre of
+#: mass, which the render process's model then lacks (a framing difference of millimetres)
 MODEL_PHYSICS = ("body_mass", "body_inertia", "body_gravcomp", "body_subtreemass",
                  "body_invweight0", "geom_friction", "geom_solref", "geom_solimp", "geom_solmix",
                  "geom_margin", "geom_gap", "dof_damping", "dof_armature", "dof_frictionloss",
-                 "dof_invweight0", "jnt_stiffness", "jnt_range", "jnt_solref", "jnt_solimp",
-                 "qpos_spring", "actuator_gear", "actuator_gainprm", "actuator_biasprm",
-                 "actuator_dynprm", "actuator_ctrlrange", "actuator_forcerange", "tendon_stiffness",
-                 "tendon_damping", "tendon_invweight0")
+                 "dof_invweight0", "dof_M0", "jnt_stiffness", "jnt_range", "jnt_solref",
+                 "jnt_solimp", "qpos_spring", "actuator_gear", "actuator_gainprm",
+                 "actuator_biasprm", "actuator_dynprm", "actuator_ctrlrange", "actuator_forcerange",
+                 "actuator_acc0", "tendon_stiffness", "tendon_damping", "tendon_invweight0",
+                 "cam_poscom0", "light_poscom0")
 #: where a model's settings are, below the layer that holds it
 MODEL, OPTIONS = "model.", "model.opt."
 

@@ -107,9 +107,10 @@ def field_of(place: int, layer: Any, name: str, value: Any) -> Optional[SettingF
 
 
 class TrainerSettings:
-    """The settings of the trainer's env object: which travel, read at every update."""
+    """The settings of the trainer's env object (its ``layers``, ``env_layers``): which travel,
+    read at every update."""
 
-    def __init__(self, env: Any, layers: List[Any], label: str) -> None:
+    def __init__(self, layers: List[Any], label: str) -> None:
         self._layers = layers
         self.label = label
         fields, places, fixed = [], [], []

@@ -170,7 +170,7 @@ class TrainerEnvState:
                 LayerState(
                     type(layer).__name__, kind,
                     tuple((name, tuple(np.shape(value))) for name, value in state.items())))
-        self._settings = TrainerSettings(env, every, label) if settings else None
+        self._settings = TrainerSettings(every, label) if settings else None
         self.layout = EnvStateLayout(tuple(layouts), self._settings.fields if self._settings else
                                      ())
 
