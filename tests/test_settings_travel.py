@@ -147,6 +147,33 @@ def test_a_curriculum_changed_while_training_is_followed(tmp_path, no_leftovers)
     assert len(set(np.round(returns, 6))) == len(plans), returns  # each setting told apart
 
 
+def test_the_settings_of_a_sync_vector_env_s_first_env_travel(tmp_path, no_leftovers):
+    """The worker shows one env of a SyncVectorEnv: its first, whose settings a training loop
+    changes through the vector env's envs."""
+    envs = gymnasium.vector.SyncVectorEnv([lambda: gymnasium.make("Swimmer-v5")] * 2)
+    policy = LinearPolicy(8, 2)
+    policy.fill(0.3)
+    with Plotter(envs, policy, max_path_length=STEPS, video_dir=str(tmp_path),
+                 priority="normal") as plotter:
+        plotter.update_plot(policy, iteration=0)
+        wait_for(lambda: [e for e in plotter.stats["history"] if e["iteration"] == 0],
+                 90,
+                 message="iteration 0's history")
+        for env in envs.envs:
+            env.unwrapped._ctrl_cost_weight = 2.0
+        plotter.update_plot(policy, iteration=1)
+        wait_for(lambda: [e for e in plotter.stats["history"] if e["iteration"] == 1],
+                 90,
+                 message="iteration 1's history")
+        returns = {e["iteration"]: e["return"] for e in plotter.stats["history"]}
+    expected = gymnasium.make("Swimmer-v5")
+    expected.unwrapped._ctrl_cost_weight = 2.0
+    assert returns[1] == pytest.approx(deterministic_return(expected, policy), rel=1e-6, abs=1e-6)
+    assert returns[0] == pytest.approx(deterministic_return(gymnasium.make("Swimmer-v5"), policy),
+                                       rel=1e-6,
+                                       abs=1e-6)
+
+
 class Mode(gymnasium.Wrapper, gymnasium.utils.RecordConstructorArgs):
     """A wrapper with a setting that is a string: it cannot travel."""
 

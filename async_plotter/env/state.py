@@ -170,7 +170,7 @@ class TrainerEnvState:
                 LayerState(
                     type(layer).__name__, kind,
                     tuple((name, tuple(np.shape(value))) for name, value in state.items())))
-        self._settings = TrainerSettings(every, label) if settings else None
+        self._settings = TrainerSettings(_with_the_shown_env(every), label) if settings else None
         self.layout = EnvStateLayout(tuple(layouts), self._settings.fields if self._settings else
                                      ())
 
@@ -236,6 +236,16 @@ class WorkerEnvState:
         for (layer, kind), state, held in zip(self._layers, self._state, self._held):
             if held:
                 write_layer(layer, kind, state)
+
+
+def _with_the_shown_env(layers: List[Any]) -> List[Any]:
+    """``layers``, and where the innermost is a vector env that keeps its envs
+    (``SyncVectorEnv``), the layers of its first env: the one the worker shows
+    (``recipe.describe_vector_env``), whose settings travel too."""
+    envs = _own(layers[-1]).get("envs") if layers else None
+    if isinstance(envs, (list, tuple)) and envs and hasattr(envs[0], "step"):
+        return layers + env_layers(envs[0])
+    return layers
 
 
 def _split(flat: np.ndarray, layers: Sequence[LayerState]) -> List[Dict[str, np.ndarray]]:
