@@ -173,6 +173,11 @@ def test_the_settings_of_a_sync_vector_env_s_first_env_travel(tmp_path, no_lefto
                                        rel=1e-6,
                                        abs=1e-6)
 
+    envs = gymnasium.vector.SyncVectorEnv([lambda: gymnasium.make("Swimmer-v5")] * 2)
+    envs.envs[0].unwrapped.model.geom_size[1, 0] *= 2  # geometry: does not travel
+    with pytest.raises(EnvMismatchError, match=r"MuJoCo model differs .*geom_size\[1, 0\]"):
+        Plotter(envs, policy, video_dir=str(tmp_path / "thicker"))
+
 
 class Mode(gymnasium.Wrapper, gymnasium.utils.RecordConstructorArgs):
     """A wrapper with a setting that is a string: it cannot travel."""

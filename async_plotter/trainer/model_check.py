@@ -35,10 +35,16 @@ _TRAVELS = ("Of the model, its physics parameters travel to the worker with ever
 
 
 def mujoco_model(env: Any) -> Any:
-    """The ``mujoco.MjModel`` of ``env`` (under its wrappers), or None for an env without one."""
+    """The ``mujoco.MjModel`` of ``env`` (under its wrappers; of a ``SyncVectorEnv``, its first
+    env's: the one the worker shows), or None for an env without one."""
     unwrapped = getattr(env, "unwrapped", env)
     model = getattr(unwrapped, "model", None)
-    return model if type(model).__name__ == "MjModel" else None
+    if type(model).__name__ == "MjModel":
+        return model
+    envs = getattr(unwrapped, "__dict__", {}).get("envs")
+    if isinstance(envs, (list, tuple)) and envs and hasattr(envs[0], "step"):
+        return mujoco_model(envs[0])
+    return None
 
 
 def check_same_model(trainer_env: Any, worker_env: Any, built: Optional[bytes], label: str) -> bool:
