@@ -180,41 +180,66 @@ def test_the_settings_of_a_sync_vector_env_s_first_env_travel(tmp_path, no_lefto
 
 
 class Mode(gymnasium.Wrapper, gymnasium.utils.RecordConstructorArgs):
-    """A wrapper with a setting that is a string: it cannot travel."""
+    """A wrapper whose string setting doubles the reward when "hard", and whose tuple of
+    strings cannot travel."""
 
-    def __init__(self, env, mode="easy"):
-        gymnasium.utils.RecordConstructorArgs.__init__(self, mode=mode)
+    def __init__(self, env, mode="easy", modes=("easy", "hard")):
+        gymnasium.utils.RecordConstructorArgs.__init__(self, mode=mode, modes=modes)
         super().__init__(env)
-        self.mode = mode
+        self.mode, self.modes = mode, modes
+
+    def step(self, action):
+        observation, reward, terminated, truncated, info = self.env.step(action)
+        return observation, reward * (2 if self.mode == "hard" else 1), terminated, truncated, info
 
 
-def test_a_setting_that_cannot_travel_is_named_before_start_and_while_training(tmp_path):
+def test_a_string_travels_and_what_cannot_is_named_before_start_and_while_training(
+        tmp_path, no_leftovers):
     env = Mode(gymnasium.make("Swimmer-v5"))
-    env.mode = "hard"
+    env.modes = ("easy", "hard", "harder")
     with pytest.raises(EnvMismatchError) as raised:
         Plotter(env, LinearPolicy(8, 2), video_dir=str(tmp_path / "before"))
     message = str(raised.value)
-    assert "Mode.mode: 'hard' in yours, 'easy' in the worker's" in message, message
-    assert "Mode(env, mode='hard') records it" in message, message
+    assert "Mode.modes: ('easy', 'hard', 'harder') in yours, ('easy', 'hard') in the worker's" in (
+        message), message
+    assert "Mode(env, modes=('easy', 'hard', 'harder')) records it" in message, message
     assert not (tmp_path / "before").exists()
 
     env = Mode(gymnasium.make("Swimmer-v5"))
     policy = LinearPolicy(8, 2)
-    with Plotter(env, policy, video_dir=str(tmp_path / "during")) as plotter:
-        plotter.update_plot(policy, iteration=0)
-        env.mode = "hard"
-        with pytest.raises(EnvMismatchError) as raised:
-            plotter.update_plot(policy, iteration=1)
-        message = str(raised.value)
-        assert message.startswith("the setting Mode.mode of the env Swimmer-v5 is now 'hard', "
-                                  "which cannot travel to the plot worker"), message
-        assert "(it was 'easy')" in message
-        assert plotter.stats["updates_sent"] == 1  # the refused one is not sent
+    policy.fill(0.3)
+    with Plotter(env,
+                 policy,
+                 max_path_length=STEPS,
+                 video_dir=str(tmp_path / "during"),
+                 priority="normal") as plotter:
+        for iteration in (0, 1):
+            env.mode = ("easy", "hard")[iteration]  # a string: travels
+            plotter.update_plot(policy, iteration=iteration)
+            wait_for(lambda: [e for e in plotter.stats["history"] if e["iteration"] == iteration],
+                     90,
+                     message=f"the history of iteration {iteration}")
+        returns = {e["iteration"]: e["return"] for e in plotter.stats["history"]}
+        assert returns[1] == pytest.approx(2 * returns[0], rel=1e-6), returns
 
+        env.modes = ("easy", "hard", "harder")
+        with pytest.raises(EnvMismatchError) as raised:
+            plotter.update_plot(policy, iteration=2)
+        message = str(raised.value)
+        assert message.startswith("the setting Mode.modes of the env Swimmer-v5 is now "
+                                  "('easy', 'hard', 'harder'), which cannot travel to the plot "
+                                  "worker"), message
+        assert "(it was ('easy', 'hard'))" in message
+        assert plotter.stats["updates_sent"] == 2  # the refused one is not sent
+
+        env.modes = ("easy", "hard")
+        env.mode = "very hard " * 7
+        with pytest.raises(EnvMismatchError, match="longer than the 64 bytes"):
+            plotter.update_plot(policy, iteration=2)
         env.mode = "easy"
         env.unwrapped.init_qpos = np.zeros(3)  # another shape
         with pytest.raises(EnvMismatchError) as raised:
-            plotter.update_plot(policy, iteration=1)
+            plotter.update_plot(policy, iteration=2)
         assert "SwimmerEnv.init_qpos" in str(raised.value)
         assert "no longer a number (or a tuple or array of them" in str(raised.value)
 

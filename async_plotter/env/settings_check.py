@@ -56,8 +56,9 @@ def check_same_settings(trainer_env: Any, worker: List[Settings], another_copy: 
     raise EnvMismatchError(
         f"your env's settings differ from those of the env the plot worker builds for {label} "
         f"({named}{'; ...' if len(differences) > _NAMED else ''}). They were changed after the "
-        "env was made (by you, or by the env as it played), and only numbers, None, tuples of "
-        "them and numeric arrays travel to the worker, which builds its env afresh: its videos "
+        "env was made (by you, or by the env as it played), and only numbers, strings, None, "
+        "tuples of numbers and numeric arrays travel to the worker, which builds its env "
+        "afresh: its videos "
         "and returns would show another env than training's. Set them "
         f"where the env is made ({_how(differences)}), or pass Plotter a zero-argument function "
         "that makes the env and sets them.")

@@ -8,12 +8,13 @@ made with.
 A setting is what ``env/settings.py`` says: an attribute that a constructor parameter of a
 layer's class names, MuJoCo's ``init_qpos``/``init_qvel``, and the physics parameters of a MuJoCo
 model (``model.opt.gravity``, ``model.body_mass``: written in place). Numbers, booleans, None,
-tuples and lists of them and numeric arrays travel, behind the wrappers' state, in the policy's
-dtype: each value as three parts (three float32s hold a float64 exactly: 3 x 24 bits >= 53) and
-each scalar with its kind (float, int, bool, None), so the worker's copy gets the trainer's
-value and type exactly. A setting of another kind (a string) does not travel: ``Plotter()``'s
+tuples and lists of them, numeric arrays and strings travel, behind the wrappers' state, in the
+policy's dtype: each value as three parts (three float32s hold a float64 exactly: 3 x 24 bits
+>= 53), each scalar with its kind (float, int, bool, None), a string as its UTF-8 bytes in a
+slot of at least ``STRING_BYTES``, so the worker's copy gets the trainer's value and type
+exactly. A setting of another kind (a tuple holding a string) does not travel: ``Plotter()``'s
 check names one that differs, and one changed while training, like an array that changes its
-shape, is an ``EnvMismatchError`` at ``update_plot``.
+shape or a string too long for its slot, is an ``EnvMismatchError`` at ``update_plot``.
 
 Setting an attribute on a fresh copy is what the user did to their env after it was made, so the
 copy then is their env. The worker writes a setting only where it changed since the update
@@ -41,8 +42,12 @@ PARTS = 3
 #: a scalar's kind, travelling beside its value
 FLOAT, INT, BOOL, NONE = 0, 1, 2, 3
 #: how a setting's value is held: a Python scalar, a tuple or list of them, a numpy array or
-#: numpy scalar (its dtype kept)
-SCALAR, TUPLE, LIST, ARRAY, NUMPY = "scalar", "tuple", "list", "array", "numpy"
+#: numpy scalar (its dtype kept), a string (its UTF-8 bytes, as numbers)
+SCALAR, TUPLE, LIST, ARRAY, NUMPY, STRING = "scalar", "tuple", "list", "array", "numpy", "string"
+#: the bytes a string's slot holds at least (a longer one at Plotter(): its own length)
+STRING_BYTES = 64
+#: forms whose values travel with no kind beside them
+_KINDLESS = (ARRAY, NUMPY, STRING)
 _SEQUENCES = {TUPLE: tuple, LIST: list}
 #: the largest finite value that travels: float32's
 _LARGEST = float(np.finfo(np.float32).max)
@@ -72,7 +77,7 @@ class SettingField:
     @property
     def kinds(self) -> int:
         """How many kinds travel with it (one a Python scalar)."""
-        return 0 if self.form in (ARRAY, NUMPY) else self.elements
+        return 0 if self.form in _KINDLESS else self.elements
 
     @property
     def label(self) -> str:
@@ -88,6 +93,9 @@ def field_of(place: int, layer: Any, name: str, value: Any) -> Optional[SettingF
     """The travelling form of ``value`` (``layer``'s setting ``name``), or None where it cannot
     travel (a string, an object)."""
     wrapper = type(layer).__name__
+    if isinstance(value, str):
+        room = max(STRING_BYTES, len(value.encode("utf-8")))
+        return SettingField(place, wrapper, name, STRING, (room + 1, ))  # its length, its bytes
     if isinstance(value, np.ndarray):
         if value.dtype.kind not in "biuf" or not _in_range(value):
             return None
@@ -141,11 +149,12 @@ class TrainerSettings:
                 self._refuse(
                     field.label, value, "it is no longer a number (or a tuple or array of them, "
                     "within float32's range) of the form and shape it had at Plotter()")
-            if field.form in (ARRAY, NUMPY):
+            if field.form in _KINDLESS:
                 if scalars:
                     pieces.append(np.array(scalars, dtype=np.float64))
                     scalars = []
-                pieces.append(np.ravel(value))
+                pieces.append(
+                    np.ravel(value) if field.form != STRING else self._bytes(field, value))
                 continue
             for item in (value if field.form in _SEQUENCES else (value, )):
                 kind = _scalar_kind(item)
@@ -158,7 +167,7 @@ class TrainerSettings:
             if not same_setting(setting_value(now), was):
                 self._refuse(
                     f"{type(self._layers[place]).__name__}.{name}", now,
-                    "only numbers, None, tuples of them and numeric arrays travel "
+                    "only numbers, strings, None, tuples of numbers and numeric arrays travel "
                     f"(it was {was!r})")
         flat = np.concatenate(pieces).astype(np.float64, copy=False) if pieces else np.zeros(0)
         too_large = np.flatnonzero(np.isfinite(flat) & (np.abs(flat) > np.finfo(dtype).max))
@@ -167,6 +176,18 @@ class TrainerSettings:
             self._refuse(field.label, read_setting(self._layers[place], field.name),
                          f"a value is too large for the policy's dtype, {np.dtype(dtype)}")
         return encode(flat, np.array(kinds), dtype)
+
+    def _bytes(self, field: SettingField, value: str) -> np.ndarray:
+        """A string's slot: its length in bytes, then its UTF-8 bytes, then zeros."""
+        encoded = value.encode("utf-8")
+        if len(encoded) >= field.elements:
+            self._refuse(
+                field.label, value, f"it is longer than the {field.elements - 1} bytes its "
+                "place in an update holds (the longer of 64 and its length at Plotter())")
+        slot = np.zeros(field.elements)
+        slot[0] = len(encoded)
+        slot[1:1 + len(encoded)] = np.frombuffer(encoded, np.uint8)
+        return slot
 
     def _field_at(self, index: int) -> Tuple[SettingField, int]:
         """The field whose elements hold value ``index``, and its layer's place."""
@@ -180,8 +201,8 @@ class TrainerSettings:
         raise EnvMismatchError(
             f"the setting {name} of the env {self.label} is now {value!r}, which cannot travel "
             f"to the plot worker: {why}. Its videos would show the env with the setting as it "
-            "was. Keep the setting a number (or an array of one shape), or make the env anew "
-            "with a new Plotter.")
+            "was. Keep the setting of the kind and shape it had, or make the env anew with a new "
+            "Plotter.")
 
 
 class WorkerSettings:
@@ -269,6 +290,9 @@ def decode(flat: np.ndarray, fields: Tuple[SettingField, ...]) -> List[Any]:
             decoded.append(chunk.astype(np.dtype(field.dtype)).reshape(field.shape))
         elif field.form == NUMPY:
             decoded.append(np.dtype(field.dtype).type(chunk[0]))
+        elif field.form == STRING:
+            length = int(chunk[0])
+            decoded.append(bytes(chunk[1:1 + length].astype(np.uint8)).decode("utf-8"))
         else:
             items = [
                 _scalar(value, kind)
@@ -301,6 +325,8 @@ def _fits(field: SettingField, value: Any) -> bool:
                 and value.dtype.str == field.dtype)
     if field.form == NUMPY:
         return isinstance(value, np.generic) and value.dtype.str == field.dtype
+    if field.form == STRING:
+        return isinstance(value, str)
     if field.form == SCALAR:
         return _scalar_kind(value) is not None
     return (isinstance(value, _SEQUENCES[field.form]) and len(value) == field.shape[0]
