@@ -31,6 +31,18 @@ def changed_hopper():
     return env
 
 
+def shown_return_of(plotter, policy, iteration):
+    """``update_plot(policy, iteration)``, then the return of the worker's history episode of
+    that iteration (one deterministic episode from the start state)."""
+    plotter.update_plot(policy, iteration=iteration)
+
+    def recorded():
+        return [e["return"] for e in plotter.stats["history"] if e["iteration"] == iteration]
+
+    wait_for(recorded, 90, message=f"the history of iteration {iteration}")
+    return recorded()[0]
+
+
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 def test_each_setting_arrives_exactly_with_its_type(dtype):
     env = changed_hopper()
@@ -132,17 +144,12 @@ def test_a_curriculum_changed_while_training_is_followed(tmp_path, no_leftovers)
                  priority="normal") as plotter:
         for iteration, change in plans.items():
             change(env)
-            plotter.update_plot(policy, iteration=iteration)
-
-            def recorded():
-                return [e for e in plotter.stats["history"] if e["iteration"] == iteration]
-
-            wait_for(recorded, 90, message=f"the history of iteration {iteration}")
+            shown = shown_return_of(plotter, policy, iteration)
             expected = gymnasium.make("Swimmer-v5")
             change(expected)
-            assert recorded()[0]["return"] == pytest.approx(deterministic_return(expected, policy),
-                                                            rel=1e-6,
-                                                            abs=1e-6), iteration
+            assert shown == pytest.approx(deterministic_return(expected, policy),
+                                          rel=1e-6,
+                                          abs=1e-6), iteration
     returns = [entry["return"] for entry in plotter.stats["history"] if entry["iteration"] in plans]
     assert len(set(np.round(returns, 6))) == len(plans), returns  # each setting told apart
 
@@ -155,17 +162,10 @@ def test_the_settings_of_a_sync_vector_env_s_first_env_travel(tmp_path, no_lefto
     policy.fill(0.3)
     with Plotter(envs, policy, max_path_length=STEPS, video_dir=str(tmp_path),
                  priority="normal") as plotter:
-        plotter.update_plot(policy, iteration=0)
-        wait_for(lambda: [e for e in plotter.stats["history"] if e["iteration"] == 0],
-                 90,
-                 message="iteration 0's history")
+        returns = {0: shown_return_of(plotter, policy, 0)}
         for env in envs.envs:
             env.unwrapped._ctrl_cost_weight = 2.0
-        plotter.update_plot(policy, iteration=1)
-        wait_for(lambda: [e for e in plotter.stats["history"] if e["iteration"] == 1],
-                 90,
-                 message="iteration 1's history")
-        returns = {e["iteration"]: e["return"] for e in plotter.stats["history"]}
+        returns[1] = shown_return_of(plotter, policy, 1)
     expected = gymnasium.make("Swimmer-v5")
     expected.unwrapped._ctrl_cost_weight = 2.0
     assert returns[1] == pytest.approx(deterministic_return(expected, policy), rel=1e-6, abs=1e-6)
@@ -177,6 +177,36 @@ def test_the_settings_of_a_sync_vector_env_s_first_env_travel(tmp_path, no_lefto
     envs.envs[0].unwrapped.model.geom_size[1, 0] *= 2  # geometry: does not travel
     with pytest.raises(EnvMismatchError, match=r"MuJoCo model differs .*geom_size\[1, 0\]"):
         Plotter(envs, policy, video_dir=str(tmp_path / "thicker"))
+
+
+class Paced(gymnasium.Wrapper):
+    """A wrapper of the user's whose pace no constructor parameter names, with a step counter
+    (state: it changes as the wrapper steps)."""
+
+    def __init__(self, env):
+        super().__init__(env)
+        self.pace = 1.0
+        self.steps = 0
+
+    def step(self, action):
+        self.steps += 1
+        observation, reward, terminated, truncated, info = self.env.step(action)
+        return observation, reward * self.pace, terminated, truncated, info
+
+
+def test_plain_data_a_users_layer_keeps_as_it_steps_travels(tmp_path, no_leftovers):
+    """``self.pace = 1.0`` in a wrapper's ``__init__``, raised as the run trains: the worker's
+    episodes are paid at the trainer's pace, not at the pace it had when Plotter() copied it."""
+    env = Paced(gymnasium.make("Swimmer-v5"))
+    policy = LinearPolicy(8, 2)
+    policy.fill(0.3)
+    with Plotter(env, policy, max_path_length=STEPS, video_dir=str(tmp_path),
+                 priority="normal") as plotter:
+        returns = {}
+        for iteration, pace in enumerate((1.0, 3.0)):
+            env.pace = pace
+            returns[iteration] = shown_return_of(plotter, policy, iteration)
+    assert returns[1] == pytest.approx(3 * returns[0], rel=1e-6), returns
 
 
 class Mode(gymnasium.Wrapper, gymnasium.utils.RecordConstructorArgs):
@@ -213,13 +243,10 @@ def test_a_string_travels_and_what_cannot_is_named_before_start_and_while_traini
                  max_path_length=STEPS,
                  video_dir=str(tmp_path / "during"),
                  priority="normal") as plotter:
+        returns = {}
         for iteration in (0, 1):
             env.mode = ("easy", "hard")[iteration]  # a string: travels
-            plotter.update_plot(policy, iteration=iteration)
-            wait_for(lambda: [e for e in plotter.stats["history"] if e["iteration"] == iteration],
-                     90,
-                     message=f"the history of iteration {iteration}")
-        returns = {e["iteration"]: e["return"] for e in plotter.stats["history"]}
+            returns[iteration] = shown_return_of(plotter, policy, iteration)
         assert returns[1] == pytest.approx(2 * returns[0], rel=1e-6), returns
 
         env.modes = ("easy", "hard", "harder")
@@ -289,3 +316,15 @@ def test_settings_find_their_layer_in_a_copy_with_other_layers():
         env.unwrapped.g = 2.0  # a constructor parameter of gym's PendulumEnv, while training
         state.apply(trainer.read(np.float32))
         assert copy.unwrapped.g == 2.0, checked
+
+
+def test_a_copy_keeps_an_object_where_the_trainer_s_env_holds_plain_data():
+    """A renderer the worker's copy made where the trainer's env holds None is not replaced."""
+    env = Paced(gymnasium.make("Swimmer-v5"))
+    env.viewer = None
+    trainer = TrainerEnvState(env, "Swimmer-v5", settings=True, extra=[("Paced", 0, "viewer")])
+    assert "viewer" in [field.name for field in trainer.layout.settings]
+    copy = Paced(gymnasium.make("Swimmer-v5"))
+    copy.viewer = viewer = object()
+    WorkerEnvState(copy, trainer.layout, "Swimmer-v5").apply(trainer.read(np.float32))
+    assert copy.viewer is viewer

@@ -6,6 +6,11 @@ Its value is a number, a string, None, a short tuple of them or a numeric array.
 check that the worker's copy has the trainer's settings (``settings_check.py``) and by their
 travel with every update (``settings_travel.py``).
 
+A layer of the user's own (an env class or wrapper not from Gymnasium, gym or this library) may
+keep a setting in an attribute no constructor parameter names (``self.target_speed = 1.0`` in
+``__init__``, raised by a curriculum): its plain data (``user_data``) that a fresh copy keeps as
+it resets and steps is taken for settings too (``trainer/preflight.py`` finds which).
+
 A MuJoCo env's model holds settings too: its physics parameters (``model_settings``: the options,
 masses, inertias, friction, damping, stiffness, actuator gains...), which a transfer experiment
 or a curriculum changes in place (``env.unwrapped.model.opt.gravity[2] = -5``). They travel as
@@ -41,6 +46,28 @@ MODEL_PHYSICS = ("body_mass", "body_inertia", "body_gravcomp", "body_subtreemass
                  "cam_poscom0", "light_poscom0")
 #: where a model's settings are, below the layer that holds it
 MODEL, OPTIONS = "model.", "model.opt."
+
+#: packages whose layers' settings are their constructor parameters alone
+_LIBRARIES = ("gymnasium", "gym", "async_plotter")
+#: where a layer keeps the env it wraps (``env/state.py``'s links) and its other envs
+_LINKS = frozenset({"env", "_wrapped_env", "wrapped_env", "envs", "env_fns"})
+
+
+def user_data(layer: Any) -> Dict[str, Any]:
+    """The plain data (as ``setting_value`` keeps it) of a layer of the user's own that is no
+    setting by name already: candidates for settings, by attribute name; none for a library's
+    layer."""
+    if type(layer).__module__.split(".")[0] in _LIBRARIES:
+        return {}
+    named = layer_settings(layer)
+    found = {}
+    for name, value in getattr(layer, "__dict__", {}).items():
+        if name in named or name in _LINKS or name.lstrip("_") in _DRAWING or name.startswith("__"):
+            continue
+        value = setting_value(value)
+        if value is not None:
+            found[name] = value
+    return found
 
 
 def layer_settings(layer: Any) -> Dict[str, Any]:

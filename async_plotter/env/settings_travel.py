@@ -27,12 +27,12 @@ import dataclasses
 import functools
 import logging
 import math
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from typing import Any, Callable, Collection, Dict, List, Optional, Tuple
 
 import numpy as np
 
 from async_plotter.env.settings import (layer_settings, model_settings, read_setting, same_setting,
-                                        setting_value, write_setting)
+                                        setting_value, user_data, write_setting)
 from async_plotter.errors import EnvMismatchError
 
 logger = logging.getLogger("async_plotter")
@@ -49,6 +49,9 @@ STRING_BYTES = 64
 #: forms whose values travel with no kind beside them
 _KINDLESS = (ARRAY, NUMPY, STRING)
 _SEQUENCES = {TUPLE: tuple, LIST: list}
+#: a setting of a user's layer that no constructor parameter names, found by the trainer-side
+#: check (``steady_user_data``): its layer's class name and rank, and its name
+Extra = Tuple[str, int, str]
 #: the largest finite value that travels: float32's
 _LARGEST = float(np.finfo(np.float32).max)
 
@@ -118,12 +121,17 @@ class TrainerSettings:
     """The settings of the trainer's env object (its ``layers``, ``env_layers``): which travel,
     read at every update."""
 
-    def __init__(self, layers: List[Any], label: str) -> None:
+    def __init__(self, layers: List[Any], label: str, extra: Collection[Extra] = ()) -> None:
         self._layers = layers
         self.label = label
         fields, places, fixed = [], [], []
         for place, (layer, rank) in enumerate(zip(layers, ranks(layers))):
-            for name, kept in {**layer_settings(layer), **model_settings(layer)}.items():
+            more = {
+                name: kept
+                for name, kept in user_data(layer).items()
+                if (type(layer).__name__, rank, name) in extra
+            }
+            for name, kept in {**layer_settings(layer), **model_settings(layer), **more}.items():
                 field = field_of(rank, layer, name, read_setting(layer, name))
                 if field is not None:
                     fields.append(field)
@@ -235,7 +243,9 @@ class WorkerSettings:
             before = self._last[index]
             if before is _UNSET:
                 before = read_setting(target, field.name)
-            if not same_setting(before, value):
+            # An object where the trainer's has plain data (a renderer the worker's copy made,
+            # where the trainer's holds None) is the copy's own: never replaced.
+            if not same_setting(before, value) and _fits(field, read_setting(target, field.name)):
                 try:
                     write_setting(target, field.name, value)
                 except Exception as error:  # noqa: BLE001 - a viewer's other MuJoCo version
@@ -245,6 +255,22 @@ class WorkerSettings:
                         type(error).__name__, error)
                     self._targets[index] = None
             self._last[index] = value
+
+
+def steady_user_data(before: List[Any], after: List[Any]) -> Tuple[Extra, ...]:
+    """The plain data of the user's layers that a copy kept from ``before`` to ``after``
+    (``user_data`` of each of its layers, ``env_layers``, as it reset and stepped): settings
+    no constructor parameter names (what changed is state)."""
+    return tuple((kind, rank, name) for (kind, rank, earlier), (_, _, later) in zip(before, after)
+                 for name, value in later.items()
+                 if name in earlier and same_setting(earlier[name], value))
+
+
+def user_data_of(layers: List[Any]) -> List[Any]:
+    """``user_data`` of each of ``layers``, with its class name and rank, for
+    ``steady_user_data``."""
+    return [(type(layer).__name__, rank, user_data(layer))
+            for layer, rank in zip(layers, ranks(layers))]
 
 
 def ranks(layers: List[Any]) -> List[int]:

@@ -13,11 +13,11 @@ is given.
 Runs in the trainer (``TrainerEnvState``) and in the rollout process (``WorkerEnvState``).
 """
 import dataclasses
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Collection, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from async_plotter.env.settings_travel import (SettingField, TrainerSettings, WorkerSettings,
+from async_plotter.env.settings_travel import (Extra, SettingField, TrainerSettings, WorkerSettings,
                                                size_of)
 from async_plotter.errors import EnvMismatchError
 
@@ -158,7 +158,11 @@ class TrainerEnvState:
     """The stateful layers of the trainer's own env object, and with ``settings`` its settings,
     read at every ``update_plot``."""
 
-    def __init__(self, env: Any, label: str, settings: bool = False) -> None:
+    def __init__(self,
+                 env: Any,
+                 label: str,
+                 settings: bool = False,
+                 extra: Collection[Extra] = ()) -> None:
         every = env_layers(env)
         found = [(layer, layer_kind(layer)) for layer in every]
         self._layers = [(layer, kind) for layer, kind in found if kind is not None]
@@ -170,7 +174,8 @@ class TrainerEnvState:
                 LayerState(
                     type(layer).__name__, kind,
                     tuple((name, tuple(np.shape(value))) for name, value in state.items())))
-        self._settings = TrainerSettings(_with_the_shown_env(every), label) if settings else None
+        self._settings = (TrainerSettings(_with_the_shown_env(every), label, extra)
+                          if settings else None)
         self.layout = EnvStateLayout(tuple(layouts), self._settings.fields if self._settings else
                                      ())
 

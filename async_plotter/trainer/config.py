@@ -11,7 +11,7 @@ import dataclasses
 import os
 import tempfile
 import types
-from typing import Any, Callable, List, Mapping, Optional, Tuple, Union
+from typing import Any, Callable, Collection, List, Mapping, Optional, Tuple, Union
 
 import cloudpickle
 import numpy as np
@@ -19,6 +19,7 @@ import numpy as np
 from async_plotter.channel.shm import supported_dtype
 from async_plotter.display import offscreen_gl_backend, x_display_available
 from async_plotter.env.recipe import describe_env
+from async_plotter.env.settings_travel import Extra
 from async_plotter.env.state import EnvStateLayout, TrainerEnvState
 from async_plotter.errors import (InvalidArgumentError, NoDisplayError, ParameterMismatchError,
                                   PolicyProtocolError, VideoDirError)
@@ -208,6 +209,17 @@ def plotter_config(arguments: Mapping[str, Any]) -> PlotterConfig:
                          verbose=verbose,
                          private_history=bool(publish and history_kept and not video_dir),
                          resume_after=optional_non_negative_int("resume_after", given.resume_after))
+
+
+def with_extra_settings(config: PlotterConfig, extra: Collection[Extra]) -> PlotterConfig:
+    """``config`` whose env state also carries ``extra``: settings of the user's layers that no
+    constructor parameter names, found by ``Plotter()``'s checks."""
+    env_state = TrainerEnvState(config.trainer_env, config.worker.env.label, True, extra)
+    layout = config.worker.parameters
+    worker = dataclasses.replace(config.worker,
+                                 parameters=dataclasses.replace(layout, env_state=env_state.layout),
+                                 initial_env_state=env_state.read(layout.dtype))
+    return dataclasses.replace(config, worker=worker, env_state=env_state)
 
 
 def _final_video_timeout(given: Any, max_path_length: int) -> float:

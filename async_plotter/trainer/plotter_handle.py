@@ -29,7 +29,7 @@ from async_plotter.sinks.base import FrameSink
 from async_plotter.validation import (metrics as checked_metrics, non_negative_number,
                                       optional_non_negative_int, positive_int)
 from async_plotter.trainer.config import (DEFAULT_VIDEO_LENGTH, PlotterConfig, checked_parameters,
-                                          create_output_dirs, plotter_config)
+                                          create_output_dirs, plotter_config, with_extra_settings)
 from async_plotter.trainer.routes import PlotRoute, open_route
 from async_plotter.trainer.run_folder import RunFolder
 from async_plotter.sinks.specs import HttpSpec
@@ -204,6 +204,8 @@ class Plotter:
         with private_runtime_dir():  # pygame's Wayland probe: no "XDG_RUNTIME_DIR" error line
             checked = check_before_start(config, policy)
         has_states = checked.has_states
+        if checked.extra_settings:
+            config = with_extra_settings(config, checked.extra_settings)
         # An env that draws itself has no states for a viewer elsewhere: no worker for them.
         config = dataclasses.replace(config,
                                      private_history=config.private_history and has_states,

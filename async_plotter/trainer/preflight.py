@@ -15,12 +15,13 @@ import inspect
 import logging
 import sys
 import time
-from typing import Any, List, NamedTuple, Optional
+from typing import Any, List, NamedTuple, Optional, Tuple
 
 import numpy as np
 
 from async_plotter.env.carried_state import check_no_carried_state
 from async_plotter.env.settings_check import check_same_settings, settings_of, steady
+from async_plotter.env.settings_travel import Extra, steady_user_data, user_data_of
 from async_plotter.env.check import check_worker_env
 from async_plotter.env.recipe import (EnvRecipe, build_env, builds_from_registry,
                                       factory_accepts_render_mode)
@@ -52,6 +53,9 @@ class Checked(NamedTuple):
     #: its MuJoCo model was compared with the worker's and stays put (the env does not
     #: randomize it), so a later change of it can be told
     model_kept: bool
+    #: the plain data of the user's layers that a fresh copy keeps as it resets and steps:
+    #: settings no constructor parameter names, which travel too (``settings_travel.Extra``)
+    extra_settings: Tuple[Extra, ...] = ()
 
 
 def check_before_start(config: PlotterConfig, policy: Any) -> Checked:
@@ -85,6 +89,7 @@ def _check(config: PlotterConfig, policy: Any) -> Checked:
         # any reset.
         built = model_to_mjb(model) if model is not None else None
         settings = settings_of(env)
+        user_data = user_data_of(env_layers(env))
         check_worker_env(env, config.trainer_env, label)
         check_no_carried_state(lambda: _stepper(_build(env_recipe, None), config),
                                config.trainer_env, label)
@@ -116,7 +121,9 @@ def _check(config: PlotterConfig, policy: Any) -> Checked:
                     "so there is no physics state to record; its live view and videos are "
                     "unaffected", label)
             _check_frames(env_recipe, env, opened)
-        return Checked(model is not None, model_kept)
+        extra = (steady_user_data(user_data, user_data_of(env_layers(env)))
+                 if config.trainer_env is not None else ())
+        return Checked(model is not None, model_kept, extra)
     finally:
         for each in opened:
             _close_quietly(each)
