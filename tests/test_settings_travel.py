@@ -303,7 +303,7 @@ def test_settings_find_their_layer_in_a_copy_with_other_layers():
     import gym
 
     from async_plotter.env.recipe import build_env, describe_env
-    from async_plotter.env.state import env_layers
+    from async_plotter.env.layers import env_layers
 
     for checked in (True, False):
         env = gym.make("Pendulum-v1", disable_env_checker=not checked)

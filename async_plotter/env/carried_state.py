@@ -33,8 +33,9 @@ from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tupl
 import gymnasium
 import numpy as np
 
-from async_plotter.env.check import LINKS, copied_data, is_plain_data, same_data
-from async_plotter.env.state import HOOK, env_layers, from_a_library, layer_kind
+from async_plotter.env.check import copied_data, is_plain_data, same_data
+from async_plotter.env.layers import LINKS, env_layers, from_a_library
+from async_plotter.env.state import HOOK, layer_kind
 from async_plotter.env.stepper import EnvStepper
 from async_plotter.errors import EnvMismatchError
 from async_plotter.policy.random_state import random_state_kept

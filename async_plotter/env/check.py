@@ -18,7 +18,8 @@ from typing import Any, Callable, List, Optional, Tuple
 import gymnasium
 import numpy as np
 
-from async_plotter.env.state import RLLAB, env_layers, freezes, layer_kind
+from async_plotter.env.layers import LINKS, env_layers
+from async_plotter.env.state import RLLAB, freezes, layer_kind
 from async_plotter.errors import EnvMismatchError
 from async_plotter.policy.random_state import random_state_kept
 
@@ -28,8 +29,6 @@ logger = logging.getLogger("async_plotter")
 _RTOL = 1e-4
 _ATOL = 1e-4
 _PROBES = 3
-#: attributes by which a layer holds the env(s) it wraps: links, not the layer's own data
-LINKS = ("env", "_wrapped_env", "wrapped_env", "envs", "env_fns")
 
 Stage = Tuple[str, Callable[[np.ndarray], np.ndarray]]
 

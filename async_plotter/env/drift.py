@@ -22,9 +22,9 @@ from typing import Any, Callable, Optional
 import gymnasium
 import numpy as np
 
-from async_plotter.env.check import LINKS, compare_observation_wrappers, raw_observation
-from async_plotter.env.state import (LIBRARY_PACKAGES, WorkerEnvState, env_layers, from_a_library,
-                                     layer_kind)
+from async_plotter.env.check import compare_observation_wrappers, raw_observation
+from async_plotter.env.layers import LIBRARY_PACKAGES, LINKS, env_layers, from_a_library
+from async_plotter.env.state import WorkerEnvState, layer_kind
 from async_plotter.errors import EnvMismatchError
 
 logger = logging.getLogger("async_plotter")

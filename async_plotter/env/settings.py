@@ -23,6 +23,8 @@ from typing import Any, Dict, Optional
 
 import numpy as np
 
+from async_plotter.env.layers import LINKS, from_a_library, own
+
 #: set where the env is drawn, not how it plays: the worker chooses its own
 _DRAWING = frozenset({
     "render_mode", "width", "height", "camera_id", "camera_name", "default_camera_config",
@@ -47,22 +49,17 @@ MODEL_PHYSICS = ("body_mass", "body_inertia", "body_gravcomp", "body_subtreemass
 #: where a model's settings are, below the layer that holds it
 MODEL, OPTIONS = "model.", "model.opt."
 
-#: packages whose layers' settings are their constructor parameters alone
-_LIBRARIES = ("gymnasium", "gym", "async_plotter")
-#: where a layer keeps the env it wraps (``env/state.py``'s links) and its other envs
-_LINKS = frozenset({"env", "_wrapped_env", "wrapped_env", "envs", "env_fns"})
-
 
 def user_data(layer: Any) -> Dict[str, Any]:
     """The plain data (as ``setting_value`` keeps it) of a layer of the user's own that is no
     setting by name already: candidates for settings, by attribute name; none for a library's
     layer."""
-    if type(layer).__module__.split(".")[0] in _LIBRARIES:
+    if from_a_library(layer):
         return {}
     named = layer_settings(layer)
     found = {}
-    for name, value in getattr(layer, "__dict__", {}).items():
-        if name in named or name in _LINKS or name.lstrip("_") in _DRAWING or name.startswith("__"):
+    for name, value in own(layer).items():
+        if name in named or name in LINKS or name.lstrip("_") in _DRAWING or name.startswith("__"):
             continue
         value = setting_value(value)
         if value is not None:
@@ -73,13 +70,9 @@ def user_data(layer: Any) -> Dict[str, Any]:
 def layer_settings(layer: Any) -> Dict[str, Any]:
     """``layer``'s own settings, by attribute name, as compared (arrays copied, None as a
     setting's value kept apart from no setting)."""
-    try:
-        attributes = vars(layer)
-    except TypeError:  # slots: nothing a user sets after construction that we can see
-        return {}
     parameters = _constructor_parameters(type(layer))
     found = {}
-    for name, value in attributes.items():
+    for name, value in own(layer).items():  # slots: nothing a user sets that we can see
         key = name.lstrip("_")
         if key in _DRAWING or not (key in parameters or name in START_STATE):
             continue
@@ -151,7 +144,7 @@ def model_settings(layer: Any) -> Dict[str, Any]:
     """The physics parameters of the MuJoCo model ``layer`` holds (none if it holds none), by
     their path below it (``model.body_mass``, ``model.opt.gravity``): arrays as views of the
     model, every numeric option (``MjOption``: gravity, wind, timestep, viscosity, solver...)."""
-    model = getattr(layer, "__dict__", {}).get("model")
+    model = own(layer).get("model")
     if type(model).__name__ != "MjModel":
         return {}
     found: Dict[str, Any] = {}
@@ -170,7 +163,7 @@ def model_settings(layer: Any) -> Dict[str, Any]:
 def read_setting(layer: Any, name: str) -> Any:
     """``layer``'s setting ``name``: its own attribute, or a path below it (``model.opt.x``)."""
     if "." not in name:
-        return getattr(layer, "__dict__", {}).get(name)
+        return own(layer).get(name)
     owner = layer
     for part in name.split("."):
         owner = getattr(owner, part, None)

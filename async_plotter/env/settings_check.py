@@ -1,9 +1,8 @@
-"""The worker's env has the trainer's settings (``settings.py`` says what one is). Numeric
-settings travel with every update (``settings_travel.py``); one of another kind (a string, a
-tuple holding one) does not, because the worker builds its env afresh from the recipe. Changed on
-the env after it was made, it would have the worker show another env than training's, with no
-word: ``Plotter()`` compares the trainer's env with a copy given what travels and names the
-difference.
+"""The worker's env has the trainer's settings (``settings.py`` says what one is). Most travel
+with every update (``settings_travel.py``); one of another kind (a tuple holding a string) does
+not, because the worker builds its env afresh from the recipe. Changed on the env after it was
+made, it would have the worker show another env than training's, with no word: ``Plotter()``
+compares the trainer's env with a copy given what travels and names the difference.
 
 Only settings that stay put are compared: one that a fresh copy changes by itself as it resets
 and steps, or that differs between two fresh copies (drawn at random when built), is state, not
@@ -14,7 +13,7 @@ from typing import Any, Callable, Dict, List, Tuple
 import numpy as np
 
 from async_plotter.env.settings import layer_settings, same_setting
-from async_plotter.env.state import env_layers
+from async_plotter.env.layers import env_layers
 from async_plotter.errors import EnvMismatchError
 
 #: differences named in the error at most
@@ -40,8 +39,8 @@ def steady(before: List[Settings], after: List[Settings]) -> List[Settings]:
 def check_same_settings(trainer_env: Any, worker: List[Settings], another_copy: Callable[[], Any],
                         label: str) -> None:
     """Raise ``EnvMismatchError`` if ``trainer_env``'s settings differ from ``worker`` (the
-    steady settings of a fresh copy given what travels, ``steady``); ``another_copy`` builds one more fresh copy, only where
-    they differ, to leave out what two fresh copies do not share."""
+    steady settings of a fresh copy given what travels, ``steady``); ``another_copy`` builds one
+    more fresh copy, only where they differ, to leave out what two fresh copies do not share."""
     if trainer_env is None:
         return
     trainer = settings_of(trainer_env)
@@ -58,8 +57,7 @@ def check_same_settings(trainer_env: Any, worker: List[Settings], another_copy: 
         f"({named}{'; ...' if len(differences) > _NAMED else ''}). They were changed after the "
         "env was made (by you, or by the env as it played), and only numbers, strings, None, "
         "tuples of numbers and numeric arrays travel to the worker, which builds its env "
-        "afresh: its videos "
-        "and returns would show another env than training's. Set them "
+        "afresh: its videos and returns would show another env than training's. Set them "
         f"where the env is made ({_how(differences)}), or pass Plotter a zero-argument function "
         "that makes the env and sets them.")
 

@@ -92,29 +92,30 @@ def size_of(fields: Tuple[SettingField, ...]) -> int:
     return sum(PARTS * field.elements + field.kinds for field in fields)
 
 
-def field_of(place: int, layer: Any, name: str, value: Any) -> Optional[SettingField]:
-    """The travelling form of ``value`` (``layer``'s setting ``name``), or None where it cannot
-    travel (a string, an object)."""
+def field_of(rank: int, layer: Any, name: str, value: Any) -> Optional[SettingField]:
+    """The travelling form of ``value`` (``layer``'s setting ``name``; ``rank``: the layer's,
+    ``SettingField.layer``), or None where it cannot travel (an object, a tuple holding a
+    string, a value beyond float32's range)."""
     wrapper = type(layer).__name__
     if isinstance(value, str):
         room = max(STRING_BYTES, len(value.encode("utf-8")))
-        return SettingField(place, wrapper, name, STRING, (room + 1, ))  # its length, its bytes
+        return SettingField(rank, wrapper, name, STRING, (room + 1, ))  # its length, its bytes
     if isinstance(value, np.ndarray):
         if value.dtype.kind not in "biuf" or not _in_range(value):
             return None
-        return SettingField(place, wrapper, name, ARRAY, tuple(value.shape), value.dtype.str)
+        return SettingField(rank, wrapper, name, ARRAY, tuple(value.shape), value.dtype.str)
     if isinstance(value, np.generic):
         if value.dtype.kind not in "biuf" or not _in_range(value):
             return None
-        return SettingField(place, wrapper, name, NUMPY, (), value.dtype.str)
+        return SettingField(rank, wrapper, name, NUMPY, (), value.dtype.str)
     if isinstance(value, (tuple, list)):
         if not all(_scalar_kind(item) is not None for item in value):
             return None
-        return SettingField(place, wrapper, name, TUPLE if isinstance(value, tuple) else LIST,
+        return SettingField(rank, wrapper, name, TUPLE if isinstance(value, tuple) else LIST,
                             (len(value), ))
     if _scalar_kind(value) is None:
         return None
-    return SettingField(place, wrapper, name, SCALAR, ())
+    return SettingField(rank, wrapper, name, SCALAR, ())
 
 
 class TrainerSettings:

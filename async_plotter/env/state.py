@@ -17,6 +17,7 @@ from typing import Any, Collection, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
+from async_plotter.env.layers import env_layers, own as _own, shown_env
 from async_plotter.env.settings_travel import (Extra, SettingField, TrainerSettings, WorkerSettings,
                                                size_of)
 from async_plotter.errors import EnvMismatchError
@@ -24,16 +25,10 @@ from async_plotter.errors import EnvMismatchError
 RUNNING_STATS = "running_stats"
 HOOK = "hook"
 RLLAB = "rllab"
-#: the packages whose layers hold no state beyond what this module carries
-LIBRARY_PACKAGES = ("gymnasium", "gym", "async_plotter")
 
 _RUNNING_STATS_ATTRIBUTES = ("obs_rms", "return_rms")
 _RLLAB_PAIRS = (("_obs_mean", "_obs_var"), ("obs_mean", "obs_var"), ("_reward_mean", "_reward_var"),
                 ("reward_mean", "reward_var"))
-# Where a layer keeps the env it wraps: Gymnasium's and gym's wrappers, our old-gym adapter and
-# rllab's ProxyEnv.
-_LINKS = ("env", "_wrapped_env", "wrapped_env")
-_MAX_DEPTH = 64
 
 
 @dataclasses.dataclass(frozen=True)
@@ -69,22 +64,6 @@ class EnvStateLayout:
     def describe(self) -> str:
         return ", ".join(f"{layer.wrapper} ({', '.join(name for name, _ in layer.fields)})"
                          for layer in self.layers) or "none"
-
-
-def env_layers(env: Any) -> List[Any]:
-    """``env`` and every env it wraps, outermost first."""
-    layers = [env]
-    while len(layers) < _MAX_DEPTH:
-        inner = next((vars(layers[-1])[link] for link in _LINKS if link in _own(layers[-1])), None)
-        if inner is None or any(inner is seen for seen in layers):
-            break
-        layers.append(inner)
-    return layers
-
-
-def from_a_library(layer: Any) -> bool:
-    """Whether ``layer``'s class is Gymnasium's, gym's or this library's (not the user's)."""
-    return type(layer).__module__.split(".")[0] in LIBRARY_PACKAGES
 
 
 def layer_kind(layer: Any) -> Optional[str]:
@@ -244,13 +223,10 @@ class WorkerEnvState:
 
 
 def _with_the_shown_env(layers: List[Any]) -> List[Any]:
-    """``layers``, and where the innermost is a vector env that keeps its envs
-    (``SyncVectorEnv``), the layers of its first env: the one the worker shows
-    (``recipe.describe_vector_env``), whose settings travel too."""
-    envs = _own(layers[-1]).get("envs") if layers else None
-    if isinstance(envs, (list, tuple)) and envs and hasattr(envs[0], "step"):
-        return layers + env_layers(envs[0])
-    return layers
+    """``layers``, and where the innermost is a ``SyncVectorEnv``, the layers of the env the
+    worker shows (``layers.shown_env``), whose settings travel too."""
+    shown = shown_env(layers[-1]) if layers else None
+    return layers + env_layers(shown) if shown is not None else layers
 
 
 def _split(flat: np.ndarray, layers: Sequence[LayerState]) -> List[Dict[str, np.ndarray]]:
@@ -294,7 +270,3 @@ def _float_array(value: Any) -> np.ndarray:
 
 def _is_running_stats(value: Any) -> bool:
     return value is not None and all(hasattr(value, part) for part in ("mean", "var", "count"))
-
-
-def _own(layer: Any) -> Dict[str, Any]:
-    return getattr(layer, "__dict__", {})

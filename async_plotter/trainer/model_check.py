@@ -17,6 +17,7 @@ from typing import Any, List, Optional
 
 import numpy as np
 
+from async_plotter.env.layers import shown_env
 from async_plotter.env.settings import MODEL_PHYSICS
 from async_plotter.env.settings_check import difference
 from async_plotter.errors import EnvMismatchError
@@ -41,10 +42,8 @@ def mujoco_model(env: Any) -> Any:
     model = getattr(unwrapped, "model", None)
     if type(model).__name__ == "MjModel":
         return model
-    envs = getattr(unwrapped, "__dict__", {}).get("envs")
-    if isinstance(envs, (list, tuple)) and envs and hasattr(envs[0], "step"):
-        return mujoco_model(envs[0])
-    return None
+    shown = shown_env(unwrapped)
+    return mujoco_model(shown) if shown is not None else None
 
 
 def check_same_model(trainer_env: Any, worker_env: Any, built: Optional[bytes], label: str) -> bool:

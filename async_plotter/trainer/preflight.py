@@ -25,7 +25,8 @@ from async_plotter.env.settings_travel import Extra, steady_user_data, user_data
 from async_plotter.env.check import check_worker_env
 from async_plotter.env.recipe import (EnvRecipe, build_env, builds_from_registry,
                                       factory_accepts_render_mode)
-from async_plotter.env.state import WorkerEnvState, env_layers
+from async_plotter.env.layers import env_layers
+from async_plotter.env.state import WorkerEnvState
 from async_plotter.env.stepper import EnvStepper
 from async_plotter.errors import EnvBuildError, EnvRenderError, EnvStepError, PolicyShapeError
 from async_plotter.mujoco_warnings import kept_to_log
@@ -89,7 +90,9 @@ def _check(config: PlotterConfig, policy: Any) -> Checked:
         # any reset.
         built = model_to_mjb(model) if model is not None else None
         settings = settings_of(env)
-        user_data = user_data_of(env_layers(env))
+        # Only an env object's layers have plain data to follow (ids and factories start
+        # fresh in the worker as here).
+        users_before = user_data_of(env_layers(env)) if config.trainer_env is not None else None
         check_worker_env(env, config.trainer_env, label)
         check_no_carried_state(lambda: _stepper(_build(env_recipe, None), config),
                                config.trainer_env, label)
@@ -121,8 +124,8 @@ def _check(config: PlotterConfig, policy: Any) -> Checked:
                     "so there is no physics state to record; its live view and videos are "
                     "unaffected", label)
             _check_frames(env_recipe, env, opened)
-        extra = (steady_user_data(user_data, user_data_of(env_layers(env)))
-                 if config.trainer_env is not None else ())
+        extra = (steady_user_data(users_before, user_data_of(env_layers(env)))
+                 if users_before is not None else ())
         return Checked(model is not None, model_kept, extra)
     finally:
         for each in opened:

@@ -38,10 +38,10 @@ class ParameterLayout:
     def encode(self,
                policy_flat: np.ndarray,
                env_state: Optional[TrainerEnvState] = None) -> np.ndarray:
-        """Trainer side: the policy's parameters, then its env's wrapper state read now."""
-        if env_state is None:
-            return policy_flat
-        return np.concatenate([policy_flat, env_state.read(self.dtype)])
+        """Trainer side: the policy's parameters, then its env's wrapper state read now, as one
+        vector (``parts`` joined)."""
+        update = self.parts(policy_flat, env_state)
+        return update if isinstance(update, np.ndarray) else np.concatenate(update)
 
     def parts(self, policy_flat: np.ndarray, env_state: Optional[TrainerEnvState]) -> Update:
         """``encode``'s update as its parts, for a writer to copy (``channel/base.Update``)."""

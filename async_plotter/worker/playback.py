@@ -10,6 +10,8 @@ import dataclasses
 import math
 from typing import Any, Optional
 
+from async_plotter.env.layers import own
+
 #: how far above the cap a shown frame rate may be: 125 steps/s at a cap of 30 -> every 4th step
 CAP_TOLERANCE = 0.05
 
@@ -38,9 +40,23 @@ class Playback:
 def env_rate(env: Any) -> Optional[tuple]:
     """``(steps per second of simulated time, source)`` of ``env``, or None when it says none."""
     unwrapped = getattr(env, "unwrapped", env)
-    made = _rate_as_made(env, unwrapped)
-    if made is not None:
-        return made
+    try:
+        dt = _positive(getattr(unwrapped, "dt", None))
+    except Exception:  # noqa: BLE001 - a property of a user's env that fails: no rate from it
+        dt = None
+    fps = _render_fps(env, unwrapped)
+    # Gymnasium's MuJoCo envs (a model stepped frame_skip times): render_fps is 1 / dt as the
+    # env was made (a class-wide dict); a frame_skip or time step set since (they travel)
+    # changes dt alone.
+    if fps is not None and not (dt is not None and _steps_a_mujoco_model(unwrapped)
+                                and round(1.0 / dt) != round(fps)):
+        return fps, "render_fps"
+    if dt is not None:
+        return 1.0 / dt, "dt"
+    return None
+
+
+def _render_fps(env: Any, unwrapped: Any) -> Optional[float]:
     for holder in (env, unwrapped):
         metadata = getattr(holder, "metadata", None)
         if isinstance(metadata, dict):
@@ -48,14 +64,14 @@ def env_rate(env: Any) -> Optional[tuple]:
             for key in ("render_fps", "video.frames_per_second"):
                 rate = _positive(metadata.get(key))
                 if rate is not None:
-                    return rate, "render_fps"
-    try:
-        dt = _positive(getattr(unwrapped, "dt", None))
-    except Exception:  # noqa: BLE001 - a property of a user's env that fails: no rate from it
-        dt = None
-    if dt is not None:
-        return 1.0 / dt, "dt"
+                    return rate
     return None
+
+
+def _steps_a_mujoco_model(env: Any) -> bool:
+    own_attributes = own(env)
+    return "frame_skip" in own_attributes and type(
+        own_attributes.get("model")).__name__ == "MjModel"
 
 
 def plan_playback(env: Any, cap: float) -> Playback:
@@ -66,25 +82,6 @@ def plan_playback(env: Any, cap: float) -> Playback:
     rate, source = found
     stride = max(1, math.ceil(rate / (cap * (1.0 + CAP_TOLERANCE))))
     return Playback(rate, stride, source)
-
-
-def _rate_as_made(env: Any, unwrapped: Any) -> Optional[tuple]:
-    """``(1 / dt, "dt")`` for Gymnasium's kind of MuJoCo env (a model stepped ``frame_skip``
-    times) whose ``render_fps`` is no longer its ``1 / dt`` rounded, as it was when the env was
-    made (a class-wide dict): a ``frame_skip`` or time step set since (they travel) changes
-    ``dt`` alone. None otherwise."""
-    own = getattr(unwrapped, "__dict__", {})
-    if "frame_skip" not in own or type(own.get("model")).__name__ != "MjModel":
-        return None
-    try:
-        dt = _positive(unwrapped.dt)
-    except Exception:  # noqa: BLE001 - a property of a user's env that fails
-        return None
-    metadata = getattr(env, "metadata", None)
-    fps = _positive(metadata.get("render_fps")) if isinstance(metadata, dict) else None
-    if dt is None or (fps is not None and round(1.0 / dt) == round(fps)):
-        return None
-    return 1.0 / dt, "dt"
 
 
 def _positive(value: Any) -> Optional[float]:

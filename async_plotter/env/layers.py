@@ -1,0 +1,48 @@
+"""The layers of an env: the stack its wrappers make, which attributes link a layer to the envs
+it wraps, and whose a layer is (Gymnasium's, gym's or this library's, or the user's own). The
+wrapper state that travels (``state.py``), the settings (``settings.py``) and the checks of the
+worker's copy (``check.py``, ``carried_state.py``, ``drift.py``) all read an env through these.
+"""
+from typing import Any, Dict, List, Optional
+
+#: the packages whose layers hold no state beyond what travels, and whose settings are their
+#: constructor parameters alone
+LIBRARY_PACKAGES = ("gymnasium", "gym", "async_plotter")
+#: where a layer keeps the env it wraps: Gymnasium's and gym's wrappers, our old-gym adapter
+#: and rllab's ProxyEnv
+WRAPPED = ("env", "_wrapped_env", "wrapped_env")
+#: attributes by which a layer holds the env(s) it wraps (a vector env's too): links, not the
+#: layer's own data
+LINKS = WRAPPED + ("envs", "env_fns")
+_MAX_DEPTH = 64
+
+
+def env_layers(env: Any) -> List[Any]:
+    """``env`` and every env it wraps, outermost first."""
+    layers = [env]
+    while len(layers) < _MAX_DEPTH:
+        inner = next((own(layers[-1])[link] for link in WRAPPED if link in own(layers[-1])), None)
+        if inner is None or any(inner is seen for seen in layers):
+            break
+        layers.append(inner)
+    return layers
+
+
+def shown_env(layer: Any) -> Optional[Any]:
+    """The first env of ``layer`` where it is a vector env that keeps its envs
+    (``SyncVectorEnv``): the one the worker shows (``recipe.describe_vector_env``); else None."""
+    envs = own(layer).get("envs")
+    if isinstance(envs, (list, tuple)) and envs and hasattr(envs[0], "step"):
+        return envs[0]
+    return None
+
+
+def from_a_library(layer: Any) -> bool:
+    """Whether ``layer``'s class is Gymnasium's, gym's or this library's (not the user's)."""
+    return type(layer).__module__.split(".")[0] in LIBRARY_PACKAGES
+
+
+def own(layer: Any) -> Dict[str, Any]:
+    """``layer``'s own attributes (none for a layer with slots): gym's old wrappers forward
+    unknown attributes to the env inside them, so ``getattr`` would read another layer's."""
+    return getattr(layer, "__dict__", {})
