@@ -103,6 +103,14 @@ def test_the_earlier_runs_kept_are_stated_as_the_code_has_them():
     assert f"the newest {EARLIER_RUNS_KEPT} runs are kept there" in design
 
 
+def test_a_string_setting_s_room_is_stated_as_the_code_has_it():
+    """docs/design.md says how many bytes a string setting travels in."""
+    from async_plotter.env.settings_travel import STRING_BYTES
+
+    design = " ".join(_read("docs", "design.md").split())
+    assert f"a string as its UTF-8 bytes (a slot of {STRING_BYTES} bytes" in design
+
+
 def test_the_spin_rule_is_stated_as_the_code_has_it():
     """docs/design.md says how much CPU a silent, started process may use before it is
     restarted as spinning: the share the supervisor applies."""

@@ -192,7 +192,8 @@ class TrainerSettings:
         if len(encoded) >= field.elements:
             self._refuse(
                 field.label, value, f"it is longer than the {field.elements - 1} bytes its "
-                "place in an update holds (the longer of 64 and its length at Plotter())")
+                f"place in an update holds (the longer of {STRING_BYTES} and its length at "
+                "Plotter())")
         slot = np.zeros(field.elements)
         slot[0] = len(encoded)
         slot[1:1 + len(encoded)] = np.frombuffer(encoded, np.uint8)
