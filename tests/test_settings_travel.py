@@ -209,6 +209,64 @@ def test_plain_data_a_users_layer_keeps_as_it_steps_travels(tmp_path, no_leftove
     assert returns[1] == pytest.approx(3 * returns[0], rel=1e-6), returns
 
 
+class Weighted(gymnasium.Wrapper):
+    """A wrapper of the user's that keeps its settings in a dict (``self.weights``, with a
+    nested one), and a step counter in another (state)."""
+
+    def __init__(self, env):
+        super().__init__(env)
+        self.weights = {"reward": 1.0, "bonus": {"alive": 0.0}, 3: np.zeros(2)}
+        self.counts = {"steps": 0}
+
+    def step(self, action):
+        self.counts["steps"] += 1
+        observation, reward, terminated, truncated, info = self.env.step(action)
+        reward = reward * self.weights["reward"] + self.weights["bonus"]["alive"]
+        return observation, reward, terminated, truncated, info
+
+
+def test_the_entries_of_a_users_settings_dict_travel_and_one_taken_out_is_named(
+        tmp_path, no_leftovers, caplog):
+    """A curriculum that raises ``env.weights["reward"]`` and a nested bonus: each entry travels
+    as a setting of its own; the counter in a dict the wrapper changes as it steps stays the
+    copy's; an entry taken out is refused by name, one added is a warning."""
+    env = Weighted(gymnasium.make("Swimmer-v5"))
+    policy = LinearPolicy(8, 2)
+    policy.fill(0.3)
+    with Plotter(env, policy, max_path_length=STEPS, video_dir=str(tmp_path),
+                 priority="normal") as plotter:
+        travelling = {field.label for field in plotter._config.env_state.layout.settings}
+        assert {
+            "Weighted.weights['reward']", "Weighted.weights['bonus']['alive']",
+            "Weighted.weights[3]"
+        } <= travelling, travelling
+        assert "Weighted.counts['steps']" not in travelling  # state: it changes as it steps
+        returns = {}
+        for iteration, (weight, bonus) in enumerate(((1.0, 0.0), (3.0, 0.0), (3.0, 0.5))):
+            env.weights["reward"], env.weights["bonus"]["alive"] = weight, bonus
+            returns[iteration] = shown_return_of(plotter, policy, iteration)
+        assert returns[1] == pytest.approx(3 * returns[0], rel=1e-6), returns
+        assert returns[2] == pytest.approx(returns[1] + 0.5 * STEPS, rel=1e-6), returns
+
+        env.weights["extra"] = 2.0
+        with caplog.at_level("WARNING", logger="async_plotter"):
+            plotter.update_plot(policy, iteration=3)
+            plotter.update_plot(policy, iteration=4)
+        added = [
+            r.getMessage() for r in caplog.records if "did not have at Plotter()" in r.getMessage()
+        ]
+        assert len(added) == 1 and "Weighted.weights of the env Swimmer-v5" in added[0] and (
+            "('extra')" in added[0]), added
+
+        del env.weights["bonus"]["alive"]
+        with pytest.raises(EnvMismatchError) as raised:
+            plotter.update_plot(policy, iteration=5)
+        assert str(raised.value).startswith(
+            "the setting Weighted.weights['bonus']['alive'] of the env Swimmer-v5 is now <taken "
+            "out of its dict>, which cannot travel to the plot worker: an entry taken out of a "
+            "dict does not travel"), raised.value
+
+
 class Mode(gymnasium.Wrapper, gymnasium.utils.RecordConstructorArgs):
     """A wrapper whose string setting doubles the reward when "hard", and whose tuple of
     strings cannot travel."""

@@ -33,7 +33,7 @@ from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tupl
 import gymnasium
 import numpy as np
 
-from async_plotter.env.check import copied_data, is_plain_data, same_data
+from async_plotter.env.check import copied_data, flat_observation, is_plain_data, same_data
 from async_plotter.env.layers import LINKS, env_layers, from_a_library
 from async_plotter.env.state import HOOK, layer_kind
 from async_plotter.env.stepper import EnvStepper
@@ -220,23 +220,14 @@ class _Played:
 
 def _episode(stepper: EnvStepper, actions: Sequence[Any]) -> _Played:
     np.random.seed(SEED)
-    observations = [_flat(stepper.reset(seed=SEED))]
+    observations = [flat_observation(stepper.reset(seed=SEED))]
     played = _Played(observations, _suspect_data(stepper.env), _generators(stepper.env))
     for action in actions[:COMPARED_STEPS]:
         step = stepper.step(action)
-        observations.append(_flat(step.observation))
+        observations.append(flat_observation(step.observation))
         if step.ended:
             break
     return played
-
-
-def _flat(observation: Any) -> np.ndarray:
-    if isinstance(observation, dict):
-        observation = [observation[key] for key in sorted(observation)]
-    if isinstance(observation, (list, tuple)):
-        return np.concatenate([_flat(part) for part in observation]) if observation else \
-            np.zeros(0)
-    return np.ravel(np.asarray(observation, dtype=np.float64))
 
 
 def _same_step(a: np.ndarray, b: np.ndarray) -> bool:

@@ -1,6 +1,9 @@
 """The one rule for the env, checked in the trainer: what reaches the policy in the worker is what
 reaches it in the trainer.
 
+Observations may be arrays or, as goal-conditioned envs give them, dicts and tuples of arrays:
+every part is fed, shifted and compared alike.
+
 The worker's copy of the env is built from its recipe and given the state that travels
 (``env/state.py``). Then both envs' observation wrappers are fed the same raw observations (the
 env's first observation and a few shifted ones) on copies of them that share nothing with the
@@ -30,7 +33,9 @@ _RTOL = 1e-4
 _ATOL = 1e-4
 _PROBES = 3
 
-Stage = Tuple[str, Callable[[np.ndarray], np.ndarray]]
+#: an array, or a dict or tuple of them (a ``Dict`` or ``Tuple`` observation space's)
+Observation = Any
+Stage = Tuple[str, Callable[[Observation], Observation]]
 
 
 def check_worker_env(worker_env: Any, trainer_env: Any, label: str) -> None:
@@ -49,7 +54,7 @@ def check_worker_env(worker_env: Any, trainer_env: Any, label: str) -> None:
 def compare_observation_wrappers(worker_env: Any,
                                  trainer_env: Any,
                                  label: str,
-                                 raw: Optional[np.ndarray] = None,
+                                 raw: Optional[Observation] = None,
                                  advice: Optional[str] = None) -> bool:
     """Raise ``EnvMismatchError`` if ``worker_env``'s observation wrappers transform a few
     observations otherwise than ``trainer_env``'s, on detached copies of the wrappers; whether
@@ -115,7 +120,7 @@ def _stages(layers: List[Any]) -> List[Stage]:
         if kind is not None:
             freezes(clone)
         if vector:
-            stages.append((name, lambda o, clone=clone: clone.observations(o[None])[0]))
+            stages.append((name, lambda o, clone=clone: _one_of(clone.observations(_batch(o)))))
         else:
             stages.append((name, clone._apply_normalize_obs if rllab else clone.observation))
     return stages
@@ -172,42 +177,88 @@ def _is_data(value: Any) -> bool:
         value, (np.ndarray, np.generic, bool, int, float, str, tuple, list, dict))
 
 
-def raw_observation(env: Any) -> Optional[np.ndarray]:
-    """The first observation of ``env``'s base env from seed 0 (None where it is a dict);
-    resets that base env."""
+def raw_observation(env: Any) -> Optional[Observation]:
+    """The first observation of ``env``'s base env from seed 0, its parts as arrays (None where
+    it has none); resets that base env."""
     base = env_layers(env)[-1]
     try:
         result = base.reset(seed=0)
     except TypeError:
         result = base.reset()
     observation = result[0] if isinstance(result, tuple) and len(result) == 2 else result
+    return None if observation is None else _each_part(np.asarray, observation)
+
+
+def flat_observation(observation: Observation) -> np.ndarray:
+    """All of an observation's numbers in one float64 vector (a dict's parts by sorted key)."""
+    parts = [np.ravel(np.asarray(part, np.float64)) for _, part in _parts(observation)]
+    return np.concatenate(parts) if parts else np.zeros(0)
+
+
+def _parts(observation: Observation, path: str = "") -> List[Tuple[str, Any]]:
+    """The arrays an observation is made of, each with where it is (``["goal"]``, ``[1]``)."""
     if isinstance(observation, dict):
-        return None
-    return np.asarray(observation)
+        return [
+            part for key in sorted(observation)
+            for part in _parts(observation[key], f"{path}[{key!r}]")
+        ]
+    if isinstance(observation, tuple):
+        return [
+            part for index, item in enumerate(observation)
+            for part in _parts(item, f"{path}[{index}]")
+        ]
+    return [(path, observation)]
 
 
-def _probes(raw: np.ndarray) -> List[np.ndarray]:
+def _each_part(function: Callable[[Any], Any], observation: Observation) -> Observation:
+    """``observation`` with ``function`` applied to each of its arrays, its structure kept."""
+    if isinstance(observation, dict):
+        return type(observation)(
+            (key, _each_part(function, item)) for key, item in observation.items())
+    if isinstance(observation, tuple):
+        return tuple(_each_part(function, item) for item in observation)
+    return function(observation)
+
+
+def _batch(observation: Observation) -> Observation:
+    """A batch of one, for a vector env's wrappers."""
+    return _each_part(lambda part: np.asarray(part)[None], observation)
+
+
+def _one_of(batch: Observation) -> Observation:
+    return _each_part(lambda part: np.asarray(part)[0], batch)
+
+
+def _probes(raw: Observation) -> List[Observation]:
     """The first observation and a few shifted ones (a statistic that matters shows on some)."""
-    shift = 0.25 * (np.abs(raw) + 1.0)
-    return [raw] + [(raw + k * shift * (-1)**k).astype(raw.dtype) for k in range(1, _PROBES + 1)]
+
+    def shifted(k: int) -> Callable[[np.ndarray], np.ndarray]:
+
+        def shift(part: np.ndarray) -> np.ndarray:
+            step = 0.25 * (np.abs(part) + 1.0)
+            return (part + k * step * (-1)**k).astype(part.dtype)
+
+        return shift
+
+    return [raw] + [_each_part(shifted(k), raw) for k in range(1, _PROBES + 1)]
 
 
-def _through(stages: List[Stage], observation: np.ndarray) -> np.ndarray:
+def _through(stages: List[Stage], observation: Observation) -> Observation:
     for _, transform in stages:
-        observation = np.asarray(transform(observation))
+        observation = _each_part(np.asarray, transform(observation))
     return observation
 
 
-def _compare(trainer: List[Stage], worker: List[Stage], observation: np.ndarray, label: str,
+def _compare(trainer: List[Stage], worker: List[Stage], observation: Observation, label: str,
              advice: Optional[str]) -> None:
     ours, theirs = observation, observation
     for index, ((name, transform), (worker_name,
                                     worker_transform)) in enumerate(zip(trainer, worker)):
         given = ours
-        ours = np.asarray(transform(given), np.float64)
-        if not _same(np.asarray(transform(given), np.float64), ours):
+        ours = _each_part(np.asarray, transform(given))
+        if not _same(transform(given), ours):
             raise _Unrepeatable(name)
-        theirs = np.asarray(worker_transform(theirs), np.float64)
+        theirs = _each_part(np.asarray, worker_transform(theirs))
         if _same(theirs, ours):
             continue
         raise EnvMismatchError(
@@ -223,8 +274,16 @@ def _compare(trainer: List[Stage], worker: List[Stage], observation: np.ndarray,
             "zero-argument function that builds the env with the same wrappers")
 
 
-def _same(a: np.ndarray, b: np.ndarray) -> bool:
-    return a.shape == b.shape and np.allclose(a, b, rtol=_RTOL, atol=_ATOL)
+def _same(a: Observation, b: Observation) -> bool:
+    """Whether two observations have the same parts, of the same shapes and close values."""
+    ours, theirs = _parts(a), _parts(b)
+    return len(ours) == len(theirs) and all(
+        where == their_where and np.shape(part) == np.shape(their_part)
+        and np.allclose(np.asarray(part, np.float64),
+                        np.asarray(their_part, np.float64),
+                        rtol=_RTOL,
+                        atol=_ATOL)
+        for (where, part), (their_where, their_part) in zip(ours, theirs))
 
 
 def _refuse_untravelled_state(trainer_env: Any, label: str) -> None:
@@ -251,14 +310,15 @@ def _changed_attributes(layer: Any) -> List[str]:
     observations of its input space."""
     vector = isinstance(layer, gymnasium.vector.VectorObservationWrapper)
     space = getattr(layer.env, "single_observation_space" if vector else "observation_space", None)
-    if getattr(space, "shape", None) is None:
+    zeros = _zeros(space)
+    if zeros is None:
         return []
     probe = _detached(layer)
     before = {k: copied_data(v) for k, v in vars(probe).items() if k not in LINKS}
     try:
-        for observation in _probes(np.zeros(space.shape, dtype=space.dtype or np.float32)):
+        for observation in _probes(zeros):
             if vector:
-                probe.observations(observation[None])
+                probe.observations(_batch(observation))
             else:
                 probe.observation(observation)
     except Exception:  # noqa: BLE001 - a wrapper that cannot take these: nothing to learn
@@ -266,11 +326,29 @@ def _changed_attributes(layer: Any) -> List[str]:
     return [key for key in before if not same_data(before[key], vars(probe).get(key))]
 
 
+def _zeros(space: Any) -> Optional[Observation]:
+    """An observation of ``space`` made of zeros (None where it has no fixed shape)."""
+    if isinstance(space, gymnasium.spaces.Dict):
+        parts = {key: _zeros(item) for key, item in space.spaces.items()}
+        return None if any(part is None for part in parts.values()) else parts
+    if isinstance(space, gymnasium.spaces.Tuple):
+        items = tuple(_zeros(item) for item in space.spaces)
+        return None if any(item is None for item in items) else items
+    shape = getattr(space, "shape", None)
+    return None if shape is None else np.zeros(shape, dtype=space.dtype or np.float32)
+
+
 def same_data(a: Any, b: Any) -> bool:
     """Whether two values of an attribute hold the same data (arrays element by element,
-    objects field by field); values that cannot be compared count as the same."""
+    containers item by item, objects field by field); values that cannot be compared count as
+    the same."""
     if isinstance(a, np.ndarray) or isinstance(b, np.ndarray):
         return np.array_equal(np.asarray(a), np.asarray(b), equal_nan=True)
+    if isinstance(a, dict) and isinstance(b, dict):
+        return a.keys() == b.keys() and all(same_data(a[key], b[key]) for key in a)
+    if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)):
+        return type(a) is type(b) and len(a) == len(b) and all(
+            same_data(x, y) for x, y in zip(a, b))
     if hasattr(a, "__dict__") and type(a) is type(b) and not callable(a):
         return all(same_data(value, vars(b).get(key)) for key, value in vars(a).items())
     try:
@@ -300,5 +378,5 @@ def _advice(name: str) -> str:
             "builds the env as you train on it.")
 
 
-def _show(values: np.ndarray) -> str:
-    return np.array2string(np.asarray(values, np.float64).ravel()[:6], precision=4)
+def _show(observation: Observation) -> str:
+    return np.array2string(flat_observation(observation)[:6], precision=4)

@@ -2,7 +2,8 @@
 names (the whole class hierarchy's, with leading underscores stripped: ``frame_skip``, or
 ``_ctrl_cost_weight`` for ``ctrl_cost_weight``), and MuJoCo's start state ``init_qpos`` and
 ``init_qvel``; drawing settings (size, camera, render mode) are not, they are the worker's own.
-Its value is a number, a string, None, a short tuple of them or a numeric array. Read by the
+Its value is a number, a string, None, a short tuple of them or a numeric array; a dict of them
+(``self.config = {"scale": 1.0}``) is a setting per entry (``config['scale']``). Read by the
 check that the worker's copy has the trainer's settings (``settings_check.py``) and by their
 travel with every update (``settings_travel.py``).
 
@@ -19,7 +20,8 @@ the model (``trainer/model_check.py`` names a change of those).
 """
 import functools
 import inspect
-from typing import Any, Dict, Optional
+import re
+from typing import Any, Dict, Iterator, List, Optional, Tuple, Union
 
 import numpy as np
 
@@ -30,6 +32,13 @@ _DRAWING = frozenset({
     "render_mode", "width", "height", "camera_id", "camera_name", "default_camera_config",
     "max_geom", "visual_options"
 })
+#: records of how a layer was made or is drawn, not how it plays: Gymnasium's constructor
+#: arguments (``_saved_kwargs``, ``_ezpickle_kwargs``) and its ``metadata`` (render modes, fps)
+_RECORDS = frozenset({"_saved_kwargs", "_ezpickle_args", "_ezpickle_kwargs", "metadata"})
+#: a dict is a setting per entry, to this depth (``config['reward']['ctrl']``) and this size
+_DICT_DEPTH, _DICT_ENTRIES = 3, 64
+#: one key of a dict entry's name: ``['scale']`` or ``[3]``
+_KEY = re.compile(r"\['([^'\[\]]*)'\]|\[(-?\d+)\]")
 #: MuJoCo envs' start pose and velocity: read at every reset, never a constructor parameter
 START_STATE = ("init_qpos", "init_qvel")
 #: arrays larger than this are not a setting anyone types in
@@ -58,8 +67,8 @@ def user_data(layer: Any) -> Dict[str, Any]:
         return {}
     named = layer_settings(layer)
     found = {}
-    for name, value in own(layer).items():
-        if name in named or name in LINKS or name.lstrip("_") in _DRAWING or name.startswith("__"):
+    for name, value in _entries(own(layer)):
+        if name in named or name.startswith("__"):
             continue
         value = setting_value(value)
         if value is not None:
@@ -72,14 +81,46 @@ def layer_settings(layer: Any) -> Dict[str, Any]:
     setting's value kept apart from no setting)."""
     parameters = _constructor_parameters(type(layer))
     found = {}
-    for name, value in own(layer).items():  # slots: nothing a user sets that we can see
-        key = name.lstrip("_")
-        if key in _DRAWING or not (key in parameters or name in START_STATE):
+    for name, value in _entries(own(layer)):  # slots: nothing a user sets that we can see
+        attribute = _attribute(name)
+        if not (attribute.lstrip("_") in parameters or attribute in START_STATE):
             continue
         value = setting_value(value)
         if value is not None:
             found[name] = value
     return found
+
+
+def _entries(attributes: Dict[str, Any]) -> Iterator[Tuple[str, Any]]:
+    """A layer's attributes that could be settings, by name, each entry of a dict of them on its
+    own (``config['scale']``): not the links to the envs it wraps, its drawing or its records."""
+    for name, value in attributes.items():
+        if name in LINKS or name in _RECORDS or name.lstrip("_") in _DRAWING:
+            continue
+        yield from _dict_entries(name, value, 0)
+
+
+def _dict_entries(name: str, value: Any, depth: int) -> Iterator[Tuple[str, Any]]:
+    """``(name, value)``, or for a plain dict (string or integer keys a name can hold, at most
+    ``_DICT_ENTRIES``) each of its entries, named by their key."""
+    if type(value) is not dict or depth >= _DICT_DEPTH or len(value) > _DICT_ENTRIES:
+        yield name, value
+        return
+    for key, item in value.items():
+        if isinstance(key, str) and repr(key) == f"'{key}'" and not any(m in key for m in "[]"):
+            yield from _dict_entries(f"{name}[{key!r}]", item, depth + 1)
+        elif isinstance(key, int) and not isinstance(key, bool):
+            yield from _dict_entries(f"{name}[{key}]", item, depth + 1)
+
+
+def _attribute(name: str) -> str:
+    """The attribute a setting's name starts at (``config`` for ``config['scale']``)."""
+    return name.split("[", 1)[0]
+
+
+def dict_keys(name: str) -> List[Union[str, int]]:
+    """The keys of a dict entry's name (``['reward', 3]`` for ``config['reward'][3]``)."""
+    return [text if number == "" else int(number) for text, number in _KEY.findall(name)]
 
 
 @functools.lru_cache(maxsize=256)
@@ -160,8 +201,15 @@ def model_settings(layer: Any) -> Dict[str, Any]:
     return found
 
 
-def read_setting(layer: Any, name: str) -> Any:
-    """``layer``'s setting ``name``: its own attribute, or a path below it (``model.opt.x``)."""
+def read_setting(layer: Any, name: str, missing: Any = None) -> Any:
+    """``layer``'s setting ``name``: its own attribute, an entry of a dict it holds
+    (``config['scale']``), or a path below it (``model.opt.x``); ``missing`` where a dict has no
+    such entry, None where there is no such attribute."""
+    if "[" in name:
+        value = own(layer).get(_attribute(name))
+        for key in dict_keys(name):
+            value = value.get(key, missing) if type(value) is dict else missing
+        return value
     if "." not in name:
         return own(layer).get(name)
     owner = layer
@@ -172,7 +220,14 @@ def read_setting(layer: Any, name: str) -> Any:
 
 def write_setting(layer: Any, name: str, value: Any) -> None:
     """Give ``layer``'s setting ``name`` ``value``: a model's array in place (the model owns
-    its memory), anything else by assignment."""
+    its memory), anything else by assignment (a dict's entry into that dict)."""
+    if "[" in name:
+        *keys, last = dict_keys(name)
+        owner = own(layer)[_attribute(name)]
+        for key in keys:
+            owner = owner[key]
+        owner[last] = value
+        return
     *path, last = name.split(".")
     owner = layer
     for part in path:

@@ -145,6 +145,14 @@ class TrainerSettings:
         #: settings that cannot travel, as they were: a change is refused
         self._fixed = fixed
         self._readers = [_reader(layers[place], field.name) for field, place in zip(fields, places)]
+        #: the dicts whose entries are settings, with their keys: an entry added later does
+        #: not travel (the worker's copy keeps those it has), which one warning says
+        named = [(place, field.name) for field, place in zip(fields, places)]
+        self._dicts = {
+            (place, parent): _entries_in(read_setting(layers[place], parent))
+            for place, name in named + [(place, name) for place, name, _ in fixed]
+            for parent in _dicts_above(name)
+        }
 
     def read(self, dtype: np.dtype) -> np.ndarray:
         """The travelling settings now, in ``dtype`` (``size_of(fields)`` values); an
@@ -154,6 +162,8 @@ class TrainerSettings:
         kinds: List[int] = []
         for field, (reader, fixed_form) in zip(self.fields, self._readers):
             value = reader()
+            if value is _REMOVED:
+                self._refuse(field.label, value, "an entry taken out of a dict does not travel")
             if not fixed_form and not _fits(field, value):
                 self._refuse(
                     field.label, value, "it is no longer a number (or a tuple or array of them, "
@@ -171,8 +181,10 @@ class TrainerSettings:
                 scalars.append(0.0 if kind == NONE else float(item))
         if scalars:
             pieces.append(np.array(scalars, dtype=np.float64))
+        for (place, parent), entries in self._dicts.items():
+            self._note_new_entries(place, parent, entries)
         for place, name, was in self._fixed:
-            now = read_setting(self._layers[place], name)
+            now = read_setting(self._layers[place], name, _REMOVED)
             if not same_setting(setting_value(now), was):
                 self._refuse(
                     f"{type(self._layers[place]).__name__}.{name}", now,
@@ -185,6 +197,19 @@ class TrainerSettings:
             self._refuse(field.label, read_setting(self._layers[place], field.name),
                          f"a value is too large for the policy's dtype, {np.dtype(dtype)}")
         return encode(flat, np.array(kinds), dtype)
+
+    def _note_new_entries(self, place: int, parent: str, entries: Optional[frozenset]) -> None:
+        """Warn once where the dict ``parent`` of layer ``place`` got entries since."""
+        now = _entries_in(read_setting(self._layers[place], parent))
+        if entries is None or now is None or now <= entries:
+            return
+        self._dicts[(place, parent)] = entries | now
+        logger.warning(
+            "Plotter: %s.%s of the env %s has entries it did not have at Plotter() (%s): "
+            "they do not travel to the plot worker, whose copy keeps the entries it was built "
+            "with. Give the dict every entry before Plotter()",
+            type(self._layers[place]).__name__, parent, self.label,
+            ", ".join(repr(key) for key in sorted(now - entries, key=repr)))
 
     def _bytes(self, field: SettingField, value: str) -> np.ndarray:
         """A string's slot: its length in bytes, then its UTF-8 bytes, then zeros."""
@@ -331,10 +356,23 @@ def decode(flat: np.ndarray, fields: Tuple[SettingField, ...]) -> List[Any]:
     return decoded
 
 
+def _dicts_above(name: str) -> List[str]:
+    """The dicts a dict entry's name goes through (``config``, ``config['reward']`` for
+    ``config['reward']['ctrl']``); none for another setting."""
+    marks = [index for index, mark in enumerate(name) if mark == "["]
+    return [name[:index] for index in marks]
+
+
+def _entries_in(value: Any) -> Optional[frozenset]:
+    return frozenset(value) if type(value) is dict else None
+
+
 def _reader(layer: Any, name: str) -> Tuple[Callable[[], Any], bool]:
     """A call that reads ``layer``'s setting ``name`` cheaply (it runs at every update), and
     whether what it reads keeps its form by itself: a model's array is a view of the model's
     own memory, which keeps its shape."""
+    if "[" in name:  # a dict's entry: one taken out of the dict is refused (no longer fits)
+        return functools.partial(read_setting, layer, name, _REMOVED), False
     if "." not in name:
         return functools.partial(layer.__dict__.get, name), False
     *path, last = name.split(".")
@@ -394,3 +432,13 @@ def _scalar(value: float, kind: int) -> Any:
 
 
 _UNSET = object()
+
+
+class _Removed:
+    """A dict's entry that is no longer there."""
+
+    def __repr__(self) -> str:
+        return "<taken out of its dict>"
+
+
+_REMOVED = _Removed()

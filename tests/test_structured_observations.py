@@ -1,0 +1,202 @@
+"""Dict and tuple observations (goal-conditioned envs, a wrapper that splits what the policy sees)
+are checked as arrays are: a wrapper's running statistics kept in a dict are refused unless they
+travel, state carried across episodes in a dict is named, a wrapper whose state travels compares
+equal to the trainer's, and a wrapper that changes outside what travels is refused at
+``update_plot`` (``env/check.py``, ``env/carried_state.py``, ``env/drift.py``)."""
+import gymnasium
+import numpy as np
+import pytest
+from gymnasium import spaces
+from gymnasium.wrappers import TransformObservation
+
+from async_plotter import EnvMismatchError, Plotter, Serializable
+from async_plotter.env import drift
+from async_plotter.env.check import compare_observation_wrappers
+from async_plotter.env.state import TrainerEnvState, WorkerEnvState
+
+
+class Split(gymnasium.ObservationWrapper):
+    """Swimmer's observation as a dict (``"angles"``, ``"rest"``) or, with ``as_tuple``, a
+    tuple of the same two parts."""
+
+    def __init__(self, env, as_tuple=False):
+        super().__init__(env)
+        self.as_tuple = as_tuple
+        parts = (spaces.Box(-np.inf, np.inf, (3, )), spaces.Box(-np.inf, np.inf, (5, )))
+        self.observation_space = (spaces.Tuple(parts)
+                                  if as_tuple else spaces.Dict({
+                                      "angles": parts[0],
+                                      "rest": parts[1]
+                                  }))
+
+    def observation(self, observation):
+        angles, rest = observation[:3], observation[3:]
+        return (angles, rest) if self.as_tuple else {"angles": angles, "rest": rest}
+
+
+def _keys(observation):
+    return range(len(observation)) if isinstance(observation, tuple) else observation.keys()
+
+
+def _rebuilt(observation, parts):
+    return tuple(parts[key]
+                 for key in _keys(observation)) if isinstance(observation, tuple) else parts
+
+
+class PartsMean(gymnasium.ObservationWrapper):
+    """A user's normalizer of each part: subtracts a running mean, kept in a dict, that it
+    updates with every observation."""
+
+    def __init__(self, env):
+        super().__init__(env)
+        parts = env.observation_space.spaces
+        self.mean = {key: np.zeros(parts[key].shape) for key in _keys(parts)}
+        self.seen = 0
+
+    def observation(self, observation):
+        self.seen += 1
+        for key in _keys(observation):
+            self.mean[key] = self.mean[key] + (observation[key] - self.mean[key]) / self.seen
+        return _rebuilt(observation,
+                        {key: observation[key] - self.mean[key]
+                         for key in _keys(observation)})
+
+
+class TravellingPartsMean(PartsMean):
+    """``PartsMean`` whose statistics travel (the documented method pair), with Gymnasium's
+    switch that freezes them (the worker's copy is given the trainer's at every update)."""
+
+    def __init__(self, env):
+        super().__init__(env)
+        self.update_running_mean = True
+
+    def get_wrapper_state(self):
+        state = {f"mean_{key}": value for key, value in self.mean.items()}
+        state["seen"] = np.array(self.seen)
+        return state
+
+    def set_wrapper_state(self, state):
+        self.seen = int(state["seen"])
+        self.mean = {key[5:]: np.array(value) for key, value in state.items() if key != "seen"}
+
+    def observation(self, observation):
+        if self.update_running_mean:
+            return super().observation(observation)
+        return {key: observation[key] - self.mean[key] for key in observation}
+
+
+class Goals(gymnasium.Wrapper):
+    """Moves its goal (a dict of arrays) further at every reset: state carried from one episode
+    to the next, subtracted from what the policy sees."""
+
+    def __init__(self, env):
+        super().__init__(env)
+        self.goal = {"angles": np.zeros(3)}
+
+    def reset(self, **kwargs):
+        self.goal = {"angles": self.goal["angles"] + 0.5}
+        observation, info = self.env.reset(**kwargs)
+        return self._shifted(observation), info
+
+    def step(self, action):
+        observation, reward, terminated, truncated, info = self.env.step(action)
+        return self._shifted(observation), reward, terminated, truncated, info
+
+    def _shifted(self, observation):
+        return {"angles": observation["angles"] - self.goal["angles"], "rest": observation["rest"]}
+
+
+class PartsPolicy(Serializable):
+    """A linear policy of both parts of a split observation."""
+
+    def __init__(self):
+        Serializable.quick_init(self, locals())
+        self.weights = np.full((8, 2), 0.1)
+
+    def get_param_values(self):
+        return self.weights.ravel().copy()
+
+    def set_param_values(self, flat):
+        self.weights = np.array(flat, dtype=np.float64).reshape(8, 2)
+
+    def get_action(self, observation):
+        flat = np.concatenate([observation[key] for key in _keys(observation)])
+        mean = np.tanh(flat @ self.weights)
+        return mean, {"mean": mean}
+
+
+def _trained(env, steps=200):
+    """``env`` after ``steps`` random steps, as a training loop leaves it."""
+    env.reset(seed=1)
+    env.action_space.seed(1)
+    for _ in range(steps):
+        if any(env.step(env.action_space.sample())[2:4]):
+            env.reset()
+    return env
+
+
+@pytest.mark.parametrize("as_tuple", [False, True], ids=["dict", "tuple"])
+def test_running_statistics_of_each_part_are_refused_unless_they_travel(as_tuple, tmp_path):
+    videos = tmp_path / "videos"
+    env = _trained(PartsMean(Split(gymnasium.make("Swimmer-v5"), as_tuple=as_tuple)))
+    with pytest.raises(EnvMismatchError) as error:
+        Plotter(env, PartsPolicy(), video_dir=str(videos))
+    message = str(error.value)
+    assert "PartsMean in the env Swimmer-v5 holds state that changes as it transforms " \
+        "observations (mean, seen)" in message, message
+    assert not videos.exists()
+
+
+def test_state_carried_across_episodes_in_a_dict_is_named(tmp_path):
+    with pytest.raises(EnvMismatchError) as error:
+        Plotter(Goals(Split(gymnasium.make("Swimmer-v5"))),
+                PartsPolicy(),
+                video_dir=str(tmp_path / "videos"))
+    assert "Goals (goal) in the env Swimmer-v5 carries state from one episode to the next" in str(
+        error.value), error.value
+
+
+def test_each_part_is_compared_and_statistics_that_travel_make_the_copies_agree():
+    trainer_env = _trained(TravellingPartsMean(Split(gymnasium.make("Swimmer-v5"))))
+    trainer = TrainerEnvState(trainer_env, "Swimmer-v5")
+    copy = TravellingPartsMean(Split(gymnasium.make("Swimmer-v5")))
+    worker = WorkerEnvState(copy, trainer.layout, "Swimmer-v5")
+    seen, mean = trainer_env.seen, dict(trainer_env.mean)
+    # Fresh statistics: the part whose mean differs is named, with the wrapper.
+    with pytest.raises(EnvMismatchError, match="after TravellingPartsMean"):
+        compare_observation_wrappers(copy, trainer_env, "Swimmer-v5")
+    worker.apply(trainer.read())
+    assert compare_observation_wrappers(copy, trainer_env, "Swimmer-v5")
+    # The trainer's statistics are left as training left them.
+    assert trainer_env.seen == seen and trainer_env.update_running_mean
+    for key, value in mean.items():
+        np.testing.assert_array_equal(trainer_env.mean[key], value)
+
+
+@pytest.mark.slow
+def test_a_dict_wrapper_changed_outside_what_travels_is_refused_at_update_plot(
+        tmp_path, monkeypatch, no_leftovers):
+    monkeypatch.setattr(drift, "_SPACING", 0.0)  # every update checked
+    goal = {"angles": np.zeros(3)}
+    inner = Split(gymnasium.make("Swimmer-v5"))
+    env = TransformObservation(
+        inner, lambda observation: {
+            "angles": observation["angles"] - goal["angles"],
+            "rest": observation["rest"]
+        }, inner.observation_space)
+    policy = PartsPolicy()
+    plotter = Plotter(env,
+                      policy,
+                      max_path_length=40,
+                      video_dir=str(tmp_path / "videos"),
+                      min_video_seconds=0,
+                      history=False).start()
+    try:
+        plotter.update_plot(policy, iteration=0)
+        goal["angles"] = np.array([1.0, 0.0, 0.0])  # the training loop moves the goal
+        with pytest.raises(EnvMismatchError) as error:
+            plotter.update_plot(policy, iteration=1)
+        assert "after TransformObservation (observation wrapper 2 of 2" in str(error.value)
+        assert plotter.stats["updates_sent"] == 1
+    finally:
+        plotter.close()
