@@ -207,3 +207,70 @@ def test_a_process_forked_from_the_trainer_leaves_its_plotter_alone(tmp_path):
     warned = [line for line in result.stderr.splitlines() if "WARNING" in line]
     assert len(warned) == 1 and warned[0].startswith(child + " "), result.stderr[-3000:]
     assert "update_plot() called in process " + child in warned[0] and parent in warned[0]
+
+
+# A script that registers its own env, as people do with a variant of a Gymnasium env, then
+# passes its id on. The plot worker and the samplers never run the script, so the registration
+# must travel with the id: before, each of them failed with NameNotFound (the plot worker
+# restarted three times, then plotting was off; the run itself failed with n_parallel=2).
+REGISTERS_ITS_ENV = textwrap.dedent("""\
+    import logging, sys
+    sys.path.insert(0, {root!r})
+    import gymnasium
+    from gymnasium.envs.mujoco.swimmer_v5 import SwimmerEnv
+
+    class PaidSwimmer(SwimmerEnv):
+        def step(self, action):
+            observation, reward, terminated, truncated, info = super().step(action)
+            return observation, reward + 1.0, terminated, truncated, info
+
+    gymnasium.register("PaidSwimmer-v0", entry_point=PaidSwimmer, max_episode_steps=1000)
+    gymnasium.register("NamedSwimmer-v0", entry_point="__main__:PaidSwimmer")
+
+    if __name__ == "__main__":
+        from async_plotter import Plotter
+        from async_plotter.rl import TRPO, GaussianMLPPolicy, ZeroBaseline, run_experiment_lite
+        from tests.policies import LinearPolicy
+        logging.basicConfig(level=logging.WARNING)
+        policy = LinearPolicy(8, 2)
+        with Plotter("NamedSwimmer-v0", policy, max_path_length=20,
+                     video_dir={videos!r}) as plotter:
+            plotter.update_plot(policy, iteration=0)
+        print("PLOTTER", plotter.stats["final_video"], plotter.stats["history"][-1]["return"])
+        algo = TRPO("PaidSwimmer-v0", GaussianMLPPolicy("PaidSwimmer-v0"), ZeroBaseline(),
+                    batch_size=200, max_path_length=20, n_itr=2)
+        result = run_experiment_lite(algo, n_parallel=2, plot=True, seed=1, log_dir={run!r},
+                                     tensorboard=False)
+        print("RUN", result.final_video)
+    """)
+
+
+def test_an_env_the_script_registers_is_made_by_the_worker_and_the_samplers(tmp_path):
+    script = tmp_path / "train.py"
+    script.write_text(
+        REGISTERS_ITS_ENV.format(root=ROOT,
+                                 videos=str(tmp_path / "videos"),
+                                 run=str(tmp_path / "run")))
+    result = subprocess.run([sys.executable, str(script)],
+                            capture_output=True,
+                            text=True,
+                            timeout=300,
+                            cwd=tmp_path)
+    lines = dict(line.split(" ", 1) for line in result.stdout.splitlines() if " " in line)
+    assert "RUN" in lines, result.stderr[-3000:]
+    final_video, shown_return = lines["PLOTTER"].split()
+    assert final_video == str(tmp_path / "videos" / "iter_0000.mp4")
+    assert float(shown_return) >= 20 - 2  # PaidSwimmer's: +1 a step over Swimmer's ~0
+    assert lines["RUN"] == str(tmp_path / "run" / "videos" / "iter_0001.mp4")
+    assert "NameNotFound" not in result.stderr
+    # The trained policy loads where the script never ran (its snapshot holds the spaces).
+    load = (
+        f"import pickle, sys; sys.path.insert(0, {ROOT!r}); "
+        f"policy = pickle.load(open({str(tmp_path / 'run' / 'params.pkl')!r}, 'rb'))['policy']; "
+        "print('LOADED', policy.get_action([0.0] * 8)[0].shape)")
+    loaded = subprocess.run([sys.executable, "-c", load],
+                            capture_output=True,
+                            text=True,
+                            timeout=120,
+                            cwd=tmp_path)
+    assert "LOADED (2,)" in loaded.stdout, loaded.stderr[-3000:]

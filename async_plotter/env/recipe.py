@@ -2,7 +2,8 @@
 
 The trainer's env object is never shared: the worker builds a fresh one (a shared env would have
 its state stepped by two processes, and a window opened on it would duplicate the trainer's).
-Accepted: a Gymnasium id (``"Swimmer-v5"``), an ``EnvSpec``, a zero-argument factory, an env class
+Accepted: a Gymnasium id (``"Swimmer-v5"``: its registration travels, so an id the user's script
+or a package registered is made in the worker too), an ``EnvSpec``, a zero-argument factory, an env class
 (old-gym or Gymnasium, e.g. ``HopperEnv``: a factory called with no arguments), or an env instance
 (rebuilt from its spec when it has one, else copied by cloudpickle). A factory that accepts
 ``render_mode`` gets ``"rgb_array"`` in the worker. Old ``gym``-style envs work through
@@ -51,10 +52,12 @@ def chain_recipe(base: EnvRecipe, wrappers: List[WrapperRecord], label: str = ""
 def describe_env(env: Any) -> EnvRecipe:
     """Build the recipe in the trainer; an unknown id or an unshippable env fails here, clearly."""
     if isinstance(env, str):
-        _check_registered(env)
-        return EnvRecipe("id", env.encode(), env)
+        # The worker neither runs the user's script nor imports what registered the id (a
+        # gymnasium.register call in the script, a package such as gymnasium_robotics): the
+        # registration travels, with what makes the env.
+        return EnvRecipe("spec", _dumps(travelling_spec(_registered(env)), env), env)
     if isinstance(env, gymnasium.envs.registration.EnvSpec):
-        return EnvRecipe("spec", _dumps(env, env.id), env.id)
+        return EnvRecipe("spec", _dumps(travelling_spec(env), env.id), env.id)
     if isinstance(env, gymnasium.vector.VectorEnv):
         return describe_vector_env(env)
     spec = getattr(env, "spec", None)
@@ -64,9 +67,9 @@ def describe_env(env: Any) -> EnvRecipe:
         # defined in the user's script travels too) with the arguments they recorded.
         wrappers = _added_wrappers(env, spec)
         if wrappers:
-            base = dataclasses.replace(spec, additional_wrappers=())
+            base = dataclasses.replace(travelling_spec(spec), additional_wrappers=())
             return chain_recipe(EnvRecipe("spec", _dumps(base, spec.id), spec.id), wrappers)
-        return EnvRecipe("spec", _dumps(spec, spec.id), spec.id)
+        return EnvRecipe("spec", _dumps(travelling_spec(spec), spec.id), spec.id)
     if inspect.isclass(env):
         # An env class is a factory: it has ``step``, but as an unbound function, so copying it
         # as an env object made the worker call ``reset()`` without ``self``.
@@ -101,11 +104,23 @@ def _check_buildable_without_arguments(env_class: type) -> None:
             f"lambda: {env_class.__name__}({', '.join(f'{n}=...' for n in required)})")
 
 
-def _check_registered(env_id: str) -> None:
+def _registered(env_id: str) -> Any:
+    """The ``EnvSpec`` registered under ``env_id``; ``EnvSpecError`` where there is none."""
     try:
-        gymnasium.spec(env_id)
+        return gymnasium.spec(env_id)
     except gymnasium.error.Error as error:
         raise EnvSpecError(f"unknown env id {env_id!r}: {error}") from error
+
+
+def travelling_spec(spec: Any) -> Any:
+    """``spec`` as a process that never ran the user's script can make it: an entry point named
+    in ``__main__`` (``entry_point="__main__:MyEnv"``) is replaced by what it names, which
+    cloudpickle sends by value (as it does a class given as the entry point)."""
+    entry_point = spec.entry_point
+    if isinstance(entry_point, str) and entry_point.split(":")[0] == "__main__":
+        creator = gymnasium.envs.registration.load_env_creator(entry_point)
+        return dataclasses.replace(spec, entry_point=creator)
+    return spec
 
 
 def _dumps(obj: Any, label: str) -> bytes:
@@ -119,9 +134,7 @@ def _dumps(obj: Any, label: str) -> bytes:
 
 def build_env(recipe: EnvRecipe, render_mode: Optional[str]) -> Any:
     """Build a fresh env from ``recipe`` in this process (Gymnasium API, old gym envs adapted)."""
-    if recipe.kind == "id":
-        env = gymnasium.make(recipe.payload.decode(), render_mode=render_mode)
-    elif recipe.kind == "spec":
+    if recipe.kind == "spec":
         env = gymnasium.make(pickle.loads(recipe.payload), render_mode=render_mode)
     elif recipe.kind == "factory":
         factory = pickle.loads(recipe.payload)
@@ -154,7 +167,7 @@ def builds_from_registry(recipe: EnvRecipe) -> bool:
     """Whether the env is made by ``gymnasium.make`` (which passes ``render_mode`` on)."""
     if recipe.kind == "chain":
         return builds_from_registry(pickle.loads(recipe.payload)[0])
-    return recipe.kind in ("id", "spec")
+    return recipe.kind == "spec"
 
 
 def _added_wrappers(env: Any, spec: Any) -> List[WrapperRecord]:

@@ -9,6 +9,6 @@ import dataclasses
 class EnvRecipe:
     """How to build the environment again in another process."""
 
-    kind: str  # "id" | "spec" | "factory" | "copy" | "chain"
+    kind: str  # "spec" | "factory" | "copy" | "chain"
     payload: bytes
     label: str

@@ -55,6 +55,21 @@ class Serializable:
                 args.append(locals_[name])
         Serializable.__init__(self, *args, **kwargs)
 
+    def record_argument(self, name: str, value: Any) -> None:
+        """Rebuild with ``value`` as the constructor's argument ``name`` (recorded by
+        ``quick_init``): an equivalent that travels better, such as the spaces an env id
+        named, which a process that never registered the id could not look up."""
+        args, kwargs = self.constructor_args
+        if name in kwargs:
+            self.__dict__[_KWARGS] = {**kwargs, name: value}
+            return
+        names = [
+            p.name for p in list(inspect.signature(type(self).__init__).parameters.values())[1:]
+        ]
+        if name in names and names.index(name) < len(args):
+            index = names.index(name)
+            self.__dict__[_ARGS] = (*args[:index], value, *args[index + 1:])
+
     @property
     def constructor_args(self) -> Tuple[Tuple[Any, ...], Dict[str, Any]]:
         """The ``(args, kwargs)`` this object was built with."""

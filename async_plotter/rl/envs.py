@@ -12,6 +12,8 @@ from typing import Any, Callable, Dict, List, Optional, Union
 import gymnasium as gym
 import numpy as np
 
+from async_plotter.env.recipe import travelling_spec
+
 EnvLike = Union[str, gym.Env, Callable[[], gym.Env], "EnvMaker"]
 
 
@@ -80,15 +82,20 @@ class EnvMaker:
     env_id: Optional[str] = None
     kwargs: Dict[str, Any] = dataclasses.field(default_factory=dict)
     factory: Optional[Callable[[], gym.Env]] = None
+    #: ``env_id``'s registration, read where the maker is made: the processes that call it never
+    #: ran the script (or imported the package) that registered the id
+    registration: Any = dataclasses.field(default=None, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         if (self.env_id is None) == (self.factory is None):
             raise ValueError("EnvMaker needs exactly one of env_id or factory")
+        if self.env_id is not None and self.registration is None:
+            object.__setattr__(self, "registration", travelling_spec(gym.spec(self.env_id)))
 
     def __call__(self) -> gym.Env:
         if self.factory is not None:
             return self.factory()
-        return gym.make(self.env_id, **self.kwargs)
+        return gym.make(self.registration, **self.kwargs)
 
     @classmethod
     def from_env(cls, env: EnvLike) -> "EnvMaker":

@@ -102,6 +102,11 @@ class MLPPolicy(Serializable, ActsOnDistInfo):
                  seed: Optional[int]) -> None:
         if env_spec is not None:
             spec = as_env_spec(env_spec)
+            if spec is not env_spec and isinstance(self, Serializable):
+                # Rebuilt elsewhere (a sampler, the plot worker, a snapshot loaded later), the
+                # policy needs only the spaces: an id the training script registered is unknown
+                # in a process that never ran it.
+                self.record_argument("env_spec", spec)
             self.env_spec: Optional[EnvSpec] = spec
             self.obs_dim = spec.observation_dim
             self.action_dim = spec.action_dim
