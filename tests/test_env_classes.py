@@ -8,8 +8,10 @@ import imageio.v2 as imageio
 import numpy as np
 import pytest
 from gymnasium.envs.mujoco.hopper_v5 import HopperEnv
+from gymnasium.wrappers import HumanRendering, NormalizeObservation, RenderCollection
 
 from async_plotter import EnvSpecError, Plotter
+from async_plotter.env.layers import env_layers
 from async_plotter.env.recipe import build_env, describe_env
 from tests.conftest import wait_for
 from tests.policies import LinearPolicy
@@ -208,3 +210,21 @@ def test_an_action_wrapper_given_an_optional_argument_is_shown_as_given(tmp_path
     assert shown == pytest.approx(deterministic_return(given, policy), rel=1e-3, abs=1e-3)
     default = ScaledAction(gymnasium.make("Swimmer-v5"))
     assert shown != pytest.approx(deterministic_return(default, policy), rel=1e-2, abs=1e-2)
+
+
+@pytest.mark.parametrize("wrapper", [HumanRendering, RenderCollection])
+def test_wrappers_that_only_show_are_left_out_of_the_workers_copy(wrapper, tmp_path, no_leftovers):
+    """A trainer's env under Gymnasium's ``HumanRendering`` (its own window) or ``RenderCollection``
+    (``RecordVideo`` alike, which needs moviepy): before, ``Plotter()`` rebuilt them on the copy
+    it builds without rendering and failed with an ``EnvBuildError`` blaming the env; in the
+    worker a ``HumanRendering`` would have opened a second window, a ``RecordVideo`` written the
+    worker's episodes into your folder."""
+    env = NormalizeObservation(wrapper(gymnasium.make("Swimmer-v5", render_mode="rgb_array")))
+    copied = build_env(describe_env(env), render_mode=None)
+    assert [type(layer).__name__
+            for layer in env_layers(copied)][:2] == ["NormalizeObservation", "TimeLimit"]
+    copied.close()
+    shown, _ = shown_return(env, tmp_path / "shown")
+    # As the same env without it shows (the statistics travel, frozen, in both).
+    plain, _ = shown_return(NormalizeObservation(gymnasium.make("Swimmer-v5")), tmp_path / "plain")
+    assert shown == pytest.approx(plain, rel=1e-6)

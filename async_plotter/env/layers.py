@@ -16,6 +16,17 @@ WRAPPED = ("env", "_wrapped_env", "wrapped_env")
 LINKS = WRAPPED + ("envs", "env_fns")
 _MAX_DEPTH = 64
 
+#: Gymnasium's wrappers that only record or show what the env draws, and change nothing the
+#: policy sees: the worker's copy leaves them out (a ``RecordVideo`` there would write the
+#: worker's episodes into your folder, drawn in the rollout process; a ``HumanRendering``
+#: would open a second window)
+SHOWING_ONLY = ("RecordVideo", "HumanRendering", "RenderCollection")
+
+
+def shows_only(layer: Any) -> bool:
+    """Whether ``layer`` is one of Gymnasium's ``SHOWING_ONLY`` wrappers."""
+    return type(layer).__name__ in SHOWING_ONLY and type(layer).__module__.startswith("gymnasium.")
+
 
 def env_layers(env: Any) -> List[Any]:
     """``env`` and every env it wraps, outermost first."""

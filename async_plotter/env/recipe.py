@@ -20,6 +20,7 @@ import gymnasium
 
 from async_plotter.errors import EnvSpecError
 from async_plotter.env.gym_compat import GymCompat, uses_old_gym_api, without_passive_checker
+from async_plotter.env.layers import shows_only
 from async_plotter.env.recipe_record import EnvRecipe
 
 #: a wrapper to apply in the worker: its class (or a ``CopiedWrapper``) and keyword arguments
@@ -185,6 +186,8 @@ def _added_wrappers(env: Any, spec: Any) -> List[WrapperRecord]:
     for layer, recorded in zip(reversed(layers), spec.additional_wrappers):
         if type(layer).__name__ != recorded.name:
             return []
+        if shows_only(layer):
+            continue
         if recorded.kwargs is not None:
             records.append((type(layer), dict(recorded.kwargs)))
         else:

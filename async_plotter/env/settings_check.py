@@ -13,7 +13,7 @@ from typing import Any, Callable, Dict, List, Tuple
 import numpy as np
 
 from async_plotter.env.settings import layer_settings, same_setting
-from async_plotter.env.layers import env_layers
+from async_plotter.env.layers import env_layers, shows_only
 from async_plotter.errors import EnvMismatchError
 
 #: differences named in the error at most
@@ -24,8 +24,10 @@ Settings = Tuple[str, Dict[str, Any]]
 
 
 def settings_of(env: Any) -> List[Settings]:
-    """Each layer's settings, outermost wrapper first, down to the base env."""
-    return [(type(layer).__name__, layer_settings(layer)) for layer in env_layers(env)]
+    """Each layer's settings, outermost wrapper first, down to the base env (not the wrappers
+    that only show, which the worker's copy leaves out)."""
+    return [(type(layer).__name__, layer_settings(layer)) for layer in env_layers(env)
+            if not shows_only(layer)]
 
 
 def steady(before: List[Settings], after: List[Settings]) -> List[Settings]:

@@ -31,6 +31,7 @@ from typing import Any, Callable, Collection, Dict, List, Optional, Tuple
 
 import numpy as np
 
+from async_plotter.env.layers import shows_only
 from async_plotter.env.settings import (layer_settings, model_settings, read_setting, same_setting,
                                         setting_value, user_data, write_setting)
 from async_plotter.errors import EnvMismatchError
@@ -127,6 +128,8 @@ class TrainerSettings:
         self.label = label
         fields, places, fixed = [], [], []
         for place, (layer, rank) in enumerate(zip(layers, ranks(layers))):
+            if shows_only(layer):
+                continue  # the worker's copy leaves it out
             more = {
                 name: kept
                 for name, kept in user_data(layer).items()
