@@ -1,5 +1,6 @@
 """Where the live page is served: ``Plotter(http=..., http_token=...)`` is checked in the trainer."""
 import pickle
+import socket
 
 import pytest
 
@@ -84,3 +85,24 @@ def test_plotter_checks_http_before_starting_anything():
         Plotter("Swimmer-v5", LinearPolicy(8, 2), http="0.0.0.0:8080", window=False)
     with pytest.raises(InvalidArgumentError, match="out of range"):
         Plotter("Swimmer-v5", LinearPolicy(8, 2), http=99999, window=False)
+
+
+def test_a_port_another_program_serves_is_refused_in_plotter_before_anything_starts(tmp_path):
+    """Before, the render process failed to bind it at start(), was restarted three times and
+    plotting was turned off: the videos of the run were lost with the page."""
+    taken = socket.socket()
+    taken.bind(("127.0.0.1", 0))
+    taken.listen(1)
+    port = taken.getsockname()[1]
+    try:
+        with pytest.raises(InvalidArgumentError) as refused:
+            Plotter("Swimmer-v5", LinearPolicy(8, 2), http=port, video_dir=str(tmp_path / "v"))
+        message = str(refused.value)
+        assert message.startswith(f"http={port}: cannot serve the live page on 127.0.0.1:{port}")
+        assert "http=0 for a free one" in message and "Plotter.close_all()" in message
+        assert not (tmp_path / "v").exists()
+    finally:
+        taken.close()
+    # Once it is free, the same port is served.
+    plotter = Plotter("Swimmer-v5", LinearPolicy(8, 2), http=port, video_dir=str(tmp_path / "v"))
+    plotter.close()

@@ -234,8 +234,19 @@ def _http_config(http: Any, token: Optional[str]) -> Any:
     if http is None:
         return None
     from async_plotter.web.address import parse_http_address
+    from async_plotter.web.listener import bind_listener
 
-    return parse_http_address(http, token)
+    config = parse_http_address(http, token)
+    if config.port:
+        # Taken now, the worker's page would fail at start() and take the videos down with it
+        # (restarted, then off); said here instead, before anything starts.
+        try:
+            bind_listener(config).close()
+        except OSError as error:
+            raise InvalidArgumentError(
+                f"http={http!r}: {error.strerror} If a Plotter of this process holds it (a notebook "
+                "cell's, not closed), Plotter.close_all() frees it.") from None
+    return config
 
 
 def _trainer_env(env: Any, label: str) -> Tuple[Any, Optional[TrainerEnvState]]:
