@@ -4,6 +4,8 @@ import math
 import numbers
 from typing import Any, Dict, Optional, Tuple
 
+import numpy as np
+
 from async_plotter.errors import InvalidArgumentError
 
 
@@ -16,20 +18,25 @@ def _is_real(value: Any) -> bool:
     return isinstance(value, numbers.Real) and not isinstance(value, bool) and math.isfinite(value)
 
 
+def _is_whole(value: Any) -> bool:
+    """An integer, or a float that is one (``1e3`` from a config file, ``500.0``)."""
+    return is_int(value) or (_is_real(value) and float(value).is_integer())
+
+
 def positive_int(name: str, value: Any) -> int:
-    if not is_int(value) or value <= 0:
+    if not _is_whole(value) or value <= 0:
         raise InvalidArgumentError(f"{name} must be a positive int, got {value!r}")
     return int(value)
 
 
 def non_negative_int(name: str, value: Any) -> int:
-    if not is_int(value) or value < 0:
+    if not _is_whole(value) or value < 0:
         raise InvalidArgumentError(f"{name} must be a non-negative int, got {value!r}")
     return int(value)
 
 
 def optional_non_negative_int(name: str, value: Any) -> Optional[int]:
-    if value is not None and (not is_int(value) or value < 0):
+    if value is not None and (not _is_whole(value) or value < 0):
         raise InvalidArgumentError(f"{name} must be a non-negative int or None, got {value!r}")
     return None if value is None else int(value)
 
@@ -87,7 +94,8 @@ def frame_size(value: Any) -> Optional[Tuple[int, int]]:
 
 
 def metrics(value: Any) -> Dict[str, float]:
-    """A dict of name -> number, as floats (their size is the channel's rule: ``metrics_fit``)."""
+    """A dict of name -> number, as floats (their size is the channel's rule: ``metrics_fit``).
+    A number is also a one-element array or tensor (a TensorFlow loss, ``tf.Variable``)."""
     if not isinstance(value, dict):
         raise InvalidArgumentError(
             f"metrics must be a dict of name -> number, got {type(value).__name__}")
@@ -95,11 +103,33 @@ def metrics(value: Any) -> Dict[str, float]:
     for name, number in value.items():
         if not isinstance(name, str):
             raise InvalidArgumentError(f"metrics keys must be strings, got {name!r}")
-        if not isinstance(number, numbers.Real) or isinstance(number, bool):
+        scalar = _one_number(number)
+        if scalar is None:
             raise InvalidArgumentError(
-                f"metrics[{name!r}] must be a number, got {type(number).__name__}")
-        checked[name] = float(number)
+                f"metrics[{name!r}] must be a number (or an array or tensor of one), got "
+                f"{type(number).__name__}{_shape_of(number)}")
+        checked[name] = scalar
     return checked
+
+
+def _one_number(value: Any) -> Optional[float]:
+    """``value`` as a float: a number, or an array or tensor of one number (read through its
+    ``numpy()``, so TensorFlow is never imported here); None otherwise."""
+    if isinstance(value, numbers.Real):
+        return None if isinstance(value, bool) else float(value)
+    read = getattr(value, "numpy", None)
+    try:
+        array = np.asarray(read() if callable(read) else value)
+    except Exception:  # noqa: BLE001 - a value that is no array at all
+        return None
+    if array.size != 1 or array.dtype.kind not in "iuf":
+        return None
+    return float(array.reshape(()))
+
+
+def _shape_of(value: Any) -> str:
+    shape = getattr(value, "shape", None)
+    return f" of shape {tuple(shape)}" if shape is not None else ""
 
 
 def callable_or_none(name: str, value: Any) -> None:

@@ -164,6 +164,10 @@ UPDATE_CASES = [
     (dict(metrics=[1, 2]), InvalidArgumentError, "metrics must be a dict"),
     (dict(metrics={"AverageReturn": "high"}), InvalidArgumentError,
      "metrics['AverageReturn'] must be a number"),
+    (dict(metrics={"Returns": np.ones(3)}), InvalidArgumentError,
+     "metrics['Returns'] must be a number (or an array or tensor of one), got ndarray of shape "
+     "(3,)"),
+    (dict(max_path_length=2.5), InvalidArgumentError, "max_path_length must be a positive int"),
 ]
 
 
@@ -178,6 +182,36 @@ def test_update_plot_rejects(overrides, error, message, monkeypatch):
     assert message in str(raised.value)
     assert plotter.stats["updates_sent"] == 0  # a rejected update is not counted
     plotter.close()
+
+
+def test_update_plot_takes_tensors_as_metrics_and_whole_floats_as_counts(monkeypatch):
+    """A TensorFlow loss, a ``tf.Variable`` and a 0-d array are numbers, as in
+    ``tf.summary.scalar``; ``1e3`` from a config file is a step count. Before, each was an
+    ``InvalidArgumentError``."""
+    import tensorflow as tf
+
+    from async_plotter.validation import metrics
+
+    monkeypatch.delenv("DISPLAY", raising=False)
+    given = {
+        "loss": tf.constant(0.25),
+        "kl": tf.Variable(0.5),
+        "entropy": np.array(1.5),
+        "AverageReturn": np.float32(2.0),
+        "Steps": 1000
+    }
+    assert metrics(given) == {
+        "loss": 0.25,
+        "kl": 0.5,
+        "entropy": 1.5,
+        "AverageReturn": 2.0,
+        "Steps": 1000.0
+    }
+    plotter = make(on_frame=None)
+    plotter.update_plot(LinearPolicy(8, 2), 1e3, iteration=4.0, metrics=given)
+    assert plotter.stats["updates_sent"] == 1
+    plotter.close()
+    assert make(on_frame=None, max_path_length=5e2)._config.worker.max_path_length == 500
 
 
 def test_update_plot_after_close_is_a_named_error(monkeypatch):

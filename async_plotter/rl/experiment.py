@@ -203,6 +203,7 @@ def run_experiment_lite(fn_or_algo: Union[BatchPolopt, Callable[..., Any]],
     """
     _validate(fn_or_algo, n_parallel, plot, seed, exp_name, log_dir, snapshot_mode, tensorboard,
               plot_kwargs)
+    n_parallel = positive_int("n_parallel", n_parallel)  # 2.0 from a config file is 2
     point = resume_point(resume_from) if resume_from is not None else None
     if point is not None and isinstance(fn_or_algo, BatchPolopt):
         check_fits(fn_or_algo, point)  # before its folder is touched

@@ -33,7 +33,7 @@ from async_plotter.env.state import TrainerEnvState
 from async_plotter.policy.adapters import acting_copy
 from async_plotter.rl.batch import SampleBatch
 from async_plotter.rl.envs import EnvMaker, added_wrappers, flatten_observation
-from async_plotter.validation import one_of
+from async_plotter.validation import one_of, positive_int
 
 logger = logging.getLogger(__name__)
 
@@ -310,9 +310,7 @@ class ParallelSampler(Sampler):
                  start_timeout: float = 120.0,
                  shutdown_timeout: float = 5.0,
                  policy_device: str = "cpu") -> None:
-        if isinstance(n_parallel, bool) or not isinstance(n_parallel, int) or n_parallel < 1:
-            raise ValueError(f"n_parallel must be a positive int, got {n_parallel!r}")
-        self.n_parallel = n_parallel
+        self.n_parallel = positive_int("n_parallel", n_parallel)
         self.policy_device = one_of("policy_device", policy_device, processes.POLICY_DEVICES)
         self.start_timeout = float(start_timeout)
         self.shutdown_timeout = float(shutdown_timeout)

@@ -56,7 +56,7 @@ CHECKED_UP_FRONT = [
     ("n_parallel-0", ALGO, dict(n_parallel=0), ValueError,
      "n_parallel must be a positive int, got 0"),
     ("n_parallel-negative", ALGO, dict(n_parallel=-2), ValueError, "got -2"),
-    ("n_parallel-float", ALGO, dict(n_parallel=2.0), ValueError, "got 2.0"),
+    ("n_parallel-float", ALGO, dict(n_parallel=2.5), ValueError, "got 2.5"),
     ("n_parallel-str", ALGO, dict(n_parallel="2"), ValueError, "got '2'"),
     ("n_parallel-bool", ALGO, dict(n_parallel=True), ValueError, "got True"),
     ("n_parallel-None", ALGO, dict(n_parallel=None), ValueError, "got None"),
