@@ -1,5 +1,5 @@
 """Dict and tuple observations (goal-conditioned envs, a wrapper that splits what the policy sees)
-are checked as arrays are: a wrapper's running statistics kept in a dict are refused unless they
+are shown to Keras models with an input a part, and checked as arrays are: a wrapper's running statistics kept in a dict are refused unless they
 travel, state carried across episodes in a dict is named, a wrapper whose state travels compares
 equal to the trainer's, and a wrapper that changes outside what travels is refused at
 ``update_plot`` (``env/check.py``, ``env/carried_state.py``, ``env/drift.py``)."""
@@ -9,10 +9,11 @@ import pytest
 from gymnasium import spaces
 from gymnasium.wrappers import TransformObservation
 
-from async_plotter import EnvMismatchError, Plotter, Serializable
+from async_plotter import EnvMismatchError, Plotter, PolicyShapeError, Serializable
 from async_plotter.env import drift
 from async_plotter.env.check import compare_observation_wrappers
 from async_plotter.env.state import TrainerEnvState, WorkerEnvState
+from tests.conftest import wait_for
 
 
 class Split(gymnasium.ObservationWrapper):
@@ -200,3 +201,65 @@ def test_a_dict_wrapper_changed_outside_what_travels_is_refused_at_update_plot(
         assert plotter.stats["updates_sent"] == 1
     finally:
         plotter.close()
+
+
+def _parts_model(as_tuple):
+    """A Keras model of both parts of a split Swimmer observation: named inputs for a dict,
+    inputs in order for a tuple."""
+    import keras
+
+    angles = keras.Input((3, ), name="angles")
+    rest = keras.Input((5, ), name="rest")
+    hidden = keras.layers.Dense(16, activation="tanh")(keras.layers.Concatenate()([angles, rest]))
+    action = keras.layers.Dense(2, activation="tanh")(hidden)
+    return keras.Model([angles, rest] if as_tuple else {"angles": angles, "rest": rest}, action)
+
+
+def _models_return(model, env, steps):
+    """The return of ``model``'s actions from the reset of seed 0 (the history's start)."""
+    observation, _ = env.reset(seed=0)
+    total = 0.0
+    for _ in range(steps):
+        batch = ([part[None] for part in observation] if isinstance(observation, tuple) else {
+            key: part[None]
+            for key, part in observation.items()
+        })
+        action = np.clip(np.asarray(model(batch, training=False))[0], -1, 1)
+        observation, reward, terminated, truncated, _ = env.step(action)
+        total += reward
+        if terminated or truncated:
+            break
+    return total
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("as_tuple", [False, True], ids=["dict", "tuple"])
+def test_a_keras_model_with_an_input_a_part_is_shown_acting_on_each_part(
+        as_tuple, tmp_path, no_leftovers):
+    """Before, a ``PolicyShapeError``: "Keras models and tf.Modules are fed one array"."""
+    model = _parts_model(as_tuple)
+    env = Split(gymnasium.make("Swimmer-v5"), as_tuple=as_tuple)
+    with Plotter(env, model, max_path_length=40, video_dir=str(tmp_path),
+                 priority="normal") as plotter:
+        plotter.update_plot(model, iteration=0)
+        wait_for(lambda: plotter.stats["history"], 120, message="the history of iteration 0")
+    shown = plotter.stats["history"][0]["return"]
+    assert plotter.stats["policy_call"] in ("xla", "graph"), plotter.stats["policy_call"]
+    expected = _models_return(model, Split(gymnasium.make("Swimmer-v5"), as_tuple=as_tuple), 40)
+    assert shown == pytest.approx(expected, rel=1e-3, abs=1e-4)
+    assert plotter.stats["final_video"].endswith("iter_0000.mp4")
+
+
+def test_a_keras_model_whose_inputs_are_not_the_parts_is_told_how_to_name_them(tmp_path):
+    import keras
+
+    angles, rest = keras.Input((3, ), name="joints"), keras.Input((5, ), name="rest")
+    action = keras.layers.Dense(2)(keras.layers.Concatenate()([angles, rest]))
+    model = keras.Model({"joints": angles, "rest": rest}, action)
+    with pytest.raises(PolicyShapeError) as refused:
+        Plotter(Split(gymnasium.make("Swimmer-v5")), model, video_dir=str(tmp_path / "v"))
+    message = str(refused.value)
+    assert "it was given a dict of batches of one ('angles': shape (3,), 'rest': shape (5,))" in (
+        message), message
+    assert "keras.Input(shape=(3,), name='angles'), keras.Input(shape=(5,), name='rest')" in message
+    assert not (tmp_path / "v").exists()

@@ -186,7 +186,7 @@ def raw_observation(env: Any) -> Optional[Observation]:
     except TypeError:
         result = base.reset()
     observation = result[0] if isinstance(result, tuple) and len(result) == 2 else result
-    return None if observation is None else _each_part(np.asarray, observation)
+    return None if observation is None else each_part(np.asarray, observation)
 
 
 def flat_observation(observation: Observation) -> np.ndarray:
@@ -210,23 +210,23 @@ def _parts(observation: Observation, path: str = "") -> List[Tuple[str, Any]]:
     return [(path, observation)]
 
 
-def _each_part(function: Callable[[Any], Any], observation: Observation) -> Observation:
+def each_part(function: Callable[[Any], Any], observation: Observation) -> Observation:
     """``observation`` with ``function`` applied to each of its arrays, its structure kept."""
     if isinstance(observation, dict):
         return type(observation)(
-            (key, _each_part(function, item)) for key, item in observation.items())
+            (key, each_part(function, item)) for key, item in observation.items())
     if isinstance(observation, tuple):
-        return tuple(_each_part(function, item) for item in observation)
+        return tuple(each_part(function, item) for item in observation)
     return function(observation)
 
 
 def _batch(observation: Observation) -> Observation:
     """A batch of one, for a vector env's wrappers."""
-    return _each_part(lambda part: np.asarray(part)[None], observation)
+    return each_part(lambda part: np.asarray(part)[None], observation)
 
 
 def _one_of(batch: Observation) -> Observation:
-    return _each_part(lambda part: np.asarray(part)[0], batch)
+    return each_part(lambda part: np.asarray(part)[0], batch)
 
 
 def _probes(raw: Observation) -> List[Observation]:
@@ -240,12 +240,12 @@ def _probes(raw: Observation) -> List[Observation]:
 
         return shift
 
-    return [raw] + [_each_part(shifted(k), raw) for k in range(1, _PROBES + 1)]
+    return [raw] + [each_part(shifted(k), raw) for k in range(1, _PROBES + 1)]
 
 
 def _through(stages: List[Stage], observation: Observation) -> Observation:
     for _, transform in stages:
-        observation = _each_part(np.asarray, transform(observation))
+        observation = each_part(np.asarray, transform(observation))
     return observation
 
 
@@ -255,10 +255,10 @@ def _compare(trainer: List[Stage], worker: List[Stage], observation: Observation
     for index, ((name, transform), (worker_name,
                                     worker_transform)) in enumerate(zip(trainer, worker)):
         given = ours
-        ours = _each_part(np.asarray, transform(given))
+        ours = each_part(np.asarray, transform(given))
         if not _same(transform(given), ours):
             raise _Unrepeatable(name)
-        theirs = _each_part(np.asarray, worker_transform(theirs))
+        theirs = each_part(np.asarray, worker_transform(theirs))
         if _same(theirs, ours):
             continue
         raise EnvMismatchError(

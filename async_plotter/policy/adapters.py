@@ -413,13 +413,14 @@ def adapter_named(kind: str) -> PolicyAdapter:
         raise ValueError(f"unknown policy kind {kind!r}; known: {', '.join(_BY_KIND)}") from None
 
 
-def _batch_of_one(observation: Any, dtype: Any) -> np.ndarray:
+def _batch_of_one(observation: Any, dtype: Any) -> Any:
+    """A batch of one observation in ``dtype``: an array, or for a dict or tuple observation (a
+    ``Dict`` or ``Tuple`` space's) a dict or list of batches, as a multi-input Keras model
+    takes them (by its inputs' names, or in their order)."""
     if isinstance(observation, dict):
-        raise PolicyShapeError(
-            f"the env's observations are a dict (keys {', '.join(map(str, observation))}); "
-            "Keras models and tf.Modules are fed one array. Flatten them with "
-            "gymnasium.wrappers.FlattenObservation in the env factory, or give the policy "
-            "rllab's protocol (get_action(obs) receives the dict).")
+        return {key: _batch_of_one(part, dtype) for key, part in observation.items()}
+    if isinstance(observation, tuple):
+        return [_batch_of_one(part, dtype) for part in observation]
     return np.asarray(observation, dtype)[None]
 
 
@@ -439,7 +440,10 @@ def _module_dtype(module: Any) -> Any:
     observations)."""
     signature = getattr(module.__call__, "input_signature", None)
     if signature:
-        return np.dtype(signature[0].dtype.as_numpy_dtype)
+        import tensorflow as tf
+
+        first = tf.nest.flatten(signature[0])[0]  # a dict or list of specs: the first's
+        return np.dtype(first.dtype.as_numpy_dtype)
     for variable in module_variables(module):
         dtype = np.dtype(variable.dtype.as_numpy_dtype)
         if np.issubdtype(dtype, np.floating):

@@ -22,7 +22,7 @@ import numpy as np
 from async_plotter.env.carried_state import check_no_carried_state
 from async_plotter.env.settings_check import check_same_settings, settings_of, steady
 from async_plotter.env.settings_travel import Extra, steady_user_data, user_data_of
-from async_plotter.env.check import check_worker_env
+from async_plotter.env.check import check_worker_env, each_part
 from async_plotter.env.recipe import (EnvRecipe, build_env, builds_from_registry,
                                       factory_accepts_render_mode)
 from async_plotter.env.layers import env_layers
@@ -299,6 +299,8 @@ def _check_policy(policy: Any, adapter: PolicyAdapter, observation: Any, env: An
 
 def _input_mismatch(policy: Any, adapter: PolicyAdapter, observation: Any, space: Any, label: str,
                     error: BaseException) -> str:
+    if isinstance(observation, (dict, tuple)):
+        return _parts_mismatch(policy, adapter, observation, label, error)
     shape = np.shape(observation)
     expected = ""
     if isinstance(adapter, KerasAdapter):
@@ -309,6 +311,28 @@ def _input_mismatch(policy: Any, adapter: PolicyAdapter, observation: Any, space
     return (f"the policy cannot act on {label}'s observations: it was given one of shape {shape} "
             f"(observation space {space}){expected}, and raised {type(error).__name__}: "
             f"{brief_error(error)}. Use a policy built for {label}: {fix}.")
+
+
+def _parts_mismatch(policy: Any, adapter: PolicyAdapter, observation: Any, label: str,
+                    error: BaseException) -> str:
+    """The same, for a dict or tuple observation: a Keras model is given a dict of batches by
+    the observation's keys (or a list, in its order), so its inputs are named or ordered so."""
+    named = isinstance(observation, dict)
+    parts = list(observation.items()) if named else list(enumerate(observation))
+    given = ", ".join(f"{key!r}: shape {np.shape(part)}" if named else f"shape {np.shape(part)}"
+                      for key, part in parts)
+    if isinstance(adapter, KerasAdapter):
+        inputs = ", ".join(f"keras.Input(shape={np.shape(part)}" +
+                           (f", name={key!r})" if named else ")") for key, part in parts)
+        fix = (f"give the model one input a part, {'named by its key' if named else 'in order'}: "
+               f"{inputs}; or, for a model of one input, flatten the observations with "
+               "gymnasium.wrappers.FlattenObservation where the env is made")
+    else:
+        fix = f"make it take {'a dict of' if named else 'a list of'} these parts"
+    return (f"the policy cannot act on {label}'s observations: it was given "
+            f"{'a dict' if named else 'a list'} of batches of one ({given}), and raised "
+            f"{type(error).__name__}: {brief_error(error)}. Use a policy built for {label}: "
+            f"{fix}.")
 
 
 def _check_action(action: np.ndarray, space: Any, label: str) -> None:
@@ -363,9 +387,7 @@ def _show(action: Any) -> str:
 
 
 def _copy(observation: Any) -> Any:
-    if isinstance(observation, dict):
-        return {key: np.array(value, copy=True) for key, value in observation.items()}
-    return np.array(observation, copy=True)
+    return each_part(lambda part: np.array(part, copy=True), observation)
 
 
 def _graph_mode() -> bool:
