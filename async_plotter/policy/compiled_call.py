@@ -8,7 +8,7 @@ constants computed from its weights (Keras's adapted ``Normalization``).
 import contextlib
 import logging
 import threading
-from typing import Any, Callable, Dict, Iterator, Tuple
+from typing import Any, Callable, Dict, Iterator
 
 import numpy as np
 
