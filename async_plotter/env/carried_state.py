@@ -33,7 +33,8 @@ from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tupl
 import gymnasium
 import numpy as np
 
-from async_plotter.env.check import copied_data, flat_observation, is_plain_data, same_data
+from async_plotter.env.check import copied_data, is_plain_data, same_data
+from async_plotter.env.observations import flat_observation
 from async_plotter.env.layers import LINKS, env_layers, from_a_library
 from async_plotter.env.state import HOOK, layer_kind
 from async_plotter.env.stepper import EnvStepper

@@ -1,8 +1,8 @@
 """The one rule for the env, checked in the trainer: what reaches the policy in the worker is what
 reaches it in the trainer.
 
-Observations may be arrays or, as goal-conditioned envs give them, dicts and tuples of arrays:
-every part is fed, shifted and compared alike.
+Observations may be arrays or, as goal-conditioned envs give them, dicts and tuples of arrays
+(``observations.py``): every part is fed, shifted and compared alike.
 
 The worker's copy of the env is built from its recipe and given the state that travels
 (``env/state.py``). Then both envs' observation wrappers are fed the same raw observations (the
@@ -22,6 +22,8 @@ import gymnasium
 import numpy as np
 
 from async_plotter.env.layers import LINKS, env_layers
+from async_plotter.env.observations import (Observation, batch_of_one, each_part, first_of_batch,
+                                            flat_observation, parts)
 from async_plotter.env.state import RLLAB, freezes, layer_kind
 from async_plotter.errors import EnvMismatchError
 from async_plotter.policy.random_state import random_state_kept
@@ -33,8 +35,6 @@ _RTOL = 1e-4
 _ATOL = 1e-4
 _PROBES = 3
 
-#: an array, or a dict or tuple of them (a ``Dict`` or ``Tuple`` observation space's)
-Observation = Any
 Stage = Tuple[str, Callable[[Observation], Observation]]
 
 
@@ -120,7 +120,8 @@ def _stages(layers: List[Any]) -> List[Stage]:
         if kind is not None:
             freezes(clone)
         if vector:
-            stages.append((name, lambda o, clone=clone: _one_of(clone.observations(_batch(o)))))
+            stages.append(
+                (name, lambda o, clone=clone: first_of_batch(clone.observations(batch_of_one(o)))))
         else:
             stages.append((name, clone._apply_normalize_obs if rllab else clone.observation))
     return stages
@@ -189,46 +190,6 @@ def raw_observation(env: Any) -> Optional[Observation]:
     return None if observation is None else each_part(np.asarray, observation)
 
 
-def flat_observation(observation: Observation) -> np.ndarray:
-    """All of an observation's numbers in one float64 vector (a dict's parts by sorted key)."""
-    parts = [np.ravel(np.asarray(part, np.float64)) for _, part in _parts(observation)]
-    return np.concatenate(parts) if parts else np.zeros(0)
-
-
-def _parts(observation: Observation, path: str = "") -> List[Tuple[str, Any]]:
-    """The arrays an observation is made of, each with where it is (``["goal"]``, ``[1]``)."""
-    if isinstance(observation, dict):
-        return [
-            part for key in sorted(observation)
-            for part in _parts(observation[key], f"{path}[{key!r}]")
-        ]
-    if isinstance(observation, tuple):
-        return [
-            part for index, item in enumerate(observation)
-            for part in _parts(item, f"{path}[{index}]")
-        ]
-    return [(path, observation)]
-
-
-def each_part(function: Callable[[Any], Any], observation: Observation) -> Observation:
-    """``observation`` with ``function`` applied to each of its arrays, its structure kept."""
-    if isinstance(observation, dict):
-        return type(observation)(
-            (key, each_part(function, item)) for key, item in observation.items())
-    if isinstance(observation, tuple):
-        return tuple(each_part(function, item) for item in observation)
-    return function(observation)
-
-
-def _batch(observation: Observation) -> Observation:
-    """A batch of one, for a vector env's wrappers."""
-    return each_part(lambda part: np.asarray(part)[None], observation)
-
-
-def _one_of(batch: Observation) -> Observation:
-    return each_part(lambda part: np.asarray(part)[0], batch)
-
-
 def _probes(raw: Observation) -> List[Observation]:
     """The first observation and a few shifted ones (a statistic that matters shows on some)."""
 
@@ -276,7 +237,7 @@ def _compare(trainer: List[Stage], worker: List[Stage], observation: Observation
 
 def _same(a: Observation, b: Observation) -> bool:
     """Whether two observations have the same parts, of the same shapes and close values."""
-    ours, theirs = _parts(a), _parts(b)
+    ours, theirs = parts(a), parts(b)
     return len(ours) == len(theirs) and all(
         where == their_where and np.shape(part) == np.shape(their_part)
         and np.allclose(np.asarray(part, np.float64),
@@ -318,7 +279,7 @@ def _changed_attributes(layer: Any) -> List[str]:
     try:
         for observation in _probes(zeros):
             if vector:
-                probe.observations(_batch(observation))
+                probe.observations(batch_of_one(observation))
             else:
                 probe.observation(observation)
     except Exception:  # noqa: BLE001 - a wrapper that cannot take these: nothing to learn

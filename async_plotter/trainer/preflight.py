@@ -22,7 +22,8 @@ import numpy as np
 from async_plotter.env.carried_state import check_no_carried_state
 from async_plotter.env.settings_check import check_same_settings, settings_of, steady
 from async_plotter.env.settings_travel import Extra, steady_user_data, user_data_of
-from async_plotter.env.check import check_worker_env, each_part
+from async_plotter.env.check import check_worker_env
+from async_plotter.env.observations import each_part
 from async_plotter.env.recipe import (EnvRecipe, build_env, builds_from_registry,
                                       factory_accepts_render_mode)
 from async_plotter.env.layers import env_layers
