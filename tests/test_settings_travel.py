@@ -252,6 +252,8 @@ def test_the_entries_of_a_users_settings_dict_travel_and_one_taken_out_is_named(
         with caplog.at_level("WARNING", logger="async_plotter"):
             plotter.update_plot(policy, iteration=3)
             plotter.update_plot(policy, iteration=4)
+            env.weights["more"] = 3.0  # a dict that keeps growing is said once
+            plotter.update_plot(policy, iteration=4)
         added = [
             r.getMessage() for r in caplog.records if "did not have at Plotter()" in r.getMessage()
         ]

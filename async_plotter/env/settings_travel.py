@@ -148,8 +148,9 @@ class TrainerSettings:
         #: settings that cannot travel, as they were: a change is refused
         self._fixed = fixed
         self._readers = [_reader(layers[place], field.name) for field, place in zip(fields, places)]
-        #: the dicts whose entries are settings, with their keys: an entry added later does
-        #: not travel (the worker's copy keeps those it has), which one warning says
+        #: the dicts whose entries are settings, with their keys (None: no longer watched): an
+        #: entry added later does not travel (the worker's copy keeps those it has), which one
+        #: warning says
         named = [(place, field.name) for field, place in zip(fields, places)]
         self._dicts = {
             (place, parent): _entries_in(read_setting(layers[place], parent))
@@ -202,11 +203,14 @@ class TrainerSettings:
         return encode(flat, np.array(kinds), dtype)
 
     def _note_new_entries(self, place: int, parent: str, entries: Optional[frozenset]) -> None:
-        """Warn once where the dict ``parent`` of layer ``place`` got entries since."""
-        now = _entries_in(read_setting(self._layers[place], parent))
-        if entries is None or now is None or now <= entries:
+        """Warn where the dict ``parent`` of layer ``place`` got entries since (once a dict:
+        one that keeps growing, a cache, is then no longer watched)."""
+        if entries is None:
             return
-        self._dicts[(place, parent)] = entries | now
+        now = _entries_in(read_setting(self._layers[place], parent))
+        if now is None or now <= entries:
+            return
+        self._dicts[(place, parent)] = None
         logger.warning(
             "Plotter: %s.%s of the env %s has entries it did not have at Plotter() (%s): "
             "they do not travel to the plot worker, whose copy keeps the entries it was built "
