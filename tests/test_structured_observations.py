@@ -263,3 +263,37 @@ def test_a_keras_model_whose_inputs_are_not_the_parts_is_told_how_to_name_them(t
         message), message
     assert "keras.Input(shape=(3,), name='angles'), keras.Input(shape=(5,), name='rest')" in message
     assert not (tmp_path / "v").exists()
+
+
+def test_our_mlp_policies_and_their_numpy_copy_flatten_a_dict_observation_as_the_samplers_do():
+    from async_plotter.rl import GaussianMLPPolicy
+    from async_plotter.rl.envs import EnvSpec, flatten_observation
+
+    env = Split(gymnasium.make("Swimmer-v5"))
+    policy = GaussianMLPPolicy(EnvSpec.from_env(env), seed=1)
+    observation, _ = env.reset(seed=0)
+    flat = flatten_observation(env.observation_space, observation)
+    expected = policy.get_action(flat)[1]["mean"]
+    for acting in (policy, policy.numpy_copy()):
+        np.testing.assert_allclose(acting.get_action(observation)[1]["mean"], expected, rtol=1e-5)
+        np.testing.assert_allclose(acting.deterministic_output(observation), expected, rtol=1e-5)
+
+
+@pytest.mark.slow
+def test_a_trpo_run_on_dict_observations_plots_its_final_policy(tmp_path, no_leftovers):
+    """Before, ``run_experiment_lite(..., plot=True)`` failed at once: the plotter gave the
+    policy the env's dict, which only the samplers flattened."""
+    from async_plotter.rl import TRPO, GaussianMLPPolicy, ZeroBaseline, run_experiment_lite
+    from async_plotter.rl.envs import EnvSpec
+
+    def make():
+        return Split(gymnasium.make("Swimmer-v5"))
+
+    algo = TRPO(make,
+                GaussianMLPPolicy(EnvSpec.from_env(make())),
+                ZeroBaseline(),
+                batch_size=400,
+                max_path_length=40,
+                n_itr=2)
+    result = run_experiment_lite(algo, plot=True, seed=1, log_dir=str(tmp_path), tensorboard=False)
+    assert result.final_video == str(tmp_path / "videos" / "iter_0001.mp4")

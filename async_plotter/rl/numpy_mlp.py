@@ -44,6 +44,9 @@ class ActsOnDistInfo:
     caller brings no generator."""
 
     _rng: np.random.Generator
+    #: the env's observation space, where known: one observation of a ``Dict`` or ``Tuple``
+    #: space (the plotter's env gives them as they are) is flattened as the samplers flatten it
+    observation_space: Any = None
 
     def dist_info_np(self, observations: np.ndarray) -> Dict[str, np.ndarray]:
         """Distribution parameters for a batch of observations, as numpy arrays."""
@@ -64,7 +67,7 @@ class ActsOnDistInfo:
                    observation: np.ndarray,
                    rng: Optional[np.random.Generator] = None) -> Tuple[Any, Dict[str, np.ndarray]]:
         """Sample an action for one observation; returns ``(action, agent_info)``."""
-        actions, info = self.get_actions(np.asarray(observation)[None], rng)
+        actions, info = self.get_actions(self._vector(observation)[None], rng)
         return actions[0], {key: value[0] for key, value in info.items()}
 
     def deterministic_output(self, observation: np.ndarray) -> np.ndarray:
@@ -72,8 +75,18 @@ class ActsOnDistInfo:
         the Gaussian's ``mean``, or the categorical's ``prob`` (the env gets its argmax), as
         ``get_action``'s info has them, without drawing an action: a third less CPU a step of
         the numpy copy, where the history records every update (``policy/adapters.py``)."""
-        info = self.dist_info_np(np.asarray(observation)[None])
+        info = self.dist_info_np(self._vector(observation)[None])
         return (info["mean"] if "mean" in info else info["prob"])[0]
+
+    def _vector(self, observation: Any) -> np.ndarray:
+        """One observation as the network takes it: a dict or tuple one flattened by its space
+        (as ``rl/envs.flatten_observation`` does for the samplers)."""
+        if isinstance(observation, (dict, tuple)) and self.observation_space is not None:
+            import gymnasium
+
+            return np.asarray(gymnasium.spaces.flatten(self.observation_space, observation),
+                              np.float32)
+        return np.asarray(observation)
 
     def reset(self, dones: Optional[np.ndarray] = None) -> None:
         """Start of a new path; feed-forward policies keep no state."""
@@ -92,6 +105,7 @@ class NumpyMLPPolicy(ActsOnDistInfo):
         learn_std: whether the log standard deviation is in the flat vector.
         min_log_std: the floor the Gaussian's log standard deviation is held to.
         seed: the seed of the sampling noise.
+        observation_space: the env's, to flatten a dict or tuple observation by.
     """
 
     #: how the plot worker calls it, for ``stats["policy_call"]``
@@ -104,7 +118,8 @@ class NumpyMLPPolicy(ActsOnDistInfo):
                  log_std: Optional[np.ndarray] = None,
                  learn_std: bool = False,
                  min_log_std: float = -np.inf,
-                 seed: int = 0) -> None:
+                 seed: int = 0,
+                 observation_space: Any = None) -> None:
         if head not in ("gaussian", "categorical"):
             raise ValueError(f"head must be 'gaussian' or 'categorical', got {head!r}")
         self.sizes = tuple(int(size) for size in sizes)
@@ -124,6 +139,7 @@ class NumpyMLPPolicy(ActsOnDistInfo):
         self._log_std = (np.zeros(self.sizes[-1], np.float32) if log_std is None else np.asarray(
             log_std, np.float32))
         self._rng = np.random.default_rng(seed)
+        self.observation_space = observation_space
 
     @property
     def num_params(self) -> int:

@@ -108,6 +108,7 @@ class MLPPolicy(Serializable, ActsOnDistInfo):
                 # in a process that never ran it.
                 self.record_argument("env_spec", spec)
             self.env_spec: Optional[EnvSpec] = spec
+            self.observation_space = spec.observation_space
             self.obs_dim = spec.observation_dim
             self.action_dim = spec.action_dim
         elif obs_dim is None or action_dim is None:
@@ -207,7 +208,11 @@ class MLPPolicy(Serializable, ActsOnDistInfo):
         if network is None:
             return None
         _, head = self._numpy_layout()
-        copy = NumpyMLPPolicy(network.sizes, network.activation_given, seed=self.seed, **head)
+        copy = NumpyMLPPolicy(network.sizes,
+                              network.activation_given,
+                              seed=self.seed,
+                              observation_space=self.observation_space,
+                              **head)
         copy.set_param_values(self.get_param_values())
         return copy
 
