@@ -228,3 +228,15 @@ def test_wrappers_that_only_show_are_left_out_of_the_workers_copy(wrapper, tmp_p
     # As the same env without it shows (the statistics travel, frozen, in both).
     plain, _ = shown_return(NormalizeObservation(gymnasium.make("Swimmer-v5")), tmp_path / "plain")
     assert shown == pytest.approx(plain, rel=1e-6)
+
+
+def test_an_id_registered_with_an_entry_point_the_script_lacks_is_named(tmp_path):
+    gymnasium.register("TypoSwimmer-v0", entry_point="__main__:NoSuchSwimmer")
+    try:
+        with pytest.raises(EnvSpecError) as refused:
+            Plotter("TypoSwimmer-v0", LinearPolicy(8, 2), video_dir=str(tmp_path / "v"))
+    finally:
+        del gymnasium.registry["TypoSwimmer-v0"]
+    assert "entry_point='__main__:NoSuchSwimmer', which names nothing in your script" in str(
+        refused.value)
+    assert not (tmp_path / "v").exists()

@@ -119,7 +119,12 @@ def travelling_spec(spec: Any) -> Any:
     cloudpickle sends by value (as it does a class given as the entry point)."""
     entry_point = spec.entry_point
     if isinstance(entry_point, str) and entry_point.split(":")[0] == "__main__":
-        creator = gymnasium.envs.registration.load_env_creator(entry_point)
+        try:
+            creator = gymnasium.envs.registration.load_env_creator(entry_point)
+        except (AttributeError, ValueError) as error:
+            raise EnvSpecError(f"the env {spec.id!r} is registered with entry_point="
+                               f"{entry_point!r}, which names nothing in your script: "
+                               f"{error}") from error
         return dataclasses.replace(spec, entry_point=creator)
     return spec
 
