@@ -235,3 +235,35 @@ def test_configured_logging_shows_each_line_once(tmp_path):
     assert run.returncode == 0, run.stderr[-3000:]
     assert run.stderr.count("live view at http://") == 1, run.stderr[-3000:]
     assert run.stderr.count("the newest, iter_0001.mp4, shows the final policy") == 1
+
+
+WARNS_WHEN_MADE = textwrap.dedent("""
+    import sys
+    sys.path.insert(0, {root!r})
+    import gymnasium
+    from gymnasium.wrappers import RescaleAction
+    from async_plotter import Plotter
+    from tests.policies import LinearPolicy
+    env = RescaleAction(gymnasium.make("HalfCheetah-v5"), -2.0, 2.0)  # float64 bounds: it warns
+    print("MADE", file=sys.stderr, flush=True)
+    policy = LinearPolicy(17, 6)
+    with Plotter(env, policy, max_path_length=20, video_dir={videos!r}, verbose=0) as plotter:
+        plotter.update_plot(policy, iteration=0)
+    print("DONE", plotter.stats["final_video"], flush=True)
+    """)
+
+
+def test_what_making_the_env_warns_of_is_said_once_by_the_script_not_again_by_its_copies(tmp_path):
+    """Gymnasium's warnings when the env is made (``RescaleAction`` lowering a box's precision)
+    reached the terminal again from every copy the plotter built: in the trainer's checks, the
+    rollout process and its history thread."""
+    script = WARNS_WHEN_MADE.format(root=ROOT, videos=str(tmp_path / "videos"))
+    run = subprocess.run([sys.executable, "-c", script],
+                         capture_output=True,
+                         text=True,
+                         timeout=300)
+    assert run.returncode == 0 and "DONE" in run.stdout, run.stderr[-3000:]
+    assert run.stdout.strip().endswith("iter_0000.mp4")
+    made, _, after = run.stderr.partition("MADE")
+    assert made.count("precision lowered") == 2, run.stderr[-3000:]  # low's and high's
+    assert "precision lowered" not in after, run.stderr[-3000:]

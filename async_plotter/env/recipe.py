@@ -13,6 +13,7 @@ import copy
 import dataclasses
 import inspect
 import pickle
+import warnings
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import cloudpickle
@@ -138,8 +139,14 @@ def _dumps(obj: Any, label: str) -> bytes:
             "or a zero-argument function that builds it instead") from error
 
 
-def build_env(recipe: EnvRecipe, render_mode: Optional[str]) -> Any:
-    """Build a fresh env from ``recipe`` in this process (Gymnasium API, old gym envs adapted)."""
+def build_env(recipe: EnvRecipe, render_mode: Optional[str], quiet: bool = False) -> Any:
+    """Build a fresh env from ``recipe`` in this process (Gymnasium API, old gym envs adapted);
+    with ``quiet``, without showing the warnings building it gives (a trainer-side copy would
+    repeat on the user's terminal what making their own env said)."""
+    if quiet:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            return build_env(recipe, render_mode)
     if recipe.kind == "spec":
         env = gymnasium.make(pickle.loads(recipe.payload), render_mode=render_mode)
     elif recipe.kind == "factory":

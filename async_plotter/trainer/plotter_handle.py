@@ -478,7 +478,7 @@ _open_plotters: "weakref.WeakSet[Plotter]" = weakref.WeakSet()
 def _observation_drift(config: PlotterConfig) -> Optional[ObservationDrift]:
     """The check of the trainer's observation wrappers at each update (``env/drift.py``),
     where the trainer gave an env object whose wrappers could change outside what travels."""
-    return ObservationDrift.of(lambda: build_env(config.worker.env, render_mode=None),
+    return ObservationDrift.of(lambda: build_env(config.worker.env, render_mode=None, quiet=True),
                                lambda env: worker_env_state(env, config), config.trainer_env,
                                config.worker.env.label)
 

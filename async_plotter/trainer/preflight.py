@@ -82,7 +82,9 @@ def check_before_start(config: PlotterConfig, policy: Any) -> Checked:
 def _check(config: PlotterConfig, policy: Any) -> Checked:
     worker = config.worker
     env_recipe, label = worker.env, worker.env.label
-    env = _build(env_recipe, None)
+    # What building warns of (an old version, a box's precision) the user saw when making
+    # their env object; from an id or a factory, once.
+    env = _build(env_recipe, None, quiet=config.trainer_env is not None)
     opened = [env]
     try:
         model = mujoco_model(env)
@@ -136,9 +138,11 @@ def _check(config: PlotterConfig, policy: Any) -> Checked:
 # ----------------------------------------------------------------------------------- the env
 
 
-def _build(recipe: EnvRecipe, render_mode: Optional[str]) -> Any:
+def _build(recipe: EnvRecipe, render_mode: Optional[str], quiet: bool = True) -> Any:
+    """A copy of the env, as the worker builds it; with ``quiet``, the warnings Gymnasium gives
+    while building it are not shown again (each copy would repeat them on your terminal)."""
     try:
-        return build_env(recipe, render_mode=render_mode)
+        return build_env(recipe, render_mode=render_mode, quiet=quiet)
     except Exception as error:  # noqa: BLE001 - whatever the user's code raises
         raise EnvBuildError(
             f"building the env {recipe.label} failed in the trainer, so it would fail in the "

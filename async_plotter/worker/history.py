@@ -131,7 +131,7 @@ class HistoryRecorder:
             # Its own copies: built here, so that a graph-mode policy's graph and session are
             # this thread's. Always deterministic, whatever the videos show.
             runtime = PolicyRuntime(config.policy, deterministic=True)
-            env = build_env(config.env, render_mode=None)
+            env = build_env(config.env, render_mode=None, quiet=True)
             env_state = WorkerEnvState(env, config.parameters.env_state, config.env.label)
             stepper = EnvStepper(env, env_state)
             # Set-up, not a step for the stall watch to time: a TensorFlow policy traces (and

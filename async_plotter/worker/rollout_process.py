@@ -114,7 +114,7 @@ def _run(config: WorkerConfig, reader: ParamReader, frames_out: Connection,
     history: List[HistoryRecorder] = []
     try:
         runtime = PolicyRuntime(config.policy, config.deterministic)
-        env = build_env(config.env, render_mode="rgb_array")
+        env = build_env(config.env, render_mode="rgb_array", quiet=True)
         env_state = WorkerEnvState(env, config.parameters.env_state, config.env.label)
         if config.initial_env_state is not None:  # before the videos' rate is planned
             env_state.apply(config.initial_env_state)
