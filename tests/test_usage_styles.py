@@ -274,3 +274,37 @@ def test_an_env_the_script_registers_is_made_by_the_worker_and_the_samplers(tmp_
                             timeout=120,
                             cwd=tmp_path)
     assert "LOADED (2,)" in loaded.stdout, loaded.stderr[-3000:]
+
+
+DROPPED = textwrap.dedent("""\
+    import gc, sys
+    sys.path.insert(0, {root!r})
+    from async_plotter import Plotter
+    from tests.policies import LinearPolicy
+
+    def train():
+        policy = LinearPolicy(8, 2)
+        plotter = Plotter("Swimmer-v5", policy, max_path_length=20, video_dir={videos!r})
+        plotter.start()
+        plotter.update_plot(policy, iteration=0)  # and returns without close()
+
+    train()
+    gc.collect()
+    print("TRAINED", flush=True)
+    """)
+
+
+def test_a_started_plotter_whose_last_name_went_away_is_closed_at_exit(tmp_path):
+    """Before, nothing held it: at exit it was never closed, its final video was not made and
+    the resource tracker warned of a leaked shared-memory segment on the terminal."""
+    script = tmp_path / "train.py"
+    script.write_text(DROPPED.format(root=ROOT, videos=str(tmp_path / "videos")))
+    result = subprocess.run([sys.executable, str(script)],
+                            capture_output=True,
+                            text=True,
+                            timeout=120,
+                            cwd=tmp_path)
+    assert result.returncode == 0 and "TRAINED" in result.stdout, result.stderr[-3000:]
+    assert "leaked shared_memory" not in result.stderr, result.stderr[-3000:]
+    assert "the newest, iter_0000.mp4, shows the final policy" in result.stderr
+    assert (tmp_path / "videos" / "iter_0000.mp4").exists()

@@ -14,7 +14,7 @@ import os
 import sys
 import time
 import weakref
-from typing import Any, Callable, Dict, Optional, Sequence, Set, Tuple, Union
+from typing import Any, Callable, Dict, List, Optional, Sequence, Set, Tuple, Union
 
 import numpy as np
 
@@ -274,7 +274,9 @@ class Plotter:
                 self._stats.update(disabled=True, alive=False, last_error=str(error))
                 logger.error("plotting is off: %s. Training goes on without it.", error)
                 return self
-            _open_plotters.add(self)  # closed at interpreter exit, if not before
+            # Held until closed, as a running thread is: one whose last name went away (a function
+            # that started it and returned) is still closed at exit, its final video made.
+            _running_plotters.add(self)
         return self
 
     def update_plot(self,
@@ -368,7 +370,7 @@ class Plotter:
         those of a cell's earlier runs that no name refers to any more (IPython's ``Out``, a
         kept traceback or an interrupted loop still holds them, and their folders)."""
         plotters = [
-            plotter for plotter in list(_open_plotters)
+            plotter for plotter in _not_closed()
             if plotter._owner_pid == os.getpid() and plotter._state is not PlotterState.CLOSED
         ]
         for plotter in plotters:
@@ -413,6 +415,7 @@ class Plotter:
             self._model_watch = None  # its copy of the model
             if self._run_folder is not None:
                 self._run_folder.release()
+            _running_plotters.discard(self)
         if route is not None and route.renders_here:
             tell(
                 logger, self._config.verbose, "%s",
@@ -472,7 +475,18 @@ class Plotter:
 
 # ----------------------------------------------------------------------- shutdown at exit
 
+#: every Plotter made here (weakly: one never started is let go with its last name)
 _open_plotters: "weakref.WeakSet[Plotter]" = weakref.WeakSet()
+#: the started ones not closed yet, held: their workers run until closed
+_running_plotters: "Set[Plotter]" = set()
+
+
+def _not_closed() -> List["Plotter"]:
+    """The Plotters of this process not closed yet, in no particular order."""
+    return [
+        plotter for plotter in {*_open_plotters, *_running_plotters}
+        if plotter._state is not PlotterState.CLOSED
+    ]
 
 
 def _observation_drift(config: PlotterConfig) -> Optional[ObservationDrift]:
@@ -488,6 +502,6 @@ def _close_open_plotters() -> None:
     # The final policy's video is made at interpreter exit too, unless the script is exiting
     # because of an exception nobody caught (Ctrl-C among them): then the user wants out.
     failed = getattr(sys, "last_type", None) is not None
-    for plotter in list(_open_plotters):
+    for plotter in _not_closed():
         if plotter._owner_pid == os.getpid():  # a forked child's copies are not its to close
             plotter.close(final_video=not failed)
