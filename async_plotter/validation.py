@@ -2,6 +2,7 @@
 ``InvalidArgumentError`` (a ``ValueError``) whose message names the argument and what it got."""
 import math
 import numbers
+import os
 from typing import Any, Dict, Optional, Tuple
 
 import numpy as np
@@ -21,6 +22,12 @@ def _is_real(value: Any) -> bool:
 def _is_whole(value: Any) -> bool:
     """An integer, or a float that is one (``1e3`` from a config file, ``500.0``)."""
     return is_int(value) or (_is_real(value) and float(value).is_integer())
+
+
+def user_path(path: Any) -> str:
+    """``path`` (a str or ``os.PathLike``) as an absolute path, ``~`` expanded: Python does
+    not, and ``video_dir="~/videos"`` made a folder named ``~`` in the working directory."""
+    return os.path.abspath(os.path.expanduser(os.fspath(path)))
 
 
 def positive_int(name: str, value: Any) -> int:

@@ -223,3 +223,18 @@ def test_update_plot_after_close_is_a_named_error(monkeypatch):
         plotter.update_plot(LinearPolicy(8, 2))
     with pytest.raises(PlotterClosedError):
         plotter.start()
+
+
+def test_a_folder_given_from_home_is_in_home_not_a_folder_named_tilde(tmp_path, monkeypatch):
+    """``video_dir="~/videos"``, as written in a script, made a folder named ``~`` in the
+    working directory (Python does not expand it; a shell does, for a command's arguments)."""
+    from async_plotter.rl.recorder import RunRecorder
+
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    monkeypatch.chdir(tmp_path)
+    plotter = make(video_dir="~/videos", tensorboard_dir="~/tb")
+    assert plotter.video_dir == str(tmp_path / "home" / "videos")
+    assert plotter._config.tensorboard_dir == str(tmp_path / "home" / "tb")
+    plotter.close()
+    assert RunRecorder("~/run").log_dir == str(tmp_path / "home" / "run")
+    assert not (tmp_path / "~").exists()

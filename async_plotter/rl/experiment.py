@@ -20,7 +20,7 @@ import numpy as np
 from async_plotter.render.videos import list_videos
 from async_plotter.rl import context as experiment_context
 from async_plotter.rl.batch_polopt import BatchPolopt
-from async_plotter.validation import positive_int
+from async_plotter.validation import positive_int, user_path
 from async_plotter.rl.logger import console_logging
 from async_plotter.rl.recorder import SNAPSHOT_MODES, RunRecorder
 from async_plotter.rl.resume import ResumePoint, check_fits, resume_point
@@ -80,6 +80,8 @@ def _validate(fn_or_algo: Any, n_parallel: Any, plot: Any, seed: Any, exp_name: 
         if not isinstance(log_dir, (str, os.PathLike)):
             raise TypeError(f"log_dir must be a path, got {type(log_dir).__name__}")
         path = os.fspath(log_dir)
+        if path:
+            path = user_path(path)
         if not path:  # would become the working directory
             raise ValueError("log_dir must be a non-empty path (or None for runs/<exp_name>)")
         if os.path.exists(path) and not os.path.isdir(path):
@@ -211,7 +213,8 @@ def run_experiment_lite(fn_or_algo: Union[BatchPolopt, Callable[..., Any]],
         exp_name = _default_exp_name()
     if log_dir is None and point is not None:
         log_dir = point.folder
-    path = os.path.abspath(os.path.join("runs", exp_name) if log_dir is None else log_dir)
+    path = os.path.abspath(os.path.join("runs",
+                                        exp_name)) if log_dir is None else user_path(log_dir)
     try:
         # runs/<exp_name>, or runs/<exp_name>_2 if that exists: made, so two runs started
         # together never share one.

@@ -18,6 +18,7 @@ from async_plotter.rl.snapshot import (LAST_SNAPSHOT, PathLike, atomic_write_byt
                                        snapshot_iteration, snapshot_name)
 from async_plotter.trainer.run_folder import (VIDEO_OUTPUTS, RunFolder, RunOutputs, has_entries,
                                               read_table)
+from async_plotter.validation import user_path
 
 logger = logging.getLogger(__name__)
 
@@ -62,7 +63,7 @@ class RunRecorder:
             raise ValueError(
                 f"snapshot_mode must be one of {', '.join(map(repr, SNAPSHOT_MODES))}; "
                 f"got {snapshot_mode!r}")
-        self.log_dir = None if log_dir is None else os.path.abspath(os.fspath(log_dir))
+        self.log_dir = None if log_dir is None else user_path(log_dir)
         self.snapshot_mode = snapshot_mode
         self.rows: List[Dict[str, Any]] = []
         self._columns: Optional[List[str]] = None

@@ -13,6 +13,7 @@ from typing import Any, Dict
 
 import numpy as np
 
+from async_plotter.validation import user_path
 from async_plotter.rl.snapshot import LAST_SNAPSHOT, load_snapshot, snapshot_iteration
 
 
@@ -36,7 +37,7 @@ def resume_point(resume_from: Any) -> ResumePoint:
     if not isinstance(resume_from, (str, os.PathLike)):
         raise TypeError(f"resume_from must be the path of a snapshot or of a run's folder, got "
                         f"{type(resume_from).__name__}")
-    path = os.path.abspath(os.fspath(resume_from))
+    path = user_path(resume_from)
     if os.path.isdir(path):
         path = _newest_snapshot(path)
     elif not os.path.isfile(path):

@@ -32,7 +32,7 @@ from async_plotter.sinks.base import FrameSink
 from async_plotter.validation import (boolean, callable_or_none, cpu_fraction, frame_size as
                                       checked_frame_size, is_int, non_negative_int,
                                       optional_non_negative_int, non_negative_number, one_of,
-                                      positive_int, positive_number)
+                                      positive_int, positive_number, user_path)
 from async_plotter.supervision.budget import DEFAULT_BUDGET
 from async_plotter.worker.config import WorkerConfig
 from async_plotter.worker.parameters import ParameterLayout
@@ -440,7 +440,7 @@ def _video_dir_path(video_dir: Any, name: str = "video_dir") -> Optional[str]:
         return None
     if not isinstance(video_dir, (str, os.PathLike)):
         raise InvalidArgumentError(f"{name} must be a path or None, got {type(video_dir).__name__}")
-    return os.path.abspath(os.fspath(video_dir))  # the worker runs in another directory
+    return user_path(video_dir)  # absolute: the worker runs in another directory
 
 
 def _create_video_dir(path: Optional[str], name: str = "video_dir") -> None:
