@@ -14,6 +14,18 @@ pytestmark = pytest.mark.slow
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
+def run_script(tmp_path, source, timeout, name="train.py"):
+    """Write ``source`` as the script ``name`` in ``tmp_path`` and run it there, as a user runs
+    their training script; its completed process."""
+    script = tmp_path / name
+    script.write_text(source)
+    return subprocess.run([sys.executable, str(script)],
+                          capture_output=True,
+                          text=True,
+                          timeout=timeout,
+                          cwd=tmp_path)
+
+
 def test_rllab_module_functions(tmp_path, no_leftovers):
     policy = LinearPolicy(8, 2)
     rllab_plotter.init_worker(video_dir=str(tmp_path), fps=500)
@@ -62,14 +74,9 @@ UNGUARDED = textwrap.dedent("""
 
 def test_script_without_main_guard_is_not_rerun(tmp_path):
     marker = tmp_path / "runs.txt"
-    script = tmp_path / "train.py"
-    script.write_text(
-        UNGUARDED.format(root=ROOT, marker=str(marker), videos=str(tmp_path / "videos")))
-    result = subprocess.run([sys.executable, str(script)],
-                            capture_output=True,
-                            text=True,
-                            timeout=120,
-                            cwd=tmp_path)
+    result = run_script(
+        tmp_path, UNGUARDED.format(root=ROOT, marker=str(marker), videos=str(tmp_path / "videos")),
+        120)
     assert "VIDEOS 1" in result.stdout, result.stderr[-3000:]
     assert marker.read_text() == "ran\n"
 
@@ -135,13 +142,10 @@ def test_a_trainer_in_a_multiprocessing_pool_plots_and_leaves_no_orphans(tmp_pat
 
     import psutil
 
-    script = tmp_path / "sweep.py"
-    script.write_text(SWEEP.format(root=ROOT, videos=str(tmp_path / "videos")))
-    result = subprocess.run([sys.executable, str(script)],
-                            capture_output=True,
-                            text=True,
-                            timeout=240,
-                            cwd=tmp_path)
+    result = run_script(tmp_path,
+                        SWEEP.format(root=ROOT, videos=str(tmp_path / "videos")),
+                        240,
+                        name="sweep.py")
     lines = dict(line.split(" ", 1) for line in result.stdout.splitlines() if " " in line)
     assert "FINAL" in lines and "OPEN" in lines, result.stderr[-3000:]
     assert ast.literal_eval(lines["FINAL"]) == [
@@ -192,13 +196,10 @@ def test_a_process_forked_from_the_trainer_leaves_its_plotter_alone(tmp_path):
     Plotter's close() removed its segment, so plotting died for the trainer. Its update_plot
     would have shown the helper's parameters as the trainer's."""
     videos = tmp_path / "videos"
-    script = tmp_path / "forks.py"
-    script.write_text(FORKED_HELPER.format(root=ROOT, videos=str(videos)))
-    result = subprocess.run([sys.executable, str(script)],
-                            capture_output=True,
-                            text=True,
-                            timeout=180,
-                            cwd=tmp_path)
+    result = run_script(tmp_path,
+                        FORKED_HELPER.format(root=ROOT, videos=str(videos)),
+                        180,
+                        name="forks.py")
     assert result.returncode == 0 and "PARENT" in result.stdout, result.stderr[-3000:]
     _, parent, _, child, restarts, final, iterations = result.stdout.split(" ", 6)
     assert restarts == "0" and final == str(videos / "iter_0003.mp4"), result.stderr[-3000:]
@@ -246,16 +247,11 @@ REGISTERS_ITS_ENV = textwrap.dedent("""\
 
 
 def test_an_env_the_script_registers_is_made_by_the_worker_and_the_samplers(tmp_path):
-    script = tmp_path / "train.py"
-    script.write_text(
+    result = run_script(
+        tmp_path,
         REGISTERS_ITS_ENV.format(root=ROOT,
                                  videos=str(tmp_path / "videos"),
-                                 run=str(tmp_path / "run")))
-    result = subprocess.run([sys.executable, str(script)],
-                            capture_output=True,
-                            text=True,
-                            timeout=300,
-                            cwd=tmp_path)
+                                 run=str(tmp_path / "run")), 300)
     lines = dict(line.split(" ", 1) for line in result.stdout.splitlines() if " " in line)
     assert "RUN" in lines, result.stderr[-3000:]
     final_video, shown_return = lines["PLOTTER"].split()
@@ -297,13 +293,7 @@ DROPPED = textwrap.dedent("""\
 def test_a_started_plotter_whose_last_name_went_away_is_closed_at_exit(tmp_path):
     """Before, nothing held it: at exit it was never closed, its final video was not made and
     the resource tracker warned of a leaked shared-memory segment on the terminal."""
-    script = tmp_path / "train.py"
-    script.write_text(DROPPED.format(root=ROOT, videos=str(tmp_path / "videos")))
-    result = subprocess.run([sys.executable, str(script)],
-                            capture_output=True,
-                            text=True,
-                            timeout=120,
-                            cwd=tmp_path)
+    result = run_script(tmp_path, DROPPED.format(root=ROOT, videos=str(tmp_path / "videos")), 120)
     assert result.returncode == 0 and "TRAINED" in result.stdout, result.stderr[-3000:]
     assert "leaked shared_memory" not in result.stderr, result.stderr[-3000:]
     assert "the newest, iter_0000.mp4, shows the final policy" in result.stderr
