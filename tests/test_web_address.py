@@ -106,3 +106,12 @@ def test_a_port_another_program_serves_is_refused_in_plotter_before_anything_sta
     # Once it is free, the same port is served.
     plotter = Plotter("Swimmer-v5", LinearPolicy(8, 2), http=port, video_dir=str(tmp_path / "v"))
     plotter.close()
+
+
+def test_http_true_serves_on_a_free_port_and_false_serves_none():
+    with Plotter("Swimmer-v5", LinearPolicy(8, 2), http=True, window=False, verbose=0) as plotter:
+        url = plotter.wait_for_http_url(timeout=60)
+    assert url is not None and url.startswith("http://127.0.0.1:") and not url.endswith(":0/")
+    plotter = Plotter("Swimmer-v5", LinearPolicy(8, 2), http=False, video_dir=None, window=False)
+    assert not plotter._config.has_output
+    plotter.close()

@@ -230,9 +230,12 @@ def _final_video_timeout(given: Any, max_path_length: int) -> float:
 
 
 def _http_config(http: Any, token: Optional[str]) -> Any:
-    """The live page's address and token (``Plotter(http=...)``), checked; None without it."""
-    if http is None:
+    """The live page's address and token (``Plotter(http=...)``), checked; None without it
+    (``http=None`` or ``False``; ``True`` is a free port, as ``0``)."""
+    if http is None or http is False:
         return None
+    if http is True:
+        http = 0
     from async_plotter.web.address import parse_http_address
     from async_plotter.web.listener import bind_listener
 
