@@ -7,6 +7,7 @@ until plotting was disabled; so did a factory whose env normalizes its observati
 worker's copy refused wrappers whose state did not travel, though ``Plotter()`` had only warned
 that they would start fresh).
 """
+import gymnasium
 import imageio.v2 as imageio
 import numpy as np
 import pytest
@@ -71,3 +72,47 @@ def test_a_factory_whose_env_normalizes_plots_with_fresh_statistics(tmp_path, no
     stats = _plots(make, CartPositionPolicy(), tmp_path)
     assert stats["last_error"] is None, stats["last_error"]
     assert stats["restarts"] == 0 and stats["videos"] >= 1
+
+
+class RewardOfOne(gymnasium.Wrapper):
+    """Gives each step's reward as an array of one, as some custom envs do (or, with
+    ``objectives=2``, a vector: the reward and minus the control cost)."""
+
+    def __init__(self, env, objectives=1):
+        super().__init__(env)
+        self.objectives = objectives
+
+    def step(self, action):
+        observation, reward, terminated, truncated, info = self.env.step(action)
+        vector = [reward, -1.0][:self.objectives]
+        return observation, np.array(vector, np.float32), terminated, truncated, info
+
+
+def test_a_reward_given_as_an_array_of_one_is_its_value(tmp_path, no_leftovers):
+    """Before, ``EnvStepError`` at Plotter() ("only 0-dimensional arrays can be converted to
+    Python scalars", blamed on the action); the RL host's samplers kept (T, 1) rewards."""
+    from async_plotter.rl.numpy_mlp import NumpyMLPPolicy
+    from async_plotter.rl.samplers import rollout
+    from tests.policies import LinearPolicy
+
+    policy = LinearPolicy(8, 2)
+    policy.fill(0.3)
+    with Plotter(RewardOfOne(gymnasium.make("Swimmer-v5")),
+                 policy,
+                 max_path_length=30,
+                 video_dir=str(tmp_path),
+                 priority="normal") as plotter:
+        plotter.update_plot(policy, iteration=0)
+        wait_for(lambda: plotter.stats["history"], 90, message="the history of iteration 0")
+    shown = plotter.stats["history"][-1]["return"]
+    env = gymnasium.make("Swimmer-v5")
+    observation, _ = env.reset(seed=0)
+    expected = 0.0
+    for _ in range(30):
+        observation, reward, *_ = env.step(policy.get_action(observation)[0])
+        expected += reward
+    assert shown == pytest.approx(expected, rel=1e-5, abs=1e-6)
+
+    sampler_policy = NumpyMLPPolicy((8, 2), "tanh", "gaussian")
+    path = rollout(RewardOfOne(gymnasium.make("Swimmer-v5"), objectives=2), sampler_policy, 10)
+    assert path["rewards"].shape == (10, )  # a vector's sum, a step's one number

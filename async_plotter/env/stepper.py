@@ -10,6 +10,8 @@ Runs in the trainer (once) and in the rollout process (every step); needs no Ten
 """
 from typing import Any, NamedTuple, Optional
 
+import numpy as np
+
 from async_plotter.env.gym_compat import direct_step
 from async_plotter.env.spaces import ActionConverter
 from async_plotter.env.state import WorkerEnvState
@@ -70,10 +72,20 @@ class EnvStepper:
         self._steps += 1
         limit = self._time_limit
         truncated = bool(truncated) or (limit is not None and self._steps >= limit)
-        return Step(action, observation, float(reward), bool(terminated), truncated)
+        return Step(action, observation, as_reward(reward), bool(terminated), truncated)
 
     def take_nonfinite(self) -> int:
         """Steps whose policy output was not finite (NaN, inf) since the last call; each was
         stepped with 0 in place of those values (``spaces.ActionConverter``)."""
         count, self._nonfinite = self._nonfinite, 0
         return count
+
+
+def as_reward(reward: Any) -> float:
+    """A step's reward as one number: an array of one (``np.array([r])``, which custom envs and
+    their training loops take alike) is its value, a vector of several (a multi-objective env's)
+    their sum."""
+    try:
+        return float(reward)
+    except TypeError:
+        return float(np.sum(np.asarray(reward, np.float64)))

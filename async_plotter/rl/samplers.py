@@ -30,6 +30,7 @@ import numpy as np
 from async_plotter import processes
 from async_plotter.mujoco_warnings import route_to_log
 from async_plotter.env.state import TrainerEnvState
+from async_plotter.env.stepper import as_reward
 from async_plotter.policy.adapters import acting_copy
 from async_plotter.rl.batch import SampleBatch
 from async_plotter.rl.envs import EnvMaker, added_wrappers, flatten_observation
@@ -74,7 +75,7 @@ def rollout(env: gym.Env,
         obs, reward, terminated, truncated, _ = env.step(env_action)
         observations.append(flat_obs)
         actions.append(action[0])
-        rewards.append(reward)
+        rewards.append(as_reward(reward))
         infos.append(info)
         if terminated or truncated:
             break
