@@ -543,3 +543,28 @@ def test_a_numpy_copy_on_mujoco_is_shown_with_no_tensorflow_in_the_worker(
     assert not loads_tensorflow(libraries), "TensorFlow loaded"
     assert any("mujoco" in path for path in libraries)  # the maps were read: the env is there
     assert stats["final_video"] and stats["history"], "a video and a history recording"
+
+
+@pytest.mark.parametrize("by_name", [True, False], ids=["dict", "list"])
+def test_a_model_of_an_input_a_part_is_taken_and_fed_each_part(by_name):
+    """A dict observation's parts by the inputs' names, a tuple's in order: before, a model of
+    several inputs acted through TensorFlow in the worker."""
+    import keras
+
+    goal, state = keras.Input((3, ), name="goal"), keras.Input((5, ), name="state")
+    hidden = keras.layers.Dense(8, activation="tanh")(keras.layers.Concatenate()([state, goal]))
+    action = keras.layers.Dense(2)(hidden) + keras.layers.Dense(2)(goal)  # a skip from one part
+    model = keras.Model({"goal": goal, "state": state} if by_name else [goal, state], action)
+    copy = _copy(model)
+    assert copy is not None and copy.inputs == 8
+    random = np.random.default_rng(3)
+    parts = {"goal": random.normal(size=3), "state": random.normal(size=5)}
+    observation = parts if by_name else (parts["goal"], parts["state"])
+    batch = ({
+        key: part[None]
+        for key, part in parts.items()
+    } if by_name else [parts["goal"][None], parts["state"][None]])
+    np.testing.assert_allclose(copy.act(observation),
+                               np.asarray(model(batch, training=False))[0],
+                               rtol=1e-5,
+                               atol=1e-6)

@@ -244,7 +244,8 @@ def test_a_keras_model_with_an_input_a_part_is_shown_acting_on_each_part(
         plotter.update_plot(model, iteration=0)
         wait_for(lambda: plotter.stats["history"], 120, message="the history of iteration 0")
     shown = plotter.stats["history"][0]["return"]
-    assert plotter.stats["policy_call"] in ("xla", "graph"), plotter.stats["policy_call"]
+    # Its numpy copy, an input a part: no TensorFlow in the worker.
+    assert plotter.stats["policy_call"] == "numpy", plotter.stats["policy_call"]
     expected = _models_return(model, Split(gymnasium.make("Swimmer-v5"), as_tuple=as_tuple), 40)
     assert shown == pytest.approx(expected, rel=1e-3, abs=1e-4)
     assert plotter.stats["final_video"].endswith("iter_0000.mp4")

@@ -9,8 +9,9 @@ Swimmer, taken while the trainer's first iterations want every core), and a trac
 RL host's MLP policies have their own numpy twin (``rl/numpy_mlp.py``); this one is for the Keras
 models users write.
 
-Taken only where numpy computes what Keras does: a ``Sequential`` or functional model with one
-input of shape ``(batch, n)`` and one output, all in float32 or all in float64, whose layers are
+Taken only where numpy computes what Keras does: a ``Sequential`` or functional model with
+inputs of shape ``(batch, n)`` (several, for a dict or tuple observation: named by its keys, or in
+its order) and one output, all in float32 or all in float64, whose layers are
 each of a class ``_layer_steps`` names (at inference ``Dropout`` and the noise layers do nothing)
 with nonlinearities of ``ACTIVATIONS``. A functional model is computed as its graph: skip
 connections (``Add``, ``Concatenate``, ... or ``+``, ``-``, ``*``, ``/`` of its tensors, with
@@ -28,7 +29,7 @@ after ``finalize_state()``, which the Keras path in the worker calls after every
 This module reads the model, in the trainer; what the worker runs is in ``policy/numpy_layers.py``
 (numpy alone: nothing here imports TensorFlow or Keras at module level either)."""
 import logging
-from typing import Any, Callable, Dict, List, Optional, Sequence, Set, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Set, Tuple, Union
 
 import numpy as np
 
@@ -91,25 +92,36 @@ class _Weights:
 class _Builder:
     """The nodes of a ``LayerGraph``, added one layer call at a time."""
 
-    def __init__(self, model: Any, keras: Any) -> None:
+    def __init__(self, model: Any, keras: Any, inputs: int = 1) -> None:
         self.keras = keras
+        #: the values the observation gives, before any node's
+        self.inputs = inputs
         self.shapes = [tuple(weight.shape) for weight in model.weights]
         self.weights = _Weights(model)
         self.steps = _layer_steps(keras)
         self.nodes: List[Tuple[Step, Tuple[Operand, ...]]] = []
         self.dtypes: Set[str] = set()
 
-    def model(self, model: Any, operand: Operand) -> int:
-        """Add the layer calls of ``model`` (the one copied, or a model it uses as a layer)
-        computed from the value at ``operand``; the place of its output."""
+    def model(self, model: Any, operand: Operand, root: bool = False) -> int:
+        """Add the layer calls of ``model`` (the one copied, ``root``, or a model it uses as a
+        layer) computed from the value at ``operand`` (the root's inputs: the first
+        ``self.inputs`` values); the place of its output."""
         call = type(model).call
         if (getattr(call, "__qualname__", None) not in _GRAPH_CALLS
                 or not getattr(call, "__module__", "").startswith("keras.")):
             raise _NotTaken(f"a subclassed model ({type(model).__name__}) computes what its own "
                             "call() says")
         inputs, outputs = list(getattr(model, "inputs", None) or []), list(model.outputs or [])
-        if len(inputs) != 1 or len(outputs) != 1 or len(inputs[0].shape) != 2:
-            raise _NotTaken("not one input of shape (batch, n) and one output")
+        several = root and len(inputs) == self.inputs > 1
+        if not (len(inputs) == 1 or several) or len(outputs) != 1 or any(
+                len(tensor.shape) != 2 for tensor in inputs):
+            raise _NotTaken("not inputs of shape (batch, n) (one, where it is used as a layer) "
+                            "and one output")
+        if several:
+            by_depth = _layer_calls_by_depth(model)
+            if by_depth is None:
+                raise _NotTaken("a model of several inputs keeps no graph here")
+            return _walk_graph(model, by_depth, self, list(range(self.inputs)))
         if not isinstance(operand, int):
             raise _NotTaken(f"model {model.name!r} is called on a number")
         # A Keras that keeps no graph still gets a functional chain computed, as the layers in
@@ -153,9 +165,9 @@ class _Builder:
         if step is None:
             return int(operands[0])  # nothing at inference: its output is its input
         self.nodes.append((step, tuple(operands)))
-        return len(self.nodes)
+        return self.inputs + len(self.nodes) - 1
 
-    def graph(self, output: int, inputs: int) -> LayerGraph:
+    def graph(self, output: int, inputs: Sequence[Tuple[str, int]]) -> LayerGraph:
         weights = self.weights
         if set(weights.used) != set(range(weights.count)):
             raise _NotTaken("the model has weights its layers' steps here do not read")
@@ -168,9 +180,25 @@ class _Builder:
 
 def _graph_of(model: Any, keras: Any) -> LayerGraph:
     """The graph of ``model``'s layers; ``_NotTaken`` where numpy does not compute it."""
-    builder = _Builder(model, keras)
-    output = builder.model(model, 0)
-    return builder.graph(output, int(model.inputs[0].shape[-1]))
+    inputs = _inputs_of(model)
+    builder = _Builder(model, keras, len(inputs))
+    output = builder.model(model, 0, root=True)
+    return builder.graph(output, inputs)
+
+
+def _inputs_of(model: Any) -> List[Tuple[str, int]]:
+    """Each input's key in an observation (its name, where the model takes a dict; "" where it
+    takes an array, or a list in order) and size, in ``model.inputs``' order."""
+    tensors = list(getattr(model, "inputs", None) or [])
+    by_name = isinstance(getattr(model, "input", None), dict)
+    return [((_input_name(tensor) if by_name else ""), int(tensor.shape[-1])) for tensor in tensors]
+
+
+def _input_name(tensor: Any) -> str:
+    """The name a dict observation's part is given by: the ``keras.Input``'s."""
+    history = getattr(tensor, "_keras_history", None)
+    layer = getattr(history, "operation", None)
+    return str(getattr(layer, "name", None) or tensor.name)
 
 
 def _layer_calls_by_depth(model: Any) -> Optional[Dict[int, List[Any]]]:
@@ -179,11 +207,14 @@ def _layer_calls_by_depth(model: Any) -> Optional[Dict[int, List[Any]]]:
     return by_depth if isinstance(by_depth, dict) else None
 
 
-def _walk_graph(model: Any, by_depth: Dict[int, List[Any]], builder: _Builder, operand: int) -> int:
-    """Add a functional model's layer calls, computed from the value at ``operand``, to
-    ``builder`` in an order where each comes after the calls it reads: Keras's own, deepest
-    first. The output's place."""
-    places = {id(model.inputs[0]): operand}  # a Keras tensor's place among the values
+def _walk_graph(model: Any, by_depth: Dict[int, List[Any]], builder: _Builder,
+                operand: Union[int, List[int]]) -> int:
+    """Add a functional model's layer calls, computed from the value at ``operand`` (a list:
+    one for each of its inputs), to ``builder`` in an order where each comes after the calls it
+    reads: Keras's own, deepest first. The output's place."""
+    operands = operand if isinstance(operand, list) else [operand]
+    # A Keras tensor's place among the values.
+    places = {id(tensor): place for tensor, place in zip(model.inputs, operands)}
     for depth in sorted(by_depth, reverse=True):
         for node in by_depth[depth]:
             if node.is_input:
@@ -416,7 +447,13 @@ def _activation_name(function: Any, keras: Any) -> Optional[str]:
 
 def _differs(graph: LayerGraph, model: Any, keras: Any) -> Optional[str]:
     """Why the copy does not give the model's output on random inputs, or None."""
-    batch = np.random.default_rng(0).normal(0.0, 2.0, (8, graph.inputs)).astype(graph.dtype)
+    random = np.random.default_rng(0)
+    parts = [
+        random.normal(0.0, 2.0, (8, size)).astype(graph.dtype) for _, size in graph.input_parts
+    ]
+    keys = [key for key, _ in graph.input_parts]
+    batch = (parts[0] if len(parts) == 1 else dict(zip(keys, parts)) if all(keys) else parts
+             )  # as the adapter feeds the model
     expected = np.asarray(keras.ops.convert_to_numpy(model(batch, training=False)), np.float64)
     actual = np.asarray(graph.forward(batch), np.float64)
     scale = max(1.0, float(np.abs(expected).max())) if expected.size else 1.0

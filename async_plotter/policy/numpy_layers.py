@@ -419,14 +419,17 @@ class LayerGraph:
         output: the place of the value the model outputs.
         shapes: the shape of every piece of the flat layout.
         dtype: the model's compute dtype, ``"float32"`` or ``"float64"``.
-        inputs: how many values one observation has.
+        inputs: each input's key in an observation and its size, in the model's order: one
+            ``("", n)`` for an array; for a dict observation, the parts' keys (the inputs'
+            names); for a tuple, ``""`` each (taken in order). They are the first values.
     """
 
     #: how the plot worker calls it, for ``stats["policy_call"]``
     plot_call_path = "numpy"
 
     def __init__(self, nodes: Sequence[Tuple[Step, Sequence[Operand]]], output: int,
-                 shapes: Sequence[Tuple[int, ...]], dtype: str, inputs: int) -> None:
+                 shapes: Sequence[Tuple[int, ...]], dtype: str,
+                 inputs: Union[int, Sequence[Tuple[str, int]]]) -> None:
         self.dtype = np.dtype(dtype)
         # A constant array computes in the model's dtype (as a number does: numpy keeps an
         # array's dtype against a Python scalar, not against another array).
@@ -437,13 +440,19 @@ class LayerGraph:
         ]
         self.output = int(output)
         self.shapes = [tuple(int(size) for size in shape) for shape in shapes]
-        self.inputs = int(inputs)
+        #: each input's key and size
+        self.input_parts = _input_parts(inputs)
         self._pieces = [np.zeros(shape, self.dtype) for shape in self.shapes]
 
     @property
     def num_params(self) -> int:
         """Length of the flat parameter vector."""
         return int(sum(int(np.prod(shape)) for shape in self.shapes))
+
+    @property
+    def inputs(self) -> int:
+        """How many values one observation has (all its parts')."""
+        return sum(size for _, size in self.input_parts)
 
     def get_flat(self) -> np.ndarray:
         """The parameters as one 1-D vector, in the model's order."""
@@ -457,9 +466,19 @@ class LayerGraph:
                              f"got a vector of {flat.size}")
         self._pieces = [piece.astype(self.dtype) for piece in split_flat(flat, self.shapes)]
 
-    def forward(self, batch: np.ndarray) -> np.ndarray:
-        """The model's output for a batch of observations, shape ``(batch, inputs)``."""
-        values = [np.asarray(batch, self.dtype).reshape(-1, self.inputs)]
+    def forward(self, batch: Any) -> np.ndarray:
+        """The model's output for a batch of observations: an array of shape ``(batch, n)``,
+        or for several inputs a dict of them by key (or a list, in order)."""
+        if isinstance(batch, dict):
+            parts = [batch[key] for key, _ in self.input_parts]
+        elif len(self.input_parts) == 1:
+            parts = [batch]
+        else:
+            parts = list(batch)
+        values = [
+            np.asarray(part, self.dtype).reshape(-1, size)
+            for part, (_, size) in zip(parts, self.input_parts)
+        ]
         pieces = self._pieces
         for step, operands in self.nodes:
             if isinstance(step, Merge):
@@ -469,9 +488,23 @@ class LayerGraph:
                 values.append(step(values[operands[0]], pieces))
         return values[self.output]
 
-    def act(self, observation: np.ndarray) -> np.ndarray:
-        """The output for one observation."""
+    def act(self, observation: Any) -> np.ndarray:
+        """The output for one observation (an array, or a dict or tuple of its parts)."""
+        if isinstance(observation, dict):
+            return self.forward({
+                key: np.asarray(part)[None]
+                for key, part in observation.items()
+            })[0]
+        if isinstance(observation, tuple):
+            return self.forward([np.asarray(part)[None] for part in observation])[0]
         return self.forward(np.asarray(observation)[None])[0]
+
+
+def _input_parts(inputs: Union[int, Sequence[Tuple[str, int]]]) -> List[Tuple[str, int]]:
+    """``LayerGraph``'s ``inputs`` as (key, size) pairs (an int: one array of that size)."""
+    if isinstance(inputs, (int, np.integer)):
+        return [("", int(inputs))]
+    return [(str(key), int(size)) for key, size in inputs]
 
 
 def split_flat(flat: np.ndarray, shapes: Sequence[Tuple[int, ...]]) -> List[np.ndarray]:
