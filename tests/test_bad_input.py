@@ -238,3 +238,23 @@ def test_a_folder_given_from_home_is_in_home_not_a_folder_named_tilde(tmp_path, 
     plotter.close()
     assert RunRecorder("~/run").log_dir == str(tmp_path / "home" / "run")
     assert not (tmp_path / "~").exists()
+
+
+class BareAction(LinearPolicy):
+    """Returns the action alone from get_action, forgetting rllab's ``(action, info)``."""
+
+    def get_action(self, obs):
+        return super().get_action(obs)[0]
+
+
+def test_a_get_action_that_returns_the_action_alone_is_named(monkeypatch, tmp_path):
+    """Before, its two values were taken for an action and an info, and the error blamed the
+    policy's output layer ("the policy's action has shape ()... Give the policy's output layer
+    2 units")."""
+    monkeypatch.delenv("DISPLAY", raising=False)
+    with pytest.raises(PolicyProtocolError) as refused:
+        Plotter("Swimmer-v5", BareAction(8, 2), video_dir=str(tmp_path / "v"))
+    assert str(refused.value).startswith(
+        "BareAction.get_action(obs) returned a ndarray of shape (2,), not the pair (action, "
+        "info) of rllab's protocol: return the action with a dict, e.g. `return action, {}`")
+    assert not (tmp_path / "v").exists()

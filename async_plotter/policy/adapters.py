@@ -146,7 +146,7 @@ class ProtocolAdapter(PolicyAdapter):
             direct = getattr(policy, "deterministic_output", None)
             if callable(direct):
                 return np.asarray(direct(observation))
-        action, info = policy.get_action(observation)
+        action, info = _action_and_info(policy, observation)
         if deterministic and isinstance(info, dict):
             if "mean" in info:
                 return np.asarray(info["mean"])
@@ -162,7 +162,7 @@ class ProtocolAdapter(PolicyAdapter):
                           reference: bool) -> Optional[np.ndarray]:
         # The action may be sampled; the distribution it reports is not (other entries of info
         # may be: the noise drawn, a step counter).
-        _, info = policy.get_action(observation)
+        _, info = _action_and_info(policy, observation)
         if not isinstance(info, dict):
             return None
         numbers = [
@@ -382,6 +382,19 @@ def _one_output(output: Any, label: str) -> Any:
             "action output. Plot a model of the actor alone, e.g. keras.Model(model.inputs, "
             "model.outputs[0]) (it shares the weights), or a module that returns the action.")
     return output
+
+
+def _action_and_info(policy: Any, observation: Any) -> Tuple[Any, Any]:
+    """``policy.get_action(observation)``, rllab's pair; ``PolicyProtocolError`` where it gave
+    something else (a bare action, whose two values would be taken for an action and an info)."""
+    result = policy.get_action(observation)
+    if isinstance(result, tuple) and len(result) == 2:
+        return result
+    shape = f" of shape {np.shape(result)}" if hasattr(result, "shape") else ""
+    raise PolicyProtocolError(
+        f"{type(policy).__name__}.get_action(obs) returned a {type(result).__name__}{shape}, "
+        "not the pair (action, info) of rllab's protocol: return the action with a dict, e.g. "
+        "`return action, {}` (or {'mean': mean} for deterministic=True to show the mean).")
 
 
 #: in the order they are tried: a Keras model with rllab's methods is used through them

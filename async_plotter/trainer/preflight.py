@@ -29,7 +29,8 @@ from async_plotter.env.recipe import (EnvRecipe, build_env, builds_from_registry
 from async_plotter.env.layers import env_layers
 from async_plotter.env.state import WorkerEnvState
 from async_plotter.env.stepper import EnvStepper
-from async_plotter.errors import EnvBuildError, EnvRenderError, EnvStepError, PolicyShapeError
+from async_plotter.errors import (EnvBuildError, EnvRenderError, EnvStepError, PolicyProtocolError,
+                                  PolicyShapeError)
 from async_plotter.mujoco_warnings import kept_to_log
 from async_plotter.policy.adapters import KerasAdapter, PolicyAdapter
 from async_plotter.policy.check import brief_error, check_worker_copy
@@ -286,8 +287,8 @@ def _check_policy(policy: Any, adapter: PolicyAdapter, observation: Any, env: An
     with random_state_kept(policy):
         try:
             action = adapter.reference_act(policy, _copy(observation), deterministic=False)
-        except PolicyShapeError:
-            raise  # the adapter's own diagnosis (several outputs, dict observations)
+        except (PolicyShapeError, PolicyProtocolError):
+            raise  # the adapter's own diagnosis (several outputs, a bare action)
         except Exception as error:  # noqa: BLE001 - the policy's own code
             if _graph_mode():
                 logger.info(
