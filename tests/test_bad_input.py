@@ -258,3 +258,22 @@ def test_a_get_action_that_returns_the_action_alone_is_named(monkeypatch, tmp_pa
         "BareAction.get_action(obs) returned a ndarray of shape (2,), not the pair (action, "
         "info) of rllab's protocol: return the action with a dict, e.g. `return action, {}`")
     assert not (tmp_path / "v").exists()
+
+
+class WeightsList(LinearPolicy):
+    """Gives its parameters as Keras's get_weights() does: a list of arrays."""
+
+    def get_param_values(self):
+        flat = super().get_param_values()
+        return [flat[:8].reshape(4, 2), flat[8:]]
+
+
+def test_parameters_given_as_a_list_of_arrays_are_named_with_the_fix(monkeypatch, tmp_path):
+    """Before, numpy's "setting an array element with a sequence ... inhomogeneous shape"."""
+    monkeypatch.delenv("DISPLAY", raising=False)
+    with pytest.raises(ParameterMismatchError) as refused:
+        Plotter("Swimmer-v5", WeightsList(8, 2), video_dir=str(tmp_path / "v"))
+    assert str(refused.value).startswith(
+        "WeightsList.get_param_values() returned a list of 2 arrays (shapes (4, 2), (8,)), not "
+        "one flat vector: return np.concatenate([p.ravel() for p in params])")
+    assert not (tmp_path / "v").exists()

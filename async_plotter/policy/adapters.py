@@ -23,7 +23,8 @@ import numpy as np
 from async_plotter.policy.compiled_call import CompiledCall
 from async_plotter.policy.numpy_copy import keras_layer_graph
 from async_plotter.policy.numpy_layers import split_flat
-from async_plotter.errors import PolicyNotRebuildableError, PolicyProtocolError, PolicyShapeError
+from async_plotter.errors import (ParameterMismatchError, PolicyNotRebuildableError,
+                                  PolicyProtocolError, PolicyShapeError)
 
 PROTOCOL_METHODS = ("get_param_values", "set_param_values", "get_action")
 #: the entries of an rllab policy's ``info`` that describe its action distribution
@@ -134,7 +135,16 @@ class ProtocolAdapter(PolicyAdapter):
         return ("object", acting_copy(policy))
 
     def flat(self, policy: Any) -> np.ndarray:
-        return np.asarray(policy.get_param_values())
+        values = policy.get_param_values()
+        if isinstance(values, (list, tuple)) and any(np.ndim(value) > 0 for value in values):
+            # Keras's get_weights() shape: a list of arrays, not rllab's one vector.
+            shapes = ", ".join(str(np.shape(value)) for value in values[:4])
+            raise ParameterMismatchError(
+                f"{type(policy).__name__}.get_param_values() returned a {type(values).__name__} "
+                f"of {len(values)} arrays (shapes {shapes}{', ...' if len(values) > 4 else ''}), "
+                "not one flat vector: return np.concatenate([p.ravel() for p in params]) and cut "
+                "it back into its pieces in set_param_values(flat).")
+        return np.asarray(values)
 
     def set_flat(self, policy: Any, flat: np.ndarray) -> None:
         policy.set_param_values(flat)
