@@ -247,19 +247,6 @@ class BareAction(LinearPolicy):
         return super().get_action(obs)[0]
 
 
-def test_a_get_action_that_returns_the_action_alone_is_named(monkeypatch, tmp_path):
-    """Before, its two values were taken for an action and an info, and the error blamed the
-    policy's output layer ("the policy's action has shape ()... Give the policy's output layer
-    2 units")."""
-    monkeypatch.delenv("DISPLAY", raising=False)
-    with pytest.raises(PolicyProtocolError) as refused:
-        Plotter("Swimmer-v5", BareAction(8, 2), video_dir=str(tmp_path / "v"))
-    assert str(refused.value).startswith(
-        "BareAction.get_action(obs) returned a ndarray of shape (2,), not the pair (action, "
-        "info) of rllab's protocol: return the action with a dict, e.g. `return action, {}`")
-    assert not (tmp_path / "v").exists()
-
-
 class WeightsList(LinearPolicy):
     """Gives its parameters as Keras's get_weights() does: a list of arrays."""
 
@@ -268,12 +255,24 @@ class WeightsList(LinearPolicy):
         return [flat[:8].reshape(4, 2), flat[8:]]
 
 
-def test_parameters_given_as_a_list_of_arrays_are_named_with_the_fix(monkeypatch, tmp_path):
-    """Before, numpy's "setting an array element with a sequence ... inhomogeneous shape"."""
+PROTOCOL_SLIPS = [
+    # Before, its two values were taken for an action and an info, and the error blamed the
+    # policy's output layer ("the policy's action has shape ()... Give ... 2 units").
+    (BareAction, PolicyProtocolError,
+     "BareAction.get_action(obs) returned a ndarray of shape (2,), not the pair (action, info) "
+     "of rllab's protocol: return the action with a dict, e.g. `return action, {}`"),
+    # Before, numpy's "setting an array element with a sequence ... inhomogeneous shape".
+    (WeightsList, ParameterMismatchError,
+     "WeightsList.get_param_values() returned a list of 2 arrays (shapes (4, 2), (8,)), not one "
+     "flat vector: return np.concatenate([p.ravel() for p in params])"),
+]
+
+
+@pytest.mark.parametrize("policy_class, error, message", PROTOCOL_SLIPS)
+def test_a_slip_of_rllabs_protocol_is_named_with_the_fix(policy_class, error, message, monkeypatch,
+                                                         tmp_path):
     monkeypatch.delenv("DISPLAY", raising=False)
-    with pytest.raises(ParameterMismatchError) as refused:
-        Plotter("Swimmer-v5", WeightsList(8, 2), video_dir=str(tmp_path / "v"))
-    assert str(refused.value).startswith(
-        "WeightsList.get_param_values() returned a list of 2 arrays (shapes (4, 2), (8,)), not "
-        "one flat vector: return np.concatenate([p.ravel() for p in params])")
+    with pytest.raises(error) as refused:
+        Plotter("Swimmer-v5", policy_class(8, 2), video_dir=str(tmp_path / "v"))
+    assert str(refused.value).startswith(message), refused.value
     assert not (tmp_path / "v").exists()
