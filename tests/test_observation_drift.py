@@ -30,19 +30,25 @@ def shifted_cartpole(shift):
                                 inner.observation_space)
 
 
+def checking_every_update(env, policy, folder, monkeypatch):
+    """A started Plotter (40-step rollouts, videos into ``folder``, no history) whose check of
+    the observation wrappers runs at every update, however close they come."""
+    monkeypatch.setattr(drift, "_SPACING", 0.0)
+    return Plotter(env,
+                   policy,
+                   max_path_length=40,
+                   video_dir=str(folder),
+                   min_video_seconds=0,
+                   history=False).start()
+
+
 @pytest.mark.slow
 def test_a_wrapper_changed_outside_what_travels_is_refused_and_its_update_never_shown(
         tmp_path, monkeypatch, no_leftovers):
-    monkeypatch.setattr(drift, "_SPACING", 0.0)  # every update checked, however close they come
     shift = Shift()
     env = shifted_cartpole(shift)
     policy = helpers.CartPositionPolicy()
-    plotter = Plotter(env,
-                      policy,
-                      max_path_length=40,
-                      video_dir=str(tmp_path / "videos"),
-                      min_video_seconds=0,
-                      history=False).start()
+    plotter = checking_every_update(env, policy, tmp_path / "videos", monkeypatch)
     try:
         plotter.update_plot(policy, iteration=0)
         env.reset(seed=0)

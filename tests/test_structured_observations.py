@@ -10,10 +10,10 @@ from gymnasium import spaces
 from gymnasium.wrappers import TransformObservation
 
 from async_plotter import EnvMismatchError, Plotter, PolicyShapeError, Serializable
-from async_plotter.env import drift
 from async_plotter.env.check import compare_observation_wrappers
 from async_plotter.env.state import TrainerEnvState, WorkerEnvState
 from tests.conftest import wait_for
+from tests.test_observation_drift import checking_every_update
 
 
 class Split(gymnasium.ObservationWrapper):
@@ -177,7 +177,6 @@ def test_each_part_is_compared_and_statistics_that_travel_make_the_copies_agree(
 @pytest.mark.slow
 def test_a_dict_wrapper_changed_outside_what_travels_is_refused_at_update_plot(
         tmp_path, monkeypatch, no_leftovers):
-    monkeypatch.setattr(drift, "_SPACING", 0.0)  # every update checked
     goal = {"angles": np.zeros(3)}
     inner = Split(gymnasium.make("Swimmer-v5"))
     env = TransformObservation(
@@ -186,12 +185,7 @@ def test_a_dict_wrapper_changed_outside_what_travels_is_refused_at_update_plot(
             "rest": observation["rest"]
         }, inner.observation_space)
     policy = PartsPolicy()
-    plotter = Plotter(env,
-                      policy,
-                      max_path_length=40,
-                      video_dir=str(tmp_path / "videos"),
-                      min_video_seconds=0,
-                      history=False).start()
+    plotter = checking_every_update(env, policy, tmp_path / "videos", monkeypatch)
     try:
         plotter.update_plot(policy, iteration=0)
         goal["angles"] = np.array([1.0, 0.0, 0.0])  # the training loop moves the goal

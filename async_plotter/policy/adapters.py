@@ -22,7 +22,7 @@ import numpy as np
 
 from async_plotter.policy.compiled_call import CompiledCall
 from async_plotter.policy.numpy_copy import keras_layer_graph
-from async_plotter.policy.numpy_layers import split_flat
+from async_plotter.policy.numpy_layers import batch_of_one, split_flat
 from async_plotter.errors import (ParameterMismatchError, PolicyNotRebuildableError,
                                   PolicyProtocolError, PolicyShapeError)
 
@@ -264,11 +264,11 @@ class KerasAdapter(PolicyAdapter):
             label = f"{policy.name!r}"
             self._compiled = CompiledCall(
                 lambda batch: _one_output(policy(batch, training=False), label), label)
-        return self._compiled(_batch_of_one(observation, self._dtype(policy)))[0]
+        return self._compiled(batch_of_one(observation, self._dtype(policy)))[0]
 
     def reference_act(self, policy: Any, observation: np.ndarray,
                       deterministic: bool) -> np.ndarray:
-        batch = _batch_of_one(observation, self._dtype(policy))
+        batch = batch_of_one(observation, self._dtype(policy))
         return np.asarray(_one_output(policy(batch, training=False), f"{policy.name!r}"))[0]
 
     def call_path(self) -> str:
@@ -310,11 +310,11 @@ class ModuleAdapter(PolicyAdapter):
         if self._compiled is None:
             label = type(policy).__qualname__
             self._compiled = CompiledCall(lambda batch: _one_output(policy(batch), label), label)
-        return self._compiled(_batch_of_one(observation, self._dtype(policy)))[0]
+        return self._compiled(batch_of_one(observation, self._dtype(policy)))[0]
 
     def reference_act(self, policy: Any, observation: np.ndarray,
                       deterministic: bool) -> np.ndarray:
-        batch = _batch_of_one(observation, self._dtype(policy))
+        batch = batch_of_one(observation, self._dtype(policy))
         return np.asarray(_one_output(policy(batch), type(policy).__qualname__))[0]
 
     def call_path(self) -> str:
@@ -434,17 +434,6 @@ def adapter_named(kind: str) -> PolicyAdapter:
         return _BY_KIND[kind]()
     except KeyError:
         raise ValueError(f"unknown policy kind {kind!r}; known: {', '.join(_BY_KIND)}") from None
-
-
-def _batch_of_one(observation: Any, dtype: Any) -> Any:
-    """A batch of one observation in ``dtype``: an array, or for a dict or tuple observation (a
-    ``Dict`` or ``Tuple`` space's) a dict or list of batches, as a multi-input Keras model
-    takes them (by its inputs' names, or in their order)."""
-    if isinstance(observation, dict):
-        return {key: _batch_of_one(part, dtype) for key, part in observation.items()}
-    if isinstance(observation, tuple):
-        return [_batch_of_one(part, dtype) for part in observation]
-    return np.asarray(observation, dtype)[None]
 
 
 def _input_dtype(model: Any) -> Any:

@@ -490,14 +490,19 @@ class LayerGraph:
 
     def act(self, observation: Any) -> np.ndarray:
         """The output for one observation (an array, or a dict or tuple of its parts)."""
-        if isinstance(observation, dict):
-            return self.forward({
-                key: np.asarray(part)[None]
-                for key, part in observation.items()
-            })[0]
-        if isinstance(observation, tuple):
-            return self.forward([np.asarray(part)[None] for part in observation])[0]
-        return self.forward(np.asarray(observation)[None])[0]
+        return self.forward(batch_of_one(observation, self.dtype))[0]
+
+
+def batch_of_one(observation: Any, dtype: Any) -> Any:
+    """A batch of one observation in ``dtype``: an array, or for a dict or tuple observation (a
+    ``Dict`` or ``Tuple`` space's) a dict or list of batches, as a model of an input a part
+    takes them (by its inputs' names, or in their order): the Keras model, its traced call and
+    its numpy copy alike."""
+    if isinstance(observation, dict):
+        return {key: batch_of_one(part, dtype) for key, part in observation.items()}
+    if isinstance(observation, tuple):
+        return [batch_of_one(part, dtype) for part in observation]
+    return np.asarray(observation, dtype)[None]
 
 
 def _input_parts(inputs: Union[int, Sequence[Tuple[str, int]]]) -> List[Tuple[str, int]]:

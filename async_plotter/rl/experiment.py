@@ -79,11 +79,9 @@ def _validate(fn_or_algo: Any, n_parallel: Any, plot: Any, seed: Any, exp_name: 
     if log_dir is not None:
         if not isinstance(log_dir, (str, os.PathLike)):
             raise TypeError(f"log_dir must be a path, got {type(log_dir).__name__}")
-        path = os.fspath(log_dir)
-        if path:
-            path = user_path(path)
-        if not path:  # would become the working directory
+        if not os.fspath(log_dir):  # would become the working directory
             raise ValueError("log_dir must be a non-empty path (or None for runs/<exp_name>)")
+        path = user_path(log_dir)
         if os.path.exists(path) and not os.path.isdir(path):
             raise NotADirectoryError(f"log_dir {path!r} is a file, not a folder")
     if snapshot_mode not in SNAPSHOT_MODES:

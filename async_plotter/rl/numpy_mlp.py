@@ -14,6 +14,7 @@ from typing import Any, Callable, Dict, Optional, Sequence, Tuple
 import numpy as np
 
 from async_plotter.policy.numpy_layers import ACTIVATIONS as _NUMPY_ACTIVATIONS, split_flat
+from async_plotter.rl.envs import flatten_observation
 
 #: The hidden nonlinearities the MLPs take by name (``rl/policies._activation``), as numpy
 #: computes them (float32 in, float32 out); None is none.
@@ -79,13 +80,10 @@ class ActsOnDistInfo:
         return (info["mean"] if "mean" in info else info["prob"])[0]
 
     def _vector(self, observation: Any) -> np.ndarray:
-        """One observation as the network takes it: a dict or tuple one flattened by its space
-        (as ``rl/envs.flatten_observation`` does for the samplers)."""
+        """One observation as the network takes it: a dict or tuple one flattened by its space,
+        as the samplers flatten theirs."""
         if isinstance(observation, (dict, tuple)) and self.observation_space is not None:
-            import gymnasium
-
-            return np.asarray(gymnasium.spaces.flatten(self.observation_space, observation),
-                              np.float32)
+            return flatten_observation(self.observation_space, observation)
         return np.asarray(observation)
 
     def reset(self, dones: Optional[np.ndarray] = None) -> None:

@@ -369,10 +369,7 @@ class Plotter:
         ``close(final_video=final_video)``, and return how many there were: in a notebook,
         those of a cell's earlier runs that no name refers to any more (IPython's ``Out``, a
         kept traceback or an interrupted loop still holds them, and their folders)."""
-        plotters = [
-            plotter for plotter in _not_closed()
-            if plotter._owner_pid == os.getpid() and plotter._state is not PlotterState.CLOSED
-        ]
+        plotters = _to_close()
         for plotter in plotters:
             plotter.close(final_video=final_video)
         return len(plotters)
@@ -481,11 +478,12 @@ _open_plotters: "weakref.WeakSet[Plotter]" = weakref.WeakSet()
 _running_plotters: "Set[Plotter]" = set()
 
 
-def _not_closed() -> List["Plotter"]:
-    """The Plotters of this process not closed yet, in no particular order."""
+def _to_close() -> List["Plotter"]:
+    """The Plotters made by this process and not closed yet, in no particular order (a forked
+    child's copies of its parent's are not its to close)."""
     return [
         plotter for plotter in {*_open_plotters, *_running_plotters}
-        if plotter._state is not PlotterState.CLOSED
+        if plotter._owner_pid == os.getpid() and plotter._state is not PlotterState.CLOSED
     ]
 
 
@@ -502,6 +500,5 @@ def _close_open_plotters() -> None:
     # The final policy's video is made at interpreter exit too, unless the script is exiting
     # because of an exception nobody caught (Ctrl-C among them): then the user wants out.
     failed = getattr(sys, "last_type", None) is not None
-    for plotter in _not_closed():
-        if plotter._owner_pid == os.getpid():  # a forked child's copies are not its to close
-            plotter.close(final_video=not failed)
+    for plotter in _to_close():
+        plotter.close(final_video=not failed)
