@@ -56,8 +56,9 @@ def test_close_records_the_final_policy_and_counts_it(tmp_path, caplog, no_lefto
     for iteration in range(12):  # faster than the worker records: most updates are skipped
         policy.fill(0.05 * iteration)
         plotter.update_plot(policy, iteration=iteration)
-        if iteration == 7:
-            plotter.update_plot(policy, iteration=3)  # an earlier iteration sent again
+        if iteration == 7:  # an earlier iteration's policy sent again keeps its number
+            policy.fill(0.05 * 3)
+            plotter.update_plot(policy, iteration=3)
     plotter.update_plot(policy, iteration=11)  # the last one again, as a script may at its end
     with caplog.at_level(logging.INFO, logger="async_plotter"):
         plotter.close()

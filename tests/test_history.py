@@ -353,6 +353,38 @@ def test_the_folder_is_bounded_and_keeps_the_first_and_the_newest(tmp_path, kept
         assert read_recording(str(tmp_path / "history" / name)).meta["history"] is True
 
 
+def test_a_count_that_starts_again_is_numbered_on_and_overwrites_nothing(tmp_path, caplog):
+    """A second phase of training counting from 0 again: before, its recordings and videos
+    replaced the first phase's of the same numbers, without a word."""
+    policy = LinearPolicy(8, 2)
+    with caplog.at_level(logging.WARNING, logger="async_plotter"):
+        with Plotter("Swimmer-v5",
+                     policy,
+                     max_path_length=20,
+                     video_dir=str(tmp_path),
+                     priority="normal") as plotter:
+            wait_for_history(plotter, 0)
+            for update, iteration in enumerate([0, 1, 2, 0, 1, 2], 1):  # two phases
+                policy.fill(0.1 * update)
+                plotter.update_plot(policy, iteration=iteration)
+                wait_for_history(plotter, update)
+            first_phase = (tmp_path / "history" / "iter_0000.npz").read_bytes()
+            policy.fill(0.1 * 5)  # phase 1's iteration 1 sent again, as it was: the same number
+            plotter.update_plot(policy, iteration=1)
+            wait_for_history(plotter, 7)
+    numbers = [entry["iteration"] for entry in plotter.stats["history"]]
+    assert numbers == [None, 0, 1, 2, 3, 4, 5, 4], numbers
+    names = recording_names(tmp_path / "history")
+    assert names == ["iter_%04d.npz" % n for n in range(6)] + ["update_0000.npz"], names
+    assert (tmp_path / "history" / "iter_0000.npz").read_bytes() == first_phase
+    returns = {entry["iteration"]: entry["return"] for entry in plotter.stats["history"]}
+    assert len(set(returns.values())) == 7, returns  # each number shows its own policy
+    assert plotter.stats["final_video"] == str(tmp_path / "iter_0004.mp4")  # the newest
+    said = [r.getMessage() for r in caplog.records if "count started again" in r.getMessage()]
+    assert len(said) == 1 and "update_plot(iteration=0) came after iteration 2" in said[0], said
+    assert "shown as iteration 3, and each later iteration N as N + 3" in said[0], said
+
+
 def test_returns_csv_spans_a_restart_of_the_worker(tmp_path):
     """The rollout process SIGKILLed mid-run: the restarted worker's recordings are added to the
     same file, under the one header."""

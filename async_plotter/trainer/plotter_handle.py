@@ -23,6 +23,7 @@ from async_plotter.env.drift import ObservationDrift
 from async_plotter.env.recipe import build_env
 from async_plotter.errors import InvalidArgumentError, PlotterClosedError
 from async_plotter.policy.adapters import PolicyAdapter, adapter_for
+from async_plotter.trainer.iteration_numbers import IterationNumbers
 from async_plotter.trainer.model_check import ModelWatch
 from async_plotter.trainer.preflight import check_before_start, worker_env_state
 from async_plotter.sinks.base import FrameSink
@@ -240,7 +241,7 @@ class Plotter:
         # The iterations the updates came with, each once (one sent again, at once or later,
         # is not another): the closing summary compares the history's with them. A set of a
         # 100,000-iteration run's numbers holds ~7 MB.
-        self._iterations_given: Set[int] = set()
+        self._iteration_numbers = IterationNumbers()
         self._started_at: Optional[float] = None
         self._route: Optional[PlotRoute] = None
         #: the process whose Plotter this is: a process forked from it holds a copy of this
@@ -293,7 +294,9 @@ class Plotter:
         (e.g. ``{"AverageReturn": 12.5}``) feed the live page's learning curve.
         ``max_path_length`` (or rllab's name, ``max_length``) caps this update's rollouts;
         ``None`` or ``math.inf`` (rllab's ``update_plot(policy, np.inf)``) means no cap beyond
-        the plotter's own ``max_path_length``.
+        the plotter's own ``max_path_length``. ``iteration`` names the outputs
+        (``iter_NNNN.mp4``); a count that starts again (an earlier number with other
+        parameters) is numbered on after the newest, with a warning, so nothing is overwritten.
         """
         if not self._in_owner("update_plot()"):
             return
@@ -327,7 +330,7 @@ class Plotter:
                 self._model_watch.check()
         self._stats.updates_sent += 1
         if iteration is not None:
-            self._iterations_given.add(iteration)
+            iteration = self._iteration_numbers.number(iteration, flat)
         if route is None or update is None:
             return
         route.publish(update, iteration, max_path_length)
@@ -416,7 +419,7 @@ class Plotter:
         if route is not None and route.renders_here:
             tell(
                 logger, self._config.verbose, "%s",
-                summarize_videos(self._stats.snapshot(), len(self._iterations_given),
+                summarize_videos(self._stats.snapshot(), len(self._iteration_numbers),
                                  time.monotonic() - (self._started_at or 0.0),
                                  self._config.worker.budget, self.video_dir, final_video))
 
