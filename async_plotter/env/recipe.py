@@ -78,7 +78,10 @@ def describe_env(env: Any) -> EnvRecipe:
         _check_buildable_without_arguments(env)
         return EnvRecipe("factory", _dumps(env, env.__qualname__), env.__qualname__)
     if callable(env) and not hasattr(env, "step"):
-        label = getattr(env, "__qualname__", type(env).__qualname__)
+        # A callable object has no name of its own: an rl EnvMaker of an id with arguments is
+        # labelled by the id.
+        label = (getattr(env, "__qualname__", None) or getattr(env, "env_id", None)
+                 or type(env).__qualname__)
         return EnvRecipe("factory", _dumps(env, label), label)
     if hasattr(env, "step") and hasattr(env, "reset"):
         label = type(env).__qualname__

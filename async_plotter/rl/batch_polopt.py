@@ -309,8 +309,8 @@ class BatchPolopt:
                     row["AverageReturn"], per_itr, format_duration(per_itr * remaining))
 
     def _env_name(self) -> str:
-        if self.env_maker is not None and self.env_maker.env_id is not None:
-            return self.env_maker.env_id
+        if self.env_maker is not None:
+            return self.env_maker.label
         return type(self.env).__name__
 
     def _start_plotter(self,

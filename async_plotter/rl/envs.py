@@ -52,7 +52,8 @@ class EnvSpec:
 
 
 def as_env_spec(env_spec: Any) -> EnvSpec:
-    """Accept an :class:`EnvSpec`, a gymnasium id or a gymnasium ``EnvSpec``; reject live envs."""
+    """Accept an :class:`EnvSpec`, a gymnasium id, a gymnasium ``EnvSpec`` or a factory (built
+    once to read its spaces); reject live envs."""
     if isinstance(env_spec, EnvSpec):
         return env_spec
     if isinstance(env_spec, str):
@@ -67,8 +68,21 @@ def as_env_spec(env_spec: Any) -> EnvSpec:
         raise TypeError("a policy needs picklable constructor arguments (it is rebuilt in other "
                         "processes), not a live environment; pass env.spec.id, env.spec or "
                         "EnvSpec.from_env(env)")
-    raise TypeError(f"env_spec must be an EnvSpec, a gymnasium id or a gymnasium EnvSpec, got "
-                    f"{type(env_spec).__name__}")
+    if callable(env_spec):  # a factory, as the algorithms take: built once for its spaces
+        env = env_spec()
+        try:
+            if not isinstance(env, gym.Env):
+                raise TypeError(f"env_spec {_name(env_spec)}() returned {type(env).__name__}, not "
+                                f"a gymnasium Env: pass a factory of one, an id or an EnvSpec")
+            return EnvSpec.from_env(env)
+        finally:
+            getattr(env, "close", lambda: None)()
+    raise TypeError(f"env_spec must be an EnvSpec, a gymnasium id, a gymnasium EnvSpec or a "
+                    f"zero-argument factory of an env, got {type(env_spec).__name__}")
+
+
+def _name(factory: Callable[..., Any]) -> str:
+    return getattr(factory, "__qualname__", None) or repr(factory)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -122,10 +136,16 @@ class EnvMaker:
 
     @property
     def plotter_env(self) -> Any:
-        """What to hand to the plotter: the id when there is one (it rebuilds the env itself)."""
+        """What to hand to the plotter: the id when there is one (it rebuilds the env itself),
+        the user's factory (its name labels the plotter's lines)."""
         if self.env_id is not None and not self.kwargs:
             return self.env_id
-        return self
+        return self.factory or self
+
+    @property
+    def label(self) -> str:
+        """The env's id, or its factory's name."""
+        return self.env_id or _name(self.factory)
 
 
 def added_wrappers(env: Any) -> List[str]:

@@ -239,8 +239,9 @@ class GaussianMLPPolicy(MLPPolicy):
     state-independent vector gives the log standard deviation.
 
     Args:
-        env_spec: an :class:`EnvSpec`, a gymnasium id or a gymnasium ``EnvSpec`` (or None when
-            ``obs_dim`` and ``action_dim`` are given).
+        env_spec: an :class:`EnvSpec`, a gymnasium id, a gymnasium ``EnvSpec`` or the env's
+            factory, as the algorithm takes it (or None when ``obs_dim`` and ``action_dim`` are
+            given); the policy keeps only the spaces.
         hidden_sizes: widths of the hidden layers.
         learn_std: whether the log standard deviation is trained.
         init_std: initial standard deviation of every action dimension.

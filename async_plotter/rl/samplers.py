@@ -33,6 +33,7 @@ from async_plotter.env.state import TrainerEnvState
 from async_plotter.env.stepper import as_reward
 from async_plotter.policy.adapters import acting_copy
 from async_plotter.rl.batch import SampleBatch
+from async_plotter.rl.construction_warnings import built_keeping_warnings, say_in_this_process
 from async_plotter.rl.envs import EnvMaker, added_wrappers, flatten_observation
 from async_plotter.validation import one_of, positive_int
 
@@ -241,10 +242,10 @@ def _serve(conn: multiprocessing.connection.Connection, payload: bytes, stop: An
     env = None
     try:
         recipe = cloudpickle.loads(payload)
-        env = recipe["env_maker"]()
+        env, said = built_keeping_warnings(recipe["env_maker"])
         state = _state_reader(env)
         policy = recipe["policy"]
-        conn.send(("ready", os.getpid()))
+        conn.send(("ready", said))
         seed = itr = max_path_length = None
         while True:
             try:
@@ -376,6 +377,7 @@ class ParallelSampler(Sampler):
                 if kind != "ready":
                     raise RuntimeError(f"sampler worker {index} sent {kind!r} instead of 'ready'")
                 self._ready = index + 1
+                say_in_this_process(data)
             logger.debug("parallel sampler: %d workers ready (pids %s)", self.n_parallel,
                          self.worker_pids)
         except BaseException:

@@ -16,8 +16,12 @@ def test_env_maker_from_id_live_env_and_factory():
     env = cloudpickle.loads(cloudpickle.dumps(maker))()
     assert env.render_mode is None and env.spec.id == "CartPole-v1"
 
-    factory = EnvMaker.from_env(lambda: gym.make("InvertedPendulum-v5"))
-    assert factory.plotter_env is factory
+    def make_pendulum():
+        return gym.make("InvertedPendulum-v5")
+
+    factory = EnvMaker.from_env(make_pendulum)
+    assert factory.plotter_env is make_pendulum  # the user's own: the plotter's lines name it
+    assert factory.label.endswith("make_pendulum") and maker.label == "CartPole-v1"
     assert cloudpickle.loads(cloudpickle.dumps(factory))().spec.id == "InvertedPendulum-v5"
 
 
@@ -38,3 +42,9 @@ def test_env_spec_forms():
     assert as_env_spec(gym.spec("CartPole-v1")).action_dim == 2
     assert as_env_spec(spec) is spec
     assert EnvSpec.from_env(gym.make("CartPole-v1")).observation_dim == 4
+    made = as_env_spec(lambda: gym.make("Hopper-v5"))  # a factory, as the algorithms take
+    assert (made.observation_dim, made.action_dim, made.id) == (11, 3, "Hopper-v5")
+    with pytest.raises(
+            TypeError,
+            match=r"<lambda>\(\) returned int, not a gymnasium Env: pass a factory of one"):
+        as_env_spec(lambda: 3)

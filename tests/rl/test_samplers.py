@@ -1,6 +1,9 @@
 """Serial and parallel samplers: same batch for the same seed, and clean process handling."""
 import os
 import signal
+import subprocess
+import sys
+import textwrap
 import time
 
 import numpy as np
@@ -12,6 +15,8 @@ from async_plotter import processes
 from async_plotter.rl.envs import EnvMaker
 from async_plotter.rl.policies import CategoricalMLPPolicy, GaussianMLPPolicy
 from async_plotter.rl.samplers import ParallelSampler, SerialSampler
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 def running(pid):
@@ -166,3 +171,40 @@ def test_what_the_env_learns_is_read_and_a_broken_hook_never_fails_training(no_l
             assert count[0] >= 1 and not np.allclose(mean, 0) and mean.shape == var.shape
             if isinstance(sampler, SerialSampler):  # every step of the batch, and the resets
                 assert count[0] == pytest.approx(batch.num_steps + len(batch.path_lengths), abs=1)
+
+
+WARNS_WHEN_MADE = textwrap.dedent("""
+    import logging, sys
+    sys.path.insert(0, {root!r})
+    import gymnasium
+    from async_plotter.rl import TRPO, GaussianMLPPolicy, LinearFeatureBaseline
+
+    def make_env():  # float64 bounds: Gymnasium warns as the env is made
+        return gymnasium.wrappers.RescaleAction(gymnasium.make("InvertedPendulum-v5"), -1.0, 1.0)
+
+    if sys.argv[1] == "factory":  # the policy's spaces read from the factory, in the trainer
+        policy = GaussianMLPPolicy(make_env, hidden_sizes=(4,))
+    else:  # given by hand: only the samplers build the env
+        policy = GaussianMLPPolicy(obs_dim=4, action_dim=1, hidden_sizes=(4,))
+    logging.basicConfig(level=logging.INFO)
+    TRPO(make_env, policy, LinearFeatureBaseline(), batch_size=100, max_path_length=20, n_itr=1,
+         n_parallel=2).train()
+    """)
+
+
+@pytest.mark.parametrize("spaces_from", ["factory", "dims"])
+def test_what_making_the_env_warns_of_is_said_once_however_many_samplers_make_it(
+        spaces_from, tmp_path):
+    """Each sampler process printed Gymnasium's construction warnings again, after the
+    trainer's own copy had."""
+    script = tmp_path / "train.py"
+    script.write_text(WARNS_WHEN_MADE.format(root=ROOT))
+    run = subprocess.run([sys.executable, str(script), spaces_from],
+                         capture_output=True,
+                         text=True,
+                         timeout=300,
+                         cwd=tmp_path)
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert run.stderr.count("Box low's precision lowered") == 1, run.stderr[-3000:]
+    assert run.stderr.count("Box high's precision lowered") == 1, run.stderr[-3000:]
+    assert "TRPO on make_env:" in run.stderr, run.stderr[-3000:]  # the factory's name
