@@ -125,6 +125,7 @@ class BatchPolopt:
         self._mirror: Optional[EnvMirror] = None
         self._finished_training = False  # the last train() ran all its iterations
         self.current_itr = start_itr
+        self._sampling_seed: Optional[int] = None  # the seed the samplers drew with
 
     # ---- to implement -------------------------------------------------------------------------
 
@@ -132,8 +133,20 @@ class BatchPolopt:
         """Update the policy from one processed batch; return statistics for the table."""
         raise NotImplementedError
 
+    def optimizer_state(self) -> Optional[Dict[str, Any]]:
+        """What the optimizer carries from one iteration to the next (None: nothing, as TRPO's
+        conjugate gradient), kept in the snapshot: a run resumed from it goes on as this one
+        would have."""
+        return None
+
+    def restore_optimizer_state(self, state: Dict[str, Any]) -> None:
+        """Take the ``optimizer_state()`` of the run resumed (an algorithm whose optimizer
+        keeps nothing ignores it)."""
+
     def get_itr_snapshot(self, itr: int, samples: ProcessedSamples) -> Dict[str, Any]:
-        """What ``params.pkl`` holds; the policy pickles as its recipe, parameters ride along."""
+        """What ``params.pkl`` holds; the policy pickles as its recipe, parameters ride along.
+        With the sampling seed and the optimizer's state, a run resumed from it samples and
+        steps as this one would have gone on."""
         snapshot = {
             "itr": itr,
             "policy": self.policy,
@@ -141,6 +154,8 @@ class BatchPolopt:
             "baseline": self.baseline,
             "env": self.env_maker,
             "stats": self.history[-1] if self.history else {},
+            "seed": self._sampling_seed,
+            "optimizer_state": self.optimizer_state(),
         }
         if self.store_paths:
             snapshot["paths"] = samples.batch
@@ -205,6 +220,7 @@ class BatchPolopt:
         plot, plot_kwargs, sampler, seed = self._settings(ctx)
         if ctx is not None and ctx.resume is not None and ctx.trained == [self]:
             resume.apply_to(self, ctx.resume)
+            seed = resume.sampling_seed(ctx.resume, seed)
             logger.info("resuming from %s: iteration %d on", ctx.resume.path, self.start_itr)
         # A run that starts past iteration 0 (resume_from, or start_itr set by hand after
         # loading a snapshot) goes on: its folder's outputs up to there are its own.
@@ -232,6 +248,7 @@ class BatchPolopt:
                 cleanup.callback(self._close_plotter, recorder)
             start = time.perf_counter()
             sampler.start(self.env, self.policy, seed)
+            self._sampling_seed = getattr(sampler, "seed", None)
             loop_start = time.perf_counter()
             plotting = ", plotting" if plot else ""
             logger.info("%s on %s: %d iterations of %d steps, %s, %s (seed %s)%s",

@@ -1,5 +1,5 @@
 """Small optimisation pieces shared by the algorithms: flat vectors, Adam, conjugate gradient."""
-from typing import Callable, List, Sequence
+from typing import Any, Callable, Dict, List, Sequence
 
 import numpy as np
 import tensorflow as tf
@@ -40,6 +40,26 @@ class Adam:
         self._m = [tf.Variable(tf.zeros_like(v), trainable=False) for v in self.variables]
         self._v = [tf.Variable(tf.zeros_like(v), trainable=False) for v in self.variables]
         self._t = tf.Variable(0.0, trainable=False)
+
+    def state(self) -> Dict[str, Any]:
+        """Its moments and step count, as numpy (what a snapshot keeps to resume exactly)."""
+        return {
+            "m": [m.numpy() for m in self._m],
+            "v": [v.numpy() for v in self._v],
+            "t": float(self._t.numpy())
+        }
+
+    def restore(self, state: Dict[str, Any]) -> None:
+        """Take ``state()`` of an Adam over variables of the same shapes; ``ValueError``
+        naming the difference otherwise (nothing changed)."""
+        ours = [tuple(m.shape) for m in self._m]
+        theirs = [tuple(np.shape(m)) for m in state["m"]]
+        if theirs != ours or [tuple(np.shape(v)) for v in state["v"]] != ours:
+            raise ValueError(f"the optimizer's moments are of variables shaped {theirs}, and "
+                             f"this one's are {ours}")
+        for slot, value in zip(self._m + self._v, list(state["m"]) + list(state["v"])):
+            slot.assign(value)
+        self._t.assign(float(state["t"]))
 
     def apply(self, gradients: Sequence[tf.Tensor]) -> None:
         """One update step; call inside or outside ``tf.function``."""

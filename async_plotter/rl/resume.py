@@ -4,17 +4,22 @@ parameters and its baseline, in the run's own folder, so that ``progress.csv``, 
 curve, TensorBoard, the videos and the history go on as one run.
 
 The algorithm itself is the one the user builds again (its hyperparameters may change, e.g. a
-larger ``n_itr``); its policy must have the snapshot's structure. What a snapshot does not hold
-starts afresh: an optimizer's moments (VPG's Adam), the samplers' random streams.
+larger ``n_itr``); its policy must have the snapshot's structure. The snapshot also holds the
+optimizer's state (VPG's Adam moments) and the sampling seed, which the resumed run takes unless
+given a seed of its own: it then samples and steps as the first run would have gone on. What
+the samplers' env wrappers learned (running observation statistics) starts afresh.
 """
 import dataclasses
+import logging
 import os
-from typing import Any, Dict
+from typing import Any, Dict, Optional
 
 import numpy as np
 
 from async_plotter.validation import user_path
 from async_plotter.rl.snapshot import LAST_SNAPSHOT, load_snapshot, snapshot_iteration
+
+logger = logging.getLogger(__name__)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -64,7 +69,24 @@ def apply_to(algo: Any, point: ResumePoint) -> None:
     baseline = point.snapshot.get("baseline")
     if baseline is not None and type(baseline) is type(algo.baseline):
         algo.baseline = baseline
+    optimizer_state = point.snapshot.get("optimizer_state")
+    if optimizer_state is not None:
+        try:
+            algo.restore_optimizer_state(optimizer_state)
+        except ValueError as error:
+            raise ValueError(f"resume_from {point.path!r}: {error}; resume with the algorithm "
+                             "and policy the run trained") from error
     algo.start_itr = point.itr + 1
+
+
+def sampling_seed(point: ResumePoint, seed: Optional[int]) -> Optional[int]:
+    """The seed a resumed run samples with: the one given, else the run's own (a snapshot of an
+    earlier version holds none: then a fresh one)."""
+    if seed is not None or point.snapshot.get("seed") is None:
+        return seed
+    logger.info("sampling with the run's seed, %d, as it would have gone on (seed= to change it)",
+                point.snapshot["seed"])
+    return int(point.snapshot["seed"])
 
 
 def check_fits(algo: Any, point: ResumePoint) -> None:

@@ -34,11 +34,22 @@ class VPG(BatchPolopt):
         self.learning_rate = float(learning_rate)
         self.optimizer_steps = positive_int("optimizer_steps", optimizer_steps)
         self._functions = None
+        self._optimizer: Optional[Adam] = None
+
+    def optimizer_state(self) -> Optional[Dict[str, Any]]:
+        """Adam's moments and step count (None before the first iteration)."""
+        return None if self._optimizer is None else self._optimizer.state()
+
+    def restore_optimizer_state(self, state: Dict[str, Any]) -> None:
+        """Go on with the moments of the run resumed."""
+        if self._functions is None:
+            self._build()
+        self._optimizer.restore(state)
 
     def _build(self) -> None:
         policy, dist = self.policy, self.policy.distribution
         variables = policy.trainable_variables
-        optimizer = Adam(variables, self.learning_rate)
+        optimizer = self._optimizer = Adam(variables, self.learning_rate)
         signature = self._input_signature()
 
         def surrogate(obs, actions, advantages):

@@ -4,7 +4,7 @@ import pytest
 import tensorflow as tf
 
 from async_plotter.rl.baselines import LinearFeatureBaseline
-from async_plotter.rl.optim import conjugate_gradient, flatten_tensors
+from async_plotter.rl.optim import Adam, conjugate_gradient, flatten_tensors
 from async_plotter.rl.policies import CategoricalMLPPolicy, GaussianMLPPolicy
 from async_plotter.rl.trpo import TRPO
 from async_plotter.rl.vpg import VPG
@@ -17,6 +17,22 @@ def test_conjugate_gradient_solves_spd_system():
     b = rng.standard_normal(6)
     x = conjugate_gradient(lambda v: a @ v, b, iterations=6)
     np.testing.assert_allclose(a @ x, b, rtol=1e-8, atol=1e-8)
+
+
+def test_adams_state_goes_on_in_another_adam_and_other_shapes_are_refused():
+    """What a snapshot keeps of VPG's optimizer: a second Adam given the first's state takes the
+    same step the first takes next."""
+    first, second = tf.Variable([1.0, -2.0]), tf.Variable([0.0, 0.0])
+    adam, other = Adam([first], 0.1), Adam([second], 0.1)
+    for gradient in ([0.5, -1.0], [0.2, 0.3]):
+        adam.apply([tf.constant(gradient)])
+    other.restore(adam.state())
+    second.assign(first)
+    for optimizer in (adam, other):
+        optimizer.apply([tf.constant([1.0, 1.0])])
+    np.testing.assert_array_equal(first.numpy(), second.numpy())
+    with pytest.raises(ValueError, match=r"shaped \[\(2,\)\], and this one's are \[\(3,\)\]"):
+        Adam([tf.Variable([0.0, 0.0, 0.0])]).restore(adam.state())
 
 
 def test_fisher_vector_product_matches_explicit_kl_hessian():

@@ -575,6 +575,27 @@ def test_a_resumed_run_goes_on_in_its_own_folder(tmp_path, caplog):
     assert len(iterations) == len(set(iterations))
 
 
+@pytest.mark.parametrize("algorithm", [TRPO, VPG])
+def test_a_resumed_run_goes_on_as_the_run_would_have(tmp_path, algorithm, caplog):
+    """A run that stopped after iteration 1, resumed with no seed given to 4 iterations,
+    samples and steps as one run of 4 did: the same returns, the same parameters. Before, VPG's
+    Adam moments started afresh and an unseeded resume drew a new sampling seed."""
+
+    def algo(n_itr):
+        policy = CategoricalMLPPolicy("CartPole-v1", hidden_sizes=(8, ), seed=0)
+        return algorithm("CartPole-v1", policy, batch_size=300, max_path_length=50, n_itr=n_itr)
+
+    whole = run_experiment_lite(algo(4), log_dir=str(tmp_path / "whole"), seed=1)
+    run_experiment_lite(algo(2), log_dir=str(tmp_path / "cut"), seed=1)
+    with caplog.at_level(logging.INFO, logger="async_plotter"):
+        resumed = run_experiment_lite(algo(4), resume_from=str(tmp_path / "cut"))
+    assert [row["AverageReturn"]
+            for row in resumed.history] == [row["AverageReturn"] for row in whole.history]
+    np.testing.assert_array_equal(resumed.algo.policy.get_param_values(),
+                                  whole.algo.policy.get_param_values())
+    assert "sampling with the run's seed, 1" in caplog.text
+
+
 def test_a_resumed_algorithm_starts_from_the_snapshots_policy_and_baseline(tmp_path):
     run = tmp_path / "run"
     trained = run_experiment_lite(small_trpo(n_itr=3), log_dir=str(run), snapshot_mode="all")
