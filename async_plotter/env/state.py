@@ -167,6 +167,17 @@ class TrainerEnvState:
             return wrappers
         return np.concatenate([wrappers, self._settings.read(np.dtype(dtype))])
 
+    def write(self, flat: np.ndarray) -> None:
+        """Give the layers the state ``read()`` gave (a run resumed from its snapshot goes on
+        from what its wrappers had learned); ``EnvMismatchError`` where it is not this layout's."""
+        size = self.layout.wrappers_size
+        if np.size(flat) < size:
+            raise EnvMismatchError(f"the state given to the wrappers of the env {self.label} "
+                                   f"holds {np.size(flat)} numbers, and they hold {size}")
+        for (layer, kind), state in zip(self._layers,
+                                        _split(np.ravel(flat)[:size], self.layout.layers)):
+            write_layer(layer, kind, state)
+
     def _read_wrappers(self) -> np.ndarray:
         parts = []
         for (layer, kind), expected in zip(self._layers, self.layout.layers):

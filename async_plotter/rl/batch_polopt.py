@@ -125,7 +125,8 @@ class BatchPolopt:
         self._mirror: Optional[EnvMirror] = None
         self._finished_training = False  # the last train() ran all its iterations
         self.current_itr = start_itr
-        self._sampling_seed: Optional[int] = None  # the seed the samplers drew with
+        self._sampling: Optional[Sampler] = None  # the sampler of the last train()
+        self._sampling_seed: Optional[int] = None  # the seed it drew with
 
     # ---- to implement -------------------------------------------------------------------------
 
@@ -157,6 +158,9 @@ class BatchPolopt:
             "seed": self._sampling_seed,
             "optimizer_state": self.optimizer_state(),
         }
+        if self._sampling is not None:  # what the env's wrappers learned (observation statistics)
+            snapshot.update(env_state=self._sampling.env_state(),
+                            env_state_layout=self._sampling.env_state_layout())
         if self.store_paths:
             snapshot["paths"] = samples.batch
         return snapshot
@@ -218,7 +222,8 @@ class BatchPolopt:
         if ctx is not None:
             ctx.trained.append(self)
         plot, plot_kwargs, sampler, seed = self._settings(ctx)
-        if ctx is not None and ctx.resume is not None and ctx.trained == [self]:
+        resuming = ctx is not None and ctx.resume is not None and ctx.trained == [self]
+        if resuming:
             resume.apply_to(self, ctx.resume)
             seed = resume.sampling_seed(ctx.resume, seed)
             logger.info("resuming from %s: iteration %d on", ctx.resume.path, self.start_itr)
@@ -248,7 +253,9 @@ class BatchPolopt:
                 cleanup.callback(self._close_plotter, recorder)
             start = time.perf_counter()
             sampler.start(self.env, self.policy, seed)
-            self._sampling_seed = getattr(sampler, "seed", None)
+            self._sampling, self._sampling_seed = sampler, getattr(sampler, "seed", None)
+            if resuming:
+                resume.restore_env_state(sampler, ctx.resume)
             loop_start = time.perf_counter()
             plotting = ", plotting" if plot else ""
             logger.info("%s on %s: %d iterations of %d steps, %s, %s (seed %s)%s",

@@ -6,8 +6,9 @@ curve, TensorBoard, the videos and the history go on as one run.
 The algorithm itself is the one the user builds again (its hyperparameters may change, e.g. a
 larger ``n_itr``); its policy must have the snapshot's structure. The snapshot also holds the
 optimizer's state (VPG's Adam moments) and the sampling seed, which the resumed run takes unless
-given a seed of its own: it then samples and steps as the first run would have gone on. What
-the samplers' env wrappers learned (running observation statistics) starts afresh.
+given a seed of its own, and what the env's wrappers had learned (running observation
+statistics; the first sampler's, given to each): it then samples and steps as the first run
+would have gone on (with ``n_parallel=1``; with more, each sampler had learned its own).
 """
 import dataclasses
 import logging
@@ -77,6 +78,23 @@ def apply_to(algo: Any, point: ResumePoint) -> None:
             raise ValueError(f"resume_from {point.path!r}: {error}; resume with the algorithm "
                              "and policy the run trained") from error
     algo.start_itr = point.itr + 1
+
+
+def restore_env_state(sampler: Any, point: ResumePoint) -> None:
+    """Give the started ``sampler``'s envs what the run's wrappers had learned (running
+    observation statistics), where they are the run's wrappers; a warning where they differ."""
+    values, layout = point.snapshot.get("env_state"), point.snapshot.get("env_state_layout")
+    if values is None or layout is None:
+        return
+    ours = sampler.env_state_layout()
+    if ours != layout:
+        logger.warning(
+            "resume_from %s: the run's env wrappers had learned %s, and this env's hold %s: what "
+            "they learn starts afresh", point.path, layout.describe(),
+            ours.describe() if ours is not None else "nothing")
+        return
+    sampler.restore_env_state(np.asarray(values))
+    logger.info("the env's wrappers go on from what they had learned (%s)", layout.describe())
 
 
 def sampling_seed(point: ResumePoint, seed: Optional[int]) -> Optional[int]:

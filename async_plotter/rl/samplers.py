@@ -29,7 +29,7 @@ import numpy as np
 
 from async_plotter import processes
 from async_plotter.mujoco_warnings import route_to_log
-from async_plotter.env.state import TrainerEnvState
+from async_plotter.env.state import EnvStateLayout, TrainerEnvState
 from async_plotter.env.stepper import as_reward
 from async_plotter.policy.adapters import acting_copy
 from async_plotter.rl.batch import SampleBatch
@@ -118,6 +118,16 @@ class Sampler:
         they hold none, or before a batch."""
         return None
 
+    def env_state_layout(self) -> Optional[EnvStateLayout]:
+        """Which wrappers ``env_state()``'s vector is of, and their fields; None where none
+        learns anything. Known once started."""
+        return None
+
+    def restore_env_state(self, state: np.ndarray) -> None:
+        """Give the envs this sampler steps what the wrappers of a run had learned (its
+        ``env_state()``, of this layout), before the first batch: a resumed run goes on from
+        it."""
+
     def obtain_samples(self, itr: int, param_values: Optional[np.ndarray], batch_size: int,
                        max_path_length: int) -> SampleBatch:
         raise NotImplementedError
@@ -203,6 +213,14 @@ class SerialSampler(Sampler):
     def env_state(self) -> Optional[np.ndarray]:
         return self._env_state
 
+    def env_state_layout(self) -> Optional[EnvStateLayout]:
+        return self._state.layout if self._state is not None else None
+
+    def restore_env_state(self, state: np.ndarray) -> None:
+        if self._state is not None:
+            self._state.write(state)
+            self._env_state = np.array(state)
+
     def shutdown(self) -> None:
         if self._env is not None and self._owns_env:
             self._env.close()
@@ -245,7 +263,7 @@ def _serve(conn: multiprocessing.connection.Connection, payload: bytes, stop: An
         env, said = built_keeping_warnings(recipe["env_maker"])
         state = _state_reader(env)
         policy = recipe["policy"]
-        conn.send(("ready", said))
+        conn.send(("ready", (said, state.layout if state is not None else None)))
         seed = itr = max_path_length = None
         while True:
             try:
@@ -266,6 +284,8 @@ def _serve(conn: multiprocessing.connection.Connection, payload: bytes, stop: An
                     # numbers), for the plotter's copy of the env (``Sampler.env_state``).
                     conn.send(("skipped", data) if path is None else ("path", data, path,
                                                                       _learned(state)))
+                elif command == "env_state":
+                    state.write(data)
                 elif command == "close":
                     return
                 else:
@@ -323,6 +343,7 @@ class ParallelSampler(Sampler):
         self._stop: Any = None
         self._interrupted = False
         self._env_state: Optional[np.ndarray] = None
+        self._layout: Optional[EnvStateLayout] = None  # of worker 0's env, once started
 
     @property
     def worker_pids(self) -> List[int]:
@@ -354,6 +375,7 @@ class ParallelSampler(Sampler):
         self._stop = ctx.RawValue("b", 0)
         self._interrupted = False
         self._env_state = None
+        self._layout = None
         self._ready = 0
         try:
             for index in range(self.n_parallel):
@@ -377,7 +399,10 @@ class ParallelSampler(Sampler):
                 if kind != "ready":
                     raise RuntimeError(f"sampler worker {index} sent {kind!r} instead of 'ready'")
                 self._ready = index + 1
-                say_in_this_process(data)
+                said, layout = data
+                say_in_this_process(said)
+                if index == 0:
+                    self._layout = layout
             logger.debug("parallel sampler: %d workers ready (pids %s)", self.n_parallel,
                          self.worker_pids)
         except BaseException:
@@ -450,6 +475,16 @@ class ParallelSampler(Sampler):
     def env_state(self) -> Optional[np.ndarray]:
         """Worker 0's: each worker's wrappers learn from its own paths, and one is shown."""
         return self._env_state
+
+    def env_state_layout(self) -> Optional[EnvStateLayout]:
+        return self._layout
+
+    def restore_env_state(self, state: np.ndarray) -> None:
+        """Every worker's wrappers go on from ``state`` (the run's worker 0's)."""
+        if self._layout is not None:
+            for conn in self._conns:
+                conn.send(("env_state", np.asarray(state)))
+            self._env_state = np.array(state)
 
     def shutdown(self) -> None:
         """Ask the workers to exit; join with a timeout, then terminate/kill. Idempotent."""

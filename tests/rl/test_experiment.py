@@ -10,6 +10,7 @@ import subprocess
 import sys
 import time
 
+import gymnasium as gym
 import numpy as np
 import psutil
 import pytest
@@ -575,25 +576,66 @@ def test_a_resumed_run_goes_on_in_its_own_folder(tmp_path, caplog):
     assert len(iterations) == len(set(iterations))
 
 
-@pytest.mark.parametrize("algorithm", [TRPO, VPG])
-def test_a_resumed_run_goes_on_as_the_run_would_have(tmp_path, algorithm, caplog):
+def normalized_cartpole():
+    return gym.wrappers.NormalizeObservation(gym.make("CartPole-v1"))
+
+
+@pytest.mark.parametrize("algorithm,env,n_parallel", [(TRPO, "CartPole-v1", 2),
+                                                      (VPG, "CartPole-v1", 2),
+                                                      (TRPO, normalized_cartpole, 1)])
+def test_a_resumed_run_goes_on_as_the_run_would_have(tmp_path, algorithm, env, n_parallel, caplog):
     """A run that stopped after iteration 1, resumed with no seed given to 4 iterations,
     samples and steps as one run of 4 did: the same returns, the same parameters. Before, VPG's
-    Adam moments started afresh and an unseeded resume drew a new sampling seed."""
+    Adam moments started afresh, an unseeded resume drew a new sampling seed, and an env's
+    running observation statistics started from nothing."""
 
     def algo(n_itr):
         policy = CategoricalMLPPolicy("CartPole-v1", hidden_sizes=(8, ), seed=0)
-        return algorithm("CartPole-v1", policy, batch_size=300, max_path_length=50, n_itr=n_itr)
+        return algorithm(env, policy, batch_size=300, max_path_length=50, n_itr=n_itr)
 
-    whole = run_experiment_lite(algo(4), log_dir=str(tmp_path / "whole"), seed=1)
-    run_experiment_lite(algo(2), log_dir=str(tmp_path / "cut"), seed=1)
+    whole = run_experiment_lite(algo(4),
+                                log_dir=str(tmp_path / "whole"),
+                                seed=1,
+                                n_parallel=n_parallel)
+    run_experiment_lite(algo(2), log_dir=str(tmp_path / "cut"), seed=1, n_parallel=n_parallel)
     with caplog.at_level(logging.INFO, logger="async_plotter"):
-        resumed = run_experiment_lite(algo(4), resume_from=str(tmp_path / "cut"))
+        resumed = run_experiment_lite(algo(4),
+                                      resume_from=str(tmp_path / "cut"),
+                                      n_parallel=n_parallel)
     assert [row["AverageReturn"]
             for row in resumed.history] == [row["AverageReturn"] for row in whole.history]
     np.testing.assert_array_equal(resumed.algo.policy.get_param_values(),
                                   whole.algo.policy.get_param_values())
     assert "sampling with the run's seed, 1" in caplog.text
+    if env is normalized_cartpole:
+        assert "wrappers go on from what they had learned (NormalizeObservation" in caplog.text
+
+
+def test_each_sampler_goes_on_from_the_runs_statistics(tmp_path):
+    """With n_parallel=2 each sampler had learned its own; resumed, both go on from the first
+    sampler's (a few more steps, not from nothing)."""
+
+    def algo(n_itr):
+        policy = CategoricalMLPPolicy("CartPole-v1", hidden_sizes=(8, ), seed=0)
+        return TRPO(normalized_cartpole, policy, batch_size=300, max_path_length=50, n_itr=n_itr)
+
+    cut = run_experiment_lite(algo(2), log_dir=str(tmp_path / "cut"), n_parallel=2)
+    counted = cut.algo.get_itr_snapshot(1, None)["env_state"][-1]  # obs_rms.count, last
+    assert counted > 100, counted
+    resumed = run_experiment_lite(algo(3), resume_from=str(tmp_path / "cut"), n_parallel=2)
+    assert resumed.algo.get_itr_snapshot(2, None)["env_state"][-1] > counted
+
+
+def test_a_resumed_run_on_other_wrappers_says_their_statistics_start_afresh(tmp_path, caplog):
+    policy = CategoricalMLPPolicy("CartPole-v1", hidden_sizes=(8, ), seed=0)
+    run_experiment_lite(TRPO(normalized_cartpole, policy, batch_size=200, n_itr=1),
+                        log_dir=str(tmp_path / "cut"))
+    with caplog.at_level(logging.WARNING, logger="async_plotter"):
+        run_experiment_lite(TRPO("CartPole-v1", policy, batch_size=200, n_itr=2),
+                            resume_from=str(tmp_path / "cut"))
+    assert ("the run's env wrappers had learned NormalizeObservation (obs_rms.mean, obs_rms.var, "
+            "obs_rms.count), and this env's hold nothing: what they learn starts afresh"
+            in caplog.text), caplog.text
 
 
 def test_a_resumed_algorithm_starts_from_the_snapshots_policy_and_baseline(tmp_path):
