@@ -237,8 +237,8 @@ class BatchPolopt:
         recorder = ctx.recorder if ctx is not None else RunRecorder(self.log_dir)
         with contextlib.ExitStack() as cleanup:
             if ctx is None:  # as run_experiment_lite does
-                cleanup.enter_context(
-                    recorder.claimed(f"{type(self).__name__}.train()", resume_after))
+                holder = f"{type(self).__name__}.train()"
+                cleanup.enter_context(recorder.claimed(holder, resume_after, speaker=holder))
                 cleanup.enter_context(console_logging(recorder.debug_log))
             # ExitStack runs every callback even when one raises, in reverse order.
             cleanup.callback(sampler.shutdown)
@@ -258,10 +258,11 @@ class BatchPolopt:
                 resume.restore_env_state(sampler, ctx.resume)
             loop_start = time.perf_counter()
             plotting = ", plotting" if plot else ""
-            logger.info("%s on %s: %d iterations of %d steps, %s, %s (seed %s)%s",
-                        type(self).__name__, self._env_name(), self.n_itr - self.start_itr,
-                        self.batch_size, self.policy,
-                        type(sampler).__name__, getattr(sampler, "seed", None), plotting)
+            iterations = self.n_itr - self.start_itr
+            logger.info("%s on %s: %d iteration%s of %d steps, %s, %s (seed %s)%s",
+                        type(self).__name__, self._env_name(), iterations,
+                        "" if iterations == 1 else "s", self.batch_size, self.policy,
+                        type(sampler).__name__, self._sampling_seed, plotting)
             logger.debug("sampler ready after %.1f s", loop_start - start)
             try:
                 with interrupts.ctrl_c_kept():

@@ -2,6 +2,7 @@
 videos."""
 import contextlib
 import csv
+import dataclasses
 import io
 import logging
 import numbers
@@ -97,14 +98,19 @@ class RunRecorder:
         return self._path("debug.log")
 
     @contextlib.contextmanager
-    def claimed(self, holder: str, resume_after: Optional[int] = None) -> Iterator[None]:
+    def claimed(self,
+                holder: str,
+                resume_after: Optional[int] = None,
+                speaker: str = "run_experiment_lite") -> Iterator[None]:
         """Hold ``log_dir`` for the run (``trainer/run_folder.py``: an earlier run's files set
         aside first, a live run's folder refused), and with ``resume_after`` go on with the
-        run in it from that iteration (``resume_after``); nothing without a ``log_dir``."""
+        run in it from that iteration (``resume_after``); nothing without a ``log_dir``.
+        ``speaker`` (``TRPO.train()``) begins the line that says what was set aside."""
         if self.log_dir is None:
             yield
             return
-        with RunFolder(self.log_dir, 1, holder, _LOG_OUTPUTS, resume_after):
+        outputs = dataclasses.replace(_LOG_OUTPUTS, speaker=speaker)
+        with RunFolder(self.log_dir, 1, holder, outputs, resume_after):
             if resume_after is not None:
                 self.resume_after(resume_after)
             yield

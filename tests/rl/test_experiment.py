@@ -223,10 +223,12 @@ def test_a_second_run_in_the_same_log_dir_sets_the_first_aside_whole(tmp_path, c
             f"{run / 'earlier_runs' / aside}") in told, told
 
     second = files(run)
-    small_trpo(n_itr=1, log_dir=str(run)).train()
+    with caplog.at_level(logging.INFO, logger="async_plotter"):
+        small_trpo(n_itr=1, log_dir=str(run)).train()
     assert read_rows(run / "progress.csv") == [0]
     assert len(os.listdir(run / "earlier_runs")) == 2
     newest = max(os.listdir(run / "earlier_runs"), key=lambda name: (name[:19], len(name), name))
+    assert f"TRPO.train(): {run} held an earlier run's outputs" in caplog.text  # who moved them
     assert files(run / "earlier_runs" / newest) == {
         name: content
         for name, content in second.items() if name != "notes.txt"
