@@ -4,7 +4,8 @@ For 1e3 .. 1e7 float32 parameters, three ways of handing a parameter vector to a
 timed side by side, interleaved in rounds so that machine drift hits all three alike:
 
 * ``copy``: ``np.copyto`` into a preallocated array - the floor any hand-over must pay.
-* ``update_plot``: ``Plotter.update_plot`` with a live worker (shared memory + a wake-up byte).
+* ``update_plot``: ``Plotter.update_plot`` with a live worker (shared memory + a wake-up byte),
+  given the next iteration each call, as a training loop gives it.
 * ``queue``: pickling the vector through a ``multiprocessing.Queue`` to a consumer process, the
   way rllab's plotter did.
 * ``env object``: ``update_plot`` of a Plotter given the env object itself (Swimmer-v5) rather
@@ -20,6 +21,7 @@ still takes the trainer's CPU and GIL). Both are reported as ratios to ``copy``.
 Writes benchmarks/results/update_cost.json.
 """
 import argparse
+import itertools
 import json
 import os
 import platform
@@ -103,15 +105,19 @@ def bench_size(size, rounds, repeats, plotter_for):
             if done.get() == sent[0]:
                 return
 
+    iterations = itertools.count()
+
+    def update():
+        plotter.update_plot(policy, iteration=next(iterations))
+
     samples = {"copy": [], "update_plot": [], "queue": [], "env_object": []}
     for method, call, settle in [("copy", lambda: np.copyto(target, policy.params), None),
-                                 ("update_plot", lambda: plotter.update_plot(policy), None),
-                                 ("queue", queue_put, queue_settle),
+                                 ("update_plot", update, None), ("queue", queue_put, queue_settle),
                                  ("env_object", lambda: with_env.update_plot(policy), None)]:
         time_calls(call, max(2, repeats // 10), settle)  # warm up: page faults, first pickles
     for _ in range(rounds):
         samples["copy"].append(time_calls(lambda: np.copyto(target, policy.params), repeats))
-        samples["update_plot"].append(time_calls(lambda: plotter.update_plot(policy), repeats))
+        samples["update_plot"].append(time_calls(update, repeats))
         samples["queue"].append(time_calls(queue_put, repeats, queue_settle))
         samples["env_object"].append(time_calls(lambda: with_env.update_plot(policy), repeats))
     queue.put(None)
