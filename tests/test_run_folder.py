@@ -93,6 +93,47 @@ def test_a_second_run_in_the_same_folder_sets_the_first_aside_whole(tmp_path, ca
 
 
 @pytest.mark.slow
+def test_a_second_run_into_one_tensorboard_dir_sets_the_first_runs_events_aside(tmp_path, caplog):
+    """Before, both runs' event files stayed in the folder, and TensorBoard drew their curves as
+    one run over the same steps. The user's own writer's file there stays."""
+    from async_plotter.tensorboard import SummaryWriter
+    from tests.test_tensorboard import accumulate
+
+    board = tmp_path / "tb"
+
+    def run(iterations):
+        policy = LinearPolicy(8, 2)
+        with Plotter("Swimmer-v5",
+                     policy,
+                     max_path_length=STEPS,
+                     video_dir=str(tmp_path / f"videos_{iterations}"),
+                     tensorboard_dir=str(board),
+                     priority="normal",
+                     verbose=0) as plotter:
+            for iteration in range(iterations):
+                policy.fill(0.1 * (iteration + 1))
+                plotter.update_plot(policy, iteration=iteration, metrics={"loss": 1.0 * iteration})
+        return plotter
+
+    run(4)
+    first = digests(board)
+    mine = SummaryWriter(str(board))  # the user's own writer, in the same folder
+    mine.add_scalars(0, {"mine": 1.0})
+    mine.close()
+    with caplog.at_level(logging.INFO, logger="async_plotter"):
+        run(2)
+    (aside, ) = os.listdir(board / EARLIER_RUNS)
+    assert digests(board / EARLIER_RUNS / aside) == first
+    assert [event.step
+            for event in accumulate(board / EARLIER_RUNS / aside).Scalars("loss")] == [0, 1, 2, 3]
+    shown = accumulate(board)
+    assert [event.step for event in shown.Scalars("loss")] == [0, 1]
+    assert [event.step for event in shown.Scalars("mine")] == [0]
+    assert f"plotter: {board} held an earlier run's outputs (1 TensorBoard event file)" \
+        in caplog.text, caplog.text
+
+
+@pytest.mark.slow
 def test_a_second_plotter_on_a_live_runs_folder_is_refused_and_the_live_run_goes_on(tmp_path):
     """A notebook cell run again makes a second Plotter on the folder the first still writes
     into. Both would write iter_0000.mp4 and history/iter_0000.npz over each other, and each

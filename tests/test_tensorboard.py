@@ -17,6 +17,7 @@ import pytest
 from PIL import Image
 
 from async_plotter.render.stream import EpisodeEnd, EpisodeInfo
+from async_plotter.render.videos import EVENTS_SUFFIX
 from async_plotter.tensorboard import SummaryWriter
 from async_plotter.tensorboard.writer import FILE_PREFIX
 from async_plotter.tensorboard.gif import FrameReel
@@ -358,7 +359,8 @@ def images_by_file(logdir):
 
 
 def writer_pid(event_file_name):
-    return int(event_file_name.split(".")[-2])
+    """``events.out.tfevents.<secs>.<host>.<pid>.<n>``, a Plotter's with its suffix after."""
+    return int(event_file_name.removesuffix(EVENTS_SUFFIX).split(".")[-2])
 
 
 @pytest.fixture(scope="module")

@@ -1,8 +1,8 @@
-"""The names of a run's videos (``iter_NNNN.mp4``, or ``update_NNNN.mp4`` without an iteration)
-and state recordings (``iter_NNNN.npz`` beside the video, ``history/iter_NNNN.npz``,
-``live/ep_000123_iter_0059.npz``): made here for the sinks and the rollout process's history,
-listed here for the live page, ``serve``'s history, the 3D history, the history's bound and
-``run_experiment_lite``.
+"""The names of a run's videos (``iter_NNNN.mp4``, or ``update_NNNN.mp4`` without an iteration),
+state recordings (``iter_NNNN.npz`` beside the video, ``history/iter_NNNN.npz``,
+``live/ep_000123_iter_0059.npz``) and TensorBoard event files (``...async_plotter``): made here
+for the sinks and the rollout process's history, listed here for the live page, ``serve``'s
+history, the 3D history, the history's bound, a run's folder and ``run_experiment_lite``.
 Only final names directly inside a folder match (not a file still written under its hidden
 temporary name), so a request can never name another file (``..``, a slash)."""
 import dataclasses
@@ -20,6 +20,11 @@ VIDEO_NAME = re.compile(_POLICY + r"\.mp4")
 RECORDING_NAME = re.compile(_POLICY + re.escape(SUFFIX))
 #: a live episode's state recording (its number, then its policy's)
 LIVE_RECORDING_NAME = re.compile(r"ep_(\d{6,12})_" + _POLICY + re.escape(SUFFIX))
+#: what the names of a Plotter's TensorBoard event files end with, so that a later run in the
+#: folder can set them aside (the user's own writers' files there stay)
+EVENTS_SUFFIX = ".async_plotter"
+#: a Plotter's TensorBoard event file
+EVENTS_NAME = re.compile(r"events\.out\.tfevents\..+" + re.escape(EVENTS_SUFFIX))
 
 
 def video_name(episode: EpisodeInfo) -> str:

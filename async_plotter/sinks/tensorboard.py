@@ -12,6 +12,7 @@ import numpy as np
 from async_plotter.render.history import HISTORY_LENGTH_TAG, HISTORY_RETURN_TAG, HistoryPoint
 from async_plotter.sinks.recorded import RecordedSink
 from async_plotter.render.stream import EpisodeInfo
+from async_plotter.render.videos import EVENTS_SUFFIX
 from async_plotter.tensorboard.gif import FrameReel
 from async_plotter.tensorboard.writer import SummaryWriter
 
@@ -142,7 +143,7 @@ class TensorBoardSink(RecordedSink):
             return None
         try:
             if self._writer is None:
-                self._writer = SummaryWriter(self.logdir)
+                self._writer = SummaryWriter(self.logdir, filename_suffix=EVENTS_SUFFIX)
             return write(self._writer)
         except OSError as error:
             self._broken = True

@@ -32,7 +32,7 @@ from async_plotter.validation import (metrics as checked_metrics, non_negative_n
 from async_plotter.trainer.config import (DEFAULT_VIDEO_LENGTH, PlotterConfig, checked_parameters,
                                           create_output_dirs, plotter_config, with_extra_settings)
 from async_plotter.trainer.routes import PlotRoute, open_route
-from async_plotter.trainer.run_folder import RunFolder
+from async_plotter.trainer.run_folder import TENSORBOARD_OUTPUTS, RunFolder, held_by_this_process
 from async_plotter.sinks.specs import HttpSpec
 from async_plotter.supervision.stats import WorkerStats
 from async_plotter.trainer.summary import summarize_videos
@@ -212,12 +212,8 @@ class Plotter:
                                      private_history=config.private_history and has_states,
                                      has_states=has_states)
         create_output_dirs(config)  # only once every check has passed
-        #: the video folder held for this run, an earlier run's files set aside
-        self._run_folder = (RunFolder(config.video_dir,
-                                      config.verbose,
-                                      f"a Plotter for {config.worker.env.label}",
-                                      resume_after=config.resume_after)
-                            if config.video_dir else None)
+        #: the folders held for this run (videos, TensorBoard), an earlier run's files set aside
+        self._run_folders = _claim_folders(config)
         self._config = config
         try:
             #: the trainer's observation wrappers against the worker's copy at each update
@@ -228,8 +224,8 @@ class Plotter:
         except BaseException:
             # A Plotter that was never made claims nothing: the traceback a notebook keeps
             # would otherwise hold the folder against the cell's next run.
-            if self._run_folder is not None:
-                self._run_folder.release()
+            for folder in self._run_folders:
+                folder.release()
             raise
         self._stats = WorkerStats(disabled=not config.has_output)
         if not config.has_output:
@@ -413,8 +409,8 @@ class Plotter:
             if drift is not None:
                 drift.close()
             self._model_watch = None  # its copy of the model
-            if self._run_folder is not None:
-                self._run_folder.release()
+            for folder in self._run_folders:
+                folder.release()
             _running_plotters.discard(self)
         if route is not None and route.renders_here:
             tell(
@@ -475,7 +471,34 @@ class Plotter:
 
 # ----------------------------------------------------------------------- shutdown at exit
 
+
 #: every Plotter made here (weakly: one never started is let go with its last name)
+def _claim_folders(config: PlotterConfig) -> List[RunFolder]:
+    """Hold ``video_dir`` and ``tensorboard_dir`` for the run: a folder holds one run, so an
+    earlier one's outputs there go aside. A ``tensorboard_dir`` that is the video folder is held
+    with it, and one a run of this process holds (``run_experiment_lite``'s log_dir, whose
+    Plotter writes into it) is that run's."""
+    holder = f"a Plotter for {config.worker.env.label}"
+    held = []
+    try:
+        if config.video_dir:
+            held.append(
+                RunFolder(config.video_dir,
+                          config.verbose,
+                          holder,
+                          resume_after=config.resume_after))
+        board = config.tensorboard_dir
+        if board and not (config.video_dir and os.path.samefile(board, config.video_dir)) \
+                and not held_by_this_process(board):
+            held.append(
+                RunFolder(board, config.verbose, holder, TENSORBOARD_OUTPUTS, config.resume_after))
+    except BaseException:
+        for folder in held:
+            folder.release()
+        raise
+    return held
+
+
 _open_plotters: "weakref.WeakSet[Plotter]" = weakref.WeakSet()
 #: the started ones not closed yet, held: their workers run until closed
 _running_plotters: "Set[Plotter]" = set()

@@ -38,7 +38,8 @@ from async_plotter.console import tell
 from async_plotter.errors import FolderInUseError
 from async_plotter.render.history import HISTORY_FOLDER
 from async_plotter.render.history_returns import RETURNS_FILE
-from async_plotter.render.videos import RECORDING_NAME, VIDEO_NAME, list_named_recordings
+from async_plotter.render.videos import (EVENTS_NAME, RECORDING_NAME, VIDEO_NAME,
+                                         list_named_recordings)
 from async_plotter.sinks.states import LIVE_FOLDER
 
 logger = logging.getLogger("async_plotter")
@@ -302,8 +303,10 @@ def _video_outputs(video_dir: str) -> List[str]:
         names = sorted(os.listdir(video_dir))
     except OSError:
         return []
+    # A Plotter's own TensorBoard event files too, where tensorboard_dir is the video folder.
     return [
-        name for name in names if VIDEO_NAME.fullmatch(name) or RECORDING_NAME.fullmatch(name) or (
+        name for name in names if VIDEO_NAME.fullmatch(name) or RECORDING_NAME.fullmatch(name)
+        or EVENTS_NAME.fullmatch(name) or (
             name in (HISTORY_FOLDER, LIVE_FOLDER) and has_entries(os.path.join(video_dir, name)))
     ]
 
@@ -312,7 +315,22 @@ def _describe_videos(video_dir: str, names: List[str]) -> str:
     videos = sum(1 for name in names if VIDEO_NAME.fullmatch(name))
     recordings = sum(1 for name in names if RECORDING_NAME.fullmatch(name))
     history = len(list_named_recordings(os.path.join(video_dir, HISTORY_FOLDER)))
-    return f"{videos} videos, {recordings} state recordings, a history of {history} policies"
+    events = _describe_events(video_dir, names)
+    return (f"{videos} videos, {recordings} state recordings, a history of {history} policies" +
+            (f", {events}" if events else ""))
+
+
+def _event_files(folder: str) -> List[str]:
+    """A Plotter's TensorBoard event files in ``folder`` (the user's own writers' are not)."""
+    try:
+        return sorted(name for name in os.listdir(folder) if EVENTS_NAME.fullmatch(name))
+    except OSError:
+        return []
+
+
+def _describe_events(folder: str, names: List[str]) -> str:
+    count = sum(1 for name in names if EVENTS_NAME.fullmatch(name))
+    return f"{count} TensorBoard event file{'s' if count != 1 else ''}" if count else ""
 
 
 def _later_videos(video_dir: str, after: int) -> List[str]:
@@ -333,6 +351,19 @@ def _later_videos(video_dir: str, after: int) -> List[str]:
 #: a Plotter's ``video_dir``
 VIDEO_OUTPUTS = RunOutputs("video_dir", "plotter", _video_outputs, _describe_videos, _later_videos,
                            ((os.path.join(HISTORY_FOLDER, RETURNS_FILE), "iteration"), ))
+#: a Plotter's ``tensorboard_dir`` (a resumed run keeps them: TensorBoard shows its steps on)
+TENSORBOARD_OUTPUTS = RunOutputs("tensorboard_dir", "plotter", _event_files, _describe_events,
+                                 lambda folder, after: [])
+
+
+def held_by_this_process(folder: str) -> bool:
+    """Whether a run of this process holds ``folder`` (``run_experiment_lite``'s log_dir, where
+    its Plotter writes TensorBoard files as part of that run)."""
+    try:
+        status = os.stat(folder)
+    except OSError:
+        return False
+    return (status.st_dev, status.st_ino) in _held_here
 
 
 def _sibling(folder: str) -> str:
