@@ -224,10 +224,48 @@ def test_wrappers_that_only_show_are_left_out_of_the_workers_copy(wrapper, tmp_p
     assert [type(layer).__name__
             for layer in env_layers(copied)][:2] == ["NormalizeObservation", "TimeLimit"]
     copied.close()
+    # Alone above make(), it was made again by the spec, which records it.
+    alone = build_env(describe_env(wrapper(gymnasium.make("Swimmer-v5", render_mode="rgb_array"))),
+                      render_mode=None)
+    assert type(alone).__name__ == "TimeLimit", env_layers(alone)
+    alone.close()
     shown, _ = shown_return(env, tmp_path / "shown")
     # As the same env without it shows (the statistics travel, frozen, in both).
     plain, _ = shown_return(NormalizeObservation(gymnasium.make("Swimmer-v5")), tmp_path / "plain")
     assert shown == pytest.approx(plain, rel=1e-6)
+
+
+class EpisodeLog(gymnasium.Wrapper):
+    """A wrapper of the user's that logs each episode the trainer begins, to a file."""
+
+    def __init__(self, env, path):
+        super().__init__(env)
+        self.path = path
+
+    def reset(self, **kwargs):
+        with open(self.path, "a") as log:
+            log.write("an episode\n")
+        return super().reset(**kwargs)
+
+
+class TrainerEpisodeLog(EpisodeLog):
+    async_plotter_leave_out = True  # the plotter's copy leaves it out
+
+
+@pytest.mark.parametrize("wrapper", [EpisodeLog, TrainerEpisodeLog])
+def test_a_wrapper_of_yours_that_only_logs_can_be_left_out_of_the_workers_copy(
+        wrapper, tmp_path, no_leftovers):
+    """Rebuilt in the worker, a wrapper that logs the trainer's episodes logs the plotter's
+    too, into the same file; its class's ``async_plotter_leave_out = True`` leaves it out."""
+    log = tmp_path / "episodes.txt"
+    shown, _ = shown_return(wrapper(gymnasium.make("Swimmer-v5"), str(log)), tmp_path / "shown")
+    plain, _ = shown_return(gymnasium.make("Swimmer-v5"), tmp_path / "plain")
+    assert shown == pytest.approx(plain, rel=1e-6)
+    logged = log.read_text().splitlines() if log.exists() else []
+    if wrapper is TrainerEpisodeLog:
+        assert logged == [], logged  # the trainer began no episode
+    else:
+        assert logged, "the worker's episodes, logged with the trainer's"
 
 
 def test_an_id_registered_with_an_entry_point_the_script_lacks_is_named(tmp_path):

@@ -21,11 +21,17 @@ _MAX_DEPTH = 64
 #: worker's episodes into your folder, drawn in the rollout process; a ``HumanRendering``
 #: would open a second window)
 SHOWING_ONLY = ("RecordVideo", "HumanRendering", "RenderCollection")
+#: set to True on a wrapper class of yours that only logs or shows the trainer's episodes (to a
+#: CSV, to wandb): the worker's copy leaves it out too, so its episodes are not logged with them
+LEAVE_OUT = "async_plotter_leave_out"
 
 
 def shows_only(layer: Any) -> bool:
-    """Whether ``layer`` is one of Gymnasium's ``SHOWING_ONLY`` wrappers."""
-    return type(layer).__name__ in SHOWING_ONLY and type(layer).__module__.startswith("gymnasium.")
+    """Whether the worker's copy leaves ``layer`` out: one of Gymnasium's ``SHOWING_ONLY``
+    wrappers, or one whose class sets ``LEAVE_OUT``."""
+    kind = type(layer)
+    return getattr(kind, LEAVE_OUT, False) is True or (kind.__name__ in SHOWING_ONLY
+                                                       and kind.__module__.startswith("gymnasium."))
 
 
 def env_layers(env: Any) -> List[Any]:

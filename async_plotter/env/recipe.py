@@ -68,9 +68,12 @@ def describe_env(env: Any) -> EnvRecipe:
         # Wrappers added after make() are re-applied by class (cloudpickled, so a wrapper
         # defined in the user's script travels too) with the arguments they recorded.
         wrappers = _added_wrappers(env, spec)
-        if wrappers:
+        if wrappers is not None and spec.additional_wrappers:
+            # Also where every added one is left out (a RecordVideo alone): the spec would
+            # have the worker's make() apply them again.
             base = dataclasses.replace(travelling_spec(spec), additional_wrappers=())
-            return chain_recipe(EnvRecipe("spec", _dumps(base, spec.id), spec.id), wrappers)
+            recipe = EnvRecipe("spec", _dumps(base, spec.id), spec.id)
+            return chain_recipe(recipe, wrappers) if wrappers else recipe
         return EnvRecipe("spec", _dumps(travelling_spec(spec), spec.id), spec.id)
     if inspect.isclass(env):
         # An env class is a factory: it has ``step``, but as an unbound function, so copying it
@@ -186,21 +189,22 @@ def builds_from_registry(recipe: EnvRecipe) -> bool:
     return recipe.kind == "spec"
 
 
-def _added_wrappers(env: Any, spec: Any) -> List[WrapperRecord]:
+def _added_wrappers(env: Any, spec: Any) -> Optional[List[WrapperRecord]]:
     """The wrappers added to a made env (``spec.additional_wrappers``, outermost last), each as
     its class and recorded arguments, or for a wrapper that recorded none, as ``_unrecorded``
-    says."""
+    says; those that only show left out. None where the layers are not those the spec
+    describes: the env is then rebuilt from the spec as it is."""
     count = len(spec.additional_wrappers)
     layers, outer = [], env
     for _ in range(count):
         if not isinstance(outer, gymnasium.Wrapper):
-            return []  # not the layers the spec describes: rebuild from the spec as it is
+            return None  # not the layers the spec describes
         layers.append(outer)
         outer = outer.env
     records = []
     for layer, recorded in zip(reversed(layers), spec.additional_wrappers):
         if type(layer).__name__ != recorded.name:
-            return []
+            return None
         if shows_only(layer):
             continue
         if recorded.kwargs is not None:

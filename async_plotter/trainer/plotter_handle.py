@@ -61,10 +61,12 @@ class Plotter:
             instance (rebuilt in the worker; the trainer's object is never shared).
         policy: an rllab-protocol policy, a built ``keras.Model`` or a ``tf.Module``.
         max_path_length: rollout length limit (per update it can be overridden in ``update_plot``).
-        video_dir: write one mp4 per rendered update here (``iter_0007.mp4`` / ``update_0003.mp4``).
-        tensorboard_dir: write each rendered update's rollout into a TensorBoard event file here,
-            as an animated image ``rollout/<env>`` at step = its iteration (else its update
-            number; the initial policy's at step -1), written without TensorFlow.
+        video_dir: write one mp4 per rendered update here (``iter_0007.mp4`` / ``update_0003.mp4``);
+            it holds one run: an earlier run's outputs there move to ``earlier_runs/``.
+        tensorboard_dir: write each rendered update's rollout into a TensorBoard event file here
+            (``*.async_plotter``; an earlier run's move to ``earlier_runs/``), as an animated
+            image ``rollout/<env>`` at step = its iteration (else its update number; the
+            initial policy's at step -1), written without TensorFlow.
         tensorboard_scalars: with ``tensorboard_dir``, also write the ``metrics`` passed to
             ``update_plot`` as scalars (turn off where the trainer writes its own).
         window: ``True`` opens a window (error without a display), ``"auto"`` only if a display
