@@ -2,7 +2,7 @@
 #   make demo   train TRPO on Swimmer-v5 with plotting on; videos and curves under runs/demo/
 #               (the library's defaults: a 3% CPU budget for plotting, and the final policy's video)
 #   make test   the whole test suite (real TensorFlow, MuJoCo, processes, Xvfb, Redis, Chromium):
-#               about 14 minutes from a fresh clone on 2 idle cores, set-up included
+#               about 15 minutes from a fresh clone on 2 idle cores, set-up included
 PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
