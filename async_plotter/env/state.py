@@ -174,9 +174,7 @@ class TrainerEnvState:
         if np.size(flat) < size:
             raise EnvMismatchError(f"the state given to the wrappers of the env {self.label} "
                                    f"holds {np.size(flat)} numbers, and they hold {size}")
-        for (layer, kind), state in zip(self._layers,
-                                        _split(np.ravel(flat)[:size], self.layout.layers)):
-            write_layer(layer, kind, state)
+        _write_layers(self._layers, self.layout.layers, np.ravel(flat)[:size])
 
     def _read_wrappers(self) -> np.ndarray:
         parts = []
@@ -222,9 +220,7 @@ class WorkerEnvState:
         wrappers = self._layout.wrappers_size
         if self._settings is not None:
             self._settings.apply(flat[wrappers:])
-        self._state = _split(flat[:wrappers], self._layout.layers)
-        for (layer, kind), state in zip(self._layers, self._state):
-            write_layer(layer, kind, state)
+        self._state = _write_layers(self._layers, self._layout.layers, flat[:wrappers])
 
     def hold(self) -> None:
         """Before a step or reset: write the state back into layers that would have updated it."""
@@ -238,6 +234,16 @@ def _with_the_shown_env(layers: List[Any]) -> List[Any]:
     worker shows (``layers.shown_env``), whose settings travel too."""
     shown = shown_env(layers[-1]) if layers else None
     return layers + env_layers(shown) if shown is not None else layers
+
+
+def _write_layers(layers: List[Tuple[Any, str]], layout: Sequence[LayerState],
+                  flat: np.ndarray) -> List[Dict[str, np.ndarray]]:
+    """Write the wrappers' part of a travelled state into ``layers`` (each with its kind, as
+    ``layout`` lists them); the state each was given."""
+    states = _split(flat, layout)
+    for (layer, kind), state in zip(layers, states):
+        write_layer(layer, kind, state)
+    return states
 
 
 def _split(flat: np.ndarray, layers: Sequence[LayerState]) -> List[Dict[str, np.ndarray]]:

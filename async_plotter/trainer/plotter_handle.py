@@ -236,9 +236,9 @@ class Plotter:
                 "no video_dir. Plotting is off; pass video_dir='videos' to get mp4 files, or run "
                 "where a display exists.",
                 os.environ.get("DISPLAY") or "unset")
-        # The iterations the updates came with, each once (one sent again, at once or later,
-        # is not another): the closing summary compares the history's with them. A set of a
-        # 100,000-iteration run's numbers holds ~7 MB.
+        # The numbers the updates' iterations are shown as, each once with a hash of its
+        # parameters (one sent again, at once or later, is not another): the closing summary
+        # compares the history's with them. A 100,000-iteration run's hold ~14 MB.
         self._iteration_numbers = IterationNumbers()
         self._started_at: Optional[float] = None
         self._route: Optional[PlotRoute] = None
@@ -471,10 +471,6 @@ class Plotter:
         return checked_parameters(flat, where, initial)
 
 
-# ----------------------------------------------------------------------- shutdown at exit
-
-
-#: every Plotter made here (weakly: one never started is let go with its last name)
 def _claim_folders(config: PlotterConfig) -> List[RunFolder]:
     """Hold ``video_dir`` and ``tensorboard_dir`` for the run: a folder holds one run, so an
     earlier one's outputs there go aside. A ``tensorboard_dir`` that is the video folder is held
@@ -501,6 +497,9 @@ def _claim_folders(config: PlotterConfig) -> List[RunFolder]:
     return held
 
 
+# ----------------------------------------------------------------------- shutdown at exit
+
+#: every Plotter made here (weakly: one never started is let go with its last name)
 _open_plotters: "weakref.WeakSet[Plotter]" = weakref.WeakSet()
 #: the started ones not closed yet, held: their workers run until closed
 _running_plotters: "Set[Plotter]" = set()
