@@ -171,6 +171,34 @@ def test_a_second_plotter_on_a_live_runs_folder_is_refused_and_the_live_run_goes
     assert not os.path.exists(tmp_path / "history")
 
 
+def test_a_plotter_on_a_live_plotters_tensorboard_dir_is_refused(tmp_path):
+    """Two live Plotters of one process writing event files into one folder: TensorBoard drew
+    both runs' curves as one run over the same steps (the folder was taken for the first one's,
+    as ``run_experiment_lite``'s log_dir is for its Plotter). The second is refused by name, and
+    lets go of its own video folder."""
+
+    def plotter(videos, board):
+        return Plotter("Swimmer-v5",
+                       LinearPolicy(8, 2),
+                       max_path_length=STEPS,
+                       video_dir=str(tmp_path / videos),
+                       tensorboard_dir=str(tmp_path / board),
+                       verbose=0)
+
+    live = plotter("videos_a", "tb")
+    try:
+        for videos, board in (("videos_b", "tb"), ("videos_b", "videos_a")):
+            with pytest.raises(FolderInUseError) as refusal:
+                plotter(videos, board)
+            message = str(refusal.value)
+            assert f"tensorboard_dir {str(tmp_path / board)!r} is in use" in message, message
+            assert "a Plotter for Swimmer-v5 of this process" in message
+        plotter("videos_b", "tb_b").close()  # the refused ones held videos_b no longer
+    finally:
+        live.close()
+    plotter("videos_b", "tb").close()  # closed, the first lets go of it
+
+
 def test_close_all_lets_go_of_the_plotters_no_name_refers_to(tmp_path):
     """A notebook keeps a cell's Plotter in ``Out[n]`` (or a traceback) after the name is gone:
     the refusal says how to close it, and ``Plotter.close_all()`` does, final video first."""

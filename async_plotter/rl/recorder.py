@@ -385,7 +385,12 @@ def _later_outputs(log_dir: str, after: int) -> List[str]:
 #: ``run_experiment_lite``'s ``log_dir``: two runs there would write one progress.csv (the first
 #: run's lost), tangle their curves in TensorBoard (two event files, the same steps) and
 #: overwrite each other's snapshots
-_LOG_OUTPUTS = RunOutputs("log_dir", "run_experiment_lite", _run_outputs, _describe_run_outputs,
-                          _later_outputs, (("progress.csv", "Iteration"), ) + tuple(
+_LOG_OUTPUTS = RunOutputs("log_dir",
+                          "run_experiment_lite",
+                          _run_outputs,
+                          _describe_run_outputs,
+                          _later_outputs,
+                          tables=(("progress.csv", "Iteration"), ) + tuple(
                               (os.path.join(_VIDEOS, path), column)
-                              for path, column in VIDEO_OUTPUTS.tables))
+                              for path, column in VIDEO_OUTPUTS.tables),
+                          hosts_its_plotters_events=True)

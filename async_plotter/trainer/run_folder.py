@@ -50,10 +50,10 @@ EARLIER_RUNS = "earlier_runs"
 #: size is 2-3 MB; a folder reused every day would otherwise grow without end)
 EARLIER_RUNS_KEPT = 5
 _EARLIER_RUN_NAME = re.compile(r"\d{4}-\d\d-\d\d_\d\d-\d\d-\d\d(_\d+)?")
-# The folders this process holds, by (device, inode), with who holds them: named in the error
-# when a second claim in this process is refused (the kernel says which process, not which
-# object).
-_held_here: Dict[Tuple[int, int], str] = {}
+# The folders this process holds, by (device, inode), with who holds them (named in the error
+# when a second claim in this process is refused: the kernel says which process, not which
+# object) and what for.
+_held_here: Dict[Tuple[int, int], Tuple[str, "RunOutputs"]] = {}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -74,6 +74,9 @@ class RunOutputs:
     #: tables (a path relative to the folder, its iteration column) whose rows of the later
     #: iterations go aside with those outputs
     tables: Tuple[Tuple[str, str], ...] = ()
+    #: whether the run's own Plotter writes its TensorBoard files into the folder, as part of
+    #: the run (``run_experiment_lite``'s log_dir): that Plotter does not claim it again
+    hosts_its_plotters_events: bool = False
 
 
 class RunFolder:
@@ -110,8 +113,8 @@ class RunFolder:
         if taken and self._fd is not None:
             status = os.fstat(self._fd)
             self._key = (status.st_dev, status.st_ino)
-            _held_here[self._key] = f"{holder} of this process (claimed at " \
-                f"{time.strftime('%H:%M:%S')})"
+            _held_here[self._key] = (f"{holder} of this process (claimed at "
+                                     f"{time.strftime('%H:%M:%S')})", self.outputs)
         # Ours alone, or a file system without locks: an earlier run's files go aside.
         if resume_after is None:
             self.set_aside = set_aside_earlier_run(folder, verbose, self.outputs)
@@ -156,7 +159,7 @@ class RunFolder:
         status = os.fstat(self._fd)
         here = _held_here.get((status.st_dev, status.st_ino))
         if here is not None:
-            return here, True
+            return here[0], True
         pid = _flock_holder(status)
         if pid is None:
             return "another live Plotter", False
@@ -356,14 +359,17 @@ TENSORBOARD_OUTPUTS = RunOutputs("tensorboard_dir", "plotter", _event_files, _de
                                  lambda folder, after: [])
 
 
-def held_by_this_process(folder: str) -> bool:
-    """Whether a run of this process holds ``folder`` (``run_experiment_lite``'s log_dir, where
-    its Plotter writes TensorBoard files as part of that run)."""
+def hosts_a_plotters_events(folder: str) -> bool:
+    """Whether a run of this process holds ``folder`` as one its Plotter writes TensorBoard files
+    into, as part of that run (``run_experiment_lite``'s log_dir). Held otherwise (another live
+    Plotter's ``video_dir`` or ``tensorboard_dir``), a Plotter's claim on it is refused: two runs'
+    event files there would be drawn as one run."""
     try:
         status = os.stat(folder)
     except OSError:
         return False
-    return (status.st_dev, status.st_ino) in _held_here
+    held = _held_here.get((status.st_dev, status.st_ino))
+    return held is not None and held[1].hosts_its_plotters_events
 
 
 def _sibling(folder: str) -> str:
