@@ -11,6 +11,7 @@ or a package registered is made in the worker too), an ``EnvSpec``, a zero-argum
 """
 import copy
 import dataclasses
+import functools
 import inspect
 import pickle
 import warnings
@@ -44,6 +45,22 @@ class CopiedWrapper:
         layer = copy.copy(self.layer)
         layer.env = env
         return layer
+
+
+def factory_label(factory: Callable[..., Any]) -> str:
+    """How the library's lines name an env's factory: an object that names itself by a ``label``
+    string (``async_plotter.rl``'s ``EnvMaker``: its id), a ``functools.partial`` by what it
+    wraps and an id it is given (``make('Hopper-v5')``), a function or class by its name, any
+    other object by its class."""
+    label = getattr(factory, "label", None)
+    if isinstance(label, str) and label:
+        return label
+    if isinstance(factory, functools.partial):
+        first = factory.args[0] if factory.args else None
+        given = f"{first!r}" if isinstance(first, str) and len(first) <= 40 else "..."
+        return f"{factory_label(factory.func)}({given})"
+    name = getattr(factory, "__name__", None)
+    return name if isinstance(name, str) else type(factory).__name__
 
 
 def chain_recipe(base: EnvRecipe, wrappers: List[WrapperRecord], label: str = "") -> EnvRecipe:
@@ -81,10 +98,7 @@ def describe_env(env: Any) -> EnvRecipe:
         _check_buildable_without_arguments(env)
         return EnvRecipe("factory", _dumps(env, env.__qualname__), env.__qualname__)
     if callable(env) and not hasattr(env, "step"):
-        # A callable object has no name of its own: an rl EnvMaker of an id with arguments is
-        # labelled by the id.
-        label = (getattr(env, "__qualname__", None) or getattr(env, "env_id", None)
-                 or type(env).__qualname__)
+        label = factory_label(env)
         return EnvRecipe("factory", _dumps(env, label), label)
     if hasattr(env, "step") and hasattr(env, "reset"):
         label = type(env).__qualname__

@@ -12,7 +12,7 @@ from typing import Any, Callable, Dict, List, Optional, Union
 import gymnasium as gym
 import numpy as np
 
-from async_plotter.env.recipe import travelling_spec
+from async_plotter.env.recipe import factory_label, travelling_spec
 
 EnvLike = Union[str, gym.Env, Callable[[], gym.Env], "EnvMaker"]
 
@@ -72,17 +72,14 @@ def as_env_spec(env_spec: Any) -> EnvSpec:
         env = env_spec()
         try:
             if not isinstance(env, gym.Env):
-                raise TypeError(f"env_spec {_name(env_spec)}() returned {type(env).__name__}, not "
-                                f"a gymnasium Env: pass a factory of one, an id or an EnvSpec")
+                raise TypeError(
+                    f"env_spec {factory_label(env_spec)}() returned {type(env).__name__}, not "
+                    f"a gymnasium Env: pass a factory of one, an id or an EnvSpec")
             return EnvSpec.from_env(env)
         finally:
             getattr(env, "close", lambda: None)()
     raise TypeError(f"env_spec must be an EnvSpec, a gymnasium id, a gymnasium EnvSpec or a "
                     f"zero-argument factory of an env, got {type(env_spec).__name__}")
-
-
-def _name(factory: Callable[..., Any]) -> str:
-    return getattr(factory, "__qualname__", None) or repr(factory)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -145,7 +142,7 @@ class EnvMaker:
     @property
     def label(self) -> str:
         """The env's id, or its factory's name."""
-        return self.env_id or _name(self.factory)
+        return self.env_id or factory_label(self.factory)
 
 
 def added_wrappers(env: Any) -> List[str]:

@@ -25,6 +25,29 @@ def test_env_maker_from_id_live_env_and_factory():
     assert cloudpickle.loads(cloudpickle.dumps(factory))().spec.id == "InvertedPendulum-v5"
 
 
+def test_a_factory_is_named_by_what_it_makes_in_the_trainers_and_the_plotters_lines():
+    """A ``functools.partial`` was named by its repr (``functools.partial(<function make at
+    0x7f...>, 'CartPole-v1')``) in the training line, and ``partial`` in the plotter's."""
+    import functools
+
+    from async_plotter.env.recipe import describe_env
+
+    class Factory:
+
+        def __call__(self):
+            return gym.make("CartPole-v1")
+
+    named = [
+        (functools.partial(gym.make, "CartPole-v1", max_episode_steps=50), "make('CartPole-v1')"),
+        (functools.partial(gym.make, id="CartPole-v1"), "make(...)"),
+        (EnvMaker(env_id="CartPole-v1", kwargs={"max_episode_steps": 50}), "CartPole-v1"),
+        (Factory(), "Factory"),
+    ]
+    for factory, label in named:
+        assert EnvMaker.from_env(factory).label == label
+        assert describe_env(EnvMaker.from_env(factory).plotter_env).label == label
+
+
 def test_env_maker_errors_are_specific():
     with pytest.raises(TypeError,
                        match="env must be a gymnasium id, a gymnasium.Env or a "
