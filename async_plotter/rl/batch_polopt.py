@@ -159,7 +159,7 @@ class BatchPolopt:
             "optimizer_state": self.optimizer_state(),
         }
         if self._sampling is not None:  # what the env's wrappers learned (observation statistics)
-            snapshot.update(env_state=self._sampling.env_state(),
+            snapshot.update(env_states=self._sampling.env_states(),
                             env_state_layout=self._sampling.env_state_layout())
         if self.store_paths:
             snapshot["paths"] = samples.batch
@@ -255,7 +255,7 @@ class BatchPolopt:
             sampler.start(self.env, self.policy, seed)
             self._sampling, self._sampling_seed = sampler, getattr(sampler, "seed", None)
             if resuming:
-                resume.restore_env_state(sampler, ctx.resume)
+                resume.restore_env_states(sampler, ctx.resume)
             loop_start = time.perf_counter()
             plotting = ", plotting" if plot else ""
             iterations = self.n_itr - self.start_itr

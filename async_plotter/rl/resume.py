@@ -6,14 +6,15 @@ curve, TensorBoard, the videos and the history go on as one run.
 The algorithm itself is the one the user builds again (its hyperparameters may change, e.g. a
 larger ``n_itr``); its policy must have the snapshot's structure. The snapshot also holds the
 optimizer's state (VPG's Adam moments) and the sampling seed, which the resumed run takes unless
-given a seed of its own, and what the env's wrappers had learned (running observation
-statistics; the first sampler's, given to each): it then samples and steps as the first run
-would have gone on (with ``n_parallel=1``; with more, each sampler had learned its own).
+given a seed of its own, and what each sampler's env wrappers had learned (running observation
+statistics), which each resumed sampler goes on from: with ``n_parallel=1`` it then samples and
+steps exactly as the first run would have gone on (with more, which sampler runs which path
+depends on timing, in the first run too).
 """
 import dataclasses
 import logging
 import os
-from typing import Any, Dict, Optional
+from typing import Any, Dict, List, Optional
 
 import numpy as np
 
@@ -80,11 +81,12 @@ def apply_to(algo: Any, point: ResumePoint) -> None:
     algo.start_itr = point.itr + 1
 
 
-def restore_env_state(sampler: Any, point: ResumePoint) -> None:
+def restore_env_states(sampler: Any, point: ResumePoint) -> None:
     """Give the started ``sampler``'s envs what the run's wrappers had learned (running
-    observation statistics), where they are the run's wrappers; a warning where they differ."""
-    values, layout = point.snapshot.get("env_state"), point.snapshot.get("env_state_layout")
-    if values is None or layout is None:
+    observation statistics), each sampler its own, where they are the run's wrappers; a warning
+    where they differ."""
+    states, layout = _env_states(point.snapshot), point.snapshot.get("env_state_layout")
+    if not states or layout is None:
         return
     ours = sampler.env_state_layout()
     if ours != layout:
@@ -93,8 +95,24 @@ def restore_env_state(sampler: Any, point: ResumePoint) -> None:
             "they learn starts afresh", point.path, layout.describe(),
             ours.describe() if ours is not None else "nothing")
         return
-    sampler.restore_env_state(np.asarray(values))
-    logger.info("the env's wrappers go on from what they had learned (%s)", layout.describe())
+    sampler.restore_env_states(states)
+    samplers = getattr(sampler, "n_parallel", 1)
+    if samplers != len(states):
+        logger.info(
+            "the env's wrappers go on from what they had learned (%s); the run had %d sampler%s "
+            "and this one %d: sampler i goes on from the run's sampler i %% %d", layout.describe(),
+            len(states), "s" if len(states) != 1 else "", samplers, len(states))
+    else:
+        logger.info("the env's wrappers go on from what they had learned (%s)", layout.describe())
+
+
+def _env_states(snapshot: Dict[str, Any]) -> List[np.ndarray]:
+    """Each sampler's learned state in ``snapshot`` (one of an earlier version holds the first
+    sampler's alone, as ``env_state``)."""
+    if snapshot.get("env_states"):
+        return [np.asarray(state) for state in snapshot["env_states"]]
+    state = snapshot.get("env_state")
+    return [] if state is None else [np.asarray(state)]
 
 
 def sampling_seed(point: ResumePoint, seed: Optional[int]) -> Optional[int]:

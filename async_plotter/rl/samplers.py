@@ -21,7 +21,7 @@ import multiprocessing.connection
 import os
 import time
 import traceback
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import cloudpickle
 import gymnasium as gym
@@ -118,15 +118,22 @@ class Sampler:
         they hold none, or before a batch."""
         return None
 
+    def env_states(self) -> List[np.ndarray]:
+        """What the wrappers of each env this sampler steps have learned, one vector per
+        process (``env_state()``'s is the first), as of its last batch: a snapshot keeps them
+        all, and a resumed run's samplers each go on from one. Empty before a batch."""
+        state = self.env_state()
+        return [] if state is None else [state]
+
     def env_state_layout(self) -> Optional[EnvStateLayout]:
         """Which wrappers ``env_state()``'s vector is of, and their fields; None where none
         learns anything. Known once started."""
         return None
 
-    def restore_env_state(self, state: np.ndarray) -> None:
+    def restore_env_states(self, states: Sequence[np.ndarray]) -> None:
         """Give the envs this sampler steps what the wrappers of a run had learned (its
-        ``env_state()``, of this layout), before the first batch: a resumed run goes on from
-        it."""
+        ``env_states()``, of this layout), before the first batch: a resumed run goes on from
+        it, the i-th process from the i-th (round again where the run had fewer)."""
 
     def obtain_samples(self, itr: int, param_values: Optional[np.ndarray], batch_size: int,
                        max_path_length: int) -> SampleBatch:
@@ -216,10 +223,10 @@ class SerialSampler(Sampler):
     def env_state_layout(self) -> Optional[EnvStateLayout]:
         return self._state.layout if self._state is not None else None
 
-    def restore_env_state(self, state: np.ndarray) -> None:
+    def restore_env_states(self, states: Sequence[np.ndarray]) -> None:
         if self._state is not None:
-            self._state.write(state)
-            self._env_state = np.array(state)
+            self._state.write(states[0])
+            self._env_state = np.array(states[0])
 
     def shutdown(self) -> None:
         if self._env is not None and self._owns_env:
@@ -280,12 +287,15 @@ def _serve(conn: multiprocessing.connection.Connection, payload: bytes, stop: An
                         env_seed, rng = path_seeds(seed, itr, data)
                         path = rollout(env, policy, max_path_length, env_seed, rng,
                                        lambda: bool(stop.value))
-                    # Each path carries what the env's wrappers have learned so far (a few
-                    # numbers), for the plotter's copy of the env (``Sampler.env_state``).
-                    conn.send(("skipped", data) if path is None else ("path", data, path,
-                                                                      _learned(state)))
+                    # Each answer carries what the env's wrappers have learned so far (a few
+                    # numbers, a dropped path's steps included), for the plotter's copy of the
+                    # env and the snapshot (``Sampler.env_states``).
+                    learned = _learned(state)
+                    conn.send(("skipped", data, learned) if path is None else ("path", data, path,
+                                                                               learned))
                 elif command == "env_state":
                     state.write(data)
+                    conn.send(("env_state", _learned(state)))
                 elif command == "close":
                     return
                 else:
@@ -342,7 +352,8 @@ class ParallelSampler(Sampler):
         self._ready = 0  # workers 0 .. _ready - 1 have reported ready
         self._stop: Any = None
         self._interrupted = False
-        self._env_state: Optional[np.ndarray] = None
+        # what each worker's wrappers have learned, as of its last answer
+        self._env_states: List[Optional[np.ndarray]] = []
         self._layout: Optional[EnvStateLayout] = None  # of worker 0's env, once started
 
     @property
@@ -374,7 +385,7 @@ class ParallelSampler(Sampler):
         ctx = processes.spawn_context()
         self._stop = ctx.RawValue("b", 0)
         self._interrupted = False
-        self._env_state = None
+        self._env_states = [None] * self.n_parallel
         self._layout = None
         self._ready = 0
         try:
@@ -456,8 +467,7 @@ class ParallelSampler(Sampler):
                 worker = self._conns.index(conn)
                 message = self._receive(worker)
                 outstanding[worker] -= 1
-                if message[0] == "path" and worker == 0:
-                    self._env_state = message[3]
+                self._env_states[worker] = message[-1]
                 if message[0] == "path" and needed is None:
                     paths[message[1]] = message[2]
                     while prefix in paths:
@@ -474,17 +484,28 @@ class ParallelSampler(Sampler):
 
     def env_state(self) -> Optional[np.ndarray]:
         """Worker 0's: each worker's wrappers learn from its own paths, and one is shown."""
-        return self._env_state
+        return self._env_states[0] if self._env_states else None
+
+    def env_states(self) -> List[np.ndarray]:
+        if any(state is None for state in self._env_states):
+            return []  # before a batch
+        return list(self._env_states)
 
     def env_state_layout(self) -> Optional[EnvStateLayout]:
         return self._layout
 
-    def restore_env_state(self, state: np.ndarray) -> None:
-        """Every worker's wrappers go on from ``state`` (the run's worker 0's)."""
-        if self._layout is not None:
-            for conn in self._conns:
-                conn.send(("env_state", np.asarray(state)))
-            self._env_state = np.array(state)
+    def restore_env_states(self, states: Sequence[np.ndarray]) -> None:
+        """Worker i's wrappers go on from ``states[i % len(states)]``: each of the run's, where
+        it had as many samplers. Returns once every worker holds its state."""
+        if self._layout is None or not len(states):
+            return
+        for index, conn in enumerate(self._conns):
+            conn.send(("env_state", np.asarray(states[index % len(states)])))
+        for index in range(self.n_parallel):
+            kind, learned = self._receive(index)
+            if kind != "env_state":
+                raise RuntimeError(f"sampler worker {index} sent {kind!r} instead of 'env_state'")
+            self._env_states[index] = learned
 
     def shutdown(self) -> None:
         """Ask the workers to exit; join with a timeout, then terminate/kill. Idempotent."""

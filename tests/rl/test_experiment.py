@@ -613,19 +613,23 @@ def test_a_resumed_run_goes_on_as_the_run_would_have(tmp_path, algorithm, env, n
         assert "wrappers go on from what they had learned (NormalizeObservation" in caplog.text
 
 
-def test_each_sampler_goes_on_from_the_runs_statistics(tmp_path):
-    """With n_parallel=2 each sampler had learned its own; resumed, both go on from the first
-    sampler's (a few more steps, not from nothing)."""
+def test_each_sampler_goes_on_from_the_runs_statistics(tmp_path, caplog):
+    """With n_parallel=2 each sampler learns its own: the snapshot keeps both, and resumed, each
+    goes on from its own (a few more steps, not from nothing; before, both from the first's)."""
 
     def algo(n_itr):
         policy = CategoricalMLPPolicy("CartPole-v1", hidden_sizes=(8, ), seed=0)
         return TRPO(normalized_cartpole, policy, batch_size=300, max_path_length=50, n_itr=n_itr)
 
     cut = run_experiment_lite(algo(2), log_dir=str(tmp_path / "cut"), n_parallel=2)
-    counted = cut.algo.get_itr_snapshot(1, None)["env_state"][-1]  # obs_rms.count, last
-    assert counted > 100, counted
-    resumed = run_experiment_lite(algo(3), resume_from=str(tmp_path / "cut"), n_parallel=2)
-    assert resumed.algo.get_itr_snapshot(2, None)["env_state"][-1] > counted
+    counted = [state[-1] for state in cut.algo.get_itr_snapshot(1, None)["env_states"]]
+    assert len(counted) == 2 and min(counted) > 50, counted  # obs_rms.count, last
+    with caplog.at_level(logging.INFO, logger="async_plotter"):
+        resumed = run_experiment_lite(algo(3), resume_from=str(tmp_path / "cut"), n_parallel=3)
+    went_on = [state[-1] for state in resumed.algo.get_itr_snapshot(2, None)["env_states"]]
+    assert all(now >= before for now, before in zip(went_on, counted + counted[:1])), went_on
+    assert "the run had 2 samplers and this one 3: sampler i goes on from the run's sampler " \
+        "i % 2" in caplog.text, caplog.text
 
 
 def test_a_resumed_run_on_other_wrappers_says_their_statistics_start_afresh(tmp_path, caplog):

@@ -173,6 +173,35 @@ def test_what_the_env_learns_is_read_and_a_broken_hook_never_fails_training(no_l
                 assert count[0] == pytest.approx(batch.num_steps + len(batch.path_lengths), abs=1)
 
 
+def test_each_parallel_sampler_goes_on_from_its_own_learned_state(no_leftover_children):
+    """A snapshot keeps every sampler's wrapper state, and a resumed run gives each sampler its
+    own (sampler i the run's i % n where the run had n); before, every sampler went on from
+    the first's. Each answer carries its sampler's state, a dropped path's steps included, so
+    that what the snapshot keeps is what each holds."""
+    policy = CategoricalMLPPolicy("CartPole-v1", seed=0)
+    params = policy.get_param_values()
+    with ParallelSampler(3) as sampler:
+        sampler.start(rl_child.normalized_cartpole, policy, seed=1)
+        assert sampler.env_states() == []  # before a batch
+        sampler.obtain_samples(0, params, 200, 50)
+        learned = sampler.env_states()
+        assert len(learned) == 3 and sampler.env_state() is learned[0]
+        # Two of a run's samplers, told apart: far apart means, and many steps behind them, so
+        # that a batch moves each mean little.
+        run = [
+            np.concatenate([np.full(4, offset), np.ones(4), [count]])
+            for offset, count in ((0.0, 1e5), (7.0, 2e5))
+        ]
+        sampler.restore_env_states(run)
+        for state, given in zip(sampler.env_states(), run + run[:1]):
+            np.testing.assert_array_equal(state, given)  # what each worker holds now
+        sampler.obtain_samples(1, params, 600, 50)
+        for state, given in zip(sampler.env_states(), run + run[:1]):
+            mean, _, count = np.split(state, [4, 8])
+            assert given[-1] <= count[0] <= given[-1] + 700, (count, given)
+            np.testing.assert_allclose(mean, given[:4], atol=0.1)
+
+
 WARNS_WHEN_MADE = textwrap.dedent("""
     import logging, sys
     sys.path.insert(0, {root!r})
