@@ -5,7 +5,7 @@ view's panel (``view3d/scene.py``, which draws at most its own number of points)
 import collections
 import itertools
 import math
-from typing import Any, Callable, Deque, Dict, Iterable, List, Optional, Tuple
+from typing import Any, Deque, Dict, Iterable, List, Optional, Tuple
 
 #: points kept (the newest), wherever the curve is kept
 MAX_POINTS = 10000
@@ -41,12 +41,6 @@ class LearningCurve:
         """One point (``metrics`` is kept, not copied)."""
         self._points.append((iteration, metrics, tag))
         self.total += 1
-
-    def retain(self, keep: Callable[[Any], bool]) -> None:
-        """Drop the points whose tag ``keep`` refuses."""
-        kept = [point for point in self._points if keep(point[2])]
-        self._points.clear()
-        self._points.extend(kept)
 
     @property
     def shown(self) -> Optional[str]:

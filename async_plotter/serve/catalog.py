@@ -24,8 +24,9 @@ from async_plotter.channel.redis.watcher import (ExperimentSummary, ExperimentWa
                                                  list_experiments)
 from async_plotter.channel.redis.wire import (NO_RUN, STRUCTURE_HEADER, UPDATE_HEADER,
                                               ExperimentKeys, MetricsEntry, RunKey, Structure,
-                                              open_update, parse_update_head)
-from async_plotter.learning_curve import SHOWN_RETURN, LearningCurve
+                                              open_update, parse_update_head, resumed_after)
+from async_plotter.learning_curve import SHOWN_RETURN
+from async_plotter.serve.run_chain import METRICS, RETURNS, ChainedCurve
 
 logger = logging.getLogger("async_plotter")
 
@@ -60,8 +61,9 @@ class _Entry:
     meta: Optional[Dict[str, Any]] = None  # of the verified structure
     run: RunKey = NO_RUN  # of the verified structure
     run_id: Optional[int] = None
-    #: the verified metrics entries, each tagged with its run id
-    curve: LearningCurve = dataclasses.field(default_factory=LearningCurve)
+    #: the verified metrics entries and history returns, each tagged with its run id: this
+    #: run's, and those of the runs it resumes
+    chained: ChainedCurve = dataclasses.field(default_factory=ChainedCurve)
     update: Optional[int] = None
     iteration: Optional[int] = None
     published_at: Optional[float] = None
@@ -387,8 +389,8 @@ class Catalog:
             entry.run = structure.run
             if entry.run_id != structure.run_id:
                 entry.run_id = structure.run_id
-                # The curve belongs to a run: keep only this run's points.
-                entry.curve.retain(lambda run_id: run_id == structure.run_id)
+                # The curve is this run's, and that of the runs it resumes.
+                entry.chained.follow(structure.run_id, resumed_after(structure.meta))
             entry.state, entry.problem = "ok", None
             self._touch(entry)
             if entry.update is None:
@@ -396,9 +398,7 @@ class Catalog:
 
     def _on_metrics(self, entry: _Entry, metrics: MetricsEntry) -> None:
         with self._lock:
-            if entry.run_id is not None and metrics.run_id != entry.run_id:
-                return
-            entry.curve.add(metrics.iteration, metrics.metrics, metrics.run_id)
+            entry.chained.add(METRICS, metrics.run_id, metrics.iteration, metrics.metrics)
             self._touch(entry)
             if entry.update is None and entry.state == "ok":
                 self._scan_now.set()
@@ -409,9 +409,7 @@ class Catalog:
         if point is None:
             return
         with self._lock:
-            if entry.run_id is not None and run_id != entry.run_id:
-                return
-            entry.curve.add(point.x, {SHOWN_RETURN: point.episode_return}, run_id)
+            entry.chained.add(RETURNS, run_id, point.x, {SHOWN_RETURN: point.episode_return})
             self._touch(entry)
 
     def touch(self, name: str) -> None:
@@ -499,12 +497,13 @@ def _row(entry: _Entry) -> Dict[str, Any]:
 
 
 def _curve(entry: _Entry) -> Dict[str, Any]:
-    metric = entry.curve.shown
+    curve = entry.chained.curve
+    metric = curve.shown
     # The curve of what was shown (the history's returns), dashed beside the metric's line.
     beside = metric not in (None, SHOWN_RETURN)
     return {
         "metric": None if metric is None else _text(metric, 60),
-        "points": [] if metric is None else entry.curve.series(metric, CURVE_POINTS),
-        "shown": entry.curve.series(SHOWN_RETURN, CURVE_POINTS) if beside else [],
-        "count": entry.curve.total,
+        "points": [] if metric is None else curve.series(metric, CURVE_POINTS),
+        "shown": curve.series(SHOWN_RETURN, CURVE_POINTS) if beside else [],
+        "count": curve.total,
     }

@@ -169,7 +169,8 @@ class PublishRoute:
                                   target.secret,
                                   stats,
                                   live_states=live_states,
-                                  history_states=history_states)
+                                  history_states=history_states,
+                                  resumes_after=config.resume_after)
         # A resumed run's initial policy is its snapshot's: shown as that iteration.
         self.writer.publish(layout.encode(config.initial, config.env_state),
                             config.resume_after,

@@ -39,6 +39,9 @@ class RunTarget:
     #: the trainer's run (id, start in ns), as its parameters carry
     run: Tuple[int, int]
     ttl_seconds: float
+    #: the iteration this run resumes another's after (its snapshot's), or None: the run
+    #: before's returns then stay, its curve going on in this run's (``serve/run_chain.py``)
+    resumes_after: Optional[int] = None
 
     @property
     def ttl_ms(self) -> int:

@@ -253,7 +253,9 @@ class RecordingPublisher:
         keys = self._keys
         if not self._run_begun:
             # A new run's history starts empty: the previous run's goes with its keys' expiry.
-            pipe.delete(keys.index, keys.returns)
+            # A run that resumes it keeps its returns, the curve going on from them
+            # (``serve/run_chain.py``); its recordings go, as any run's.
+            pipe.delete(keys.index, *([keys.returns] if self._target.resumes_after is None else []))
         with self._rows_lock:
             rows, self._rows = self._rows, []
         self._put_rows(pipe, rows)

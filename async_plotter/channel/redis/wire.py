@@ -399,6 +399,20 @@ def loads_bounded(raw: bytes, limit: int, what: str) -> Any:
         raise PayloadRejected(f"{what} is not JSON: {error}") from None
 
 
+#: the structure's description field that names the iteration a run resumes after (a run
+#: resumed from its snapshot: ``serve`` shows it and the runs before it as one curve)
+RESUMES_AFTER = "resumes_after"
+
+
+def resumed_after(meta: Optional[Dict[str, Any]]) -> Optional[int]:
+    """The iteration a run's structure says it resumes after; None for a run that resumes
+    nothing (or a value that is not an iteration)."""
+    after = (meta or {}).get(RESUMES_AFTER)
+    if isinstance(after, int) and not isinstance(after, bool) and after >= 0:
+        return after
+    return None
+
+
 def parse_meta(raw: bytes) -> Dict[str, Any]:
     """The JSON description after a structure header (safe to read unverified: it is not code)."""
     meta = loads_bounded(raw, MAX_META_BYTES, "the structure's description")

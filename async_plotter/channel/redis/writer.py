@@ -26,12 +26,12 @@ from async_plotter.channel.redis.link import (REFUSED_RETRY, Backoff, OutageLog,
 from async_plotter.channel.redis.urls import redact, url_problem
 from async_plotter.channel.base import Update, copy_update, metrics_fit
 from async_plotter.channel.redis.reader import RedisAddress, RedisReader
-from async_plotter.channel.redis.wire import (MAX_METRICS_BYTES, MAX_VALUE_BYTES, STRUCTURE_HEADER,
-                                              UPDATE_HEADER, Expected, ExperimentKeys,
-                                              PayloadRejected, RunKey, dtype_code, metrics_payload,
-                                              parse_structure_head, run_hex, seal_metrics,
-                                              seal_structure, seal_update, update_bytes,
-                                              valid_experiment, withheld_bytes)
+from async_plotter.channel.redis.wire import (MAX_METRICS_BYTES, MAX_VALUE_BYTES, RESUMES_AFTER,
+                                              STRUCTURE_HEADER, UPDATE_HEADER, Expected,
+                                              ExperimentKeys, PayloadRejected, RunKey, dtype_code,
+                                              metrics_payload, parse_structure_head, run_hex,
+                                              seal_metrics, seal_structure, seal_update,
+                                              update_bytes, valid_experiment, withheld_bytes)
 from async_plotter.channel.redis.signing import SECRET_ENV, resolve_secret, warn_if_weak
 from async_plotter.errors import InvalidArgumentError
 from async_plotter.learning_curve import MAX_POINTS
@@ -200,6 +200,8 @@ class RedisWriter:
             said in the structure's description, so that ``view`` draws it by default.
         history_states: the trainer's worker publishes every policy's recording
             (``states.py``); said there too, so that ``serve`` offers the run's history in 3D.
+        resumes_after: this run resumes one from its snapshot of this iteration; said there
+            too, so that ``serve`` shows both runs as one curve (``serve/run_chain.py``).
     """
 
     def __init__(self,
@@ -212,7 +214,8 @@ class RedisWriter:
                  stats: Any,
                  ttl: Optional[float] = None,
                  live_states: bool = False,
-                 history_states: bool = False) -> None:
+                 history_states: bool = False,
+                 resumes_after: Optional[int] = None) -> None:
         dtype = np.dtype(dtype)
         if dtype_code(dtype) is None:
             raise InvalidArgumentError(
@@ -232,6 +235,7 @@ class RedisWriter:
         self._config = config
         self._live_states = live_states
         self._history_states = history_states
+        self._resumes_after = resumes_after
         self._structure, self._structure_id = self._seal_structure(config)
         self._sent_update_head: Optional[bytes] = None  # header of the newest update sent
         self._reasserted = False
@@ -282,7 +286,8 @@ class RedisWriter:
         from async_plotter.channel.redis.sealed import RunTarget
 
         return RunTarget(self._url, self._experiment, self._key,
-                         (self._run_id, self._run_started_ns), self._ttl_ms / 1000.0)
+                         (self._run_id, self._run_started_ns), self._ttl_ms / 1000.0,
+                         self._resumes_after)
 
     @property
     def expected(self) -> Expected:
@@ -387,6 +392,8 @@ class RedisWriter:
             "live_states": self._live_states,
             # it publishes every policy's history recording (``states.py``)
             "history_states": self._history_states,
+            # the run this one resumes goes on in it: one curve (``serve/run_chain.py``)
+            RESUMES_AFTER: self._resumes_after,
         }
         return seal_structure(self._key, self._experiment, self._run_id, self._run_started_ns, meta,
                               body)
@@ -475,8 +482,9 @@ class RedisWriter:
             self._start_after_previous_run(client)
         pipe = client.pipeline(transaction=False)
         pipe.set(keys.structure, self._structure, px=ttl)
-        if first:
-            pipe.delete(keys.metrics)  # an earlier run's curve
+        if first and self._resumes_after is None:
+            # An earlier run's curve (one this run resumes goes on in it: serve/run_chain.py).
+            pipe.delete(keys.metrics)
         pipe.exists(keys.metrics)
         results = pipe.execute()
         if not first and not results[-1] and self._metrics_history:
