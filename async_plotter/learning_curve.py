@@ -42,6 +42,12 @@ class LearningCurve:
         self._points.append((iteration, metrics, tag))
         self.total += 1
 
+    def clear(self) -> None:
+        """Start again (another run's curve): every page that has points is told to reset."""
+        self._points.clear()
+        # One past what any page has seen: ``since`` then says reset to each of them.
+        self.total += 1
+
     @property
     def shown(self) -> Optional[str]:
         """The column to show (``shown_metric`` of the newest points' columns)."""

@@ -1,9 +1,19 @@
 """A resumed run's curve on serve's page goes on from the runs it resumes: each iteration once,
 from the run that did it last (``serve/run_chain.py``)."""
+import json
 import random
+import re
+import signal
+import subprocess
+import urllib.parse
+import urllib.request
 
 import pytest
 
+from async_plotter import Plotter
+from tests.conftest import wait_for
+from tests.policies import LinearPolicy
+from tests.redis_helpers import read_log, start_viewer
 from tests.redis_server import redis_server  # noqa: F401 - the fixture
 
 from async_plotter.channel.redis.wire import RESUMES_AFTER, resumed_after
@@ -98,6 +108,47 @@ def test_what_a_structure_says_it_resumes_is_read_strictly(meta, after):
     assert resumed_after(meta) == after
 
 
+def train(url, videos, iterations, **resume):
+    """A trainer that publishes to ``url`` as experiment "preempted", keeps its videos and
+    history in ``videos``, and shows ``iterations``, each until its history recording exists;
+    resumed (``resume_after=``), its AverageReturn is 20 + the iteration, else 10 + it."""
+    policy = LinearPolicy(4, 1)
+    with Plotter("InvertedPendulum-v5",
+                 policy,
+                 max_path_length=20,
+                 video_dir=str(videos),
+                 channel=url,
+                 experiment="preempted",
+                 priority="normal",
+                 verbose=0,
+                 **resume) as plotter:
+        for iteration in iterations:
+            policy.fill(0.1 * iteration)
+            plotter.update_plot(policy,
+                                iteration=iteration,
+                                metrics={"AverageReturn": 10.0 * (len(resume) + 1) + iteration})
+            wait_for(lambda: any(
+                entry.get("iteration") == iteration for entry in plotter.stats["history"]),
+                     60,
+                     message=f"iteration {iteration}'s history recording")
+
+
+#: the first run's AverageReturn and the iterations of its history's returns, and those of the
+#: first run resumed after iteration 2 (the initial policy's return, -1, is left out: it is there
+#: where it was recorded before the first update)
+FIRST = ([[iteration, 10.0 + iteration] for iteration in range(6)], list(range(6)))
+CHAINED = ([[0, 10.0], [1, 11.0], [2, 12.0], [3, 23.0], [4, 24.0]], list(range(5)))
+
+
+def first_then_resumed(url, videos, drawn):
+    """The first run, then the run resumed from its snapshot of iteration 2, each waited for
+    until ``drawn()`` shows what it should."""
+    train(url, videos, range(6))
+    wait_for(lambda: drawn() == FIRST, 60, message=f"the first run's curve: {drawn()}")
+    train(url, videos, range(3, 5), resume_after=2)
+    wait_for(lambda: drawn() == CHAINED, 30, message=f"one curve: {drawn()}")
+
+
 def test_serves_page_shows_a_resumed_run_and_the_run_it_resumes_as_one_curve(
         redis_server, tmp_path):  # noqa: F811
     """Real trainers over a real redis-server: a run to iteration 5, then one resumed from its
@@ -105,60 +156,92 @@ def test_serves_page_shows_a_resumed_run_and_the_run_it_resumes_as_one_curve(
     run's rows alone (and Redis had dropped the first run's); now the metrics of iterations 0-2
     of the first and 3-4 of the resumed one, and the history's returns likewise, whether the page
     was open across the resume or opened after it."""
-    from async_plotter import Plotter
     from async_plotter.channel.redis.signing import Verifier
     from async_plotter.serve.catalog import Catalog
-    from tests.conftest import wait_for
-    from tests.policies import LinearPolicy
-
-    def train(iterations, **resume):
-        policy = LinearPolicy(4, 1)
-        with Plotter("InvertedPendulum-v5",
-                     policy,
-                     max_path_length=20,
-                     video_dir=str(tmp_path / "videos"),
-                     channel=redis_server.url,
-                     experiment="preempted",
-                     priority="normal",
-                     verbose=0,
-                     **resume) as plotter:
-            for iteration in iterations:
-                policy.fill(0.1 * iteration)
-                plotter.update_plot(policy,
-                                    iteration=iteration,
-                                    metrics={"AverageReturn": 10.0 * (len(resume) + 1) + iteration})
-                wait_for(lambda: any(
-                    entry.get("iteration") == iteration for entry in plotter.stats["history"]),
-                         60,
-                         message=f"iteration {iteration}'s history recording")
 
     def curve(catalog):
         rows = {row["name"]: row for row in catalog.rows()}
         found = rows.get("preempted", {}).get("curve", {})
-        # The initial policy's return (-1) is there where it was recorded before the first update.
         return found.get("points"), [x for x, _ in found.get("shown", []) if x >= 0]
 
-    metrics = [[0, 10.0], [1, 11.0], [2, 12.0], [3, 23.0], [4, 24.0]]
-    chained = (metrics, [0, 1, 2, 3, 4])
     open_across = Catalog(redis_server.url, Verifier(None, trust_unsigned=True))
     open_across.acquire()
     try:
-        train(range(6))
-        first = ([[iteration, 10.0 + iteration] for iteration in range(6)], list(range(6)))
-        wait_for(lambda: curve(open_across) == first,
-                 30,
-                 message=f"the first run's curve: {curve(open_across)}")
-        train(range(3, 5), resume_after=2)
-        wait_for(lambda: curve(open_across) == chained,
-                 30,
-                 message=f"one curve (the page open across the resume): {curve(open_across)}")
+        first_then_resumed(redis_server.url, tmp_path / "videos", lambda: curve(open_across))
     finally:
         open_across.close()
     opened_after = Catalog(redis_server.url, Verifier(None, trust_unsigned=True))
     opened_after.acquire()
     try:
-        wait_for(lambda: curve(opened_after) == chained,
+        wait_for(lambda: curve(opened_after) == CHAINED,
                  30,
                  message=f"one curve (the page opened after): {curve(opened_after)}")
     finally:
         opened_after.close()
+
+
+def page_curve(url):
+    """The curve an opened live page draws first: its AverageReturn points and the iterations
+    of its shown returns (the events stream's first "metrics" event)."""
+    parts = urllib.parse.urlsplit(url)
+    events = urllib.parse.urlunsplit(parts._replace(path=parts.path.rstrip("/") + "/events"))
+    with urllib.request.urlopen(events, timeout=10) as stream:
+        event = None
+        for raw in stream:
+            line = raw.decode().strip()
+            if line.startswith("event:"):
+                event = line.split(":", 1)[1].strip()
+            elif line.startswith("data:") and event == "metrics":
+                points = json.loads(line.split(":", 1)[1])["points"]
+                return ([[p["iteration"], p["values"]["AverageReturn"]] for p in points
+                         if "AverageReturn" in p["values"]], [
+                             p["iteration"] for p in points
+                             if "ShownReturn" in p["values"] and p["iteration"] >= 0
+                         ])
+    return None
+
+
+def test_a_viewers_live_page_draws_a_resumed_run_and_the_run_it_resumes_as_one_curve(
+        redis_server, tmp_path):  # noqa: F811
+    """``async-plotter view --http`` follows a trainer and then its resumed run (the same
+    policy's structure, so the same worker goes on). Its page drew both runs' points on top of
+    each other (iterations 3-5 of the first run beside 3-4 of the second) and only the new
+    run's once a page was opened after; now one curve, as serve's page."""
+    log = str(tmp_path / "viewer.log")
+    viewer = start_viewer(redis_server.url, "preempted", log, "--http", "0", "--priority", "normal",
+                          "--trust-unsigned")
+
+    def drawn():
+        address = re.search(r"live view at (\S+)", read_log(log))
+        return page_curve(address.group(1)) if address else None
+
+    try:
+        first_then_resumed(redis_server.url, tmp_path / "videos", drawn)
+        # A run that resumes nothing starts the page's curve afresh (it was drawn over the last).
+        train(redis_server.url, tmp_path / "videos", range(2))
+        wait_for(lambda: drawn() == ([[0, 10.0], [1, 11.0]], [0, 1]),
+                 30,
+                 message=f"the new run's curve alone: {drawn()}")
+    finally:
+        viewer.send_signal(signal.SIGINT)
+        try:
+            viewer.wait(30)
+        except subprocess.TimeoutExpired:
+            viewer.kill()
+            viewer.wait()
+
+
+def test_a_page_that_drew_a_curve_is_told_to_draw_it_again_once_it_starts_again():
+    from async_plotter.learning_curve import LearningCurve
+
+    curve = LearningCurve()
+    for iteration in range(3):
+        curve.add(iteration, {"AverageReturn": 1.0})
+    points, reset = curve.since(0)
+    seen = curve.total
+    assert len(points) == 3 and not reset and curve.since(seen) == ([], False)
+    curve.clear()
+    curve.add(0, {"AverageReturn": 2.0})
+    points, reset = curve.since(seen)  # a page open across the restart
+    assert reset and [point["values"]["AverageReturn"] for point in points] == [2.0]
+    assert curve.since(curve.total) == ([], False)  # one that drew it since

@@ -34,6 +34,8 @@ class StreamKind(str, enum.Enum):
     CATCH_UP = "catch_up"
     #: from the trainer: a history recording's ``HistoryPoint`` (``render/history.py``)
     HISTORY = "history"
+    #: from a viewer's supervisor: the curve starts again (another trainer run's points follow)
+    CURVE_RESTART = "curve_restart"
 
 
 class UnknownMessage(Exception):

@@ -13,16 +13,17 @@ import logging
 import pickle
 import threading
 import time
-from typing import Any, Callable, Deque, Dict, Optional, Tuple
+from typing import Any, Callable, Deque, Dict, Optional, Set, Tuple
 
 from async_plotter.channel.redis.returns import ReturnRow
 from async_plotter.channel.redis.urls import redact
 from async_plotter.channel.redis.reader import RedisAddress
 from async_plotter.channel.redis.signing import PayloadRejected, Verifier
-from async_plotter.channel.redis.wire import MetricsEntry, Structure
+from async_plotter.channel.redis.wire import MetricsEntry, Structure, resumed_after
 from async_plotter.display import offscreen_gl_backend
 from async_plotter.learning_curve import MAX_POINTS
 from async_plotter.render.history import HistoryPoint
+from async_plotter.serve.run_chain import on_chain
 from async_plotter.until_stopped import until_interrupted
 from async_plotter.worker.config import WorkerConfig
 from async_plotter.sinks.specs import SinkSpec
@@ -111,6 +112,8 @@ class ExperimentViewer:
         self._supervisor: Optional[Any] = None
         self._worker_stats: Optional[WorkerStats] = None
         self._current: Optional[Structure] = None
+        #: the streams ("metrics", "returns") the current run has points in
+        self._current_started: Set[str] = set()
         self._failed_structure: Optional[bytes] = None
         #: the worker draws the trainer's live states (``--states``, or the trainer sends them)
         self._drawing_states = False
@@ -212,9 +215,11 @@ class ExperimentViewer:
     def _on_metrics(self, entry: MetricsEntry) -> None:
         with self._lock:
             self._metrics.append(entry)
-            supervisor, current = self._supervisor, self._current
-        if supervisor is not None and current is not None and entry.run_id == current.run_id:
-            supervisor.post_metrics(entry.iteration, entry.metrics)
+            first = self._first_of_current(entry.run_id, "metrics")
+            if first:
+                self._replay_metrics(self._current)  # the runs it resumes, up to its own
+            elif self._supervisor is not None and self._is_current(entry.run_id):
+                self._supervisor.post_metrics(entry.iteration, entry.metrics)
 
     def _on_returns(self, run_id: int, row: ReturnRow) -> None:
         point = row.as_point()
@@ -222,9 +227,24 @@ class ExperimentViewer:
             return
         with self._lock:
             self._shown.append((run_id, point))
-            supervisor, current = self._supervisor, self._current
-        if supervisor is not None and current is not None and run_id == current.run_id:
-            supervisor.post_history(point)
+            first = self._first_of_current(run_id, "returns")
+            if first:
+                self._replay_metrics(self._current)
+            elif self._supervisor is not None and self._is_current(run_id):
+                self._supervisor.post_history(point)
+
+    def _is_current(self, run_id: int) -> bool:
+        return self._current is not None and run_id == self._current.run_id
+
+    def _first_of_current(self, run_id: int, stream: str) -> bool:
+        """Whether a point of ``run_id`` is the first in ``stream`` of a current run that
+        resumes another: its curve is drawn again then, with the points of the runs before it
+        that arrived meanwhile (``serve/run_chain.py``). Called with the lock held."""
+        if (self._supervisor is None or not self._is_current(run_id)
+                or stream in self._current_started):
+            return False
+        self._current_started.add(stream)
+        return resumed_after(self._current.meta) is not None
 
     def _switch(self) -> None:
         with self._lock:
@@ -335,15 +355,29 @@ class ExperimentViewer:
                     self._options.experiment, meta.get("env"), meta.get("policy"), meta.get("host"))
 
     def _replay_metrics(self, structure: Structure) -> None:
-        """Hand the worker the run's curve so far; later entries come through _on_metrics.
+        """Hand the worker the run's curve so far, from the start: its points, after those of the
+        runs it resumes (``serve/run_chain.py``); later entries come through _on_metrics.
 
         Called with the lock held, as _on_metrics stores and checks under it: each entry then
         reaches the worker exactly once."""
-        for entry in self._metrics:
-            if entry.run_id == structure.run_id:
+        after = resumed_after(structure.meta)
+        self._supervisor.restart_curve()  # a worker that drew another run's curve drops it
+        self._current_started = {
+            stream
+            for stream, runs in (("metrics", (entry.run_id for entry in self._metrics)),
+                                 ("returns", (run for run, _ in self._shown)))
+            if structure.run_id in set(runs)
+        }
+        metrics = list(self._metrics)
+        keep = on_chain([(entry.run_id, entry.iteration) for entry in metrics], structure.run_id,
+                        after)
+        for entry, kept in zip(metrics, keep):
+            if kept:
                 self._supervisor.post_metrics(entry.iteration, entry.metrics)
-        for run_id, point in self._shown:
-            if run_id == structure.run_id:
+        shown = list(self._shown)
+        for (run_id, point), kept in zip(
+                shown, on_chain([(run, p.x) for run, p in shown], structure.run_id, after)):
+            if kept:
                 self._supervisor.post_history(point)
 
     def _worker_disabled(self) -> bool:

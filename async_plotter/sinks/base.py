@@ -83,6 +83,10 @@ class FrameSink:
     def on_metrics(self, iteration: Optional[int], metrics: Dict[str, float]) -> None:
         """Training metrics the trainer passed to ``update_plot(..., metrics=...)``."""
 
+    def on_curve_restart(self) -> None:
+        """The curve starts again: the points that follow are another trainer run's (a viewer
+        that follows a restarted trainer)."""
+
     def on_history(self, point: Any) -> None:
         """A policy's history recording is complete (``Plotter(history=...)``): ``point`` has
         its ``update``, ``iteration``, ``episode_return`` and ``length`` (one deterministic

@@ -140,6 +140,11 @@ class HttpSink(FrameSink):
         if self._scene3d is not None:
             self._scene3d.add_metrics(iteration, metrics)
 
+    def on_curve_restart(self) -> None:
+        self._feed.restart_curve()
+        if self._scene3d is not None:
+            self._scene3d.restart_curve()
+
     def on_history(self, point: HistoryPoint) -> None:
         # The curve's second line: what the shown policies did, beside the training average.
         self._feed.add_metrics(point.x, {SHOWN_RETURN: point.episode_return})

@@ -29,6 +29,13 @@ class MetricsRelay:
         """Queue a history recording's ``HistoryPoint`` (``render/history.py``); never blocks."""
         self._pending.append((StreamKind.HISTORY, point))
 
+    def restart_curve(self) -> None:
+        """The curve starts again (a viewer following another trainer run): what was sent and
+        what is pending go, and the render process is told to drop its curve; never blocks."""
+        self._pending.clear()
+        self._history.clear()
+        self._pending.append((StreamKind.CURVE_RESTART, None))
+
     def forward(self, lifeline: Any) -> None:
         """Send what is pending on the non-blocking ``lifeline``; a full pipe waits for the next
         turn, a dead process for the restart."""
@@ -39,7 +46,8 @@ class MetricsRelay:
             except (OSError, ValueError):
                 return  # full: next turn; the render process gone: all is resent to the next
             self._pending.popleft()
-            self._history.append(message)
+            if message[0] is not StreamKind.CURVE_RESTART:  # a new render process has none
+                self._history.append(message)
 
     def resend_all(self) -> None:
         """A new render process: everything sent so far goes again, before what is pending."""

@@ -166,6 +166,11 @@ class WorkerSupervisor:
         trainer elsewhere); never blocks."""
         self._metrics.post_history(point)
 
+    def restart_curve(self) -> None:
+        """The render process's curves start again: the points posted next are another trainer
+        run's (a viewer following a restarted trainer); never blocks."""
+        self._metrics.restart_curve()
+
     # ------------------------------------------------------------------ lifecycle of one launch
 
     def _launch(self) -> Optional[_Pair]:

@@ -117,6 +117,13 @@ class Scene3D:
             self._status.content = self._status_text(self._episode, self._last_return, None)
             self._status_due, self._status_sent = False, now
 
+    def restart_curve(self) -> None:
+        """The curve starts again (another trainer run's)."""
+        self._curve_x.clear()
+        self._curve_y.clear()
+        if self._curve is not None:
+            self._curve.data = (np.zeros(0), np.zeros(0))
+
     def add_metrics(self, iteration: Optional[int], metrics: Dict[str, float]) -> None:
         """A point of the learning curve."""
         name = self._curve_name

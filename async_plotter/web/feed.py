@@ -502,6 +502,12 @@ class LiveFeed:
             self._curve.add(iteration, metrics)
         self.changes.fire()
 
+    def restart_curve(self) -> None:
+        """The curve starts again (another trainer run's); open pages drop what they drew."""
+        with self._lock:
+            self._curve.clear()
+        self.changes.fire()
+
     @property
     def closed(self) -> bool:
         """Whether ``close`` was called."""

@@ -264,13 +264,16 @@ def _run(config: WorkerConfig,
 
 
 def _hand_curve(sinks: List[Any], kind: StreamKind, body: Any) -> None:
-    """The trainer's ``METRICS`` (iteration, metrics) or ``HISTORY`` (a history point) message
-    to each of ``sinks``: before the scene, after it, and to the sinks built in between."""
+    """The trainer's ``METRICS`` (iteration, metrics), ``HISTORY`` (a history point) or
+    ``CURVE_RESTART`` message to each of ``sinks``: before the scene, after it, and to the sinks
+    built in between."""
     for sink in sinks:
         if kind is StreamKind.METRICS:
             sink.on_metrics(*body)
-        else:
+        elif kind is StreamKind.HISTORY:
             sink.on_history(body)
+        else:
+            sink.on_curve_restart()
 
 
 def _await_scene(frames_in: Connection, lifeline: Connection, status: StatusSender,
@@ -288,7 +291,7 @@ def _await_scene(frames_in: Connection, lifeline: Connection, status: StatusSend
             return body, early
         if kind is StreamKind.FAILED:
             continue  # no episode is open before the scene
-        if kind not in (StreamKind.METRICS, StreamKind.HISTORY, StreamKind.FINAL):
+        if kind not in (*_CURVE, StreamKind.FINAL):
             raise UnknownMessage(f"the rollout process began with {kind}, not the scene")
         if kind in _CURVE:
             _hand_curve(early_sinks, kind, body)
@@ -475,6 +478,9 @@ class _Stream:
 
     def _on_history(self, point: Any) -> None:
         _hand_curve(self._sinks, StreamKind.HISTORY, point)
+
+    def _on_curve_restart(self, _: None) -> None:
+        _hand_curve(self._sinks, StreamKind.CURVE_RESTART, None)
 
     def _on_final(self, update: Optional[int]) -> None:
         self._final = True
@@ -782,13 +788,14 @@ _SHOWN = (StreamKind.STATES, StreamKind.FRAME)
 #: comes to ``_on_end``
 _PASSED_OVER = (StreamKind.STATES, StreamKind.FRAME, StreamKind.CATCH_UP)
 #: the trainer's messages for the curves (``_hand_curve``)
-_CURVE = (StreamKind.METRICS, StreamKind.HISTORY)
+_CURVE = (StreamKind.METRICS, StreamKind.HISTORY, StreamKind.CURVE_RESTART)
 
 #: what the render process does with each kind of message after the scene (``SCENE`` is not in
 #: it: the scene comes once, first)
 _HANDLERS: Dict[StreamKind, Callable[[_Stream, Any], None]] = {
     StreamKind.METRICS: _Stream._on_metrics,
     StreamKind.HISTORY: _Stream._on_history,
+    StreamKind.CURVE_RESTART: _Stream._on_curve_restart,
     StreamKind.FINAL: _Stream._on_final,
     StreamKind.FAILED: _Stream._on_failed,
     StreamKind.BEGIN: _Stream._on_begin,
