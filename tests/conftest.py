@@ -50,6 +50,19 @@ def wait_for(predicate, timeout, interval=0.1, message="condition"):
     raise AssertionError(f"timed out after {timeout} s waiting for {message}")
 
 
+def settles(read, expected, timeout, interval=0.1):
+    """Poll ``read()`` until it gives ``expected``; after ``timeout`` s, fail showing what it gave
+    last (``wait_for``'s message is made before the wait)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        last = read()
+        if last == expected:
+            return
+        time.sleep(interval)
+    last = read()
+    assert last == expected, f"after {timeout} s: {last!r}, not {expected!r}"
+
+
 def mapped_libraries(pid):
     """The files process ``pid`` has mapped (its shared libraries among them)."""
     with open(f"/proc/{pid}/maps") as maps:

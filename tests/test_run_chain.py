@@ -1,5 +1,6 @@
-"""A resumed run's curve on serve's page goes on from the runs it resumes: each iteration once,
-from the run that did it last (``serve/run_chain.py``)."""
+"""A resumed run's curve goes on from the run it resumes, each iteration once, from the run that
+did it last: on serve's page and a viewer's over Redis (``serve/run_chain.py``), and on the
+resumed Plotter's own live page."""
 import json
 import random
 import re
@@ -10,8 +11,8 @@ import urllib.request
 
 import pytest
 
-from async_plotter import Plotter
-from tests.conftest import wait_for
+from async_plotter import InvalidArgumentError, Plotter, PlotterClosedError
+from tests.conftest import settles, wait_for
 from tests.policies import LinearPolicy
 from tests.redis_helpers import read_log, start_viewer
 from tests.redis_server import redis_server  # noqa: F401 - the fixture
@@ -109,28 +110,34 @@ def test_what_a_structure_says_it_resumes_is_read_strictly(meta, after):
 
 
 def train(url, videos, iterations, **resume):
-    """A trainer that publishes to ``url`` as experiment "preempted", keeps its videos and
-    history in ``videos``, and shows ``iterations``, each until its history recording exists;
-    resumed (``resume_after=``), its AverageReturn is 20 + the iteration, else 10 + it."""
+    """A trainer that publishes to ``url`` (None: here alone) as experiment "preempted", keeps
+    its videos and history in ``videos``, and shows ``iterations``, each until its history
+    recording exists; resumed (``resume_after=``), its AverageReturn is 20 + the iteration, else
+    10 + it."""
     policy = LinearPolicy(4, 1)
+    published = {} if url is None else dict(channel=url, experiment="preempted")
     with Plotter("InvertedPendulum-v5",
                  policy,
                  max_path_length=20,
                  video_dir=str(videos),
-                 channel=url,
-                 experiment="preempted",
                  priority="normal",
                  verbose=0,
+                 **published,
                  **resume) as plotter:
-        for iteration in iterations:
-            policy.fill(0.1 * iteration)
-            plotter.update_plot(policy,
-                                iteration=iteration,
-                                metrics={"AverageReturn": 10.0 * (len(resume) + 1) + iteration})
-            wait_for(lambda: any(
-                entry.get("iteration") == iteration for entry in plotter.stats["history"]),
-                     60,
-                     message=f"iteration {iteration}'s history recording")
+        show(plotter, policy, iterations, 10.0 * (len(resume) + 1))
+
+
+def show(plotter, policy, iterations, base):
+    """Each of ``iterations`` shown (AverageReturn ``base`` + it), until its recording exists."""
+    for iteration in iterations:
+        policy.fill(0.1 * iteration)
+        plotter.update_plot(policy,
+                            iteration=iteration,
+                            metrics={"AverageReturn": base + iteration})
+        wait_for(
+            lambda: any(entry.get("iteration") == iteration for entry in plotter.stats["history"]),
+            60,
+            message=f"iteration {iteration}'s history recording")
 
 
 #: the first run's AverageReturn and the iterations of its history's returns, and those of the
@@ -144,9 +151,9 @@ def first_then_resumed(url, videos, drawn):
     """The first run, then the run resumed from its snapshot of iteration 2, each waited for
     until ``drawn()`` shows what it should."""
     train(url, videos, range(6))
-    wait_for(lambda: drawn() == FIRST, 60, message=f"the first run's curve: {drawn()}")
+    settles(drawn, FIRST, 60)
     train(url, videos, range(3, 5), resume_after=2)
-    wait_for(lambda: drawn() == CHAINED, 30, message=f"one curve: {drawn()}")
+    settles(drawn, CHAINED, 30)
 
 
 def test_serves_page_shows_a_resumed_run_and_the_run_it_resumes_as_one_curve(
@@ -173,9 +180,7 @@ def test_serves_page_shows_a_resumed_run_and_the_run_it_resumes_as_one_curve(
     opened_after = Catalog(redis_server.url, Verifier(None, trust_unsigned=True))
     opened_after.acquire()
     try:
-        wait_for(lambda: curve(opened_after) == CHAINED,
-                 30,
-                 message=f"one curve (the page opened after): {curve(opened_after)}")
+        settles(lambda: curve(opened_after), CHAINED, 30)
     finally:
         opened_after.close()
 
@@ -219,9 +224,7 @@ def test_a_viewers_live_page_draws_a_resumed_run_and_the_run_it_resumes_as_one_c
         first_then_resumed(redis_server.url, tmp_path / "videos", drawn)
         # A run that resumes nothing starts the page's curve afresh (it was drawn over the last).
         train(redis_server.url, tmp_path / "videos", range(2))
-        wait_for(lambda: drawn() == ([[0, 10.0], [1, 11.0]], [0, 1]),
-                 30,
-                 message=f"the new run's curve alone: {drawn()}")
+        settles(drawn, ([[0, 10.0], [1, 11.0]], [0, 1]), 30)
     finally:
         viewer.send_signal(signal.SIGINT)
         try:
@@ -245,3 +248,31 @@ def test_a_page_that_drew_a_curve_is_told_to_draw_it_again_once_it_starts_again(
     points, reset = curve.since(seen)  # a page open across the restart
     assert reset and [point["values"]["AverageReturn"] for point in points] == [2.0]
     assert curve.since(curve.total) == ([], False)  # one that drew it since
+
+
+def test_a_resumed_plotters_live_page_goes_on_from_the_runs_curve(tmp_path):
+    """A Plotter resuming a run after iteration 2 (``resume_after``, as ``run_experiment_lite``'s
+    resume makes it) in that run's folder: its live page's curve starts with the run's kept
+    returns (``history/returns.csv``) and the metrics ``add_metrics`` gives it (the RL host gives
+    its ``progress.csv`` rows); before, with the resumed run's own points alone."""
+    videos = tmp_path / "videos"
+    train(None, videos, range(6))
+    policy = LinearPolicy(4, 1)
+    with Plotter("InvertedPendulum-v5",
+                 policy,
+                 max_path_length=20,
+                 video_dir=str(videos),
+                 http=0,
+                 priority="normal",
+                 verbose=0,
+                 resume_after=2) as plotter:
+        for iteration in range(3):
+            plotter.add_metrics({"AverageReturn": 10.0 + iteration}, iteration=iteration)
+        url = plotter.wait_for_http_url(60)
+        settles(lambda: page_curve(url), (CHAINED[0][:3], [0, 1, 2]), 60)
+        show(plotter, policy, range(3, 5), 20.0)
+        settles(lambda: page_curve(url), CHAINED, 30)
+        with pytest.raises(InvalidArgumentError, match=r"metrics\['loss'\] must be a number"):
+            plotter.add_metrics({"loss": "low"}, iteration=5)
+    with pytest.raises(PlotterClosedError, match="add_metrics\\(\\) called after close\\(\\)"):
+        plotter.add_metrics({"loss": 1.0})

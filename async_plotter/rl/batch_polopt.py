@@ -248,6 +248,10 @@ class BatchPolopt:
                 # The recorder writes the scalars; the plotter adds the rollouts to the same run.
                 tensorboard_dir = recorder.log_dir if recorder.tensorboard else None
                 self.plotter = self._start_plotter(plot_kwargs, recorder.video_dir, tensorboard_dir)
+                for row in recorder.rows:  # a resumed run's: the live page's curve goes on
+                    if "AverageReturn" in row and "Iteration" in row:
+                        self.plotter.add_metrics({"AverageReturn": row["AverageReturn"]},
+                                                 iteration=int(row["Iteration"]))
                 self._plotting = True
                 self._shown = ShownReturns() if self.plotter.history_dir else None
                 cleanup.callback(self._close_plotter, recorder)

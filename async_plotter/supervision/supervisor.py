@@ -28,7 +28,7 @@ from async_plotter.supervision import priorities
 from async_plotter.worker import render_process, rollout_process
 from async_plotter.supervision.budget import CpuGovernor, Phase
 from async_plotter.render.history import HistoryPoint
-from async_plotter.render.history_returns import ReturnsFile
+from async_plotter.render.history_returns import ReturnsFile, read_returns
 from async_plotter.render.stream import StreamKind
 from async_plotter.display import osmesa_fallback_allowed, x_display_available
 from async_plotter.worker.config import WorkerConfig
@@ -147,6 +147,13 @@ class WorkerSupervisor:
         # any left are those of the run this one resumes.
         self._returns = ReturnsFile(config.history_dir,
                                     keep_rows=True) if config.history_dir else None
+        if config.history_dir:
+            # Those rows' returns: the live page's curve goes on from them too.
+            for entry in read_returns(config.history_dir):
+                if entry["return"] is not None:
+                    self._metrics.post_history(
+                        HistoryPoint(entry["update"], entry["iteration"], entry["return"],
+                                     entry["length"] or 0))
         #: the live page's socket, bound once for the supervisor's life: every render process
         #: it starts serves on it, so a restarted one keeps the page's address
         self._http_listener = _bind_live_page(config)

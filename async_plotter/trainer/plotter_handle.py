@@ -140,6 +140,8 @@ class Plotter:
             (the history goes on), those of later ones move to ``earlier_runs/`` (the resumed
             run does them again). Its initial policy is shown as that iteration, and an
             ``update_plot`` numbered before it is refused (it would overwrite the run's own).
+            The live page's curve goes on from the kept returns; ``add_metrics`` adds the
+            run's earlier metrics (``run_experiment_lite``'s resume gives them).
             None (default): a run of its own, and an earlier run's outputs in the folder move
             to ``earlier_runs/`` whole.
         channel: ``None`` renders here; ``"redis://host:6379/0"`` (or ``rediss://``) publishes
@@ -335,6 +337,30 @@ class Plotter:
         if metrics and not route.post_metrics(iteration, metrics):
             logger.warning(
                 "update_plot(): metrics dropped, too large to send (%d keys); send a few scalars",
+                len(metrics))
+
+    def add_metrics(self, metrics: Dict[str, float], iteration: Optional[int] = None) -> None:
+        """A point of the learning curve with no policy to show: the live page's curve, the 3D
+        view's, TensorBoard's scalars (with ``tensorboard_scalars``) and Redis viewers'. For
+        iterations the plotter shows no policy of: a resumed run's earlier ones
+        (``run_experiment_lite(..., resume_from=...)`` gives it those of its ``progress.csv``),
+        or metrics measured between two updates. ``iteration`` is where the point goes on the
+        curve, as given. Never waits for the worker."""
+        if not self._in_owner("add_metrics()"):
+            return
+        if self._state is PlotterState.CLOSED:
+            raise PlotterClosedError(
+                "add_metrics() called after close(); create a new Plotter to plot again")
+        metrics = checked_metrics(metrics)
+        iteration = optional_non_negative_int("iteration", iteration)
+        if self._state is not PlotterState.RUNNING:
+            self.start()
+        route = self._route
+        if route is None or self._stats.disabled:
+            return
+        if not route.post_metrics(iteration, metrics):
+            logger.warning(
+                "add_metrics(): metrics dropped, too large to send (%d keys); send a few scalars",
                 len(metrics))
 
     @property

@@ -22,6 +22,7 @@ from async_plotter.render.history_returns import read_returns
 from async_plotter.rl.resume import apply_to, resume_point
 from async_plotter.trainer.run_folder import new_folder
 from tests.conftest import default_sigint
+from tests.redis_server import redis_server  # noqa: F401 - the fixture
 
 
 def small_trpo(**kwargs):
@@ -632,6 +633,39 @@ def test_each_sampler_goes_on_from_the_runs_statistics(tmp_path, caplog):
     assert all(now >= before for now, before in zip(went_on, counted + counted[:1])), went_on
     assert "the run had 2 samplers and this one 3: sampler i goes on from the run's sampler " \
         "i % 2" in caplog.text, caplog.text
+
+
+def test_a_resumed_runs_plotter_draws_the_runs_curve_from_its_first_iteration(
+        tmp_path, redis_server):  # noqa: F811
+    """A run resumed with plot=True gives its Plotter the AverageReturn of its progress.csv rows
+    up to the snapshot (``Plotter.add_metrics``): the live page's curve, and a viewer's over
+    Redis (here: serve's catalog, of a run whose first part published nothing), start at
+    iteration 0, not at the resumed run's first."""
+    from async_plotter.channel.redis.signing import Verifier
+    from async_plotter.serve.catalog import Catalog
+    from tests.conftest import settles
+
+    run = tmp_path / "run"
+    run_experiment_lite(small_trpo(n_itr=3), log_dir=str(run), snapshot_mode="all")
+    resumed = run_experiment_lite(small_trpo(n_itr=5),
+                                  resume_from=str(run / "itr_1.pkl"),
+                                  plot=True,
+                                  channel=redis_server.url,
+                                  experiment="resumed")
+    with open(resumed.progress_csv, newline="") as f:
+        rows = [[int(row["Iteration"]), float(row["AverageReturn"])] for row in csv.DictReader(f)]
+    assert [iteration for iteration, _ in rows] == [0, 1, 2, 3, 4]
+    catalog = Catalog(redis_server.url, Verifier(None, trust_unsigned=True))
+    catalog.acquire()
+    try:
+
+        def curve():
+            found = {row["name"]: row for row in catalog.rows()}.get("resumed", {})
+            return found.get("curve", {}).get("points")
+
+        settles(curve, rows, 30)
+    finally:
+        catalog.close()
 
 
 def test_a_resumed_run_on_other_wrappers_says_their_statistics_start_afresh(tmp_path, caplog):
