@@ -133,6 +133,37 @@ def test_a_second_run_into_one_tensorboard_dir_sets_the_first_runs_events_aside(
         in caplog.text, caplog.text
 
 
+def test_a_resumed_plotters_tensorboard_draws_each_step_once(tmp_path):
+    """A bare Plotter resumed after iteration 1 into its tensorboard_dir: the earlier run's
+    event files stay (its steps up to 1 are the run's), and TensorBoard drew both runs' steps 2
+    and 3. A session restart at step 2, written before the worker's first event, has it drop
+    the earlier ones."""
+    from tests.test_tensorboard import accumulate
+
+    board = tmp_path / "tb"
+
+    def run(iterations, base, **resume):
+        policy = LinearPolicy(8, 2)
+        with Plotter("Swimmer-v5",
+                     policy,
+                     max_path_length=STEPS,
+                     video_dir=str(tmp_path / "videos"),
+                     tensorboard_dir=str(board),
+                     priority="normal",
+                     verbose=0,
+                     **resume) as plotter:
+            for iteration in iterations:
+                policy.fill(0.1 * (iteration + 1))
+                plotter.update_plot(policy, iteration=iteration, metrics={"loss": base + iteration})
+
+    run(range(4), 0.0)
+    run(range(2, 4), 10.0, resume_after=1)
+    assert [(event.step, event.value) for event in accumulate(board).Scalars("loss")] == [(0, 0.0),
+                                                                                          (1, 1.0),
+                                                                                          (2, 12.0),
+                                                                                          (3, 13.0)]
+
+
 @pytest.mark.slow
 def test_a_second_plotter_on_a_live_runs_folder_is_refused_and_the_live_run_goes_on(tmp_path):
     """A notebook cell run again makes a second Plotter on the folder the first still writes

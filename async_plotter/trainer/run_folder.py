@@ -38,7 +38,7 @@ from async_plotter.console import tell
 from async_plotter.errors import FolderInUseError
 from async_plotter.render.history import HISTORY_FOLDER
 from async_plotter.render.history_returns import RETURNS_FILE
-from async_plotter.render.videos import (EVENTS_NAME, RECORDING_NAME, VIDEO_NAME,
+from async_plotter.render.videos import (EVENTS_NAME, EVENTS_SUFFIX, RECORDING_NAME, VIDEO_NAME,
                                          list_named_recordings)
 from async_plotter.sinks.states import LIVE_FOLDER
 
@@ -357,6 +357,24 @@ VIDEO_OUTPUTS = RunOutputs("video_dir", "plotter", _video_outputs, _describe_vid
 #: a Plotter's ``tensorboard_dir`` (a resumed run keeps them: TensorBoard shows its steps on)
 TENSORBOARD_OUTPUTS = RunOutputs("tensorboard_dir", "plotter", _event_files, _describe_events,
                                  lambda folder, after: [])
+
+
+def restart_tensorboard(folder: str, after: int) -> None:
+    """Tell TensorBoard that the run in ``folder`` (a resumed one's ``tensorboard_dir``) starts
+    again at iteration ``after + 1``: it drops the steps from there on that the earlier event
+    files hold, which the resumed run writes again, instead of drawing both. Written now, into a
+    Plotter's file of its own, before the render process writes any (after the worker's boot)."""
+    from async_plotter.tensorboard.writer import SummaryWriter
+
+    try:
+        writer = SummaryWriter(folder, filename_suffix=EVENTS_SUFFIX)
+        try:
+            writer.restart_at(after + 1)
+        finally:
+            writer.close()
+    except OSError as error:  # a full disk must not stop the run; TensorBoard draws both then
+        logger.warning("could not tell TensorBoard that the run starts again in %s: %s", folder,
+                       error)
 
 
 def hosts_a_plotters_events(folder: str) -> bool:
