@@ -4,6 +4,7 @@ make() or while it trains (a curriculum), is the one the worker's episodes are p
 Before, the worker built its env once, afresh: a setting changed after make() was refused at
 Plotter(), and one changed during training was never shown, with no word.
 """
+import logging
 import sys
 
 import gymnasium
@@ -120,9 +121,11 @@ def test_a_frame_skip_set_after_make_plays_the_videos_at_the_env_s_rate(tmp_path
 
 
 @pytest.mark.slow
-def test_a_curriculum_changed_while_training_is_followed(tmp_path, no_leftovers):
+def test_a_curriculum_changed_while_training_is_followed(tmp_path, no_leftovers, caplog):
     """The training loop changes the env's settings between iterations: each recorded episode
-    is the one the settings of its iteration give."""
+    is the one the settings of its iteration give. The videos' rate, planned as the worker
+    started, is not planned again: a frame_skip set later is named once, with what it does to
+    the videos (they played at the planned rate with no word)."""
     env = gymnasium.make("Swimmer-v5")
     policy = LinearPolicy(8, 2)
     policy.fill(0.3)
@@ -140,8 +143,12 @@ def test_a_curriculum_changed_while_training_is_followed(tmp_path, no_leftovers)
         env.unwrapped.model.body_mass[2] *= 3
 
     plans = {0: lambda env: None, 1: harder, 2: faster, 3: thicker}
-    with Plotter(env, policy, max_path_length=STEPS, video_dir=str(tmp_path),
-                 priority="normal") as plotter:
+    with caplog.at_level(logging.WARNING,
+                         logger="async_plotter"), Plotter(env,
+                                                          policy,
+                                                          max_path_length=STEPS,
+                                                          video_dir=str(tmp_path),
+                                                          priority="normal") as plotter:
         for iteration, change in plans.items():
             change(env)
             shown = shown_return_of(plotter, policy, iteration)
@@ -152,6 +159,13 @@ def test_a_curriculum_changed_while_training_is_followed(tmp_path, no_leftovers)
                                           abs=1e-6), iteration
     returns = [entry["return"] for entry in plotter.stats["history"] if entry["iteration"] in plans]
     assert len(set(np.round(returns, 6))) == len(plans), returns  # each setting told apart
+    said = [
+        record.getMessage() for record in caplog.records
+        if "steps per simulated" in record.getMessage()
+    ]
+    assert len(said) == 1 and said[0].startswith(
+        "Swimmer-v5 now runs at 50 steps per simulated second, not 25 as when its videos' rate "
+        "was planned") and "play 2x slower than real time" in said[0], said
 
 
 def test_the_settings_of_a_sync_vector_env_s_first_env_travel(tmp_path, no_leftovers):

@@ -25,6 +25,7 @@ from async_plotter.errors import InvalidArgumentError, PlotterClosedError
 from async_plotter.policy.adapters import PolicyAdapter, adapter_for
 from async_plotter.trainer.iteration_numbers import IterationNumbers
 from async_plotter.trainer.model_check import ModelWatch
+from async_plotter.trainer.rate_watch import RateWatch
 from async_plotter.trainer.preflight import check_before_start, worker_env_state
 from async_plotter.sinks.base import FrameSink
 from async_plotter.validation import (metrics as checked_metrics, non_negative_number,
@@ -226,6 +227,8 @@ class Plotter:
             #: the trainer's MuJoCo model, where it stays put, at each update
             self._model_watch = (ModelWatch.of(config.trainer_env, config.worker.env.label)
                                  if checked.model_kept else None)
+            #: the trainer's env's rate, against the one the videos are planned at
+            self._rate_watch = RateWatch.of(config.trainer_env, config.worker.env.label)
         except BaseException:
             # A Plotter that was never made claims nothing: the traceback a notebook keeps
             # would otherwise hold the folder against the cell's next run.
@@ -329,6 +332,8 @@ class Plotter:
                 self._drift.check(update[1] if isinstance(update, tuple) else flat[:0])
             if self._model_watch is not None:
                 self._model_watch.check()
+            if self._rate_watch is not None:
+                self._rate_watch.check()
         self._stats.updates_sent += 1
         if iteration is not None:
             iteration = self._iteration_numbers.number(iteration, flat)
