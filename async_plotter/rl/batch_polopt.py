@@ -247,7 +247,8 @@ class BatchPolopt:
             if plot:
                 # The recorder writes the scalars; the plotter adds the rollouts to the same run.
                 tensorboard_dir = recorder.log_dir if recorder.tensorboard else None
-                self.plotter = self._start_plotter(plot_kwargs, recorder.video_dir, tensorboard_dir)
+                self.plotter = self._start_plotter(plot_kwargs, recorder.video_dir, tensorboard_dir,
+                                                   ctx.resume if resuming else None)
                 for row in recorder.rows:  # a resumed run's: the live page's curve goes on
                     if "AverageReturn" in row and "Iteration" in row:
                         self.plotter.add_metrics({"AverageReturn": row["AverageReturn"]},
@@ -345,7 +346,8 @@ class BatchPolopt:
     def _start_plotter(self,
                        plot_kwargs: Dict[str, Any],
                        video_dir: Optional[str],
-                       tensorboard_dir: Optional[str] = None) -> Any:
+                       tensorboard_dir: Optional[str] = None,
+                       resumed: Optional[resume.ResumePoint] = None) -> Any:
         # Imported here: the core is needed only when plotting, and it must never be a dependency
         # of training without it.
         from async_plotter import Plotter
@@ -367,6 +369,9 @@ class BatchPolopt:
             # the user's) leaves the plot worker its own env, whose statistics learn as it plays.
             self._mirror = EnvMirror.of(self.env_maker, self._env_name())
             env = self._mirror.env if self._mirror is not None else env
+        if resumed is not None and isinstance(env, gym.Env):
+            # Its first update is the snapshot's policy: shown with what the env had learned.
+            resume.give_env_state(env, resumed)
         plotter = None
         try:
             plotter = Plotter(env, self.policy, **kwargs)

@@ -18,6 +18,7 @@ from typing import Any, Dict, List, Optional
 
 import numpy as np
 
+from async_plotter.env.state import TrainerEnvState
 from async_plotter.validation import user_path
 from async_plotter.rl.snapshot import LAST_SNAPSHOT, load_snapshot, snapshot_iteration
 
@@ -104,6 +105,22 @@ def restore_env_states(sampler: Any, point: ResumePoint) -> None:
             len(states), "s" if len(states) != 1 else "", samplers, len(states))
     else:
         logger.info("the env's wrappers go on from what they had learned (%s)", layout.describe())
+
+
+def give_env_state(env: Any, point: ResumePoint) -> None:
+    """Write into the wrappers of ``env`` (the plotter's copy of the env) what the run's first
+    sampler had learned, where they are the run's wrappers: the snapshot's policy, which the
+    resumed plotter shows first (as its iteration), is then shown on the observations it trained
+    on, not on statistics started afresh."""
+    states, layout = _env_states(point.snapshot), point.snapshot.get("env_state_layout")
+    if not states or layout is None:
+        return
+    try:
+        reader = TrainerEnvState(env, type(env).__name__)
+        if reader.layout == layout:
+            reader.write(states[0])
+    except Exception as error:  # noqa: BLE001 - the user's hook: the samplers' restore says it
+        logger.debug("the plotter's env does not take the run's learned state: %s", error)
 
 
 def _env_states(snapshot: Dict[str, Any]) -> List[np.ndarray]:

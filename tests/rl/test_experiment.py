@@ -21,7 +21,7 @@ from async_plotter.rl import (TRPO, VPG, CategoricalMLPPolicy, GaussianMLPPolicy
 from async_plotter.render.history_returns import read_returns
 from async_plotter.rl.resume import apply_to, resume_point
 from async_plotter.trainer.run_folder import new_folder
-from tests.conftest import default_sigint
+from tests.conftest import default_sigint, wait_for
 from tests.redis_server import redis_server  # noqa: F401 - the fixture
 
 
@@ -666,6 +666,71 @@ def test_a_resumed_runs_plotter_draws_the_runs_curve_from_its_first_iteration(
         settles(curve, rows, 30)
     finally:
         catalog.close()
+
+
+class WaitsForTheSnapshotsRecording(gym.Wrapper):
+    """The training env's first reset waits until the plot worker has recorded the snapshot's
+    policy (else the next iteration's policy may replace it before the worker is up). Left out of
+    the plotter's copy."""
+
+    async_plotter_leave_out = True
+    recorded = None  # a threading.Event, set by the Plotter's on_event
+
+    def reset(self, **kwargs):
+        assert type(self).recorded.wait(120), "the snapshot's policy was never recorded"
+        return self.env.reset(**kwargs)
+
+
+def normalized_cartpole_that_waits():
+    return WaitsForTheSnapshotsRecording(normalized_cartpole())
+
+
+def test_a_resumed_plotter_shows_the_snapshots_policy_with_what_the_env_had_learned(tmp_path):
+    """The resumed plotter's first policy is the snapshot's, shown as its iteration: its history
+    recording is the one a Plotter given the snapshot's policy and the env's learned statistics
+    makes. Before, the plotter's copy of the env got them after its first batch only, so the
+    snapshot's policy was shown (and its recorded return replaced) on statistics started
+    afresh."""
+    import threading
+
+    from async_plotter import Plotter
+    from async_plotter.env.state import TrainerEnvState
+
+    def algo(env, n_itr):
+        policy = CategoricalMLPPolicy("CartPole-v1", hidden_sizes=(8, ), seed=0)
+        return TRPO(env, policy, batch_size=300, max_path_length=50, n_itr=n_itr)
+
+    cut = run_experiment_lite(algo(normalized_cartpole, 2), log_dir=str(tmp_path / "run"))
+    snapshot = cut.algo.get_itr_snapshot(1, None)
+    env = normalized_cartpole()
+    TrainerEnvState(env, "the expected").write(snapshot["env_states"][0])
+    policy = cut.algo.policy
+    with Plotter(env,
+                 policy,
+                 max_path_length=50,
+                 video_dir=str(tmp_path / "expected"),
+                 priority="normal",
+                 verbose=0) as plotter:
+        plotter.update_plot(policy, iteration=1)
+        expected = wait_for(
+            lambda: [e["return"] for e in plotter.stats["history"] if e["iteration"] == 1],
+            60,
+            message="the expected return")
+
+    shown = {}
+    WaitsForTheSnapshotsRecording.recorded = threading.Event()
+
+    def on_event(kind, payload):
+        if kind == "history" and payload.get("iteration") == 1:
+            shown.setdefault("return", payload["episode_return"])
+            WaitsForTheSnapshotsRecording.recorded.set()
+
+    run_experiment_lite(algo(normalized_cartpole_that_waits, 3),
+                        resume_from=str(tmp_path / "run"),
+                        plot=True,
+                        priority="normal",
+                        on_event=on_event)
+    assert shown["return"] == pytest.approx(expected[0], rel=1e-6, abs=1e-6)
 
 
 def test_a_resumed_run_on_other_wrappers_says_their_statistics_start_afresh(tmp_path, caplog):
