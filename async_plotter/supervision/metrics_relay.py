@@ -30,10 +30,10 @@ class MetricsRelay:
         self._pending.append((StreamKind.HISTORY, point))
 
     def restart_curve(self) -> None:
-        """The curve starts again (a viewer following another trainer run): what was sent and
-        what is pending go, and the render process is told to drop its curve; never blocks."""
-        self._pending.clear()
-        self._history.clear()
+        """The curve starts again (a viewer following another trainer run): the render process
+        is told to drop what it has, and a restarted one is sent nothing from before; never
+        blocks. Only queued: ``forward``'s thread alone takes from the queue and the history
+        (clearing them here raced it, and lost the restart)."""
         self._pending.append((StreamKind.CURVE_RESTART, None))
 
     def forward(self, lifeline: Any) -> None:
@@ -46,7 +46,9 @@ class MetricsRelay:
             except (OSError, ValueError):
                 return  # full: next turn; the render process gone: all is resent to the next
             self._pending.popleft()
-            if message[0] is not StreamKind.CURVE_RESTART:  # a new render process has none
+            if message[0] is StreamKind.CURVE_RESTART:
+                self._history.clear()  # a new render process starts from here
+            else:
                 self._history.append(message)
 
     def resend_all(self) -> None:
