@@ -276,3 +276,43 @@ def test_a_resumed_plotters_live_page_goes_on_from_the_runs_curve(tmp_path):
             plotter.add_metrics({"loss": "low"}, iteration=5)
     with pytest.raises(PlotterClosedError, match="add_metrics\\(\\) called after close\\(\\)"):
         plotter.add_metrics({"loss": 1.0})
+
+
+def test_a_curve_restart_posted_while_a_point_is_sent_reaches_the_render_process():
+    """The viewer's thread restarts the curve while the supervisor's thread forwards (here:
+    inside the very send of a point, the interleaving that lost it when the restart cleared the
+    queue from the viewer's thread); a render process started afterwards gets nothing from
+    before the restart."""
+    import multiprocessing
+
+    from async_plotter.render.stream import StreamKind
+    from async_plotter.supervision.metrics_relay import MetricsRelay
+
+    relay = MetricsRelay()
+    ours, theirs = multiprocessing.Pipe()
+
+    class RestartedMidSend:
+
+        def __init__(self):
+            self.restarted = False
+
+        def send(self, message):
+            ours.send(message)
+            if not self.restarted:
+                self.restarted = True
+                relay.restart_curve()
+                relay.post(1, {"AverageReturn": 2.0})
+
+    relay.post(0, {"AverageReturn": 1.0})
+    relay.forward(RestartedMidSend())
+    received = []
+    while theirs.poll(0.5):
+        received.append(theirs.recv())
+    assert [kind for kind, _ in received
+            ] == [StreamKind.METRICS, StreamKind.CURVE_RESTART, StreamKind.METRICS], received
+    relay.resend_all()  # a new render process
+    relay.forward(ours)
+    resent = []
+    while theirs.poll(0.5):
+        resent.append(theirs.recv())
+    assert resent == [(StreamKind.METRICS, (1, {"AverageReturn": 2.0}))]
