@@ -227,8 +227,10 @@ class Plotter:
             #: the trainer's MuJoCo model, where it stays put, at each update
             self._model_watch = (ModelWatch.of(config.trainer_env, config.worker.env.label)
                                  if checked.model_kept else None)
-            #: the trainer's env's rate, against the one the videos are planned at
-            self._rate_watch = RateWatch.of(config.trainer_env, config.worker.env.label)
+            #: the trainer's env's rate, against the one the videos are planned at (where its
+            #: settings travel to the worker's env)
+            self._rate_watch = (RateWatch.of(config.trainer_env, config.worker.env.label)
+                                if config.env_state is not None else None)
         except BaseException:
             # A Plotter that was never made claims nothing: the traceback a notebook keeps
             # would otherwise hold the folder against the cell's next run.
