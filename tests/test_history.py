@@ -355,13 +355,17 @@ def test_the_folder_is_bounded_and_keeps_the_first_and_the_newest(tmp_path, kept
 
 def test_a_count_that_starts_again_is_numbered_on_and_overwrites_nothing(tmp_path, caplog):
     """A second phase of training counting from 0 again: before, its recordings and videos
-    replaced the first phase's of the same numbers, without a word."""
+    replaced the first phase's of the same numbers, without a word. A point with no policy
+    (``add_metrics``) of the second phase goes where its policy would."""
+    from tests.test_tensorboard import accumulate
+
     policy = LinearPolicy(8, 2)
     with caplog.at_level(logging.WARNING, logger="async_plotter"):
         with Plotter("Swimmer-v5",
                      policy,
                      max_path_length=20,
                      video_dir=str(tmp_path),
+                     tensorboard_dir=str(tmp_path),
                      priority="normal") as plotter:
             wait_for_history(plotter, 0)
             for update, iteration in enumerate([0, 1, 2, 0, 1, 2], 1):  # two phases
@@ -372,8 +376,10 @@ def test_a_count_that_starts_again_is_numbered_on_and_overwrites_nothing(tmp_pat
             policy.fill(0.1 * 5)  # phase 1's iteration 1 sent again, as it was: the same number
             plotter.update_plot(policy, iteration=1)
             wait_for_history(plotter, 7)
+            plotter.add_metrics({"loss": 9.0}, iteration=2)  # phase 1's count: shown as 5
     numbers = [entry["iteration"] for entry in plotter.stats["history"]]
     assert numbers == [None, 0, 1, 2, 3, 4, 5, 4], numbers
+    assert [(e.step, e.value) for e in accumulate(tmp_path).Scalars("loss")] == [(5, 9.0)]
     names = recording_names(tmp_path / "history")
     assert names == ["iter_%04d.npz" % n for n in range(6)] + ["update_0000.npz"], names
     assert (tmp_path / "history" / "iter_0000.npz").read_bytes() == first_phase

@@ -48,6 +48,11 @@ class IterationNumbers:
         """How many iterations were shown (each phase's counted)."""
         return len(self._fingerprints)
 
+    def shown(self, iteration: int) -> int:
+        """Where ``iteration`` of the script's count goes (a point with no policy,
+        ``add_metrics``): numbered on as its policies are, once the count started again."""
+        return iteration + self._offset
+
     def number(self, iteration: int, flat: np.ndarray) -> int:
         """The number the outputs of ``iteration``'s policy (parameters ``flat``) carry."""
         number = iteration + self._offset

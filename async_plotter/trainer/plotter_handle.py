@@ -353,7 +353,8 @@ class Plotter:
         iterations the plotter shows no policy of: a resumed run's earlier ones
         (``run_experiment_lite(..., resume_from=...)`` gives it those of its ``progress.csv``),
         or metrics measured between two updates. ``iteration`` is where the point goes on the
-        curve, as given. Never waits for the worker."""
+        curve, numbered on as ``update_plot``'s are once the count started again. Never waits
+        for the worker."""
         if not self._in_owner("add_metrics()"):
             return
         if self._state is PlotterState.CLOSED:
@@ -361,6 +362,8 @@ class Plotter:
                 "add_metrics() called after close(); create a new Plotter to plot again")
         metrics = checked_metrics(metrics)
         iteration = optional_non_negative_int("iteration", iteration)
+        if iteration is not None:
+            iteration = self._iteration_numbers.shown(iteration)
         if self._state is not PlotterState.RUNNING:
             self.start()
         route = self._route
