@@ -23,7 +23,7 @@ from async_plotter.channel.redis.wire import MetricsEntry, Structure, resumed_af
 from async_plotter.display import offscreen_gl_backend
 from async_plotter.learning_curve import MAX_POINTS
 from async_plotter.render.history import HistoryPoint
-from async_plotter.serve.run_chain import on_chain
+from async_plotter.serve.run_chain import METRICS, RETURNS, on_chain
 from async_plotter.until_stopped import until_interrupted
 from async_plotter.worker.config import WorkerConfig
 from async_plotter.sinks.specs import SinkSpec
@@ -112,7 +112,7 @@ class ExperimentViewer:
         self._supervisor: Optional[Any] = None
         self._worker_stats: Optional[WorkerStats] = None
         self._current: Optional[Structure] = None
-        #: the streams ("metrics", "returns") the current run has points in
+        #: the streams (``METRICS``, ``RETURNS``) the current run has points in
         self._current_started: Set[str] = set()
         self._failed_structure: Optional[bytes] = None
         #: the worker draws the trainer's live states (``--states``, or the trainer sends them)
@@ -215,7 +215,7 @@ class ExperimentViewer:
     def _on_metrics(self, entry: MetricsEntry) -> None:
         with self._lock:
             self._metrics.append(entry)
-            first = self._first_of_current(entry.run_id, "metrics")
+            first = self._first_of_current(entry.run_id, METRICS)
             if first:
                 self._replay_metrics(self._current)  # the runs it resumes, up to its own
             elif self._supervisor is not None and self._is_current(entry.run_id):
@@ -227,7 +227,7 @@ class ExperimentViewer:
             return
         with self._lock:
             self._shown.append((run_id, point))
-            first = self._first_of_current(run_id, "returns")
+            first = self._first_of_current(run_id, RETURNS)
             if first:
                 self._replay_metrics(self._current)
             elif self._supervisor is not None and self._is_current(run_id):
@@ -364,8 +364,8 @@ class ExperimentViewer:
         self._supervisor.restart_curve()  # a worker that drew another run's curve drops it
         self._current_started = {
             stream
-            for stream, runs in (("metrics", (entry.run_id for entry in self._metrics)),
-                                 ("returns", (run for run, _ in self._shown)))
+            for stream, runs in ((METRICS, (entry.run_id for entry in self._metrics)),
+                                 (RETURNS, (run for run, _ in self._shown)))
             if structure.run_id in set(runs)
         }
         metrics = list(self._metrics)
