@@ -11,6 +11,7 @@ import itertools
 import numbers
 import os
 import socket
+import struct
 import threading
 import time
 from typing import List, Mapping, Optional, Sequence
@@ -152,6 +153,42 @@ class SummaryWriter:
         self._records.write(data)
         self._records.flush()
         return len(data) + _FRAMING
+
+
+def read_events(path: str) -> List[Event]:
+    """The events of the file at ``path``, in order; a record cut short at its end (a writer
+    killed mid-write) ends the list."""
+    events = []
+    with open(path, "rb") as file:
+        data = file.read()
+    offset = 0
+    while offset + 12 <= len(data):
+        (length, ) = struct.unpack_from("<Q", data, offset)
+        end = offset + 12 + length + 4
+        if end > len(data):
+            break
+        events.append(Event.FromString(data[offset + 12:offset + 12 + length]))
+        offset = end
+    return events
+
+
+def keep_steps_through(path: str, step: int) -> bool:
+    """Rewrite the event file at ``path`` with its events of steps up to ``step`` (its first,
+    which names the file's version, among them), whole or not at all; whether any went."""
+    events = read_events(path)
+    kept = [event for event in events if event.step <= step]
+    if len(kept) == len(events):
+        return False
+    partial = f"{path}.{os.getpid()}.partial"
+    records = _Records(partial)
+    try:
+        for event in kept:
+            records.write(event.SerializeToString())
+        records.flush()
+    finally:
+        records.close()
+    os.replace(partial, path)
+    return True
 
 
 def _is_number(value: object) -> bool:

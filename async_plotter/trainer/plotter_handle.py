@@ -34,7 +34,7 @@ from async_plotter.trainer.config import (DEFAULT_VIDEO_LENGTH, PlotterConfig, c
                                           create_output_dirs, plotter_config, with_extra_settings)
 from async_plotter.trainer.routes import PlotRoute, open_route
 from async_plotter.trainer.run_folder import (TENSORBOARD_OUTPUTS, RunFolder,
-                                              hosts_a_plotters_events, restart_tensorboard)
+                                              hosts_a_plotters_events)
 from async_plotter.sinks.specs import HttpSpec
 from async_plotter.supervision.stats import WorkerStats
 from async_plotter.trainer.summary import summarize_videos
@@ -512,9 +512,7 @@ def _claim_folders(config: PlotterConfig) -> List[RunFolder]:
     """Hold ``video_dir`` and ``tensorboard_dir`` for the run: a folder holds one run, so an
     earlier one's outputs there go aside. A ``tensorboard_dir`` that is the video folder is held
     with it, and one a run of this process holds as its Plotter's (``run_experiment_lite``'s
-    log_dir) is that run's; held by another live Plotter, it is refused. A resumed run's
-    ``tensorboard_dir`` is told that the run starts again after its snapshot (the host's
-    log_dir is, by its host)."""
+    log_dir) is that run's; held by another live Plotter, it is refused."""
     holder = f"a Plotter for {config.worker.env.label}"
     held = []
     try:
@@ -525,13 +523,10 @@ def _claim_folders(config: PlotterConfig) -> List[RunFolder]:
                           holder,
                           resume_after=config.resume_after))
         board = config.tensorboard_dir
-        if board and not hosts_a_plotters_events(board):
-            if not (config.video_dir and os.path.samefile(board, config.video_dir)):
-                held.append(
-                    RunFolder(board, config.verbose, holder, TENSORBOARD_OUTPUTS,
-                              config.resume_after))
-            if config.resume_after is not None:
-                restart_tensorboard(board, config.resume_after)
+        if board and not (config.video_dir and os.path.samefile(board, config.video_dir)) \
+                and not hosts_a_plotters_events(board):
+            held.append(
+                RunFolder(board, config.verbose, holder, TENSORBOARD_OUTPUTS, config.resume_after))
     except BaseException:
         for folder in held:
             folder.release()

@@ -38,7 +38,7 @@ from async_plotter.console import tell
 from async_plotter.errors import FolderInUseError
 from async_plotter.render.history import HISTORY_FOLDER
 from async_plotter.render.history_returns import RETURNS_FILE
-from async_plotter.render.videos import (EVENTS_NAME, EVENTS_SUFFIX, RECORDING_NAME, VIDEO_NAME,
+from async_plotter.render.videos import (EVENTS_NAME, RECORDING_NAME, VIDEO_NAME,
                                          list_named_recordings)
 from async_plotter.sinks.states import LIVE_FOLDER
 
@@ -74,6 +74,9 @@ class RunOutputs:
     #: tables (a path relative to the folder, its iteration column) whose rows of the later
     #: iterations go aside with those outputs
     tables: Tuple[Tuple[str, str], ...] = ()
+    #: whether the folder's Plotter event files (TensorBoard) keep only their steps up to the
+    #: iteration resumed after, the whole files going aside (as the tables' rows do)
+    events: bool = False
     #: whether the run's own Plotter writes its TensorBoard files into the folder, as part of
     #: the run (``run_experiment_lite``'s log_dir): that Plotter does not claim it again
     hosts_its_plotters_events: bool = False
@@ -203,12 +206,17 @@ def set_aside_later_iterations(folder: str,
     paths = outputs.later(folder, after)
     tables = [(path, column) for path, column in outputs.tables
               if _rows_after(os.path.join(folder, path), column, after)]
-    if not paths and not tables:
+    events = [
+        name for name in _event_files(folder) if _steps_after(os.path.join(folder, name), after)
+    ] if outputs.events else []
+    if not paths and not tables and not events:
         return None
-    target = _move_aside(folder, paths, tables, after, time.time(), verbose, outputs.speaker)
+    target = _move_aside(folder, paths, tables, after, time.time(), verbose, outputs.speaker,
+                         events)
     if target is not None:
         moved = [f"{len(paths)} files"] if paths else []
         moved += [f"the later rows of {path}" for path, _ in tables]
+        moved += [f"the later steps of {len(events)} TensorBoard event file(s)"] if events else []
         tell(
             logger, verbose,
             "%s: %s held iterations after %d, which this resumed run does again (%s): moved "
@@ -216,11 +224,18 @@ def set_aside_later_iterations(folder: str,
     return target
 
 
-def _move_aside(folder: str, paths: List[str], tables: Sequence[Tuple[str, str]],
-                after: Optional[int], ended: float, verbose: int, speaker: str) -> Optional[str]:
+def _move_aside(folder: str,
+                paths: List[str],
+                tables: Sequence[Tuple[str, str]],
+                after: Optional[int],
+                ended: float,
+                verbose: int,
+                speaker: str,
+                events: Sequence[str] = ()) -> Optional[str]:
     """Move ``paths`` (relative to ``folder``) into a new ``earlier_runs/<ended>/``, and copy
-    the ``tables`` there, keeping here only their rows of iterations up to ``after``; that
-    folder, or None if it cannot be made. What cannot be moved stays, with a warning."""
+    the ``tables`` and the event files ``events`` there, keeping here only their rows and steps
+    of iterations up to ``after``; that folder, or None if it cannot be made. What cannot be
+    moved stays, with a warning."""
     target = _new_folder(os.path.join(folder, EARLIER_RUNS), ended)
     if target is None:
         return None
@@ -239,6 +254,15 @@ def _move_aside(folder: str, paths: List[str], tables: Sequence[Tuple[str, str]]
             _keep_rows_through(os.path.join(folder, path), column, after)
         except (OSError, csv.Error) as error:
             stayed.append(f"the later rows of {path} ({getattr(error, 'strerror', None) or error})")
+    if events:
+        from async_plotter.tensorboard.writer import keep_steps_through
+    for name in events:
+        try:
+            shutil.copy2(os.path.join(folder, name), os.path.join(target, name))
+            keep_steps_through(os.path.join(folder, name), after)
+        except (OSError, ValueError) as error:  # ValueError: a record that is not an event
+            stayed.append(
+                f"the later steps of {name} ({getattr(error, 'strerror', None) or error})")
     if stayed:
         logger.warning(
             "%s: could not move %s out of %s with the rest of the earlier run's files; they stay "
@@ -251,6 +275,17 @@ def _iteration_of(name: str) -> Optional[int]:
     7); None for one named by its update."""
     match = VIDEO_NAME.fullmatch(name) or RECORDING_NAME.fullmatch(name)
     return int(match[2]) if match and match[1] == "iter" else None
+
+
+def _steps_after(path: str, after: int) -> bool:
+    """Whether the event file at ``path`` holds a step after ``after``."""
+    # Here, not at the top: only a resumed run with event files needs protocol buffers.
+    from async_plotter.tensorboard.writer import read_events
+
+    try:
+        return any(event.step > after for event in read_events(path))
+    except (OSError, ValueError):
+        return False  # unreadable: it stays as it is
 
 
 def _rows_after(path: str, column: str, after: int) -> bool:
@@ -352,29 +387,21 @@ def _later_videos(video_dir: str, after: int) -> List[str]:
 
 
 #: a Plotter's ``video_dir``
-VIDEO_OUTPUTS = RunOutputs("video_dir", "plotter", _video_outputs, _describe_videos, _later_videos,
-                           ((os.path.join(HISTORY_FOLDER, RETURNS_FILE), "iteration"), ))
-#: a Plotter's ``tensorboard_dir`` (a resumed run keeps them: TensorBoard shows its steps on)
-TENSORBOARD_OUTPUTS = RunOutputs("tensorboard_dir", "plotter", _event_files, _describe_events,
-                                 lambda folder, after: [])
-
-
-def restart_tensorboard(folder: str, after: int) -> None:
-    """Tell TensorBoard that the run in ``folder`` (a resumed one's ``tensorboard_dir``) starts
-    again at iteration ``after + 1``: it drops the steps from there on that the earlier event
-    files hold, which the resumed run writes again, instead of drawing both. Written now, into a
-    Plotter's file of its own, before the render process writes any (after the worker's boot)."""
-    from async_plotter.tensorboard.writer import SummaryWriter
-
-    try:
-        writer = SummaryWriter(folder, filename_suffix=EVENTS_SUFFIX)
-        try:
-            writer.restart_at(after + 1)
-        finally:
-            writer.close()
-    except OSError as error:  # a full disk must not stop the run; TensorBoard draws both then
-        logger.warning("could not tell TensorBoard that the run starts again in %s: %s", folder,
-                       error)
+VIDEO_OUTPUTS = RunOutputs("video_dir",
+                           "plotter",
+                           _video_outputs,
+                           _describe_videos,
+                           _later_videos,
+                           ((os.path.join(HISTORY_FOLDER, RETURNS_FILE), "iteration"), ),
+                           events=True)
+#: a Plotter's ``tensorboard_dir`` (a resumed run keeps the steps up to its snapshot: TensorBoard
+#: draws each step once, whatever order the files' names sort in)
+TENSORBOARD_OUTPUTS = RunOutputs("tensorboard_dir",
+                                 "plotter",
+                                 _event_files,
+                                 _describe_events,
+                                 lambda folder, after: [],
+                                 events=True)
 
 
 def hosts_a_plotters_events(folder: str) -> bool:
