@@ -260,7 +260,7 @@ def _move_aside(folder: str,
         try:
             shutil.copy2(os.path.join(folder, name), os.path.join(target, name))
             keep_steps_through(os.path.join(folder, name), after)
-        except (OSError, ValueError) as error:  # ValueError: a record that is not an event
+        except Exception as error:  # noqa: BLE001 - an OSError, a record that is not an event
             stayed.append(
                 f"the later steps of {name} ({getattr(error, 'strerror', None) or error})")
     if stayed:
@@ -284,8 +284,8 @@ def _steps_after(path: str, after: int) -> bool:
 
     try:
         return any(event.step > after for event in read_events(path))
-    except (OSError, ValueError):
-        return False  # unreadable: it stays as it is
+    except Exception:  # noqa: BLE001 - unreadable (protobuf's DecodeError, an OSError): it stays
+        return False
 
 
 def _rows_after(path: str, column: str, after: int) -> bool:
