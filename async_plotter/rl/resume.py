@@ -14,7 +14,7 @@ depends on timing, in the first run too).
 import dataclasses
 import logging
 import os
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Tuple
 
 import numpy as np
 
@@ -86,9 +86,10 @@ def restore_env_states(sampler: Any, point: ResumePoint) -> None:
     """Give the started ``sampler``'s envs what the run's wrappers had learned (running
     observation statistics), each sampler its own, where they are the run's wrappers; a warning
     where they differ."""
-    states, layout = _env_states(point.snapshot), point.snapshot.get("env_state_layout")
-    if not states or layout is None:
+    learned = _learned(point)
+    if learned is None:
         return
+    states, layout = learned
     ours = sampler.env_state_layout()
     if ours != layout:
         logger.warning(
@@ -112,9 +113,10 @@ def give_env_state(env: Any, point: ResumePoint) -> None:
     sampler had learned, where they are the run's wrappers: the snapshot's policy, which the
     resumed plotter shows first (as its iteration), is then shown on the observations it trained
     on, not on statistics started afresh."""
-    states, layout = _env_states(point.snapshot), point.snapshot.get("env_state_layout")
-    if not states or layout is None:
+    learned = _learned(point)
+    if learned is None:
         return
+    states, layout = learned
     try:
         reader = TrainerEnvState(env, type(env).__name__)
         if reader.layout == layout:
@@ -123,13 +125,18 @@ def give_env_state(env: Any, point: ResumePoint) -> None:
         logger.debug("the plotter's env does not take the run's learned state: %s", error)
 
 
-def _env_states(snapshot: Dict[str, Any]) -> List[np.ndarray]:
-    """Each sampler's learned state in ``snapshot`` (one of an earlier version holds the first
-    sampler's alone, as ``env_state``)."""
+def _learned(point: ResumePoint) -> Optional[Tuple[List[np.ndarray], Any]]:
+    """Each sampler's learned state in the snapshot, with the layout it was read by; None where
+    it holds none (a snapshot of an earlier version holds the first sampler's alone, as
+    ``env_state``)."""
+    snapshot, layout = point.snapshot, point.snapshot.get("env_state_layout")
     if snapshot.get("env_states"):
-        return [np.asarray(state) for state in snapshot["env_states"]]
-    state = snapshot.get("env_state")
-    return [] if state is None else [np.asarray(state)]
+        states = [np.asarray(state) for state in snapshot["env_states"]]
+    elif snapshot.get("env_state") is not None:
+        states = [np.asarray(snapshot["env_state"])]
+    else:
+        return None
+    return None if layout is None else (states, layout)
 
 
 def sampling_seed(point: ResumePoint, seed: Optional[int]) -> Optional[int]:

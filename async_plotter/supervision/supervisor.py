@@ -150,10 +150,7 @@ class WorkerSupervisor:
         if config.history_dir:
             # Those rows' returns: the live page's curve goes on from them too.
             for entry in read_returns(config.history_dir):
-                if entry["return"] is not None:
-                    self._metrics.post_history(
-                        HistoryPoint(entry["update"], entry["iteration"], entry["return"],
-                                     entry["length"] or 0))
+                self._post_return(entry)
         #: the live page's socket, bound once for the supervisor's life: every render process
         #: it starts serves on it, so a restarted one keeps the page's address
         self._http_listener = _bind_live_page(config)
@@ -632,9 +629,15 @@ class WorkerSupervisor:
         entry = self._videos.record_history(payload)
         if self._returns is not None:
             self._returns.append(entry)
-        if entry["return"] is not None:  # the curves of the live page and TensorBoard
+        self._post_return(entry)
+
+    def _post_return(self, entry: Dict[str, Any]) -> None:
+        """A history recording's return (a ``returns.csv`` entry) to the curves of the live page
+        and TensorBoard; one without a return (not finite) has no point."""
+        if entry["return"] is not None:
+            length = entry["length"] or 0  # a row read back may have none
             self._metrics.post_history(
-                HistoryPoint(entry["update"], entry["iteration"], entry["return"], entry["length"]))
+                HistoryPoint(entry["update"], entry["iteration"], entry["return"], length))
 
     def _on_tensorboard(self, payload: dict, pair: _Pair) -> None:
         self._first_video_done()

@@ -172,23 +172,18 @@ def read_events(path: str) -> List[Event]:
     return events
 
 
-def keep_steps_through(path: str, step: int) -> bool:
-    """Rewrite the event file at ``path`` with its events of steps up to ``step`` (its first,
-    which names the file's version, among them), whole or not at all; whether any went."""
-    events = read_events(path)
-    kept = [event for event in events if event.step <= step]
-    if len(kept) == len(events):
-        return False
+def write_events(path: str, events: Sequence[Event]) -> None:
+    """Write the event file at ``path`` anew with ``events`` (as ``read_events`` gave them),
+    whole or not at all."""
     partial = f"{path}.{os.getpid()}.partial"
     records = _Records(partial)
     try:
-        for event in kept:
+        for event in events:
             records.write(event.SerializeToString())
         records.flush()
     finally:
         records.close()
     os.replace(partial, path)
-    return True
 
 
 def _is_number(value: object) -> bool:

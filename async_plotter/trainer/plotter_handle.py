@@ -342,10 +342,8 @@ class Plotter:
         if route is None or update is None:
             return
         route.publish(update, iteration, max_path_length)
-        if metrics and not route.post_metrics(iteration, metrics):
-            logger.warning(
-                "update_plot(): metrics dropped, too large to send (%d keys); send a few scalars",
-                len(metrics))
+        if metrics:
+            _post_metrics(route, "update_plot()", iteration, metrics)
 
     def add_metrics(self, metrics: Dict[str, float], iteration: Optional[int] = None) -> None:
         """A point of the learning curve with no policy to show: the live page's curve, the 3D
@@ -369,10 +367,7 @@ class Plotter:
         route = self._route
         if route is None or self._stats.disabled:
             return
-        if not route.post_metrics(iteration, metrics):
-            logger.warning(
-                "add_metrics(): metrics dropped, too large to send (%d keys); send a few scalars",
-                len(metrics))
+        _post_metrics(route, "add_metrics()", iteration, metrics)
 
     @property
     def stats(self) -> Dict[str, Any]:
@@ -506,6 +501,14 @@ class Plotter:
         if flat.shape == initial.shape and flat.dtype == initial.dtype:
             return flat  # the usual case, checked in two comparisons
         return checked_parameters(flat, where, initial)
+
+
+def _post_metrics(route: PlotRoute, where: str, iteration: Optional[int],
+                  metrics: Dict[str, float]) -> None:
+    """Send ``metrics`` on ``route``; a warning naming ``where`` if they are too large."""
+    if not route.post_metrics(iteration, metrics):
+        logger.warning("%s: metrics dropped, too large to send (%d keys); send a few scalars",
+                       where, len(metrics))
 
 
 def _claim_folders(config: PlotterConfig) -> List[RunFolder]:

@@ -32,7 +32,7 @@ import os
 import re
 import shutil
 import time
-from typing import Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from async_plotter.console import tell
 from async_plotter.errors import FolderInUseError
@@ -206,9 +206,7 @@ def set_aside_later_iterations(folder: str,
     paths = outputs.later(folder, after)
     tables = [(path, column) for path, column in outputs.tables
               if _rows_after(os.path.join(folder, path), column, after)]
-    events = [
-        name for name in _event_files(folder) if _steps_after(os.path.join(folder, name), after)
-    ] if outputs.events else []
+    events = _events_through(folder, after) if outputs.events else {}
     if not paths and not tables and not events:
         return None
     target = _move_aside(folder, paths, tables, after, time.time(), verbose, outputs.speaker,
@@ -231,10 +229,10 @@ def _move_aside(folder: str,
                 ended: float,
                 verbose: int,
                 speaker: str,
-                events: Sequence[str] = ()) -> Optional[str]:
+                events: Optional[Dict[str, List[Any]]] = None) -> Optional[str]:
     """Move ``paths`` (relative to ``folder``) into a new ``earlier_runs/<ended>/``, and copy
     the ``tables`` and the event files ``events`` there, keeping here only their rows and steps
-    of iterations up to ``after``; that folder, or None if it cannot be made. What cannot be
+    of iterations up to ``after`` (``events``: each file's kept events); that folder, or None if it cannot be made. What cannot be
     moved stays, with a warning."""
     target = _new_folder(os.path.join(folder, EARLIER_RUNS), ended)
     if target is None:
@@ -255,14 +253,13 @@ def _move_aside(folder: str,
         except (OSError, csv.Error) as error:
             stayed.append(f"the later rows of {path} ({getattr(error, 'strerror', None) or error})")
     if events:
-        from async_plotter.tensorboard.writer import keep_steps_through
-    for name in events:
+        from async_plotter.tensorboard.writer import write_events
+    for name, kept in (events or {}).items():
         try:
             shutil.copy2(os.path.join(folder, name), os.path.join(target, name))
-            keep_steps_through(os.path.join(folder, name), after)
-        except Exception as error:  # noqa: BLE001 - an OSError, a record that is not an event
-            stayed.append(
-                f"the later steps of {name} ({getattr(error, 'strerror', None) or error})")
+            write_events(os.path.join(folder, name), kept)
+        except OSError as error:
+            stayed.append(f"the later steps of {name} ({error.strerror or error})")
     if stayed:
         logger.warning(
             "%s: could not move %s out of %s with the rest of the earlier run's files; they stay "
@@ -277,15 +274,22 @@ def _iteration_of(name: str) -> Optional[int]:
     return int(match[2]) if match and match[1] == "iter" else None
 
 
-def _steps_after(path: str, after: int) -> bool:
-    """Whether the event file at ``path`` holds a step after ``after``."""
+def _events_through(folder: str, after: int) -> Dict[str, List[Any]]:
+    """The Plotter event files in ``folder`` that hold a step after ``after``, each with its
+    events up to it (read once: a file of rollout images is megabytes)."""
     # Here, not at the top: only a resumed run with event files needs protocol buffers.
     from async_plotter.tensorboard.writer import read_events
 
-    try:
-        return any(event.step > after for event in read_events(path))
-    except Exception:  # noqa: BLE001 - unreadable (protobuf's DecodeError, an OSError): it stays
-        return False
+    through = {}
+    for name in _event_files(folder):
+        try:
+            events = read_events(os.path.join(folder, name))
+        except Exception:  # noqa: BLE001 - unreadable (protobuf's DecodeError, an OSError): it stays
+            continue
+        kept = [event for event in events if event.step <= after]
+        if len(kept) < len(events):
+            through[name] = kept
+    return through
 
 
 def _rows_after(path: str, column: str, after: int) -> bool:
