@@ -1,6 +1,7 @@
 """Redis' own security against a real redis-server: the ACL roles of docs/security.md are all a
 trainer and a viewer need, a refused command or certificate is said clearly (the trainer trains
 on, the viewer stops), and ``rediss://`` works both ways."""
+import csv
 import json
 import logging
 import os
@@ -20,6 +21,7 @@ from async_plotter.channel.redis.signing import Verifier
 from async_plotter.channel.redis.sealed import RunTarget
 from async_plotter.channel.redis.states import RecordingFetcher, RecordingPublisher
 from async_plotter.cli import URL_ENV, main
+from async_plotter.render.recording import read_recording
 from async_plotter.serve.catalog import Catalog
 from tests.conftest import wait_for
 from tests.history_recordings import write_history
@@ -187,11 +189,78 @@ def test_the_roles_are_all_a_trainer_and_a_viewer_need(acl_server, processes, tm
 
 def test_the_history_over_redis_runs_under_the_roles(acl_server, tmp_path):
     """A trainer's history recordings (published, capped) and a viewer's fetch of them need
-    nothing beyond the roles: the server refuses nothing."""
+    nothing beyond the roles, nor does a resumed run's, which removes what the run before did
+    after its snapshot: the server refuses nothing."""
     server, admin = acl_server
-    _history_round_trip(_url(server, TRAINER, TRAINER_PASSWORD),
-                        _url(server, VIEWER, VIEWER_PASSWORD), tmp_path)
+    trainer_url, viewer_url = (_url(server, TRAINER,
+                                    TRAINER_PASSWORD), _url(server, VIEWER, VIEWER_PASSWORD))
+    _history_round_trip(trainer_url, viewer_url, tmp_path)
+    returns = _resume_after_1(trainer_url, viewer_url, tmp_path)
+    # The first run's rows up to 1 and the resumed run's, who recorded the snapshot's again.
+    assert returns == [(0, 1.0), (1, 2.0), (1, 12.0), (2, 13.0)], returns
+    # Redis keeps the first run's recording of iteration 1 (update 2), not of 2.
+    assert _indexed(admin) == [(5, 2), (6, 0), (6, 1)]
     assert _acl_log(admin) == []
+
+
+def _resume_after_1(trainer_url, viewer_url, tmp_path, caplog=None):
+    """A run resuming ``_history_round_trip``'s after iteration 1 publishes iterations 1 and 2
+    again (returns 12 and 13); a viewer's ``returns.csv`` after it, as ``(iteration, return)``."""
+    target = write_history(str(tmp_path / "resumed"), range(3), steps=6)
+    publisher = RecordingPublisher(
+        RunTarget(trainer_url, EXPERIMENT, SECRET.encode(), (6, 2000), 60.0, resumes_after=1))
+    for number, iteration in enumerate((1, 2)):
+        publisher.add(os.path.join(target, f"iter_{iteration:04d}.npz"), number, iteration)
+        publisher.add_return(ReturnRow(number, iteration, 11.0 + iteration, 6, 0.0, 0.01, True))
+    publisher.close(10)
+    assert (publisher.sent, publisher.failed, publisher.returns_sent) == (2, 0, 2)
+    fetched = tmp_path / "fetched-resumed"
+    fetcher = RecordingFetcher(viewer_url, EXPERIMENT, Verifier(SECRET.encode()), str(fetched))
+    try:
+        wait_for(lambda: fetcher.written >= 2, 10, message="the resumed run's recordings")
+        time.sleep(1.5)  # a poll more: what else it would write
+    finally:
+        fetcher.close()
+    assert fetcher.refused == 0
+    # Each policy's recording is the resumed run's (6 steps), that of iteration 1 too.
+    assert {
+        name: len(read_recording(str(fetched / name)).states)
+        for name in os.listdir(fetched) if name.endswith(".npz")
+    } == {
+        "iter_0001.npz": 6,
+        "iter_0002.npz": 6
+    }
+    with open(fetched / "returns.csv", encoding="utf-8") as file:
+        return [(int(r["iteration"]), float(r["return"])) for r in csv.DictReader(file)]
+
+
+def _indexed(admin):
+    """The recordings' index of the experiment, as ``(run, update)``."""
+    members = admin.zrange(f"async_plotter:{EXPERIMENT}:recordings", 0, -1)
+    return [
+        tuple(int(part, 16 if i == 0 else 10) for i, part in enumerate(m.split(b":")))
+        for m in members
+    ]
+
+
+def test_a_trainer_role_from_before_resumed_runs_kept_their_history_says_so(
+        acl_server, tmp_path, caplog):
+    """A trainer role without the commands that trim a resumed run's history (made before
+    they were needed): one warning naming them, and the history starts at the resume, the
+    curve's returns of the runs before kept, as before."""
+    server, admin = acl_server
+    line = trainer_acl(EXPERIMENT, "old-trainer",
+                       TRAINER_PASSWORD).replace(" +zrangebyscore +zrem +xrange +xdel", "")
+    assert admin.execute_command(*line.split()) in (b"OK", "OK")
+    viewer_url = _url(server, VIEWER, VIEWER_PASSWORD)
+    _history_round_trip(_url(server, "old-trainer", TRAINER_PASSWORD), viewer_url, tmp_path)
+    returns = _resume_after_1(_url(server, "old-trainer", TRAINER_PASSWORD), viewer_url, tmp_path)
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    said = [w for w in warnings if "starts at iteration 1" in w]
+    assert len(said) == 1 and "ZRANGEBYSCORE" in said[0] and "security.md" in said[0], warnings
+    # The first run's returns stay (a viewer reads those up to 1), its recordings do not.
+    assert returns == [(0, 1.0), (1, 2.0), (1, 12.0), (2, 13.0)], returns
+    assert _indexed(admin) == [(6, 0), (6, 1)]
 
 
 def test_a_viewer_role_that_may_run_no_script_still_fetches_the_history(

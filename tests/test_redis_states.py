@@ -2,6 +2,7 @@
 videos here sends every history recording as it is written, signed, the model once; a viewer
 rebuilds the files with neither TensorFlow nor the policy's code, refuses what fails its check,
 and ``async-plotter replay redis://...`` shows them. Against a real redis-server."""
+import csv
 import io
 import json
 import os
@@ -26,7 +27,7 @@ from async_plotter.render.recording import (RecordingError, compact_bytes, read_
                                             recording_from_compact)
 from async_plotter.view3d.history import RunHistory
 from async_plotter.learning_curve import SHOWN_RETURN
-from tests.conftest import default_sigint, wait_for
+from tests.conftest import default_sigint, settles, wait_for
 from tests.history_recordings import write_history
 from tests.policies import LinearPolicy
 from tests.redis_helpers import read_log, start_viewer
@@ -52,10 +53,14 @@ print(json.dumps({"written": written, "imported": heavy}))
 """
 
 
-def _train(url, experiment, videos, iterations, **options):
-    """A trainer that keeps videos here and publishes: ``iterations`` updates, each waited for
-    until its history recording exists, then ``close()``."""
+def _train(url, experiment, videos, iterations, first=0, **options):
+    """A trainer that keeps videos here and publishes: updates of iterations ``first`` to
+    ``iterations - 1``, each waited for until its history recording exists, then ``close()``.
+    With ``first``, it resumes the run from its snapshot of the iteration before."""
     policy = LinearPolicy(4, 1)
+    if first:
+        policy.fill(0.2 * (first - 1) - 0.3)
+        options["resume_after"] = first - 1
     plotter = Plotter("InvertedPendulum-v5",
                       policy,
                       max_path_length=60,
@@ -66,7 +71,9 @@ def _train(url, experiment, videos, iterations, **options):
                       priority="normal",
                       **options).start()
     try:
-        for iteration in range(iterations):
+        if first:  # the snapshot's policy, recorded again as its iteration
+            wait_for(lambda: plotter.stats["history"], 60, message="the snapshot's history")
+        for iteration in range(first, iterations):
             policy.fill(0.2 * iteration - 0.3)
             plotter.update_plot(policy, iteration=iteration)
             wait_for(lambda: any(e["iteration"] == iteration for e in plotter.stats["history"]),
@@ -119,6 +126,40 @@ def test_a_publishing_trainer_sends_its_history_and_a_viewer_rebuilds_it_without
         assert np.array_equal(copy.rewards, recording.rewards), name
         assert np.array_equal(copy.episodes, recording.episodes), name
         assert copy.model_mjb == recording.model_mjb and copy.meta == recording.meta, name
+
+
+def test_a_resumed_trainers_viewer_holds_the_history_its_own_folder_holds(redis_server,
+                                                                          tmp_path):  # noqa: F811
+    """A publishing trainer records iterations 0-3; a second one resumes it from its snapshot
+    of 1 in the same folder and records 2-3. A viewer started after holds the trainer's own
+    history: the same files (of the first run up to 0, the resumed one's from 1) and the same
+    returns.csv rows, the first run's up to 1 included."""
+    videos = tmp_path / "videos"
+    _train(redis_server.url, "resumed", videos, 4)
+    _train(redis_server.url, "resumed", videos, 4, first=2)
+    history = videos / "history"
+    local = sorted(name for name in os.listdir(history) if name.endswith(".npz"))
+    # (the initial policy's too, where the worker was up before iteration 0's update)
+    assert {"iter_0000.npz", "iter_0001.npz", "iter_0002.npz", "iter_0003.npz"} <= set(local)
+
+    def rows(folder):
+        with open(folder / RETURNS_FILE, encoding="utf-8") as file:
+            return [(row["iteration"], row["return"], row["recording"])
+                    for row in csv.DictReader(file)]
+
+    iterations = [row[0] for row in rows(history)]
+    assert iterations[-5:] == ["0", "1", "1", "2", "3"], rows(history)
+    fetched = tmp_path / "fetched"
+    fetcher = RecordingFetcher(redis_server.url, "resumed", Verifier(SECRET), str(fetched))
+    try:
+        settles(lambda: sorted(os.listdir(fetched))
+                if fetched.exists() else [], local + [RETURNS_FILE], 20)
+        settles(lambda: rows(fetched), rows(history), 20)
+    finally:
+        fetcher.close()
+    for name in local:
+        mine, theirs = read_recording(str(history / name)), read_recording(str(fetched / name))
+        assert np.array_equal(theirs.states, mine.states.astype(np.float32)), name
 
 
 def test_a_viewer_gets_every_return_of_the_run_also_of_recordings_redis_no_longer_keeps(
@@ -669,6 +710,91 @@ def test_a_viewer_follows_a_trainer_restart_and_a_restarted_viewer_fetches_what_
     finally:
         again.close()
     assert os.listdir(tmp_path / "2") == ["iter_0002.npz"]
+
+
+def _publish_run(url, experiment, run, folder, iterations, steps, resumes_after=None):
+    """One run's history recordings, ``steps`` long (which run wrote a file is seen in it), and
+    their returns (``steps * 100 + iteration``). Update 0 is the initial policy: iteration -1 in a
+    fresh run (no iteration), the snapshot's in a resumed one (its first update shows it)."""
+    target = RunTarget(url, experiment, SECRET, run, 60.0, resumes_after=resumes_after)
+    publisher = RecordingPublisher(target)
+    history = write_history(str(folder), range(max(iterations) + 1), steps=steps)
+    paths = [os.path.join(history, f"iter_{i:04d}.npz") for i in range(max(iterations) + 1)]
+    for update, iteration in enumerate(iterations):
+        publisher.add(paths[max(iteration, 0)], update, None if iteration < 0 else iteration)
+        publisher.add_return(
+            ReturnRow(update, None if iteration < 0 else iteration, float(steps * 100 + iteration),
+                      steps, 1.7e9, 0.01, True))
+    publisher.close(10)
+    assert (publisher.sent, publisher.failed) == (len(iterations), 0)
+
+
+def _history_of(folder):
+    """``{file: steps}`` of the recordings in ``folder``, and ``[(iteration, return)]`` of its
+    ``returns.csv``'s rows as written (a policy recorded twice has two)."""
+    names = sorted(os.listdir(folder)) if os.path.isdir(folder) else []
+    files = {
+        name: len(read_recording(os.path.join(folder, name)).states)
+        for name in names if name.endswith(".npz")
+    }
+    try:
+        with open(os.path.join(folder, RETURNS_FILE), encoding="utf-8") as file:
+            rows = [(int(r["iteration"]), float(r["return"])) for r in csv.DictReader(file)]
+    except FileNotFoundError:
+        rows = []
+    return files, rows
+
+
+def test_a_resumed_runs_viewers_keep_the_history_of_the_runs_it_resumes(redis_server,
+                                                                        tmp_path):  # noqa: F811
+    """A chain of resumes over Redis, as the trainer's folder keeps it: run A records its
+    initial policy and iterations 0-10; B resumes A's snapshot of 5 (recording 5 again, then
+    6-9); C resumes B's of 8 (8-12). A viewer that followed all three and one started after C
+    hold the same history: A's initial policy and 0-4, B's 5-7, C's 8-12, each file of the run
+    that recorded it last; the returns likewise, a snapshot's policy recorded twice with two
+    rows. The runs' later recordings are gone from Redis. A new run then starts afresh."""
+    url, name = redis_server.url, "chain"
+    followed = tmp_path / "followed"
+    fetcher = RecordingFetcher(url, name, Verifier(SECRET), str(followed))
+    try:
+        _publish_run(url, name, (1, 1000), tmp_path / "a", [-1] + list(range(11)), steps=5)
+        wait_for(lambda: fetcher.written == 12, 20, message="run A's recordings")
+        _publish_run(url, name, (2, 2000), tmp_path / "b", list(range(5, 10)), 6, resumes_after=5)
+        after_b = {"update_0000.npz": 5}
+        after_b.update({f"iter_{i:04d}.npz": 5 if i < 5 else 6 for i in range(10)})
+        settles(lambda: _history_of(str(followed)),
+                (after_b, [(-1, 499.0)] + [(i, 500.0 + i)
+                                           for i in range(6)] + [(i, 600.0 + i)
+                                                                 for i in range(5, 10)]), 20)
+        _publish_run(url, name, (3, 3000), tmp_path / "c", list(range(8, 13)), 7, resumes_after=8)
+        expected_files = {"update_0000.npz": 5}
+        expected_files.update({f"iter_{i:04d}.npz": 5 for i in range(5)})
+        expected_files.update({f"iter_{i:04d}.npz": 6 for i in range(5, 8)})
+        expected_files.update({f"iter_{i:04d}.npz": 7 for i in range(8, 13)})
+        expected_rows = ([(-1, 499.0)] + [(i, 500.0 + i) for i in range(6)] +
+                         [(i, 600.0 + i) for i in range(5, 9)] + [(i, 700.0 + i)
+                                                                  for i in range(8, 13)])
+        settles(lambda: _history_of(str(followed)), (expected_files, expected_rows), 20)
+        late = tmp_path / "late"
+        again = RecordingFetcher(url, name, Verifier(SECRET), str(late))
+        try:
+            settles(lambda: _history_of(str(late)), (expected_files, expected_rows), 20)
+        finally:
+            again.close()
+        client = redis.Redis.from_url(url)
+        keys = StateKeys(name)
+        # Redis holds the chain's alone: what A did after 5 and B after 8 is gone, keys and all.
+        assert client.zcard(keys.index) == 1 + 6 + 4 + 5
+        assert not client.exists(keys.recording(f"{1:016x}:{7}"))  # A's iteration 6
+        assert client.xlen(keys.returns) == 1 + 6 + 4 + 5
+        client.close()
+        _publish_run(url, name, (4, 4000), tmp_path / "d", [-1, 0], steps=5)
+        settles(lambda: _history_of(str(followed)), ({
+            "update_0000.npz": 5,
+            "iter_0000.npz": 5
+        }, [(-1, 499.0), (0, 500.0)]), 20)
+    finally:
+        fetcher.close()
 
 
 def test_serve_follows_a_published_history_while_it_is_asked_for(redis_server,

@@ -11,7 +11,8 @@ from async_plotter.channel.redis.wire import KEY_PREFIX, valid_experiment
 
 #: every command a trainer (``Plotter(channel=...)``) sends
 TRAINER_COMMANDS = ("ping", "set", "getrange", "del", "exists", "pexpire", "xadd", "publish",
-                    "zadd", "zcard", "zpopmin", "pubsub|numsub")
+                    "zadd", "zcard", "zpopmin", "zrangebyscore", "zrem", "xrange", "xdel",
+                    "pubsub|numsub")
 #: every command ``async-plotter view`` and its worker send
 VIEWER_COMMANDS = ("ping", "subscribe", "strlen", "getrange", "eval_ro", "xrange", "xrevrange",
                    "zrange")

@@ -95,8 +95,10 @@ def seal_row(target: RunTarget, row: ReturnRow) -> bytes:
                 payload)
 
 
-def open_row(value: bytes, verifier: Verifier, experiment: str) -> Tuple[int, ReturnRow]:
-    """``(run id, row)`` of a sealed row; ``PayloadRejected`` naming what is wrong."""
+def open_row(value: bytes, verifier: Verifier,
+             experiment: str) -> Tuple[Tuple[int, int], ReturnRow]:
+    """``((run id, run start in ns), row)`` of a sealed row; ``PayloadRejected`` naming what is
+    wrong."""
     sealed = open_sealed(value, verifier, KIND, experiment)
     if len(sealed.payload) != _ROW.size:
         raise PayloadRejected(f"the return of update {sealed.number} is "
@@ -104,8 +106,10 @@ def open_row(value: bytes, verifier: Verifier, experiment: str) -> Tuple[int, Re
     episode_return, length, moment, cpu_seconds, recorded = _ROW.unpack(sealed.payload)
     if sealed.number < 0 or length < 0:
         raise PayloadRejected(f"the return of update {sealed.number} has a negative number")
-    return sealed.run_id, ReturnRow(sealed.number, sealed.iteration, _none_if_nan(episode_return),
-                                    length, moment, _none_if_nan(cpu_seconds), recorded)
+    return (sealed.run_id, sealed.run_started_ns), ReturnRow(sealed.number, sealed.iteration,
+                                                             _none_if_nan(episode_return),
+                                                             length, moment,
+                                                             _none_if_nan(cpu_seconds), recorded)
 
 
 def _or_nan(value: Optional[float]) -> float:
@@ -139,9 +143,12 @@ class ReturnsReader:
         #: why the stream is not read, once it could not be
         self.refused: Optional[str] = None
 
-    def restart(self) -> None:
-        """Read from the first row again (a new run's rows, or a server restarted empty)."""
+    def restart(self, forget_read: bool = False) -> None:
+        """Read from the first row again (a new run's rows, or a server restarted empty);
+        ``forget_read``: hand on the rows read before again too."""
         self._after, self.refused = "-", None
+        if forget_read:
+            self._seen.clear()
 
     def restart_if_replaced(self, client: Any) -> None:
         """After a reconnect: a stream that ends before the last row read is another (a server
@@ -155,11 +162,12 @@ class ReturnsReader:
         if replaced:
             self._after = "-"
 
-    def read(self, client: Any) -> List[Tuple[int, ReturnRow]]:
-        """``(run id, row)`` of the rows added since the last call, verified, in order."""
+    def read(self, client: Any) -> List[Tuple[Tuple[int, int], ReturnRow]]:
+        """``((run id, run start in ns), row)`` of the rows added since the last call,
+        verified, in order."""
         import redis
 
-        rows: List[Tuple[int, ReturnRow]] = []
+        rows: List[Tuple[Tuple[int, int], ReturnRow]] = []
         for _ in range(_READS_A_CALL):
             if self.refused is not None:
                 break
@@ -177,12 +185,12 @@ class ReturnsReader:
                 try:
                     if b"oversized" in fields or b"v" not in fields:
                         raise PayloadRejected("the entry is not one sealed return (not downloaded)")
-                    run_id, row = open_row(fields[b"v"], self._verifier, self._experiment)
+                    run, row = open_row(fields[b"v"], self._verifier, self._experiment)
                 except PayloadRejected as error:
                     self._on_rejected(str(error))
                     continue
                 if self._new(fields[b"v"][-TAG_BYTES:]):
-                    rows.append((run_id, row))
+                    rows.append((run, row))
             if len(entries) < _ROWS_A_READ:
                 break
         return rows

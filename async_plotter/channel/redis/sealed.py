@@ -39,8 +39,9 @@ class RunTarget:
     #: the trainer's run (id, start in ns), as its parameters carry
     run: Tuple[int, int]
     ttl_seconds: float
-    #: the iteration this run resumes another's after (its snapshot's), or None: the run
-    #: before's returns then stay, its curve going on in this run's (``serve/run_chain.py``)
+    #: the iteration this run resumes another's after (its snapshot's), or None: the runs
+    #: before's curves then go on in this run's (``serve/run_chain.py``), and their history
+    #: up to it in this run's (``history_chain.py``)
     resumes_after: Optional[int] = None
 
     @property
@@ -57,6 +58,27 @@ class Sealed:
     number: int
     iteration: Optional[int]
     payload: bytes
+
+
+@dataclasses.dataclass(frozen=True)
+class Header:
+    """What a sealed value's header says, unverified (``peek_header``)."""
+
+    run_id: int
+    run_started_ns: int
+    number: int
+    iteration: Optional[int]
+
+
+def peek_header(value: bytes) -> Optional[Header]:
+    """The header of ``value``, NOT verified: for a trainer tidying its own experiment's keys
+    (``history_chain.trim``); None if ``value`` has no header of this version."""
+    if len(value) < _HEADER.size:
+        return None
+    magic, version, _, run_id, started, number, iteration, _ = _HEADER.unpack_from(value)
+    if magic != _MAGIC or version != _VERSION:
+        return None
+    return Header(run_id, started, number, None if iteration < 0 else iteration)
 
 
 def seal(key: Optional[bytes], kind: bytes, experiment: str, run: Tuple[int, int], number: int,
@@ -86,8 +108,9 @@ def open_sealed(value: bytes, verifier: Verifier, kind: bytes, experiment: str) 
 
 def seal_model(target: RunTarget, mjb: bytes) -> bytes:
     """The run's model as published under its key: MJB through zlib (it is mostly zeros: 509 KB
-    for Swimmer, 15 KB compressed), sealed as update -1."""
-    return seal(target.secret, b"model", target.experiment, target.run, -1, None,
+    for Swimmer, 15 KB compressed), sealed as update -1; its iteration is the one the run
+    resumes after (``history_chain``: a viewer keeps the earlier runs' history up to it)."""
+    return seal(target.secret, b"model", target.experiment, target.run, -1, target.resumes_after,
                 zlib.compress(mjb, 6))
 
 

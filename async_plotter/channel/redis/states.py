@@ -10,13 +10,14 @@ keys::
 
     async_plotter:E:model               header | MuJoCo model (MJB, zlib), once per run | tag
     async_plotter:E:recording:RUN:N     header | recording of update N, without model | tag
-    async_plotter:E:recordings          sorted set of "RUN:N" by N (capped)
+    async_plotter:E:recordings          sorted set of "RUN:N" by iteration (capped)
     async_plotter:E:returns             stream of sealed returns, {"v": value} (capped)
 
 Each value is sealed (``sealed.py``: a header naming the run, the update and the iteration,
 the payload, and a tag over both). A recording travels in its compact form
 (``render/recording.compact_bytes``: float32, numpy's zip read with ``allow_pickle=False``) and
-the model once: a 500-step HalfCheetah episode is 34 KB, its model 16 KB.
+the model once: a 500-step HalfCheetah episode is 34 KB, its model 16 KB. A new run's history
+starts empty; a resumed run's goes on from the runs it resumes (``history_chain.py``).
 """
 import collections
 import dataclasses
@@ -25,8 +26,10 @@ import os
 import queue
 import threading
 import time
-from typing import Any, Callable, List, Mapping, Optional, Set, Tuple, Union
+from typing import Any, Callable, Dict, List, Mapping, Optional, Set, Tuple, Union
 
+from async_plotter.channel.redis.acl import DOCS
+from async_plotter.channel.redis.history_chain import earlier_runs_keep, index_score, trim
 from async_plotter.channel.redis.link import (Backoff, OutageLog, bounded_zrange, close_quietly,
                                               connect, connection_errors, probe, read_exact)
 from async_plotter.channel.redis.refusals import AccessDenied
@@ -244,18 +247,34 @@ class RecordingPublisher:
                  seal(target.secret, b"recording", target.experiment, target.run, update, iteration,
                       compact_bytes(recording)),
                  px=self._ttl_ms)
-        pipe.zadd(keys.index, {member: update})
+        pipe.zadd(keys.index, {member: index_score(update, iteration)})
         pipe.pexpire(keys.index, self._ttl_ms)
 
+    def _begin_run(self, client: Any) -> None:
+        """Before the run's first value: a new run's history starts empty (the previous run's
+        recordings go with their keys' expiry); a resumed run's keeps what the runs before it
+        recorded up to its snapshot's iteration (``history_chain.py``)."""
+        if self._run_begun:
+            return
+        keys, after = self._keys, self._target.resumes_after
+        if after is None:
+            client.delete(keys.index, keys.returns)
+        else:
+            try:
+                trim(client, keys.index, keys.recording, keys.returns, after)
+            except AccessDenied as error:
+                # A role from before resumed runs kept their history: as then, the curve goes
+                # on (the returns stay) and the recordings start again.
+                logger.warning(
+                    "publishing experiment %r: %s, so viewers' history of this resumed run "
+                    "starts at iteration %d (give the trainer role ZRANGEBYSCORE, ZREM, XRANGE "
+                    "and XDEL: %s)", self._target.experiment, error, after, DOCS)
+                client.delete(keys.index)
+        self._run_begun = True
+
     def _take_rows(self, pipe: Any) -> List[bytes]:
-        """Queue on ``pipe`` the returns waiting (the run's first commands clear the run
-        before's); those taken, to be put back if the pipeline fails."""
-        keys = self._keys
-        if not self._run_begun:
-            # A new run's history starts empty: the previous run's goes with its keys' expiry.
-            # A run that resumes it keeps its returns, the curve going on from them
-            # (``serve/run_chain.py``); its recordings go, as any run's.
-            pipe.delete(keys.index, *([keys.returns] if self._target.resumes_after is None else []))
+        """Queue on ``pipe`` the returns waiting; those taken, to be put back if the pipeline
+        fails."""
         with self._rows_lock:
             rows, self._rows = self._rows, []
         self._put_rows(pipe, rows)
@@ -274,7 +293,6 @@ class RecordingPublisher:
 
     def _rows_sent(self, rows: List[bytes], sent: bool) -> None:
         if sent:
-            self._run_begun = True
             self._rows_held.extend(rows)
             self.returns_sent += len(rows)
             return
@@ -285,13 +303,15 @@ class RecordingPublisher:
         """At close: the returns that no recording took (an env whose recording failed)."""
         if not self._rows:
             return
-        pipe = client.pipeline(transaction=False)
-        rows = self._take_rows(pipe)
+        rows: List[bytes] = []
         try:
+            self._begin_run(client)
+            pipe = client.pipeline(transaction=False)
+            rows = self._take_rows(pipe)
             pipe.execute()
         except Exception as error:  # noqa: BLE001 - the server away, a refusal: warned once
             self._rows_sent(rows, False)
-            self._warn(f"the returns of {len(rows)} recording(s)", error)
+            self._warn(f"the returns of {len(rows) or len(self._rows)} recording(s)", error)
         else:
             self._rows_sent(rows, True)
 
@@ -324,6 +344,7 @@ class RecordingPublisher:
         recording = read_recording(path)
         keys = self._keys
         model = self._sealed_model(recording.model_mjb)
+        self._begin_run(client)
         pipe = client.pipeline(transaction=False)
         rows = self._take_rows(pipe)
         self._put(pipe, recording, update, iteration)
@@ -355,8 +376,9 @@ class RecordingPublisher:
 class RecordingFetcher:
     """Keeps ``folder`` holding the experiment's published recordings, each as a whole file
     (``iter_0059.npz``, with the model put back), in a thread of its own; the newest run's
-    only (a new run's first recording removes the files of the one before); ``on_written(path)``
-    after each. Every recording's return goes to the folder's ``returns.csv``
+    only (a new run's first recording removes the files of the one before), with those of the
+    runs a resumed run goes on from up to its resume (``history_chain.py``);
+    ``on_written(path)`` after each. Every recording's return goes to the folder's ``returns.csv``
     (``render/history_returns.py``), those Redis no longer keeps the recording of too. What
     fails its check is logged once and skipped; the fetcher goes on."""
 
@@ -374,10 +396,14 @@ class RecordingFetcher:
         self._folder = folder
         self._model: Optional[Sealed] = None
         self._mjb = b""
-        self._done: Set[str] = set()
-        #: the files written of the current run
-        self._paths: Set[str] = set()
+        #: the members handled, each with the file it was written to (None: not written)
+        self._done: Dict[str, Optional[str]] = {}
+        #: the files written of the current run (and of those it resumes), each with the start
+        #: of the run it is of, its update and its iteration
+        self._paths: Dict[str, Tuple[int, int, Optional[int]]] = {}
         self._rejected: Set[str] = set()
+        #: members of a run newer than the model read (fetched once a new model is read)
+        self._later: Set[str] = set()
         self._oversized = 0  # names in the index too long to be ours, at the last poll
         self._index_unbounded = False  # the role may not run the script that bounds them
         self._stop = threading.Event()
@@ -456,11 +482,10 @@ class RecordingFetcher:
             except PayloadRejected as error:
                 self._refuse("model", error)
                 return 0
-            self._model, self._done = model, set()
-            self._forget_files()
-            self._returns_file = None
-            self._returns.restart()
+            self._model = model
+            self._begin_run(model.iteration)
         prefix = run_hex(model.run_id) + ":"
+        after = model.iteration
         written = 0
         # The newest DEFAULT_KEPT only, each a short name: a forged index may be of any length,
         # and its members of any size.
@@ -474,24 +499,29 @@ class RecordingFetcher:
             if raw is None:
                 continue
             member = raw.decode("ascii", "replace")
-            if not member.startswith(prefix) or member in self._done | self._rejected:
+            if member in self._done or member in self._rejected or member in self._later:
                 continue
+            if not member.startswith(prefix) and after is None:
+                continue  # the run before's, going with its keys' expiry
             try:
                 value = _bounded_get(client, self._keys.recording(member), MAX_RECORDING_BYTES,
                                      "recording")
                 if value is None:
                     continue  # gone since the index was read (the cap, or expiry)
-                self._write(value)
+                path = self._write(member, value)
+            except _OfANewerRun:
+                self._later.add(member)  # a run whose model is not read yet: fetched once it is
+                continue
             except (PayloadRejected, RecordingError) as error:
                 self._rejected.add(member)
                 self._refuse(f"recording {member}", error)
                 continue
-            self._done.add(member)
-            written += 1
+            self._done[member] = path
+            written += path is not None
         self.written += written
         if written:
             self.first_written.set()
-        self._fetch_returns(client, model.run_id)
+        self._fetch_returns(client, model)
         return written
 
     def _index_names(self, client: Any) -> List[Optional[bytes]]:
@@ -508,42 +538,78 @@ class RecordingFetcher:
                     "names' size (the viewer role has +eval_ro)", self._experiment, error)
         return list(client.zrange(self._keys.index, -DEFAULT_KEPT, -1))
 
-    def _fetch_returns(self, client: Any, run_id: int) -> None:
-        """Append the returns published since the last poll to the folder's ``returns.csv``."""
-        for row_run, row in self._returns.read(client):
-            if row_run != run_id:
-                continue  # the run before's, not yet removed
+    def _fetch_returns(self, client: Any, model: Sealed) -> None:
+        """Append the returns published since the last poll to the folder's ``returns.csv``:
+        the run's, and those of the runs it resumes that it keeps."""
+        for (row_run, started), row in self._returns.read(client):
+            if row_run != model.run_id and not (started < model.run_started_ns
+                                                and earlier_runs_keep(row.update, row.iteration,
+                                                                      model.iteration)):
+                continue  # the run before's not yet removed, or a newer one's (read again then)
             if self._returns_file is None:
                 os.makedirs(self._folder, exist_ok=True)
                 self._returns_file = ReturnsFile(self._folder)
             self._returns_file.append(row.as_entry(self._folder))
             self.returns_written += 1
 
-    def _write(self, value: Optional[bytes]) -> None:
+    def _write(self, member: str, value: bytes) -> Optional[str]:
+        """Write the recording ``value`` (at ``member``) holds; its path, or None where it is
+        not the run's: one of an earlier run that the run does not keep, or whose policy a
+        later run recorded again. ``_OfANewerRun`` for a run after the model's."""
         sealed = open_sealed(value, self._verifier, b"recording", self._experiment)
-        if sealed.run_id != self._model.run_id:
-            raise PayloadRejected("the recording is of another run than the model")
+        if not member.startswith(run_hex(sealed.run_id) + ":"):
+            raise PayloadRejected("the recording is of another run than its name says")
+        model = self._model
+        if sealed.run_id != model.run_id:
+            if sealed.run_started_ns > model.run_started_ns:
+                raise _OfANewerRun()
+            if not earlier_runs_keep(sealed.number, sealed.iteration, model.iteration):
+                return None
+        path = os.path.join(self._folder, history_name(sealed.number, sealed.iteration))
+        held = self._paths.get(path)
+        if held is not None and held[0] > sealed.run_started_ns:
+            return None  # a later run recorded that policy again: its recording is the one
         recording = recording_from_compact(sealed.payload, f"update {sealed.number}'s recording",
                                            self._mjb)
         os.makedirs(self._folder, exist_ok=True)
-        path = os.path.join(self._folder, history_name(sealed.number, sealed.iteration))
         write_recording(path, recording)
-        self._paths.add(path)
+        self._paths[path] = (sealed.run_started_ns, sealed.number, sealed.iteration)
         if self._on_written is not None:
             self._on_written(path)
+        return path
 
-    def _forget_files(self) -> None:
-        """Remove the previous run's files: a folder holds one run, as a history shows one."""
+    def _begin_run(self, after: Optional[int]) -> None:
+        """A new run's model: remove the files of the runs before (a folder holds one run, as a
+        history shows one), but those a run resumed after iteration ``after`` keeps, and write
+        ``returns.csv`` again from the stream's first row (the stream holds the resumed runs'
+        rows that count, ``history_chain.trim``: also where this viewer missed a run between)."""
+        kept = {
+            path: (started, update, iteration)
+            for path, (started, update, iteration) in self._paths.items()
+            if earlier_runs_keep(update, iteration, after)
+        }
+        for path in set(self._paths) - set(kept):
+            _remove_quietly(path)
+        self._paths, self._later = kept, set()
+        self._done = {member: path for member, path in self._done.items() if path in kept}
         if self._returns_file is not None:
-            self._paths.add(self._returns_file.path)
-        for path in self._paths:
-            try:
-                os.remove(path)
-            except OSError:
-                pass
-        self._paths = set()
+            _remove_quietly(self._returns_file.path)
+        self._returns_file = None
+        self._returns.restart(forget_read=True)
 
     def _refuse(self, what: str, error: Union[Exception, str]) -> None:
         self.refused += 1
         log = logger.warning if self.refused == 1 else logger.debug
         log("experiment %r: the %s was refused: %s", self._experiment, what, error)
+
+
+class _OfANewerRun(Exception):
+    """A recording of a run newer than the model read: it is fetched once that run's model is
+    read."""
+
+
+def _remove_quietly(path: str) -> None:
+    try:
+        os.remove(path)
+    except OSError:
+        pass

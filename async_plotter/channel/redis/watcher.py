@@ -150,7 +150,7 @@ class ExperimentWatcher:
     def _fetch_returns(self, client: Any) -> None:
         if self._metrics_refused:
             return  # no curve at all, said once
-        for run_id, row in self._returns.read(client):
+        for (run_id, _), row in self._returns.read(client):
             self._on_returns(run_id, row)
 
     def _on_idle(self) -> None:
