@@ -117,24 +117,14 @@ class RunRecorder:
 
     def resume_after(self, itr: int) -> None:
         """Continue the run whose rows up to iteration ``itr`` are in ``progress.csv`` (the
-        later ones were set aside): keep them, so that the file, the curve and TensorBoard go
-        on from there. TensorBoard is told that the run starts again at ``itr + 1``, before
-        any other writer in the folder writes a step of the resumed run."""
+        later ones, and the later steps of the folder's TensorBoard files, were set aside):
+        keep them, so that the file, the curve and TensorBoard go on from there."""
         if self.log_dir is None:
             return
         for row in _read_rows(self.progress_csv):
             self.rows.append(row)
             if SHOWN_RETURN in row:
                 self._shown[row.get(SHOWN_ITERATION, row.get("Iteration"))] = row[SHOWN_RETURN]
-        if self.tensorboard:
-            from async_plotter.tensorboard.writer import SummaryWriter
-
-            try:
-                self._summaries = SummaryWriter(self.log_dir)
-                self._summaries.restart_at(itr + 1)
-            except OSError:
-                self.tensorboard = False
-                logger.exception("could not write TensorBoard scalars; not trying again")
 
     def note_shown(self, points: Dict[float, float]) -> None:
         """The return of every history recording so far, by its policy's iteration: a row has
@@ -356,6 +346,16 @@ def _run_outputs(log_dir: str) -> List[str]:
     ]
 
 
+def _event_files(log_dir: str) -> List[str]:
+    """Every TensorBoard event file in ``log_dir``: the trainer's scalars and its Plotter's
+    images, and any other writer's of the run (a resumed run keeps their steps up to its
+    snapshot, whatever order their names sort in)."""
+    try:
+        return sorted(name for name in os.listdir(log_dir) if name.startswith(_EVENTS_PREFIX))
+    except OSError:
+        return []
+
+
 def _describe_run_outputs(log_dir: str, names: List[str]) -> str:
     """``progress.csv, 2 TensorBoard event files, 1 snapshot, videos/, 3 more files``."""
     snapshots = sum(1 for name in names
@@ -393,4 +393,5 @@ _LOG_OUTPUTS = RunOutputs("log_dir",
                           tables=(("progress.csv", "Iteration"), ) + tuple(
                               (os.path.join(_VIDEOS, path), column)
                               for path, column in VIDEO_OUTPUTS.tables),
+                          events=_event_files,
                           hosts_its_plotters_events=True)

@@ -3,9 +3,11 @@
 The record framing (TFRecord: lengths and masked CRC-32C checksums) and the ``Event`` /
 ``Summary`` protocol buffers are tensorboardX's, which imports neither TensorFlow nor
 ``tensorboard``. The first event of a file says ``file_version: "brain.Event:2"``; TensorBoard
-then discards earlier steps only on an explicit session restart, which only a resumed run's
-trainer writes (``restart_at``), first in its folder, so two writers in one folder (the
-trainer's scalars and the render process's videos) never erase each other's data.
+then discards earlier steps only on an explicit session restart, which nothing here writes, so
+two writers in one folder (the trainer's scalars and the render process's videos) never erase
+each other's data. A resumed run cuts its folder's earlier files to the steps it keeps
+(``read_events``, ``write_events``): a restart's effect would depend on the order the files'
+names sort in.
 """
 import itertools
 import numbers
@@ -18,7 +20,7 @@ from typing import List, Mapping, Optional, Sequence
 
 import numpy as np
 from tensorboardX import RecordWriter
-from tensorboardX.proto.event_pb2 import Event, SessionLog
+from tensorboardX.proto.event_pb2 import Event
 from tensorboardX.proto.summary_pb2 import Summary
 
 from async_plotter.tensorboard.gif import MAX_FRAMES, MAX_SIDE, FrameReel
@@ -70,14 +72,6 @@ class SummaryWriter:
         self.path = os.path.join(self.logdir, event_file_name(wall_time, filename_suffix))
         self._records: Optional[_Records] = _Records(self.path)
         self._write_event(Event(wall_time=wall_time, step=0, file_version=FILE_VERSION))
-
-    def restart_at(self, step: int) -> None:
-        """Say that the run starts again at ``step`` (resumed from a snapshot): TensorBoard then
-        drops the steps from ``step`` on that the folder's earlier files hold, which the resumed
-        run writes again, instead of drawing both."""
-        self._write_event(
-            Event(wall_time=time.time(), step=step,
-                  session_log=SessionLog(status=SessionLog.START)))
 
     def add_scalars(self, step: int, scalars: Mapping[str, float]) -> int:
         """Write ``{tag: value}`` at ``step`` as one event; returns its size in bytes.

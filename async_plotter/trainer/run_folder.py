@@ -74,9 +74,9 @@ class RunOutputs:
     #: tables (a path relative to the folder, its iteration column) whose rows of the later
     #: iterations go aside with those outputs
     tables: Tuple[Tuple[str, str], ...] = ()
-    #: whether the folder's Plotter event files (TensorBoard) keep only their steps up to the
-    #: iteration resumed after, the whole files going aside (as the tables' rows do)
-    events: bool = False
+    #: the folder's TensorBoard event files that a run resumed after an iteration cuts to
+    #: their steps up to it, the whole files going aside (as the tables' rows do); none if None
+    events: Optional[Callable[[str], List[str]]] = None
     #: whether the run's own Plotter writes its TensorBoard files into the folder, as part of
     #: the run (``run_experiment_lite``'s log_dir): that Plotter does not claim it again
     hosts_its_plotters_events: bool = False
@@ -206,7 +206,7 @@ def set_aside_later_iterations(folder: str,
     paths = outputs.later(folder, after)
     tables = [(path, column) for path, column in outputs.tables
               if _rows_after(os.path.join(folder, path), column, after)]
-    events = _events_through(folder, after) if outputs.events else {}
+    events = _events_through(folder, outputs.events(folder), after) if outputs.events else {}
     if not paths and not tables and not events:
         return None
     target = _move_aside(folder, paths, tables, after, time.time(), verbose, outputs.speaker,
@@ -274,14 +274,14 @@ def _iteration_of(name: str) -> Optional[int]:
     return int(match[2]) if match and match[1] == "iter" else None
 
 
-def _events_through(folder: str, after: int) -> Dict[str, List[Any]]:
-    """The Plotter event files in ``folder`` that hold a step after ``after``, each with its
+def _events_through(folder: str, names: List[str], after: int) -> Dict[str, List[Any]]:
+    """The event files ``names`` in ``folder`` that hold a step after ``after``, each with its
     events up to it (read once: a file of rollout images is megabytes)."""
     # Here, not at the top: only a resumed run with event files needs protocol buffers.
     from async_plotter.tensorboard.writer import read_events
 
     through = {}
-    for name in _event_files(folder):
+    for name in names:
         try:
             events = read_events(os.path.join(folder, name))
         except Exception:  # noqa: BLE001 - unreadable (protobuf's DecodeError, an OSError): it stays
@@ -397,7 +397,7 @@ VIDEO_OUTPUTS = RunOutputs("video_dir",
                            _describe_videos,
                            _later_videos,
                            ((os.path.join(HISTORY_FOLDER, RETURNS_FILE), "iteration"), ),
-                           events=True)
+                           events=_event_files)
 #: a Plotter's ``tensorboard_dir`` (a resumed run keeps the steps up to its snapshot: TensorBoard
 #: draws each step once, whatever order the files' names sort in)
 TENSORBOARD_OUTPUTS = RunOutputs("tensorboard_dir",
@@ -405,7 +405,7 @@ TENSORBOARD_OUTPUTS = RunOutputs("tensorboard_dir",
                                  _event_files,
                                  _describe_events,
                                  lambda folder, after: [],
-                                 events=True)
+                                 events=_event_files)
 
 
 def hosts_a_plotters_events(folder: str) -> bool:
