@@ -336,7 +336,7 @@ def _replay_from_redis(parser: argparse.ArgumentParser, args: argparse.Namespace
     else:
         prepare_gl()  # before anything imports mujoco
     from async_plotter.channel.redis.signing import Verifier
-    from async_plotter.channel.redis.states import RecordingFetcher
+    from async_plotter.channel.redis.states_fetch import RecordingFetcher
     from async_plotter.view3d.replay import serve_replay
 
     folder = args.into or tempfile.mkdtemp(prefix=f"async_plotter_{args.experiment}_")

@@ -294,7 +294,7 @@ def viewer(spec_path: str) -> None:
     signal.signal(signal.SIGINT, lambda *_: stop.set())
     parent = os.getppid()
     from async_plotter.channel.redis.signing import Verifier
-    from async_plotter.channel.redis.states import RecordingFetcher
+    from async_plotter.channel.redis.states_fetch import RecordingFetcher
 
     log = open(spec["log"], "w")
     lock = threading.Lock()

@@ -19,7 +19,8 @@ from async_plotter.channel.redis.link import bounded_xrange
 from async_plotter.channel.redis.returns import ReturnRow
 from async_plotter.channel.redis.signing import Verifier
 from async_plotter.channel.redis.sealed import RunTarget
-from async_plotter.channel.redis.states import RecordingFetcher, RecordingPublisher
+from async_plotter.channel.redis.states import RecordingPublisher
+from async_plotter.channel.redis.states_fetch import RecordingFetcher
 from async_plotter.cli import URL_ENV, main
 from async_plotter.render.recording import read_recording
 from async_plotter.serve.catalog import Catalog

@@ -21,7 +21,8 @@ from async_plotter import Plotter
 from async_plotter.channel.redis.signing import Verifier
 from async_plotter.channel.redis.returns import ReturnRow
 from async_plotter.channel.redis.sealed import RunTarget, open_sealed
-from async_plotter.channel.redis.states import RecordingFetcher, RecordingPublisher, StateKeys
+from async_plotter.channel.redis.states import RecordingPublisher, StateKeys
+from async_plotter.channel.redis.states_fetch import RecordingFetcher
 from async_plotter.render.history_returns import RETURNS_FILE, read_returns
 from async_plotter.render.recording import (RecordingError, compact_bytes, read_recording,
                                             recording_from_compact)
@@ -40,7 +41,7 @@ pytestmark = pytest.mark.timeout(180)
 FETCH = """
 import json, sys, time
 from async_plotter.channel.redis.signing import Verifier
-from async_plotter.channel.redis.states import RecordingFetcher
+from async_plotter.channel.redis.states_fetch import RecordingFetcher
 url, experiment, folder, secret, expected = sys.argv[1:6]
 fetcher = RecordingFetcher(url, experiment, Verifier(secret.encode()), folder)
 deadline = time.monotonic() + 60
@@ -733,10 +734,13 @@ def _history_of(folder):
     """``{file: steps}`` of the recordings in ``folder``, and ``[(iteration, return)]`` of its
     ``returns.csv``'s rows as written (a policy recorded twice has two)."""
     names = sorted(os.listdir(folder)) if os.path.isdir(folder) else []
-    files = {
-        name: len(read_recording(os.path.join(folder, name)).states)
-        for name in names if name.endswith(".npz")
-    }
+    files = {}
+    for name in names:
+        try:
+            if name.endswith(".npz"):
+                files[name] = len(read_recording(os.path.join(folder, name)).states)
+        except RecordingError:
+            pass  # removed since the listing (a new run's files replace the run before's)
     try:
         with open(os.path.join(folder, RETURNS_FILE), encoding="utf-8") as file:
             rows = [(int(r["iteration"]), float(r["return"])) for r in csv.DictReader(file)]

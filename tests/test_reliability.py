@@ -1,11 +1,12 @@
 """Long runs and many plotters: no growth in memory or descriptors, nothing leaked."""
 import os
+import threading
 
 import psutil
 import pytest
 
 from async_plotter import Plotter
-from tests.conftest import wait_for, worker_children
+from tests.conftest import settles, wait_for, worker_children
 from tests.policies import LinearPolicy
 
 pytestmark = pytest.mark.slow
@@ -72,6 +73,7 @@ def test_start_and_close_fifty_times(no_leftovers):
     # One round first, so lazily opened descriptors (logging, tracker) are already counted.
     Plotter("Swimmer-v5", policy, on_frame=_noop).start().close()
     fds_before, threads_before = trainer.num_fds(), trainer.num_threads()
+    ours_before = {thread.ident for thread in threading.enumerate()}
     for round_number in range(50):
         plotter = Plotter("Swimmer-v5", policy, max_path_length=5, on_frame=_noop, fps=500)
         plotter.start()
@@ -80,4 +82,8 @@ def test_start_and_close_fifty_times(no_leftovers):
         plotter.close(timeout=5)
     wait_for(lambda: not worker_children(), 10, message="all workers to exit")
     assert trainer.num_fds() <= fds_before
-    assert trainer.num_threads() <= threads_before
+    # Every thread the plotters started has ended. Native pools (TensorFlow's, BLAS's) of the
+    # tests run before in this process may still grow by one or two; a thread left a round
+    # would be 50 more.
+    settles(lambda: [t.name for t in threading.enumerate() if t.ident not in ours_before], [], 10)
+    assert trainer.num_threads() <= threads_before + 2

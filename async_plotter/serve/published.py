@@ -15,7 +15,7 @@ import time
 from typing import Callable, Dict, Optional
 
 from async_plotter.channel.redis.signing import Verifier
-from async_plotter.channel.redis.states import RecordingFetcher
+from async_plotter.channel.redis.states_fetch import RecordingFetcher
 
 logger = logging.getLogger("async_plotter")
 
