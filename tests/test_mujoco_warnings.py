@@ -65,6 +65,21 @@ CHECK_ONLY_TRAINER = textwrap.dedent("""
     print("HANDLER KEPT", mujoco.get_mju_user_warning() is mine)
     """)
 
+# An env object whose observation wrapper the plotter follows at each update (a lambda: no state
+# that travels): Plotter() builds a copy for that check too.
+WRAPPED_OBJECT_TRAINER = textwrap.dedent("""
+    import sys
+    import gymnasium as gym
+    import numpy as np
+    from async_plotter import Plotter
+    from tests.policies import LinearPolicy
+
+    env = gym.make("HalfCheetah-v5")  # the user's own: MuJoCo says its warning here, once
+    env = gym.wrappers.TransformObservation(env, lambda o: np.clip(o, -10, 10),
+                                            env.observation_space)
+    Plotter(env, LinearPolicy(17, 6), video_dir=sys.argv[1])
+    """)
+
 
 def _run_trainer(script, tmp_path):
     """Run ``script`` with an empty working folder (videos go elsewhere); its result and what
@@ -141,3 +156,14 @@ def test_the_checks_own_mujoco_warning_stays_off_the_terminal_and_the_handler_is
     assert "HANDLER None" in run.stdout and "HANDLER KEPT True" in run.stdout, run.stdout
     assert "USER HANDLER GOT" not in run.stdout, "the check's warnings are its own"
     assert left == [], left
+
+
+def test_the_copy_that_follows_an_env_objects_wrappers_says_nothing_either(tmp_path):
+    """An env object with an observation wrapper the plotter follows at each update: MuJoCo's
+    "settotalmass is deprecated" reaches the terminal and ``MUJOCO_LOG.TXT`` once, from the
+    user's own env. Before, the copy built for that check said it a second time."""
+    run, left = _run_trainer(WRAPPED_OBJECT_TRAINER, tmp_path)
+    assert len(_mujoco_lines(run)) == 1, run.stdout + run.stderr[-3000:]
+    assert left == ["MUJOCO_LOG.TXT"], left
+    with open(tmp_path / "cwd" / "MUJOCO_LOG.TXT") as log:
+        assert log.read().count("settotalmass") == 1

@@ -22,6 +22,7 @@ from async_plotter.display import private_runtime_dir
 from async_plotter.env.drift import ObservationDrift
 from async_plotter.env.recipe import build_env
 from async_plotter.errors import InvalidArgumentError, PlotterClosedError
+from async_plotter.mujoco_warnings import kept_to_log
 from async_plotter.policy.adapters import PolicyAdapter, adapter_for
 from async_plotter.trainer.iteration_numbers import IterationNumbers
 from async_plotter.trainer.model_check import ModelWatch
@@ -557,8 +558,13 @@ def _to_close() -> List["Plotter"]:
 def _observation_drift(config: PlotterConfig) -> Optional[ObservationDrift]:
     """The check of the trainer's observation wrappers at each update (``env/drift.py``),
     where the trainer gave an env object whose wrappers could change outside what travels."""
-    return ObservationDrift.of(lambda: build_env(config.worker.env, render_mode=None, quiet=True),
-                               lambda env: worker_env_state(env, config), config.trainer_env,
+
+    def build() -> Any:
+        # What MuJoCo says of this copy the user's own env said (``mujoco_warnings.py``).
+        with kept_to_log():
+            return build_env(config.worker.env, render_mode=None, quiet=True)
+
+    return ObservationDrift.of(build, lambda env: worker_env_state(env, config), config.trainer_env,
                                config.worker.env.label)
 
 
