@@ -31,6 +31,7 @@ from async_plotter.channel.redis.wire import valid_experiment
 from async_plotter.supervision.budget import DEFAULT_BUDGET
 from async_plotter.supervision.priorities import PRIORITIES
 from async_plotter.until_stopped import EXIT_DEADLINE_SECONDS, end_by_deadline, until_interrupted
+from async_plotter.validation import folder_problem
 
 logger = logging.getLogger("async_plotter")
 
@@ -516,12 +517,9 @@ def _checked_video_dir(parser: argparse.ArgumentParser,
     if video_dir is None:
         return None
     path = os.path.abspath(video_dir)
-    try:
-        os.makedirs(path, exist_ok=True)
-        with tempfile.TemporaryFile(dir=path):
-            pass
-    except OSError as error:
-        parser.error(f"{flag} {path!r} cannot be written: {error.strerror or error}")
+    problem = folder_problem(path)
+    if problem is not None:
+        parser.error(f"{flag} {path!r} cannot be written: {problem}")
     return path
 
 

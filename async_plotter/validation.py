@@ -3,6 +3,7 @@
 import math
 import numbers
 import os
+import tempfile
 from typing import Any, Dict, Optional, Tuple
 
 import numpy as np
@@ -22,6 +23,31 @@ def _is_real(value: Any) -> bool:
 def _is_whole(value: Any) -> bool:
     """An integer, or a float that is one (``1e3`` from a config file, ``500.0``)."""
     return is_int(value) or (_is_real(value) and float(value).is_integer())
+
+
+def folder_problem(path: str) -> Optional[str]:
+    """Why no file can be written into the folder ``path`` (made where it is missing), in
+    words; None where one can."""
+    blocking = next(
+        (part
+         for part in _path_and_parents(path) if os.path.exists(part) and not os.path.isdir(part)),
+        None)
+    if blocking is not None:
+        return f"{blocking!r} is a file, not a folder"
+    try:
+        os.makedirs(path, exist_ok=True)
+        with tempfile.TemporaryFile(dir=path):
+            pass
+    except OSError as error:
+        return error.strerror or str(error)
+    return None
+
+
+def _path_and_parents(path: str) -> Tuple[str, ...]:
+    parts = [os.path.abspath(path)]
+    while os.path.dirname(parts[-1]) != parts[-1]:
+        parts.append(os.path.dirname(parts[-1]))
+    return tuple(parts)
 
 
 def user_path(path: Any) -> str:

@@ -132,10 +132,16 @@ def test_window_true_without_display_is_an_error_not_an_abort(monkeypatch):
 
 
 def test_unwritable_video_dir(tmp_path):
+    """A folder that cannot be made names the file in its way (the OS said "File exists" for
+    the file itself, "Not a directory" for a folder under it)."""
     blocker = tmp_path / "a_file"
     blocker.write_text("not a directory")
-    with pytest.raises(VideoDirError, match="cannot be written"):
-        make(video_dir=str(blocker / "videos"))
+    for given in (blocker, blocker / "videos"):
+        with pytest.raises(VideoDirError) as raised:
+            make(video_dir=str(given))
+        assert str(raised.value) == (
+            f"video_dir {str(given)!r} cannot be written: {str(blocker)!r} is a file, not a "
+            "folder. Choose a directory you can write to."), raised.value
 
 
 def test_nothing_to_show_is_said_once_and_costs_nothing(monkeypatch, caplog):

@@ -9,7 +9,6 @@ trainer-side checks (``async_plotter.trainer.preflight``), creates the output di
 """
 import dataclasses
 import os
-import tempfile
 import types
 from typing import Any, Callable, Collection, List, Mapping, Optional, Tuple, Union
 
@@ -29,8 +28,8 @@ from async_plotter.processes import POLICY_DEVICES
 from async_plotter.render.camera import check_camera_argument
 from async_plotter.render.history import DEFAULT_KEPT, history_folder
 from async_plotter.sinks.base import FrameSink
-from async_plotter.validation import (boolean, callable_or_none, cpu_fraction, frame_size as
-                                      checked_frame_size, is_int, non_negative_int,
+from async_plotter.validation import (boolean, callable_or_none, cpu_fraction, folder_problem,
+                                      frame_size as checked_frame_size, is_int, non_negative_int,
                                       optional_non_negative_int, non_negative_number, one_of,
                                       positive_int, positive_number, user_path)
 from async_plotter.supervision.budget import DEFAULT_BUDGET
@@ -449,10 +448,7 @@ def _video_dir_path(video_dir: Any, name: str = "video_dir") -> Optional[str]:
 def _create_video_dir(path: Optional[str], name: str = "video_dir") -> None:
     if path is None:
         return
-    try:
-        os.makedirs(path, exist_ok=True)
-        with tempfile.TemporaryFile(dir=path):
-            pass
-    except OSError as error:
-        raise VideoDirError(f"{name} {path!r} cannot be written: {error.strerror or error}. "
-                            "Choose a directory you can write to.") from error
+    problem = folder_problem(path)
+    if problem is not None:
+        raise VideoDirError(f"{name} {path!r} cannot be written: {problem}. Choose a directory "
+                            "you can write to.")

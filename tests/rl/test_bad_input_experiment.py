@@ -117,7 +117,8 @@ CHECKED_BY_THE_PLOTTER = [
     ("max_restarts", dict(max_restarts=-1), InvalidArgumentError,
      "max_restarts must be a non-negative int, got -1"),
     ("video_dir-under-a-file", dict(video_dir="{tmp}/a_file/videos"), VideoDirError,
-     "video_dir '{tmp}/a_file/videos' cannot be written: Not a directory"),
+     "video_dir '{tmp}/a_file/videos' cannot be written: '{tmp}/a_file' is a file, not a "
+     "folder. Choose a directory you can write to."),
 ]
 
 
