@@ -171,8 +171,8 @@ def run_experiment_lite(fn_or_algo: Union[BatchPolopt, Callable[..., Any]],
         plot: watch the policy while it trains; it overrides the algorithm's ``plot`` flag (and
             works with any ``n_parallel``). Videos go to ``<log_dir>/videos``.
         seed: seeds Python, numpy and TensorFlow before anything is built, and the sampling.
-        exp_name: name of the run (default: a timestamp); the default folder is
-            ``runs/<exp_name>/``.
+        exp_name: name of the run (default: a timestamp; resumed, the run's); the default
+            folder is ``runs/<exp_name>/``.
         log_dir: folder of the run's files (created if needed). Without it, ``runs/<exp_name>``
             is used, with a ``_2``, ``_3``... suffix if that folder exists, so that two runs
             never write into one ``progress.csv``; with ``resume_from``, the snapshot's folder.
@@ -208,7 +208,7 @@ def run_experiment_lite(fn_or_algo: Union[BatchPolopt, Callable[..., Any]],
     if point is not None and isinstance(fn_or_algo, BatchPolopt):
         check_fits(fn_or_algo, point)  # before its folder is touched
     if exp_name is None:
-        exp_name = _default_exp_name()
+        exp_name = point.run_name if point is not None else _default_exp_name()
     if log_dir is None and point is not None:
         log_dir = point.folder
     path = os.path.abspath(os.path.join("runs",

@@ -12,6 +12,7 @@ steps exactly as the first run would have gone on (with more, which sampler runs
 depends on timing, in the first run too).
 """
 import dataclasses
+import json
 import logging
 import os
 from typing import Any, Dict, List, Optional, Tuple
@@ -37,6 +38,17 @@ class ResumePoint:
     def folder(self) -> str:
         """The run's folder, where the snapshot was written."""
         return os.path.dirname(self.path)
+
+    @property
+    def run_name(self) -> str:
+        """The name of the run the snapshot is of: its ``experiment.json``'s ``exp_name``,
+        else its folder's name (a resumed run given none goes on under it)."""
+        try:
+            with open(os.path.join(self.folder, "experiment.json"), encoding="utf-8") as file:
+                name = json.load(file).get("exp_name")
+        except (OSError, ValueError, AttributeError):
+            name = None
+        return name if isinstance(name, str) and name else os.path.basename(self.folder)
 
 
 def resume_point(resume_from: Any) -> ResumePoint:

@@ -452,7 +452,8 @@ class Plotter:
                 logger, self._config.verbose, "%s",
                 summarize_videos(self._stats.snapshot(), len(self._iteration_numbers),
                                  time.monotonic() - (self._started_at or 0.0),
-                                 self._config.worker.budget, self.video_dir, final_video))
+                                 self._config.worker.budget, self.video_dir, final_video,
+                                 self._config.resume_after))
 
     def _in_owner(self, call: str) -> bool:
         """Whether this is the process that made this Plotter. A process forked from it (an

@@ -14,12 +14,14 @@ def summarize_videos(stats: Dict[str, Any],
                      elapsed: float,
                      budget: Optional[float],
                      video_dir: Optional[str],
-                     final_video_asked: bool = True) -> str:
+                     final_video_asked: bool = True,
+                     resumed_after: Optional[int] = None) -> str:
     """``plotter: 7 videos in runs/x/videos of iterations 0, 9, ... 59; the newest,
     iter_0059.mp4, shows the final policy`` -- plus the reason and the knob when there were
     fewer than one per 10 iterations. ``stats``: ``Plotter.stats``; ``iterations``: how many
     updates came with an iteration; ``final_video_asked``: False after ``close(final_video=False)``,
-    which cuts the video being drawn without waiting for it."""
+    which cuts the video being drawn without waiting for it; ``resumed_after``: the iteration a
+    resumed run went on from (its history here is what it recorded since)."""
     log: List[Dict[str, Any]] = list(stats.get("video_log") or [])
     if not video_dir:
         played, drawn = stats.get("frames", 0), stats.get("frames_drawn", 0)
@@ -40,19 +42,22 @@ def summarize_videos(stats: Dict[str, Any],
     notes = [
         _no_initial_video(log, stats),
         _why_few(stats, len(log), iterations, elapsed, budget),
-        _history(stats, iterations)
+        _history(stats, iterations, resumed_after)
     ]
     return ". ".join([text] + [note for note in notes if note])
 
 
-def _history(stats: Dict[str, Any], iterations: int) -> str:
+def _history(stats: Dict[str, Any], iterations: int, resumed_after: Optional[int]) -> str:
     """``The whole run: 21 policies recorded in .../history ...``, with the newest's return, and
-    how many of the run's ``iterations`` they cover where that is not all of them."""
+    how many of the run's ``iterations`` they cover where that is not all of them (``Since the
+    resume after iteration 59: ...`` for a resumed run: the folder holds the earlier ones too)."""
     entries = [entry for entry in stats.get("history") or () if entry.get("return") is not None]
     stopped = ("its thread hung, and the worker went on without it (stats['history_stopped'] "
                "says where)" if stats.get("history_stopped") else "")
+    run = ("The whole run"
+           if resumed_after is None else f"Since the resume after iteration {resumed_after}")
     if not entries:
-        return f"The whole run: no policy recorded: {stopped}" if stopped else ""
+        return f"{run}: no policy recorded: {stopped}" if stopped else ""
     newest = entries[-1]
     count = f"{len(entries)} polic{'ies' if len(entries) != 1 else 'y'}"
     covered = len({entry["iteration"] for entry in entries if entry.get("iteration") is not None})
@@ -67,9 +72,9 @@ def _history(stats: Dict[str, Any], iterations: int) -> str:
     ret = f"the newest's return {newest['return']:.4g} in {newest['length']} steps"
     files = [entry["path"] for entry in entries if entry.get("path")]
     if files:
-        return (f"The whole run: {count} recorded in {os.path.dirname(files[-1])}, one "
+        return (f"{run}: {count} recorded in {os.path.dirname(files[-1])}, one "
                 f"deterministic episode each from one start state ({ret}{share})")
-    return (f"The whole run: the returns of {count} in stats['history'], one deterministic "
+    return (f"{run}: the returns of {count} in stats['history'], one deterministic "
             f"episode each from one start state ({ret}; this env keeps no states{share})")
 
 

@@ -2,6 +2,7 @@
 test_bad_input_experiment.py)."""
 import concurrent.futures
 import csv
+import json
 import logging
 import os
 import pickle
@@ -549,6 +550,7 @@ def test_a_resumed_run_goes_on_in_its_own_folder(tmp_path, caplog):
     later = {name: (run / name).read_bytes() for name in ("itr_2.pkl", "itr_3.pkl")}
     first_final = (run / "videos" / "iter_0003.mp4").read_bytes()
     first_recorded = {row["iteration"] for row in read_returns(str(run / "videos" / "history"))}
+    first_name = json.loads((run / "experiment.json").read_text())["exp_name"]
     # The first run's TensorBoard files named to sort after the resumed run's (as files made in
     # one second sort by their processes' ids): TensorBoard reads them last.
     for name in os.listdir(run):
@@ -558,6 +560,7 @@ def test_a_resumed_run_goes_on_in_its_own_folder(tmp_path, caplog):
             os.rename(run / name, run / ".".join(parts))
 
     algo = small_trpo(n_itr=4)
+    caplog.clear()  # the resumed run's lines alone
     with caplog.at_level(logging.INFO, logger="async_plotter"):
         result = run_experiment_lite(algo,
                                      seed=2,
@@ -566,6 +569,12 @@ def test_a_resumed_run_goes_on_in_its_own_folder(tmp_path, caplog):
                                      resume_from=str(run / "itr_1.pkl"))
     assert result.log_dir == str(run)
     assert algo.start_itr == 2 and "resuming from" in caplog.text
+    # It goes on under the run's name (it had taken a new timestamp).
+    name = json.loads((run / "experiment.json").read_text())["exp_name"]
+    assert name == first_name and f"experiment {name}: outputs in {run}" in caplog.text, name
+    # Its close line tells of the policies it recorded, as those since the resume.
+    assert "Since the resume after iteration 1: " in caplog.text
+    assert "The whole run:" not in caplog.text
     # One progress.csv, its first rows the first run's; TensorBoard shows each step once.
     assert read_rows(result.progress_csv) == [0, 1, 2, 3]
     with open(result.progress_csv, newline="") as f:
