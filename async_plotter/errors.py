@@ -76,3 +76,12 @@ class EnvStepError(PlotterError, RuntimeError):
     """The env failed to step with the policy's action as the plot worker gives it (converted to
     the action space, clipped to its bounds): checked once in the trainer, where the worker
     would fail at every step."""
+
+
+class ResumeError(PlotterError, ValueError):
+    """``run_experiment_lite(resume_from=...)`` cannot go on from that snapshot: it is not one
+    of a run's, or the algorithm cannot take it (another policy, nothing left to train)."""
+
+
+class SnapshotNotFoundError(ResumeError, FileNotFoundError):
+    """``resume_from`` names no snapshot: no such file, or a run's folder without one."""

@@ -39,6 +39,8 @@ _EXPORTS: Dict[str, str] = {
     "run_experiment_lite": "experiment",
     "ExperimentResult": "experiment",
     "load_snapshot": "snapshot",
+    "ResumeError": "resume",
+    "SnapshotNotFoundError": "resume",
 }
 
 __all__: List[str] = sorted(_EXPORTS)
@@ -68,5 +70,6 @@ if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only
                                                     gae_advantages, process_samples)
     from async_plotter.rl.samplers import ParallelSampler, Sampler, SerialSampler, rollout
     from async_plotter.rl.snapshot import load_snapshot
+    from async_plotter.errors import ResumeError, SnapshotNotFoundError
     from async_plotter.rl.trpo import TRPO
     from async_plotter.rl.vpg import VPG

@@ -16,6 +16,7 @@ import os
 import sys
 from typing import TYPE_CHECKING, Any, Callable, Dict, List
 
+from async_plotter.errors import PlotterError
 from async_plotter.render.history import HISTORY_FOLDER
 from async_plotter.render.history_returns import RETURNS_FILE, read_returns
 from async_plotter.trainer.config import DEFAULT_VIDEO_SECONDS
@@ -141,6 +142,11 @@ def run_example(make_algo: Callable[[], Any], args: argparse.Namespace) -> int:
     except KeyboardInterrupt:
         print("interrupted; workers and plotter were shut down", file=sys.stderr)
         return 130
+    except PlotterError as error:
+        # A named error says what was wrong and what to do: no traceback for a mistake in the
+        # flags (a --resume-from with nothing left to train, a folder in use).
+        print(f"{os.path.basename(sys.argv[0])}: error: {error}", file=sys.stderr)
+        return 2
     print(describe_outputs(result))
     return 0
 

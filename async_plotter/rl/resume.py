@@ -20,6 +20,7 @@ from typing import Any, Dict, List, Optional, Tuple
 import numpy as np
 
 from async_plotter.env.state import TrainerEnvState
+from async_plotter.errors import ResumeError, SnapshotNotFoundError
 from async_plotter.validation import user_path
 from async_plotter.rl.snapshot import LAST_SNAPSHOT, load_snapshot, snapshot_iteration
 
@@ -61,22 +62,22 @@ def resume_point(resume_from: Any) -> ResumePoint:
     if os.path.isdir(path):
         path = _newest_snapshot(path)
     elif not os.path.isfile(path):
-        raise FileNotFoundError(f"resume_from {path!r} does not exist: give a snapshot "
-                                "(params.pkl, itr_<N>.pkl) or the run's folder")
+        raise SnapshotNotFoundError(f"resume_from {path!r} does not exist: give a snapshot "
+                                    "(params.pkl, itr_<N>.pkl) or the run's folder")
     try:
         snapshot = load_snapshot(path)
     except Exception as error:  # noqa: BLE001 - whatever unpickling raises, say which file
-        raise ValueError(f"resume_from {path!r} could not be read as a snapshot: "
-                         f"{type(error).__name__}: {error}") from error
+        raise ResumeError(f"resume_from {path!r} could not be read as a snapshot: "
+                          f"{type(error).__name__}: {error}") from error
     if not isinstance(snapshot, dict) or not {"itr", "policy_params"} <= set(snapshot):
-        raise ValueError(f"resume_from {path!r} is not a snapshot of run_experiment_lite's (it "
-                         "has no 'itr' and 'policy_params')")
+        raise ResumeError(f"resume_from {path!r} is not a snapshot of run_experiment_lite's (it "
+                          "has no 'itr' and 'policy_params')")
     return ResumePoint(path, int(snapshot["itr"]), snapshot)
 
 
 def apply_to(algo: Any, point: ResumePoint) -> None:
     """Give ``algo`` the snapshot's policy parameters and baseline, and start it at the next
-    iteration; raises ``ValueError`` where the policy differs or nothing is left to train."""
+    iteration; raises ``ResumeError`` where the policy differs or nothing is left to train."""
     check_fits(algo, point)
     ours = algo.policy.get_param_values()
     algo.policy.set_param_values(
@@ -89,8 +90,8 @@ def apply_to(algo: Any, point: ResumePoint) -> None:
         try:
             algo.restore_optimizer_state(optimizer_state)
         except ValueError as error:
-            raise ValueError(f"resume_from {point.path!r}: {error}; resume with the algorithm "
-                             "and policy the run trained") from error
+            raise ResumeError(f"resume_from {point.path!r}: {error}; resume with the algorithm "
+                              "and policy the run trained") from error
     algo.start_itr = point.itr + 1
 
 
@@ -162,20 +163,20 @@ def sampling_seed(point: ResumePoint, seed: Optional[int]) -> Optional[int]:
 
 
 def check_fits(algo: Any, point: ResumePoint) -> None:
-    """Raise ``ValueError`` where ``algo`` cannot resume from ``point``: another policy, or no
+    """Raise ``ResumeError`` where ``algo`` cannot resume from ``point``: another policy, or no
     iteration left to train (run before anything is written, where the algorithm is given)."""
     params = np.asarray(point.snapshot["policy_params"])
     ours = algo.policy.get_param_values()
     if params.shape != ours.shape:
-        raise ValueError(
+        raise ResumeError(
             f"resume_from {point.path!r} holds a policy of {params.size} parameters, and the "
             f"algorithm's has {ours.size}: resume with the policy the run trained (the same "
             "class, sizes and env)")
     start = point.itr + 1
     if start >= algo.n_itr:
-        raise ValueError(f"resume_from {point.path!r} is of iteration {point.itr}, and n_itr is "
-                         f"{algo.n_itr} (iterations 0-{algo.n_itr - 1}): nothing is left to train; "
-                         "give the algorithm a larger n_itr")
+        raise ResumeError(f"resume_from {point.path!r} is of iteration {point.itr}, and n_itr is "
+                          f"{algo.n_itr} (iterations 0-{algo.n_itr - 1}): nothing is left to "
+                          "train; give the algorithm a larger n_itr")
 
 
 def _newest_snapshot(folder: str) -> str:
@@ -185,6 +186,6 @@ def _newest_snapshot(folder: str) -> str:
     numbered = [(snapshot_iteration(name), name) for name in os.listdir(folder)]
     numbered = [(itr, name) for itr, name in numbered if itr is not None]
     if not numbered:
-        raise FileNotFoundError(f"resume_from {folder!r} holds no snapshot (params.pkl or "
-                                "itr_<N>.pkl): was the run made with snapshot_mode='none'?")
+        raise SnapshotNotFoundError(f"resume_from {folder!r} holds no snapshot (params.pkl or "
+                                    "itr_<N>.pkl): was the run made with snapshot_mode='none'?")
     return os.path.join(folder, max(numbered)[1])

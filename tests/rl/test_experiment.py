@@ -17,8 +17,8 @@ import psutil
 import pytest
 
 import async_plotter
-from async_plotter.rl import (TRPO, VPG, CategoricalMLPPolicy, GaussianMLPPolicy, load_snapshot,
-                              run_experiment_lite)
+from async_plotter.rl import (TRPO, VPG, CategoricalMLPPolicy, GaussianMLPPolicy, ResumeError,
+                              SnapshotNotFoundError, load_snapshot, run_experiment_lite)
 from async_plotter.render.history_returns import read_returns
 from async_plotter.rl.resume import apply_to, resume_point
 from async_plotter.trainer.run_folder import new_folder
@@ -782,14 +782,15 @@ def test_resume_from_names_what_is_wrong_before_anything_is_written(tmp_path):
     run = tmp_path / "run"
     run_experiment_lite(small_trpo(n_itr=2), log_dir=str(run), snapshot_mode="none")
     before = sorted(os.listdir(run))
-    with pytest.raises(FileNotFoundError, match="holds no snapshot"):
+    # Named errors, FileNotFoundError and ValueError as before too.
+    with pytest.raises(SnapshotNotFoundError, match="holds no snapshot"):
         run_experiment_lite(small_trpo(n_itr=3), resume_from=str(run))
     with pytest.raises(FileNotFoundError, match="does not exist"):
         run_experiment_lite(small_trpo(n_itr=3), resume_from=str(run / "params.pkl"))
     assert sorted(os.listdir(run)) == before
     run_experiment_lite(small_trpo(n_itr=2), log_dir=str(run))
     written = digests(run)
-    with pytest.raises(ValueError, match="iteration 1, and n_itr is 2"):
+    with pytest.raises(ResumeError, match="iteration 1, and n_itr is 2"):
         run_experiment_lite(small_trpo(n_itr=2), resume_from=str(run))
     other = TRPO("CartPole-v1",
                  CategoricalMLPPolicy("CartPole-v1", hidden_sizes=(4, )),

@@ -91,6 +91,23 @@ def test_an_example_names_its_videos_and_final_policy(tmp_path):
     assert f"final policy:   {final}" in completed.stdout
     assert "videos:         " in completed.stdout and " in " in completed.stdout
     assert os.path.exists(final)
+    # A --resume-from that cannot go on is a one-line error and exit code 2, no traceback: a
+    # run with nothing left to train, and a path that holds no run.
+    for resume_from, said in (("runs/example", "nothing is left to train"), ("runs/nothing",
+                                                                             "does not exist")):
+        refused = subprocess.run([
+            sys.executable,
+            os.path.join(ROOT, "examples", "trpo_cartpole.py"), "--n-itr", "3", "--resume-from",
+            resume_from
+        ],
+                                 cwd=tmp_path,
+                                 capture_output=True,
+                                 text=True,
+                                 timeout=240)
+        assert refused.returncode == 2, refused.stderr[-3000:]
+        assert "trpo_cartpole.py: error: resume_from " in refused.stderr and said in (
+            refused.stderr), refused.stderr[-3000:]
+        assert "Traceback" not in refused.stderr, refused.stderr[-3000:]
 
 
 @pytest.mark.parametrize("n_parallel", [1, 2])
