@@ -25,6 +25,7 @@ from tests.policies import LinearPolicy
 pytestmark = pytest.mark.slow
 
 TRAINER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "interrupt_trainer.py")
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 STAGES = [
     "startup", "sampling", "processing", "optimisation", "snapshot", "update_plot", "shutdown"
 ]
@@ -337,3 +338,54 @@ def test_ctrl_c_inside_plotter_close_still_releases_everything(tmp_path, no_left
     # SIGTERM let the render process finish the video it was writing.
     names = os.listdir(tmp_path)
     assert names and not [n for n in names if n.startswith(".partial")], names
+
+
+# A script that stops cleanly on SIGTERM (a preempted job's handler): it closes its Plotter.
+_CLOSES_ON_SIGTERM = """
+import signal, sys, time
+from async_plotter import Plotter
+from tests.policies import LinearPolicy
+
+plotter = Plotter("Swimmer-v5", LinearPolicy(8, 2), max_path_length=50, video_dir=sys.argv[1],
+                  fps=500, priority="normal").start()
+
+
+def stop(signum, frame):
+    plotter.close(timeout=20)
+    print("closed", flush=True)
+    sys.exit(0)
+
+
+signal.signal(signal.SIGTERM, stop)
+while plotter.stats["frames"] == 0:
+    time.sleep(0.05)
+print("showing", flush=True)
+while True:
+    time.sleep(0.1)
+"""
+
+
+def test_a_sigterm_to_the_whole_group_is_a_stop_not_a_worker_failure(tmp_path):
+    """``timeout``, ``kill -- -PGID`` or a job scheduler's stop sends SIGTERM to every process of
+    the group: the worker's processes stop as their supervisor stops them, and the script's
+    handler closes its Plotter. Before, the supervisor saw its worker exit first and called it a
+    failure ("plot worker failed: its render process exited with code 0; restarting it"), and
+    started a new one while the script was closing."""
+    script = subprocess.Popen([sys.executable, "-c", _CLOSES_ON_SIGTERM,
+                               str(tmp_path)],
+                              stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE,
+                              text=True,
+                              cwd=ROOT,
+                              start_new_session=True)
+    try:
+        assert script.stdout.readline() == "showing\n", script.stderr.read()[-3000:]
+        workers = psutil.Process(script.pid).children(recursive=True)
+        os.killpg(script.pid, signal.SIGTERM)
+        out, err = script.communicate(timeout=60)
+    finally:
+        if script.poll() is None:
+            os.killpg(script.pid, signal.SIGKILL)
+    assert script.returncode == 0 and out == "closed\n", err[-3000:]
+    assert "plot worker failed" not in err and "restarting" not in err, err[-3000:]
+    wait_for(lambda: not any(alive(w) for w in workers), 10, message="the workers to exit")

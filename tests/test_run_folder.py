@@ -320,6 +320,19 @@ def test_earlier_runs_keeps_the_newest_few(tmp_path, caplog):
     assert len(told) == 2 and all(f"keeps the newest {EARLIER_RUNS_KEPT}" in line for line in told)
 
 
+def test_the_line_that_sets_a_run_aside_names_what_there_was(tmp_path, caplog):
+    """What an earlier run left, counted as it is: no "a history of 0 policies" for a folder a
+    viewer's videos went to, no "1 videos"."""
+    caplog.set_level(logging.INFO, logger="async_plotter")
+    (tmp_path / "iter_0003.mp4").write_bytes(b"")
+    for name in ("iter_0003.npz", "iter_0004.npz"):
+        (tmp_path / name).write_bytes(b"")
+    (tmp_path / "history").mkdir()  # empty
+    assert set_aside_earlier_run(str(tmp_path), verbose=0) is not None
+    told = [r.getMessage() for r in caplog.records if "earlier run" in r.getMessage()]
+    assert len(told) == 1 and "outputs (1 video, 2 state recordings): moved" in told[0], told
+
+
 def test_earlier_runs_never_overwrite_each_other(tmp_path):
     """Two runs set aside within one second get folders of their own; folders of other names,
     partial files and the user's files stay."""

@@ -55,6 +55,9 @@ SPIN_SHARE = 0.5
 #: seconds ``stop()`` waits for a render process that records nothing (a window, a live page) to
 #: exit by itself before it is terminated
 _LIVE_STOP_GRACE = 2.0
+#: seconds a worker that a SIGTERM from elsewhere stopped waits before it counts as failed: one
+#: sent to the whole process group stops this process's side too, within a moment
+_OUTSIDE_STOP_GRACE = 2.0
 
 
 class _StartFailed(Exception):
@@ -132,6 +135,8 @@ class WorkerSupervisor:
         self._listener = listener
         self._lock = threading.Lock()
         self._stopping = threading.Event()
+        #: set while a worker stopped by a SIGTERM from elsewhere waits to see this side stop
+        self._outside_stop = threading.Event()
         self._pair: Optional[_Pair] = None
         self._metrics = MetricsRelay()
         self._thread = threading.Thread(target=self._supervise,
@@ -369,6 +374,8 @@ class WorkerSupervisor:
             dead = [role for sentinel, role in sentinels.items() if sentinel in ready]
             if dead and not self._stopping.is_set():
                 self._drain(pair, connections)
+                if self._stopped_from_outside(pair, dead):
+                    return None  # this side stops too: nothing failed, nothing to restart
                 return self._describe_death(pair, dead)
             now = time.monotonic()
             overdue = [
@@ -512,6 +519,23 @@ class WorkerSupervisor:
             culprit = f"its {role} process exited with code {code}"
         self._stats.last_error = culprit  # no traceback came: this is all there is to tell
         return culprit
+
+    def _stopped_from_outside(self, pair: _Pair, dead: List[str]) -> bool:
+        """Whether the ``dead`` processes ended as a stop ends them (their SIGTERM handler's
+        exit code 0, or killed by SIGTERM) without this side stopping them, and this side then
+        stopped within ``_OUTSIDE_STOP_GRACE`` s: a SIGTERM to the whole process group
+        (``timeout``, ``kill -- -PGID``, a job scheduler's stop) reaches the worker and this
+        process alike. False otherwise: a stop of the worker alone is a failure, restarted."""
+        processes = pair.processes()
+        for role in dead:
+            processes[role].join(0.5)
+        if any(processes[role].exitcode not in (0, -signal.SIGTERM) for role in dead):
+            return False
+        self._outside_stop.set()  # close() waits for no final video meanwhile
+        try:
+            return self._stopping.wait(_OUTSIDE_STOP_GRACE)
+        finally:
+            self._outside_stop.clear()
 
     def _apply(self, kind: Any, payload: dict, pair: _Pair) -> None:
         """Act on one report. An unknown kind is a bug (both ends are this package): it is
@@ -737,7 +761,7 @@ class WorkerSupervisor:
         def give_up() -> bool:
             # No video can be written while the device is full: waiting would only hold close().
             return (self._stats.disabled or self._stats.video_dir_full
-                    or not self._thread.is_alive())
+                    or self._outside_stop.is_set() or not self._thread.is_alive())
 
         return self._videos.wait_for(update,
                                      timeout,

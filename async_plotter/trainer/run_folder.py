@@ -354,12 +354,22 @@ def _video_outputs(video_dir: str) -> List[str]:
 
 
 def _describe_videos(video_dir: str, names: List[str]) -> str:
+    """``3 videos, 3 state recordings, a history of 8 policies``: what there is of each."""
     videos = sum(1 for name in names if VIDEO_NAME.fullmatch(name))
     recordings = sum(1 for name in names if RECORDING_NAME.fullmatch(name))
     history = len(list_named_recordings(os.path.join(video_dir, HISTORY_FOLDER)))
-    events = _describe_events(video_dir, names)
-    return (f"{videos} videos, {recordings} state recordings, a history of {history} policies" +
-            (f", {events}" if events else ""))
+    parts = [
+        _counted(videos, "video", "videos"),
+        _counted(recordings, "state recording", "state recordings"),
+        f"a history of {_counted(history, 'policy', 'policies')}" if history else "",
+        _describe_events(video_dir, names), "live/" if LIVE_FOLDER in names else ""
+    ]
+    return ", ".join(part for part in parts if part)
+
+
+def _counted(count: int, one: str, many: str) -> str:
+    """``3 videos``, ``1 video``; nothing for none."""
+    return f"{count} {one if count == 1 else many}" if count else ""
 
 
 def _event_files(folder: str) -> List[str]:
