@@ -115,3 +115,21 @@ def test_forced_public_path_poses_through_mjviser(monkeypatch):
         assert len(recording.serialize()) > 100  # viser recorded (and sent) the updates
     finally:
         scene.close()
+
+
+def test_the_panels_curve_starts_again_for_another_run():
+    """A viewer following a trainer that started again (another run, ``CURVE_RESTART``) starts
+    the 3D panel's learning curve again: what viser holds for the page is the new run's points
+    alone, from its first (a resumed run's chain is then handed in again)."""
+    model = mujoco.MjModel.from_xml_string(TOYS_XML)
+    scene, _ = scene_of(model)
+    try:
+        for iteration in range(3):
+            scene.add_metrics(iteration, {"AverageReturn": 10.0 + iteration})
+        assert [list(axis) for axis in scene._curve.data] == [[0, 1, 2], [10, 11, 12]]
+        scene.restart_curve()
+        assert [list(axis) for axis in scene._curve.data] == [[], []]
+        scene.add_metrics(5, {"AverageReturn": 1.0})
+        assert [list(axis) for axis in scene._curve.data] == [[5], [1]]
+    finally:
+        scene.close()
