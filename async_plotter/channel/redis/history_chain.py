@@ -8,19 +8,17 @@ runs before it recorded up to K (``trainer/run_folder.py`` does the same on disk
   each iteration from the run that did it last (a chain of resumes included). The index is
   scored by iteration (``index_score``), so that is one range;
 * a viewer reads K from the run's model (sealed with it as its iteration, ``sealed.seal_model``)
-  and takes a recording or a return of an earlier run when ``earlier_runs_keep`` says it is one
-  the resumed run keeps; of two recordings of one iteration, the later run's wins.
+  and takes a recording or a return when ``in_history`` says it is of the run's history: its own,
+  or one of an earlier run's it keeps (``earlier_runs_keep``); of two recordings of one
+  iteration, the later run's wins.
 
 The snapshot's policy itself (iteration K) is recorded again by the resumed run: it then has
 two rows, as a policy a restarted worker recorded again has (``returns.csv``: the later is its).
 """
-import logging
-from typing import Any, List, Optional, Tuple
+from typing import Any, List, Optional
 
-from async_plotter.channel.redis.sealed import peek_header
+from async_plotter.channel.redis.sealed import Sealed, peek_header
 from async_plotter.render.history import INITIAL_POLICY_ITERATION
-
-logger = logging.getLogger("async_plotter")
 
 #: stream entries read at once while trimming
 _ROWS_A_READ = 1000
@@ -45,11 +43,20 @@ def earlier_runs_keep(update: int, iteration: Optional[int], after: Optional[int
     return iteration <= after
 
 
-def trim(client: Any, index: str, recording_key: Any, returns: str, after: int) -> Tuple[int, int]:
+def in_history(model: Sealed, run_id: int, run_started_ns: int, update: int,
+               iteration: Optional[int]) -> bool:
+    """Whether a recording or return of run ``run_id`` (started at ``run_started_ns``) is of the
+    history of the run whose model is ``model``: its own, or an earlier run's that it keeps (a
+    newer run's is not, until its model is read)."""
+    return run_id == model.run_id or (run_started_ns < model.run_started_ns
+                                      and earlier_runs_keep(update, iteration, model.iteration))
+
+
+def trim(client: Any, index: str, recording_key: Any, returns: str, after: int) -> None:
     """Remove what a run resumed after iteration ``after`` does again: the recordings scored
     above it in ``index`` (with their keys, ``recording_key(member)``) and the rows of the
-    ``returns`` stream it does not keep; ``(recordings, rows)`` removed. ``AccessDenied`` where
-    the user's role lacks ``ZRANGEBYSCORE``, ``ZREM``, ``XRANGE`` or ``XDEL``."""
+    ``returns`` stream it does not keep. ``AccessDenied`` where the user's role lacks
+    ``ZRANGEBYSCORE``, ``ZREM``, ``XRANGE`` or ``XDEL``."""
     members = [bytes(member) for member in client.zrangebyscore(index, f"({after}", "+inf")]
     if members:
         pipe = client.pipeline(transaction=False)
@@ -59,7 +66,6 @@ def trim(client: Any, index: str, recording_key: Any, returns: str, after: int) 
     dropped = _rows_not_kept(client, returns, after)
     for start in range(0, len(dropped), _ROWS_A_READ):
         client.xdel(returns, *dropped[start:start + _ROWS_A_READ])
-    return len(members), len(dropped)
 
 
 def _rows_not_kept(client: Any, returns: str, after: int) -> List[bytes]:

@@ -68,17 +68,22 @@ class Header:
     run_started_ns: int
     number: int
     iteration: Optional[int]
+    signed: bool
+    #: the payload's length in bytes
+    length: int
 
 
 def peek_header(value: bytes) -> Optional[Header]:
-    """The header of ``value``, NOT verified: for a trainer tidying its own experiment's keys
-    (``history_chain.trim``); None if ``value`` has no header of this version."""
+    """The header of ``value``, NOT verified (``open_sealed`` checks the rest; a trainer tidying
+    its own experiment's keys reads it alone, ``history_chain.trim``); None if ``value`` has no
+    header of this version."""
     if len(value) < _HEADER.size:
         return None
-    magic, version, _, run_id, started, number, iteration, _ = _HEADER.unpack_from(value)
+    magic, version, flags, run_id, started, number, iteration, length = _HEADER.unpack_from(value)
     if magic != _MAGIC or version != _VERSION:
         return None
-    return Header(run_id, started, number, None if iteration < 0 else iteration)
+    return Header(run_id, started, number, None if iteration < 0 else iteration,
+                  bool(flags & _SIGNED), length)
 
 
 def seal(key: Optional[bytes], kind: bytes, experiment: str, run: Tuple[int, int], number: int,
@@ -95,14 +100,15 @@ def open_sealed(value: bytes, verifier: Verifier, kind: bytes, experiment: str) 
     what = kind.decode()
     if len(value) < _HEADER.size + TAG_BYTES:
         raise PayloadRejected(f"the {what} is {len(value)} bytes, shorter than its header")
-    magic, version, flags, run_id, started, number, iteration, length = _HEADER.unpack_from(value)
-    if magic != _MAGIC or version != _VERSION:
+    head = peek_header(value)
+    if head is None:
         raise PayloadRejected(f"the {what} is not in this version's format")
-    check_length(what, len(value), _HEADER.size + length + TAG_BYTES, f"{length} bytes of payload")
+    check_length(what, len(value), _HEADER.size + head.length + TAG_BYTES,
+                 f"{head.length} bytes of payload")
     view = memoryview(value)
-    verifier.check(bool(flags & _SIGNED), view[-TAG_BYTES:], kind, experiment, view[:_HEADER.size],
+    verifier.check(head.signed, view[-TAG_BYTES:], kind, experiment, view[:_HEADER.size],
                    view[_HEADER.size:-TAG_BYTES])
-    return Sealed(run_id, started, number, None if iteration < 0 else iteration,
+    return Sealed(head.run_id, head.run_started_ns, head.number, head.iteration,
                   bytes(view[_HEADER.size:-TAG_BYTES]))
 
 

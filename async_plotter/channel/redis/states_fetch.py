@@ -9,7 +9,7 @@ import threading
 import time
 from typing import Any, Callable, Dict, List, Optional, Set, Tuple, Union
 
-from async_plotter.channel.redis.history_chain import earlier_runs_keep
+from async_plotter.channel.redis.history_chain import earlier_runs_keep, in_history
 from async_plotter.channel.redis.link import (OutageLog, bounded_zrange, close_quietly, connect,
                                               connection_errors, probe, read_exact)
 from async_plotter.channel.redis.refusals import AccessDenied
@@ -210,9 +210,7 @@ class RecordingFetcher:
         """Append the returns published since the last poll to the folder's ``returns.csv``:
         the run's, and those of the runs it resumes that it keeps."""
         for (row_run, started), row in self._returns.read(client):
-            if row_run != model.run_id and not (started < model.run_started_ns
-                                                and earlier_runs_keep(row.update, row.iteration,
-                                                                      model.iteration)):
+            if not in_history(model, row_run, started, row.update, row.iteration):
                 continue  # the run before's not yet removed, or a newer one's (read again then)
             if self._returns_file is None:
                 os.makedirs(self._folder, exist_ok=True)
@@ -228,11 +226,11 @@ class RecordingFetcher:
         if not member.startswith(run_hex(sealed.run_id) + ":"):
             raise PayloadRejected("the recording is of another run than its name says")
         model = self._model
-        if sealed.run_id != model.run_id:
-            if sealed.run_started_ns > model.run_started_ns:
-                raise _OfANewerRun()
-            if not earlier_runs_keep(sealed.number, sealed.iteration, model.iteration):
-                return None
+        if sealed.run_id != model.run_id and sealed.run_started_ns > model.run_started_ns:
+            raise _OfANewerRun()
+        if not in_history(model, sealed.run_id, sealed.run_started_ns, sealed.number,
+                          sealed.iteration):
+            return None
         path = os.path.join(self._folder, history_name(sealed.number, sealed.iteration))
         held = self._paths.get(path)
         if held is not None and held[0] > sealed.run_started_ns:
