@@ -28,17 +28,16 @@ def _is_whole(value: Any) -> bool:
 def folder_problem(path: str) -> Optional[str]:
     """Why no file can be written into the folder ``path`` (made where it is missing), in
     words; None where one can."""
-    blocking = next(
-        (part
-         for part in _path_and_parents(path) if os.path.exists(part) and not os.path.isdir(part)),
-        None)
-    if blocking is not None:
-        return f"{blocking!r} is a file, not a folder"
     try:
         os.makedirs(path, exist_ok=True)
         with tempfile.TemporaryFile(dir=path):
             pass
     except OSError as error:
+        # The OS says "File exists" or "Not a directory": name the file in the way instead.
+        blocking = next((part for part in _path_and_parents(path)
+                         if os.path.exists(part) and not os.path.isdir(part)), None)
+        if blocking is not None:
+            return f"{blocking!r} is a file, not a folder"
         return error.strerror or str(error)
     return None
 

@@ -17,8 +17,8 @@ from async_plotter.render.history import HISTORY_RETURN_TAG
 from async_plotter.rl.shown_returns import SHOWN_ITERATION
 from async_plotter.rl.snapshot import (LAST_SNAPSHOT, PathLike, atomic_write_bytes, save_snapshot,
                                        snapshot_iteration, snapshot_name)
-from async_plotter.trainer.run_folder import (VIDEO_OUTPUTS, RunFolder, RunOutputs, has_entries,
-                                              read_table)
+from async_plotter.trainer.run_folder import (VIDEO_OUTPUTS, RunFolder, RunOutputs, counted,
+                                              has_entries, read_table)
 from async_plotter.validation import user_path
 
 logger = logging.getLogger(__name__)
@@ -362,11 +362,13 @@ def _describe_run_outputs(log_dir: str, names: List[str]) -> str:
                     if name == LAST_SNAPSHOT or snapshot_iteration(name) is not None)
     events = sum(1 for name in names if name.startswith(_EVENTS_PREFIX))
     rest = len(names) - snapshots - events - ("progress.csv" in names) - (_VIDEOS in names)
-    parts = [("progress.csv", "progress.csv" in names),
-             (f"{events} TensorBoard event file{'s' * (events != 1)}", events),
-             (f"{snapshots} snapshot{'s' * (snapshots != 1)}", snapshots),
-             ("videos/", _VIDEOS in names), (f"{rest} more file{'s' * (rest != 1)}", rest)]
-    return ", ".join(text for text, present in parts if present)
+    parts = [
+        "progress.csv" if "progress.csv" in names else "",
+        counted(events, "TensorBoard event file", "TensorBoard event files"),
+        counted(snapshots, "snapshot", "snapshots"), "videos/" if _VIDEOS in names else "",
+        counted(rest, "more file", "more files")
+    ]
+    return ", ".join(part for part in parts if part)
 
 
 def _later_outputs(log_dir: str, after: int) -> List[str]:

@@ -232,8 +232,8 @@ def _move_aside(folder: str,
                 events: Optional[Dict[str, List[Any]]] = None) -> Optional[str]:
     """Move ``paths`` (relative to ``folder``) into a new ``earlier_runs/<ended>/``, and copy
     the ``tables`` and the event files ``events`` there, keeping here only their rows and steps
-    of iterations up to ``after`` (``events``: each file's kept events); that folder, or None if it cannot be made. What cannot be
-    moved stays, with a warning."""
+    of iterations up to ``after`` (``events``: each file's kept events); that folder, or None if
+    it cannot be made. What cannot be moved stays, with a warning."""
     target = _new_folder(os.path.join(folder, EARLIER_RUNS), ended)
     if target is None:
         return None
@@ -284,7 +284,7 @@ def _events_through(folder: str, names: List[str], after: int) -> Dict[str, List
     for name in names:
         try:
             events = read_events(os.path.join(folder, name))
-        except Exception:  # noqa: BLE001 - unreadable (protobuf's DecodeError, an OSError): it stays
+        except Exception:  # noqa: BLE001 - unreadable (protobuf's DecodeError, OSError): stays
             continue
         kept = [event for event in events if event.step <= after]
         if len(kept) < len(events):
@@ -359,16 +359,16 @@ def _describe_videos(video_dir: str, names: List[str]) -> str:
     recordings = sum(1 for name in names if RECORDING_NAME.fullmatch(name))
     history = len(list_named_recordings(os.path.join(video_dir, HISTORY_FOLDER)))
     parts = [
-        _counted(videos, "video", "videos"),
-        _counted(recordings, "state recording", "state recordings"),
-        f"a history of {_counted(history, 'policy', 'policies')}" if history else "",
+        counted(videos, "video", "videos"),
+        counted(recordings, "state recording", "state recordings"),
+        f"a history of {counted(history, 'policy', 'policies')}" if history else "",
         _describe_events(video_dir, names), "live/" if LIVE_FOLDER in names else ""
     ]
     return ", ".join(part for part in parts if part)
 
 
-def _counted(count: int, one: str, many: str) -> str:
-    """``3 videos``, ``1 video``; nothing for none."""
+def counted(count: int, one: str, many: str) -> str:
+    """``3 videos``, ``1 video``; nothing for none (the words for a folder's outputs)."""
     return f"{count} {one if count == 1 else many}" if count else ""
 
 
@@ -382,7 +382,7 @@ def _event_files(folder: str) -> List[str]:
 
 def _describe_events(folder: str, names: List[str]) -> str:
     count = sum(1 for name in names if EVENTS_NAME.fullmatch(name))
-    return f"{count} TensorBoard event file{'s' if count != 1 else ''}" if count else ""
+    return counted(count, "TensorBoard event file", "TensorBoard event files")
 
 
 def _later_videos(video_dir: str, after: int) -> List[str]:
