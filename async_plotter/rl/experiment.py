@@ -22,7 +22,7 @@ from async_plotter.rl import context as experiment_context
 from async_plotter.rl.batch_polopt import BatchPolopt
 from async_plotter.validation import positive_int, user_path
 from async_plotter.rl.logger import console_logging
-from async_plotter.rl.recorder import SNAPSHOT_MODES, RunRecorder
+from async_plotter.rl.recorder import EXPERIMENT_FILE, SNAPSHOT_MODES, RunRecorder
 from async_plotter.rl.resume import ResumePoint, check_fits, resume_point
 from async_plotter.trainer.run_folder import new_folder
 
@@ -254,7 +254,7 @@ def _run(fn_or_algo: Any, exp_name: str, log_dir: str, recorder: RunRecorder, n_
                     tensorboard=tensorboard,
                     resume_from=point.path if point else None)
     recorded["plot_kwargs"] = {key: repr(value) for key, value in plot_kwargs.items()}
-    recorder.write_text("experiment.json", json.dumps(recorded, indent=2) + "\n")
+    recorder.write_text(EXPERIMENT_FILE, json.dumps(recorded, indent=2) + "\n")
     ctx = experiment_context.ExperimentContext(plot=plot,
                                                n_parallel=int(n_parallel),
                                                seed=settings["seed"],

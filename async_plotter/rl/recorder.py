@@ -32,7 +32,9 @@ SCALAR_PREFIX = "progress/"
 #: the last step
 NOT_SCALARS = frozenset({SHOWN_RETURN, SHOWN_ITERATION})
 #: the files a run writes into its folder, besides snapshots, event files and ``videos/``
-_RUN_FILES = ("progress.csv", "learning_curve.png", "debug.log", "experiment.json", LAST_SNAPSHOT)
+#: the run's settings, as ``run_experiment_lite`` was given them (a resumed run reads its name)
+EXPERIMENT_FILE = "experiment.json"
+_RUN_FILES = ("progress.csv", "learning_curve.png", "debug.log", EXPERIMENT_FILE, LAST_SNAPSHOT)
 _EVENTS_PREFIX = "events.out.tfevents."
 _VIDEOS = "videos"
 

@@ -22,6 +22,7 @@ import numpy as np
 from async_plotter.env.state import TrainerEnvState
 from async_plotter.errors import ResumeError, SnapshotNotFoundError
 from async_plotter.validation import user_path
+from async_plotter.rl.recorder import EXPERIMENT_FILE
 from async_plotter.rl.snapshot import LAST_SNAPSHOT, load_snapshot, snapshot_iteration
 
 logger = logging.getLogger(__name__)
@@ -45,7 +46,7 @@ class ResumePoint:
         """The name of the run the snapshot is of: its ``experiment.json``'s ``exp_name``,
         else its folder's name (a resumed run given none goes on under it)."""
         try:
-            with open(os.path.join(self.folder, "experiment.json"), encoding="utf-8") as file:
+            with open(os.path.join(self.folder, EXPERIMENT_FILE), encoding="utf-8") as file:
                 name = json.load(file).get("exp_name")
         except (OSError, ValueError, AttributeError):
             name = None
