@@ -6,6 +6,21 @@ class PlotterError(Exception):
     """Base class of every error this library raises."""
 
 
+#: set on an exception a run has already logged as its failure
+_LOGGED = "_async_plotter_logged"
+
+
+def mark_logged(error: BaseException) -> None:
+    """``error`` ended a run that logged it as its failure (``run_experiment_lite``): a command
+    that catches it need not say it again."""
+    setattr(error, _LOGGED, True)
+
+
+def was_logged(error: BaseException) -> bool:
+    """Whether :func:`mark_logged` marked ``error``."""
+    return getattr(error, _LOGGED, False)
+
+
 class PlotterClosedError(PlotterError, RuntimeError):
     """The plotter was used after ``close()``."""
 
@@ -85,3 +100,9 @@ class ResumeError(PlotterError, ValueError):
 
 class SnapshotNotFoundError(ResumeError, FileNotFoundError):
     """``resume_from`` names no snapshot: no such file, or a run's folder without one."""
+
+
+class RunFilesNotWrittenError(PlotterError, OSError):
+    """A run finished, but a fault of its folder (a full device) left its ``progress.csv`` or
+    its newest snapshot unwritten: raised after everything else is closed, the training having
+    gone on through the fault."""

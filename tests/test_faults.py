@@ -15,6 +15,7 @@ import pytest
 from async_plotter import Plotter
 from tests.conftest import default_sigint, shm_segments, wait_for
 from tests.policies import FlakyEnvFactory, LinearPolicy
+from tests.small_device import fill, small_device
 
 pytestmark = pytest.mark.slow
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -327,30 +328,8 @@ def test_a_video_folder_removed_while_training_is_made_again(tmp_path, caplog, n
 @pytest.fixture
 def tiny_tmpfs(tmp_path):
     """A real 150 KB tmpfs: a device that fills up after a video or two. Needs root."""
-    if os.geteuid() != 0:
-        pytest.skip("mounting a tmpfs needs root")
-    folder = tmp_path / "videos"
-    folder.mkdir()
-    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=150k", "tmpfs",
-                              str(folder)],
-                             capture_output=True,
-                             text=True)
-    if mounted.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here: {mounted.stderr.strip()}")
-    try:
+    with small_device(tmp_path / "videos", "150k") as folder:
         yield folder
-    finally:
-        subprocess.run(["umount", "-l", str(folder)], check=False)
-
-
-def _fill(folder):
-    """Take every byte left on the device."""
-    with open(folder / "filler", "wb", buffering=0) as filler:
-        try:
-            while True:
-                filler.write(b"\0" * 4096)
-        except OSError:
-            pass
 
 
 #: long enough that a close() waiting for the unwritable video is told apart from one that stops
@@ -401,7 +380,7 @@ def test_a_full_disk_stops_videos_with_one_warning_until_space_comes_back(
         assert not plotter.stats["video_dir_full"]
 
         # Full again at the end: close() does not wait for a video that cannot be written.
-        _fill(folder)
+        fill(folder)
         _train(plotter, policy, [iteration + 1])
         wait_for(lambda: plotter.stats["video_dir_full"], 120, message="the second full device")
         _train(plotter, policy, [iteration + 2])

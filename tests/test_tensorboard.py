@@ -5,12 +5,15 @@ reads it back here is TensorBoard's, so a framing, checksum or protobuf mistake 
 """
 import io
 import json
+import logging
 import os
 import re
+import shutil
 import struct
 import subprocess
 import sys
 import textwrap
+import time
 
 import numpy as np
 import pytest
@@ -22,6 +25,7 @@ from async_plotter.tensorboard import SummaryWriter
 from async_plotter.tensorboard.writer import FILE_PREFIX
 from async_plotter.tensorboard.gif import FrameReel
 from async_plotter.sinks.tensorboard import TensorBoardSink
+from tests.small_device import fill, make_room, small_device
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 _EVENT_FILE = re.compile(re.escape(FILE_PREFIX) + r"\d{10}\.[^.]+(\.[^.]+)*\.\d+\.\d+$")
@@ -471,6 +475,73 @@ def test_a_bare_plotter_writes_rollouts_and_metrics_and_keeps_tf_out_of_the_rend
     assert steps[0] == 0 and steps[-1] == 5, steps
     assert plotter.stats["tensorboard_images"] == len(steps) and plotter.stats["videos"] == 0
     assert {writer_pid(name) for name in event_files(tmp_path / "tb")} == {pids["render"]}
+
+
+def _scalar_steps(logdir, tag):
+    return [event.step for event in accumulate(logdir).Scalars(tag)]
+
+
+def test_an_event_file_removed_while_written_is_followed_by_a_new_one(tmp_path):
+    """``rm -rf`` of the run's folder while it trains: the writer went on into the removed file,
+    and nothing written after it reached TensorBoard. Now, as TensorFlow's own writer does, it
+    begins a new file; TensorBoard reads what came after."""
+    logdir = tmp_path / "run"
+    with SummaryWriter(str(logdir)) as writer:
+        writer.add_scalars(0, {"loss": 1.0})
+        shutil.rmtree(logdir)
+        writer.add_scalars(1, {"loss": 0.5})
+        writer.add_scalars(2, {"loss": 0.25})
+    assert _scalar_steps(logdir, "loss") == [1, 2]
+    assert writer.reopened == 1
+
+
+def test_a_write_that_does_not_fit_leaves_the_file_whole_and_a_later_one_goes_on(tmp_path):
+    """A full device: an image that does not fit raises OSError and leaves the file as it was
+    (no torn record), and once there is room the next summaries follow in the same file."""
+    with small_device(tmp_path / "device", "200k") as device:
+        with SummaryWriter(str(device)) as writer:
+            writer.add_scalars(0, {"loss": 1.0})
+            whole = os.path.getsize(writer.path)
+            fill(device)
+            with pytest.raises(OSError):
+                writer.add_animated_image("rollout/square", 1, moving_square(60), fps=30)
+            assert os.path.getsize(writer.path) == whole
+            make_room(device)
+            writer.add_scalars(2, {"loss": 0.25})
+            path = writer.path
+        from tensorboard.backend.event_processing import event_file_loader
+
+        events = list(event_file_loader.EventFileLoader(path).Load())
+        assert [event.step for event in events] == [0, 0, 2]  # the file version, then two
+        assert _scalar_steps(device, "loss") == [0, 2]
+
+
+def test_the_rollouts_resume_by_themselves_once_a_full_device_has_room(
+        tmp_path, monkeypatch, caplog):
+    """The sink turned itself off for good at the first write that failed, while the videos
+    resumed: a run that filled its disk once had no more rollouts in TensorBoard."""
+    import async_plotter.sinks.tensorboard as sink_module
+
+    monkeypatch.setattr(sink_module, "RETRY_SECONDS", 0.5, raising=False)
+    caplog.set_level(logging.INFO, logger="async_plotter")
+    frames = moving_square(40)
+    with small_device(tmp_path / "device", "400k") as device:
+        sink = TensorBoardSink(str(device), "rollout/square", fps=30)
+        _play(sink, _episode(1, 0), frames, EpisodeEnd(40, 1.0, True))
+        fill(device)
+        _play(sink, _episode(2, 1), frames, EpisodeEnd(40, 1.0, True))
+        sink.begin_episode(_episode(3, 2))
+        assert not sink.wants_pixels(), "collected while it cannot write"
+        sink.end_episode(_episode(3, 2), EpisodeEnd(0, 0.0, False))
+        make_room(device)
+        time.sleep(0.6)
+        _play(sink, _episode(4, 3), frames, EpisodeEnd(40, 1.0, True))
+        sink.close()
+        assert [step for step, _ in shown_images(device, "rollout/square")] == [0, 3]
+    failed = [r for r in caplog.records if "cannot write into" in r.getMessage()]
+    assert len(failed) == 1 and failed[0].levelno == logging.WARNING
+    assert any("writing into" in r.getMessage() and "again" in r.getMessage()
+               for r in caplog.records)
 
 
 def test_an_unwritable_tensorboard_dir_is_named_at_the_call(tmp_path):

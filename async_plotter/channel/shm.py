@@ -25,6 +25,7 @@ import numpy as np
 import psutil
 
 from async_plotter.channel.base import ParamUpdate, ParentGone, Update, copy_update
+from async_plotter.words import amount
 
 _MAGIC = 0x41504c54  # "APLT"
 _DTYPES = {0: np.dtype(np.float32), 1: np.dtype(np.float64)}
@@ -359,8 +360,9 @@ def remove_orphaned_segments() -> int:
             continue  # removed meanwhile, or not ours to remove
         removed, freed = removed + 1, freed + size
     if removed:
-        logger.info("removed %d shared-memory segment%s (%.1f MB) left in %s by killed runs",
-                    removed, "" if removed == 1 else "s", freed / 1e6, _SHM_DIR)
+        logger.info("removed %s (%.1f MB) left in %s by killed runs",
+                    amount(removed, "shared-memory segment", "shared-memory segments"), freed / 1e6,
+                    _SHM_DIR)
     return removed
 
 

@@ -41,6 +41,7 @@ _EXPORTS: Dict[str, str] = {
     "load_snapshot": "snapshot",
     "ResumeError": "resume",
     "SnapshotNotFoundError": "resume",
+    "RunFilesNotWrittenError": "recorder",
 }
 
 __all__: List[str] = sorted(_EXPORTS)
@@ -70,6 +71,7 @@ if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only
                                                     gae_advantages, process_samples)
     from async_plotter.rl.samplers import ParallelSampler, Sampler, SerialSampler, rollout
     from async_plotter.rl.snapshot import load_snapshot
-    from async_plotter.errors import ResumeError, SnapshotNotFoundError
+    from async_plotter.errors import (ResumeError, RunFilesNotWrittenError,
+                                      SnapshotNotFoundError)
     from async_plotter.rl.trpo import TRPO
     from async_plotter.rl.vpg import VPG

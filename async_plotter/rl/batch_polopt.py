@@ -28,6 +28,7 @@ from async_plotter.rl.shown_returns import ShownReturns
 from async_plotter.rl.samplers import ParallelSampler, Sampler, SerialSampler
 from async_plotter.validation import (non_negative_int, optional_non_negative_int, positive_int,
                                       unit_interval)
+from async_plotter.words import amount
 
 logger = logging.getLogger(__name__)
 
@@ -264,9 +265,9 @@ class BatchPolopt:
             loop_start = time.perf_counter()
             plotting = ", plotting" if plot else ""
             iterations = self.n_itr - self.start_itr
-            logger.info("%s on %s: %d iteration%s of %d steps, %s, %s (seed %s)%s",
-                        type(self).__name__, self._env_name(), iterations,
-                        "" if iterations == 1 else "s", self.batch_size, self.policy,
+            logger.info("%s on %s: %s of %d steps, %s, %s (seed %s)%s",
+                        type(self).__name__, self._env_name(),
+                        amount(iterations, "iteration", "iterations"), self.batch_size, self.policy,
                         type(sampler).__name__, self._sampling_seed, plotting)
             logger.debug("sampler ready after %.1f s", loop_start - start)
             try:
@@ -281,6 +282,9 @@ class BatchPolopt:
                 raise
             # Only a run that ended by itself waits for the final policy's video at close.
             self._finished_training = True
+        # Training went on through a fault of its folder (a full device); what it could not
+        # write even at the end is an error now, with everything else closed.
+        recorder.raise_if_unwritten()
         return self.history
 
     def _iteration(self, itr: int, sampler: Sampler, recorder: RunRecorder, start: float,

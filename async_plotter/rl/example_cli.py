@@ -16,12 +16,13 @@ import os
 import sys
 from typing import TYPE_CHECKING, Any, Callable, Dict, List
 
-from async_plotter.errors import PlotterError
+from async_plotter.errors import PlotterError, was_logged
 from async_plotter.render.history import HISTORY_FOLDER
 from async_plotter.render.history_returns import RETURNS_FILE, read_returns
 from async_plotter.trainer.config import DEFAULT_VIDEO_SECONDS
 from async_plotter.supervision.budget import DEFAULT_BUDGET
 from async_plotter.supervision.priorities import PRIORITIES
+from async_plotter.words import amount
 
 if TYPE_CHECKING:  # TensorFlow: loaded only to train, so that --help answers at once
     from async_plotter.rl.experiment import ExperimentResult
@@ -144,8 +145,10 @@ def run_example(make_algo: Callable[[], Any], args: argparse.Namespace) -> int:
         return 130
     except PlotterError as error:
         # A named error says what was wrong and what to do: no traceback for a mistake in the
-        # flags (a --resume-from with nothing left to train, a folder in use).
-        print(f"{os.path.basename(sys.argv[0])}: error: {error}", file=sys.stderr)
+        # flags (a --resume-from with nothing left to train, a folder in use), and said once
+        # (the run's own line, "experiment NAME failed: ...", where the run had begun).
+        if not was_logged(error):
+            print(f"{os.path.basename(sys.argv[0])}: error: {error}", file=sys.stderr)
         return 2
     print(describe_outputs(result))
     return 0
@@ -177,10 +180,10 @@ def _describe_history(history: str) -> List[str]:
     recorded = len(read_returns(history))
     lines = []
     if kept:
-        lines.append(f"history:        {len(kept)} policies in {history}")
+        lines.append(f"history:        {amount(len(kept), 'policy', 'policies')} in {history}")
     if recorded > len(kept):
-        lines.append(
-            f"returns:        {recorded} policies in {os.path.join(history, RETURNS_FILE)}")
+        lines.append(f"returns:        {amount(recorded, 'policy', 'policies')} in "
+                     f"{os.path.join(history, RETURNS_FILE)}")
     return lines
 
 

@@ -17,6 +17,7 @@ from typing import Any, Callable, Dict, List, Optional, Union
 
 import numpy as np
 
+from async_plotter.errors import mark_logged
 from async_plotter.render.videos import list_videos
 from async_plotter.rl import context as experiment_context
 from async_plotter.rl.batch_polopt import BatchPolopt
@@ -273,6 +274,7 @@ def _run(fn_or_algo: Any, exp_name: str, log_dir: str, recorder: RunRecorder, n_
             # debug.log too, which is where one looks after the terminal is gone.
             logger.debug("experiment %s failed", exp_name, exc_info=True)
             logger.error("experiment %s failed: %s: %s", exp_name, type(error).__name__, error)
+            mark_logged(error)
             raise
         logger.info("experiment %s done: %s", exp_name, log_dir)
     videos = _videos(recorder.video_dir) if plot else []

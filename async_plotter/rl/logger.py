@@ -11,6 +11,9 @@ import os
 import sys
 from typing import Any, Iterator, Mapping, Optional
 
+from async_plotter.rl.kept_writes import identity
+from async_plotter.words import amount
+
 logger = logging.getLogger("async_plotter.rl")
 _LIBRARY_LOGGER = "async_plotter"
 _MARK = "_async_plotter_handler"
@@ -45,7 +48,7 @@ def console_logging(debug_log: Optional[str] = None) -> Iterator[None]:
         library.setLevel(logging.INFO)
     if debug_log is not None:
         os.makedirs(os.path.dirname(os.path.abspath(debug_log)), exist_ok=True)
-        file_handler = logging.FileHandler(debug_log, encoding="utf-8")
+        file_handler = RunLogFile(debug_log)
         file_handler.setLevel(logging.DEBUG)
         file_handler.setFormatter(
             logging.Formatter("%(asctime)s %(levelname)s %(processName)s %(name)s: %(message)s"))
@@ -56,10 +59,50 @@ def console_logging(debug_log: Optional[str] = None) -> Iterator[None]:
     try:
         yield
     finally:
+        lost = [h for h in added if isinstance(h, RunLogFile) and h.lost]
+        for handler in lost:
+            library.warning("%s: %s could not be written (%s)", handler.baseFilename,
+                            amount(handler.lost, "line", "lines"), handler.error)
         for handler in added:
             library.removeHandler(handler)
             handler.close()
         library.setLevel(saved_level)
+
+
+class RunLogFile(logging.FileHandler):
+    """``debug.log`` through the faults of a long run. A line that cannot be written (a full
+    device, the folder removed) is counted in ``lost``, not printed to stderr with a traceback
+    as ``logging`` does for each; the file is opened again once it was removed and its folder is
+    back (the run makes it again); closing on a full device does not raise."""
+
+    def __init__(self, path: str) -> None:
+        super().__init__(path, encoding="utf-8")
+        #: lines not written, and the last error
+        self.lost = 0
+        self.error: Optional[BaseException] = None
+        self._identity = identity(self.baseFilename)
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            if self.stream is not None and identity(self.baseFilename) != self._identity:
+                self.stream.close()  # removed (or replaced): opened again below
+                self.stream = None
+            if self.stream is None:
+                self.stream = self._open()
+                self._identity = identity(self.baseFilename)
+            super().emit(record)  # logging.StreamHandler sends its own failures to handleError
+        except Exception:  # as logging.Handler.emit does: a log line never raises
+            self.handleError(record)
+
+    def handleError(self, record: logging.LogRecord) -> None:
+        self.lost += 1
+        self.error = sys.exc_info()[1]
+
+    def close(self) -> None:
+        try:
+            super().close()
+        except OSError as error:  # the last lines' flush, on a full device
+            self.error = error
 
 
 def format_value(value: Any) -> str:

@@ -5,32 +5,27 @@ import csv
 import dataclasses
 import io
 import logging
-import numbers
 import os
 import time
 from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
 
 import numpy as np
 
+from async_plotter.errors import RunFilesNotWrittenError
 from async_plotter.learning_curve import PREFERRED_METRIC, SHOWN_RETURN
-from async_plotter.render.history import HISTORY_RETURN_TAG
+from async_plotter.rl.kept_writes import FolderWatch, KeptWrite, identity
+from async_plotter.rl.run_scalars import RunScalars
 from async_plotter.rl.shown_returns import SHOWN_ITERATION
 from async_plotter.rl.snapshot import (LAST_SNAPSHOT, PathLike, atomic_write_bytes, save_snapshot,
                                        snapshot_iteration, snapshot_name)
-from async_plotter.trainer.run_folder import (VIDEO_OUTPUTS, RunFolder, RunOutputs, counted,
-                                              has_entries, read_table)
+from async_plotter.trainer.run_folder import (VIDEO_OUTPUTS, RunFolder, RunOutputs, has_entries,
+                                              read_table)
 from async_plotter.validation import user_path
+from async_plotter.words import counted
 
 logger = logging.getLogger(__name__)
 
 SNAPSHOT_MODES = ("last", "all", "none")
-#: TensorBoard tags of progress.csv's columns: ``progress/AverageReturn``, ... (one group of charts)
-SCALAR_PREFIX = "progress/"
-#: columns not written as ``progress/`` scalars: a row's one history return, written at the row's
-#: step and replaced in the last row at close, would draw a lagged, partial copy of
-#: ``history/return`` (every recording once, at its policy's iteration) and put two values at
-#: the last step
-NOT_SCALARS = frozenset({SHOWN_RETURN, SHOWN_ITERATION})
 #: the files a run writes into its folder, besides snapshots, event files and ``videos/``
 #: the run's settings, as ``run_experiment_lite`` was given them (a resumed run reads its name)
 EXPERIMENT_FILE = "experiment.json"
@@ -46,7 +41,7 @@ class RunRecorder:
         ``progress.csv``: one row per iteration, appended as it finishes.
         ``events.out.tfevents.*`` (``tensorboard=True``): every numeric column of each row as a
         TensorBoard scalar ``progress/<column>`` at step ``Iteration``, written as the row is
-        (not ``ShownReturn`` and ``ShownIteration``: ``NOT_SCALARS``); and each history
+        (not ``ShownReturn``, ``ShownIteration``: ``run_scalars.NOT_SCALARS``); and each history
         recording's return as ``history/return`` at its policy's iteration.
         ``learning_curve.png``: AverageReturn against Iteration, and beside it each row's
         ``ShownReturn`` at its ``ShownIteration`` (the history's deterministic episode of that
@@ -56,6 +51,12 @@ class RunRecorder:
         then as often as that budget allows, and always by :meth:`close`.
         ``params.pkl`` (snapshot_mode ``"last"``) or ``itr_<N>.pkl`` (``"all"``).
         ``videos/``: where the plotter is told to put its videos.
+
+    A long run's faults never stop training (``rl/kept_writes.py``): a file that cannot be
+    written (a full device) is said once and written at the next chance, the rows and the
+    newest snapshot kept in memory meanwhile; a folder removed while the run goes on is made
+    again, ``progress.csv`` and the TensorBoard scalars written again whole from memory.
+    :meth:`raise_if_unwritten` names what is still unwritten when the run ends.
     """
 
     def __init__(self,
@@ -76,9 +77,25 @@ class RunRecorder:
         #: ``{iteration: return}`` of every history recording given to ``note_shown``
         self._shown: Dict[float, float] = {}
         self.tensorboard = bool(tensorboard) and self.log_dir is not None
-        self._summaries: Any = None  # the SummaryWriter, opened with the first row
+        #: progress.csv as last written here (device, inode, size): anything else, and the
+        #: file is written again whole
+        self._csv_written: Optional[Tuple[int, ...]] = None
+        #: ``(iteration, path, snapshot)`` of the newest snapshot, while it is not on disk
+        self._snapshot_pending: Optional[Tuple[int, str, Dict[str, Any]]] = None
+        self._snapshot_saved: Optional[int] = None  # the newest iteration saved
+        self._csv = KeptWrite("progress.csv",
+                              "training goes on, and the whole file is written at the next row")
+        self._curve_file = KeptWrite("the learning curve",
+                                     "training goes on, and it is drawn again with the next row")
+        self._snapshots = KeptWrite(
+            "the snapshot", "training goes on, and each iteration tries again with its own")
+        self._folder: Optional[FolderWatch] = None
+        self._scalars: Optional[RunScalars] = None
         if self.log_dir is not None:
             os.makedirs(self.log_dir, exist_ok=True)
+            self._folder = FolderWatch(self.log_dir)
+            if self.tensorboard:
+                self._scalars = RunScalars(self.log_dir, self.rows, self._shown)
 
     def _path(self, name: str) -> Optional[str]:
         return None if self.log_dir is None else os.path.join(self.log_dir, name)
@@ -140,18 +157,18 @@ class RunRecorder:
             return
         self._shown.update(new)
         self._curve_stale = True
-        if self.tensorboard:
-            for iteration, value in sorted(new.items()):
-                self._add_scalars(int(iteration), {HISTORY_RETURN_TAG: value})
+        if self._scalars is not None:
+            self._scalars.add_returns(new)
 
     def record(self, row: Dict[str, Any]) -> None:
         """Keep ``row``, append it to ``progress.csv`` and redraw the learning curve."""
         self.rows.append(dict(row))
         if self.log_dir is None:
             return
-        self._write_csv(row)
-        if self.tensorboard:
-            self._write_scalars(row)
+        self._notice_removal()
+        self._csv.attempt(lambda: self._write_csv(row))
+        if self._scalars is not None:
+            self._scalars.add_row(row, len(self.rows) - 1)
         self._curve_stale = True
         if time.monotonic() >= self._next_curve_time:
             self._draw_curve()
@@ -167,50 +184,67 @@ class RunRecorder:
         if self.log_dir is None:
             return
         self._columns = None  # the whole file again, with any new column
-        self._write_csv(self.rows[-1])
+        self._csv.attempt(lambda: self._write_csv(self.rows[-1]))
         self._curve_stale = True  # close() draws the final policy's point
-        if self.tensorboard:
-            self._write_scalars(dict(values, Iteration=self.rows[-1].get("Iteration")))
+        if self._scalars is not None:
+            last = dict(values, Iteration=self.rows[-1].get("Iteration"))
+            self._scalars.add_row(last, len(self.rows) - 1)
 
     def close(self) -> None:
-        """Bring the learning curve up to date (the last iterations may have been throttled) and
-        close the TensorBoard event file."""
-        if self._curve_stale and self.log_dir is not None:
-            self._draw_curve()
-        if self._summaries is not None:
-            summaries, self._summaries = self._summaries, None
-            try:
-                summaries.close()
-            except OSError as error:
-                logger.warning("could not close the TensorBoard event file: %s", error)
+        """Write what a fault left unwritten, once more; bring the learning curve up to date
+        (the last iterations may have been throttled) and close the TensorBoard event file."""
+        if self.log_dir is not None:
+            self._notice_removal()
+            if self._csv.error is not None and self.rows:
+                self._csv.attempt(lambda: self._write_csv(self.rows[-1]), last=True)
+            if self._snapshot_pending is not None:
+                self._save_pending_snapshot(last=True)
+            if self._curve_stale:
+                self._draw_curve(last=True)
+        if self._scalars is not None:
+            self._scalars.close()
 
-    def _write_scalars(self, row: Dict[str, Any]) -> None:
-        step = row.get("Iteration", len(self.rows) - 1)
-        scalars = {
-            SCALAR_PREFIX + key: value
-            for key, value in row.items()
-            if key != "Iteration" and key not in NOT_SCALARS and isinstance(value, numbers.Real)
-        }
-        if scalars:
-            self._add_scalars(int(step), scalars)
+    def raise_if_unwritten(self) -> None:
+        """After :meth:`close`: raise ``RunFilesNotWrittenError`` naming what a fault of the
+        folder left unwritten (``progress.csv``'s rows, the newest snapshot)."""
+        lost: Dict[str, Optional[OSError]] = {}
+        if self._csv.error is not None:
+            lost[f"progress.csv (its {len(self.rows)} rows)"] = self._csv.error
+        if self._snapshot_pending is not None:
+            itr, path, _ = self._snapshot_pending
+            lost[f"the snapshot of iteration {itr} ({path})"] = self._snapshots.error
+        if not lost:
+            return
+        causes = {str(error) for error in lost.values()}
+        why = (causes.pop() if len(causes) == 1 else "; ".join(f"{what}: {error}"
+                                                               for what, error in lost.items()))
+        saved = (f"the newest snapshot on disk is iteration {self._snapshot_saved}'s, which "
+                 "resume_from goes on from"
+                 if self._snapshot_saved is not None else "no snapshot is on disk")
+        raise RunFilesNotWrittenError(
+            f"the run finished, but could not write {' nor '.join(lost)} ({why}); {saved}. Make "
+            f"room in {self.log_dir}")
 
-    def _add_scalars(self, step: int, scalars: Dict[str, float]) -> None:
-        # The trainer may have TensorFlow loaded anyway; this writer does not need it, and a
-        # run without the tensorboard package still gets its event files.
-        from async_plotter.tensorboard.writer import SummaryWriter
-
-        try:
-            if self._summaries is None:
-                self._summaries = SummaryWriter(self.log_dir)
-            self._summaries.add_scalars(step, scalars)
-        except OSError:  # a full disk must not stop training; progress.csv has the numbers
-            self.tensorboard = False
-            logger.exception("could not write TensorBoard scalars; not trying again")
+    def _notice_removal(self) -> None:
+        """Make the run folder again if it was removed while the run went on (``rm -rf``):
+        progress.csv and the TensorBoard scalars notice their files are gone and are written
+        again whole, and the curve is drawn again now."""
+        if self._folder is None or not self._folder.made_again():
+            return
+        logger.warning(
+            "the run folder %s was removed while the run went on; made it again: progress.csv "
+            "and the TensorBoard scalars written again from the %d rows kept, snapshots and "
+            "videos from now on (the earlier ones are gone)", self.log_dir, len(self.rows))
+        self._curve_stale = True
+        self._next_curve_time = 0.0
 
     def _write_csv(self, row: Dict[str, Any]) -> None:
-        if self._columns is None or any(key not in self._columns for key in row):
-            # First row, or a new column: rewrite the whole file (atomically) with the union of
-            # columns, so that the file always parses as one table.
+        """Append ``row``; the whole file (atomically) where that is needed: the first row, a
+        new column, a file not as this run last left it (removed, or cut by a full device)."""
+        written, self._csv_written = self._csv_written, None  # until this write is whole
+        intact = written is not None and identity(self.progress_csv, with_size=True) == written
+        if not intact or self._columns is None or any(key not in self._columns for key in row):
+            # The union of the rows' columns, so that the file always parses as one table.
             columns = list(self._columns or [])
             for r in self.rows:
                 columns.extend(key for key in r if key not in columns)
@@ -220,11 +254,12 @@ class RunRecorder:
             writer.writeheader()
             writer.writerows(self.rows)
             atomic_write_bytes(self.progress_csv, buffer.getvalue().encode("utf-8"))
-            return
-        with open(self.progress_csv, "a", encoding="utf-8", newline="") as f:
-            csv.DictWriter(f, fieldnames=self._columns, lineterminator="\n").writerow(row)
+        else:
+            with open(self.progress_csv, "a", encoding="utf-8", newline="") as f:
+                csv.DictWriter(f, fieldnames=self._columns, lineterminator="\n").writerow(row)
+        self._csv_written = identity(self.progress_csv, with_size=True)
 
-    def _draw_curve(self) -> None:
+    def _draw_curve(self, last: bool = False) -> None:
         if self._curve_failed:
             return
         rows = [r for r in self.rows if PREFERRED_METRIC in r]
@@ -233,26 +268,38 @@ class RunRecorder:
             iterations = [r.get("Iteration", i) for i, r in enumerate(rows)]
             returns = [r[PREFERRED_METRIC] for r in rows]
             stds = [r.get("StdReturn", 0.0) for r in rows]
-            save_learning_curve(self.learning_curve_png,
-                                iterations,
-                                returns,
-                                stds,
-                                title=os.path.basename(self.log_dir),
-                                shown=shown_points(self.rows, self._shown))
+            drawn = self._curve_file.attempt(
+                lambda: save_learning_curve(self.learning_curve_png,
+                                            iterations,
+                                            returns,
+                                            stds,
+                                            title=os.path.basename(self.log_dir),
+                                            shown=shown_points(self.rows, self._shown)),
+                last=last)
         except Exception:  # a plotting problem must not stop training
             self._curve_failed = True
             logger.exception("could not draw the learning curve; not trying again")
+            drawn = True
         finished = time.monotonic()
-        self._curve_stale = False
+        self._curve_stale = not drawn
         self._next_curve_time = finished + 19.0 * (finished - started)  # draw <= 5% of the time
 
     def save_snapshot(self, itr: int, snapshot: Dict[str, Any]) -> Optional[str]:
-        """Write the snapshot of iteration ``itr`` as the mode says; returns its path or None."""
+        """Write the snapshot of iteration ``itr`` as the mode says; returns its path, or None
+        where there is none or it could not be written (it is kept until the next one is)."""
         if self.log_dir is None or self.snapshot_mode == "none":
             return None
+        self._notice_removal()
         name = snapshot_name(None if self.snapshot_mode == "last" else itr)
-        path = self._path(name)
-        save_snapshot(path, snapshot)
+        self._snapshot_pending = (itr, self._path(name), snapshot)
+        return self._save_pending_snapshot()
+
+    def _save_pending_snapshot(self, last: bool = False) -> Optional[str]:
+        assert self._snapshot_pending is not None
+        itr, path, snapshot = self._snapshot_pending
+        if not self._snapshots.attempt(lambda: save_snapshot(path, snapshot), last=last):
+            return None
+        self._snapshot_pending, self._snapshot_saved = None, itr
         return path
 
     def write_text(self, name: str, text: str) -> None:

@@ -24,6 +24,7 @@ from async_plotter.errors import ResumeError, SnapshotNotFoundError
 from async_plotter.validation import user_path
 from async_plotter.rl.recorder import EXPERIMENT_FILE
 from async_plotter.rl.snapshot import LAST_SNAPSHOT, load_snapshot, snapshot_iteration
+from async_plotter.words import amount
 
 logger = logging.getLogger(__name__)
 
@@ -115,9 +116,9 @@ def restore_env_states(sampler: Any, point: ResumePoint) -> None:
     samplers = getattr(sampler, "n_parallel", 1)
     if samplers != len(states):
         logger.info(
-            "the env's wrappers go on from what they had learned (%s); the run had %d sampler%s "
-            "and this one %d: sampler i goes on from the run's sampler i %% %d", layout.describe(),
-            len(states), "s" if len(states) != 1 else "", samplers, len(states))
+            "the env's wrappers go on from what they had learned (%s); the run had %s and this "
+            "one %d: sampler i goes on from the run's sampler i %% %d", layout.describe(),
+            amount(len(states), "sampler", "samplers"), samplers, len(states))
     else:
         logger.info("the env's wrappers go on from what they had learned (%s)", layout.describe())
 

@@ -21,6 +21,9 @@ logger = logging.getLogger(__name__)
 #: ``on_written(tag, step, recording, size_bytes, frames, clipped)``: ``clipped`` as for videos
 WrittenCallback = Callable[[str, int, EpisodeInfo, int, int, bool], None]
 
+#: seconds a sink that failed to write collects no rollout before it tries again
+RETRY_SECONDS = 30.0
+
 #: the TensorBoard step of the initial policy's rollout (``Plotter()``'s policy, update 0)
 INITIAL_POLICY_STEP = -1
 
@@ -48,7 +51,9 @@ class TensorBoardSink(RecordedSink):
         min_frames: shorter recordings cut short by newer parameters are dropped.
         on_written: called after each image is written.
 
-    A failure to write is logged once and turns the sink off; the other sinks carry on.
+    A failure to write (a full device) is logged once; the sink then collects no rollout for
+    ``RETRY_SECONDS`` and tries again, so the summaries resume by themselves; the other sinks
+    carry on meanwhile. An event file removed meanwhile is followed by a new one.
     """
 
     def __init__(self,
@@ -65,7 +70,8 @@ class TensorBoardSink(RecordedSink):
         self.scalars = scalars
         self._on_written = on_written
         self._writer: Optional[SummaryWriter] = None
-        self._broken = False
+        #: when a sink that failed to write tries again (time.monotonic()); None: it did not fail
+        self._retry_at: Optional[float] = None
         self._reel: Optional[FrameReel] = None
         self._metrics_seen = 0
         #: images written so far
@@ -77,7 +83,7 @@ class TensorBoardSink(RecordedSink):
         self.tag, self.fps, self._min_frames = tag, fps, min_frames
 
     def _accepting(self) -> bool:
-        return not self._broken
+        return self._retry_at is None or time.monotonic() >= self._retry_at
 
     def _start(self, episode: EpisodeInfo) -> None:
         self._reel = FrameReel(self.fps)
@@ -139,15 +145,22 @@ class TensorBoardSink(RecordedSink):
         logger.info("TensorBoard: dropped the rollout being collected: %s", why)
 
     def _write(self, write: Callable[[SummaryWriter], int]) -> Optional[int]:
-        if self._broken:
-            return None
         try:
             if self._writer is None:
                 self._writer = SummaryWriter(self.logdir, filename_suffix=EVENTS_SUFFIX)
-            return write(self._writer)
+            reopened = self._writer.reopened
+            size = write(self._writer)
         except OSError as error:
-            self._broken = True
-            logger.warning(
-                "TensorBoard: cannot write into %s (%s); no more TensorBoard summaries from "
-                "this worker", self.logdir, error)
+            if self._retry_at is None:
+                logger.warning(
+                    "TensorBoard: cannot write into %s (%s); its summaries resume by themselves "
+                    "once it can", self.logdir, error)
+            self._retry_at = time.monotonic() + RETRY_SECONDS
             return None
+        if self._writer.reopened > reopened:
+            logger.warning("TensorBoard: the event file in %s was removed; writing a new one",
+                           self.logdir)
+        if self._retry_at is not None:
+            self._retry_at = None
+            logger.info("TensorBoard: writing into %s again", self.logdir)
+        return size

@@ -16,6 +16,7 @@ from async_plotter.sinks.encoder import Encoder, EncoderError, says_no_space
 from async_plotter.sinks.recorded import RecordedSink
 from async_plotter.render.stream import EpisodeInfo
 from async_plotter.render.videos import video_name
+from async_plotter.words import amount
 
 logger = logging.getLogger(__name__)
 
@@ -190,8 +191,8 @@ class VideoSink(RecordedSink):
             return False
         os.replace(self._partial_path, self._final_path)
         self._largest_video = max(self._largest_video, _size(self._final_path))
-        logger.info("wrote %s (%d frames, %d episode%s%s)", self._final_path, self._file_frames,
-                    self._episodes, "" if self._episodes == 1 else "s",
+        logger.info("wrote %s (%d frames, %s%s)", self._final_path, self._file_frames,
+                    amount(self._episodes, "episode", "episodes"),
                     ", cut short" if self.cut_short else ", a clip" if self.clipped else "")
         if self._on_written is not None:
             self._on_written(self._final_path, recording, self._episodes, self._file_frames,

@@ -1,14 +1,16 @@
 """``SummaryWriter``: scalars and animated images into one event file, TensorFlow-free.
 
-The record framing (TFRecord: lengths and masked CRC-32C checksums) and the ``Event`` /
-``Summary`` protocol buffers are tensorboardX's, which imports neither TensorFlow nor
-``tensorboard``. The first event of a file says ``file_version: "brain.Event:2"``; TensorBoard
+The ``Event`` / ``Summary`` protocol buffers and the records' masked CRC-32C checksum are
+tensorboardX's, which imports neither TensorFlow nor ``tensorboard``; the records are framed
+here (TFRecord: a length, its checksum, the data, its checksum) so that each is appended whole
+or not at all. The first event of a file says ``file_version: "brain.Event:2"``; TensorBoard
 then discards earlier steps only on an explicit session restart, which nothing here writes, so
 two writers in one folder (the trainer's scalars and the render process's videos) never erase
 each other's data. A resumed run cuts its folder's earlier files to the steps it keeps
 (``read_events``, ``write_events``): a restart's effect would depend on the order the files'
 names sort in.
 """
+import contextlib
 import itertools
 import numbers
 import os
@@ -19,9 +21,9 @@ import time
 from typing import List, Mapping, Optional, Sequence
 
 import numpy as np
-from tensorboardX import RecordWriter
 from tensorboardX.proto.event_pb2 import Event
 from tensorboardX.proto.summary_pb2 import Summary
+from tensorboardX.record_writer import masked_crc32c
 
 from async_plotter.tensorboard.gif import MAX_FRAMES, MAX_SIDE, FrameReel
 
@@ -29,7 +31,6 @@ FILE_VERSION = "brain.Event:2"
 #: every event file's name starts with this; TensorBoard finds files by it
 FILE_PREFIX = "events.out.tfevents."
 _RGB = 3  # Summary.Image.colorspace
-_FRAMING = 16  # bytes a record adds to its event: a length and two checksums
 
 _file_numbers = itertools.count()
 _file_numbers_lock = threading.Lock()
@@ -44,34 +45,96 @@ def event_file_name(wall_time: float, suffix: str = "") -> str:
     return f"{FILE_PREFIX}{int(wall_time):010d}.{host}.{os.getpid()}.{number}{suffix}"
 
 
-class _Records(RecordWriter):
-    """tensorboardX's record writer, flushing to the OS without ``fsync``: a reader sees each
-    event at once, and neither the trainer nor the budgeted render process waits for the disk."""
+class _EventFile:
+    """One event file, appended one whole record at a time and handed to the OS at once (no
+    ``fsync``: neither the trainer nor the budgeted render process waits for the disk).
 
-    def flush(self) -> None:
-        self._writer.flush()
+    A record that does not fit (a full device) is cut off again, so the file always ends at a
+    whole record and the next write simply tries again; a reader never meets a torn record.
+    """
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND | getattr(os, "O_CLOEXEC", 0)
+        self._fd: Optional[int] = os.open(path, flags, 0o666)
+        status = os.fstat(self._fd)
+        self._identity = (status.st_dev, status.st_ino)
+        #: bytes of whole records in the file
+        self.size = 0
+
+    def write(self, data: bytes) -> int:
+        """Append ``data`` as one TFRecord; its size in the file."""
+        header = struct.pack("<Q", len(data))
+        record = b"".join((header, struct.pack("<I", masked_crc32c(header)), data,
+                           struct.pack("<I", masked_crc32c(data))))
+        view = memoryview(record)
+        try:
+            while view:
+                view = view[os.write(self._fd, view):]
+        except OSError:
+            with contextlib.suppress(OSError):
+                os.ftruncate(self._fd, self.size)
+            raise
+        self.size += len(record)
+        return len(record)
+
+    def gone(self) -> bool:
+        """Whether the file was removed (or replaced) since it was opened: its folder removed
+        with ``rm -rf`` while the run goes on."""
+        try:
+            status = os.stat(self.path)
+        except FileNotFoundError:
+            return True
+        return (status.st_dev, status.st_ino) != self._identity
+
+    def close(self) -> None:
+        fd, self._fd = self._fd, None
+        if fd is not None:
+            os.close(fd)
 
 
 class SummaryWriter:
     """Writes TensorBoard summaries into a new event file in ``logdir``.
 
     The file (``events.out.tfevents.*``) is created at once; every ``add_*`` is handed to the OS
-    before it returns (a ``flush``, never an ``fsync``), so a TensorBoard watching the folder sees
-    it within its reload interval, and a killed process loses nothing already added. Several
-    writers, in one or several processes, may share ``logdir``: each has its own file, and
-    TensorBoard shows them as one run.
+    before it returns (never an ``fsync``), so a TensorBoard watching the folder sees it within
+    its reload interval, and a killed process loses nothing already added. Several writers, in
+    one or several processes, may share ``logdir``: each has its own file, and TensorBoard shows
+    them as one run.
+
+    Faults of a long run, as TensorFlow's own writer meets them: a file removed meanwhile (its
+    folder removed with ``rm -rf``) is followed by a new one (``reopened`` counts them; what the
+    removed one held is gone), and an ``add_*`` that raises ``OSError`` (a full device) leaves
+    the file as it was, so a later one may succeed.
 
     Not thread-safe; use one writer per thread.
     """
 
     def __init__(self, logdir: str, filename_suffix: str = "") -> None:
         self.logdir = os.path.abspath(os.fspath(logdir))
-        os.makedirs(self.logdir, exist_ok=True)
-        wall_time = time.time()
-        #: the event file's path
-        self.path = os.path.join(self.logdir, event_file_name(wall_time, filename_suffix))
-        self._records: Optional[_Records] = _Records(self.path)
-        self._write_event(Event(wall_time=wall_time, step=0, file_version=FILE_VERSION))
+        self._suffix = filename_suffix
+        #: new files begun because the one written was removed
+        self.reopened = 0
+        self._file: Optional[_EventFile] = None
+        self._closed = False
+        self._begin()
+
+    @property
+    def path(self) -> str:
+        """The event file written now."""
+        assert self._file is not None
+        return self._file.path
+
+    def reopen_if_gone(self) -> bool:
+        """Begin a new file if the one written was removed; whether it did. ``add_*`` does this
+        itself; a caller that wants to write again what the removed file held asks first."""
+        if self._closed:
+            raise ValueError(f"this SummaryWriter ({self.logdir}) is closed")
+        if self._file is not None and not self._file.gone():
+            return False
+        self._begin()
+        self.reopened += 1
+        return True
 
     def add_scalars(self, step: int, scalars: Mapping[str, float]) -> int:
         """Write ``{tag: value}`` at ``step`` as one event; returns its size in bytes.
@@ -115,24 +178,38 @@ class SummaryWriter:
         return self._write(step, [Summary.Value(tag=tag, image=image)])
 
     def flush(self) -> None:
-        """Hand everything written to the OS (``add_*`` already does)."""
-        if self._records is not None:
-            self._records.flush()
+        """Nothing to do: ``add_*`` hands each event to the OS before it returns."""
 
     def close(self) -> None:
-        """Flush and close the file; calling it again does nothing."""
-        if self._records is not None:
-            records, self._records = self._records, None
-            try:
-                records.flush()
-            finally:
-                records.close()
+        """Close the file; calling it again does nothing."""
+        self._closed = True
+        file, self._file = self._file, None
+        if file is not None:
+            file.close()
 
     def __enter__(self) -> "SummaryWriter":
         return self
 
     def __exit__(self, *exc_info: object) -> None:
         self.close()
+
+    def _begin(self) -> None:
+        """A new file, its first event the file version; none is left behind if that fails."""
+        os.makedirs(self.logdir, exist_ok=True)
+        wall_time = time.time()
+        path = os.path.join(self.logdir, event_file_name(wall_time, self._suffix))
+        file = _EventFile(path)
+        try:
+            file.write(
+                Event(wall_time=wall_time, step=0, file_version=FILE_VERSION).SerializeToString())
+        except OSError:
+            file.close()
+            with contextlib.suppress(OSError):
+                os.unlink(path)
+            raise
+        old, self._file = self._file, file
+        if old is not None:
+            old.close()
 
     def _write(self, step: int, values: List[Summary.Value]) -> int:
         if not isinstance(step, numbers.Integral) or isinstance(step, bool):
@@ -141,12 +218,9 @@ class SummaryWriter:
             Event(wall_time=time.time(), step=int(step), summary=Summary(value=values)))
 
     def _write_event(self, event: Event) -> int:
-        if self._records is None:
-            raise ValueError(f"this SummaryWriter ({self.logdir}) is closed")
-        data = event.SerializeToString()
-        self._records.write(data)
-        self._records.flush()
-        return len(data) + _FRAMING
+        self.reopen_if_gone()
+        assert self._file is not None
+        return self._file.write(event.SerializeToString())
 
 
 def read_events(path: str) -> List[Event]:
@@ -170,13 +244,16 @@ def write_events(path: str, events: Sequence[Event]) -> None:
     """Write the event file at ``path`` anew with ``events`` (as ``read_events`` gave them),
     whole or not at all."""
     partial = f"{path}.{os.getpid()}.partial"
-    records = _Records(partial)
+    file = _EventFile(partial)
     try:
         for event in events:
-            records.write(event.SerializeToString())
-        records.flush()
-    finally:
-        records.close()
+            file.write(event.SerializeToString())
+    except BaseException:
+        file.close()
+        with contextlib.suppress(OSError):
+            os.unlink(partial)
+        raise
+    file.close()
     os.replace(partial, path)
 
 

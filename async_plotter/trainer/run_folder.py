@@ -41,6 +41,7 @@ from async_plotter.render.history_returns import RETURNS_FILE
 from async_plotter.render.videos import (EVENTS_NAME, RECORDING_NAME, VIDEO_NAME,
                                          list_named_recordings)
 from async_plotter.sinks.states import LIVE_FOLDER
+from async_plotter.words import counted
 
 logger = logging.getLogger("async_plotter")
 
@@ -365,11 +366,6 @@ def _describe_videos(video_dir: str, names: List[str]) -> str:
         _describe_events(video_dir, names), "live/" if LIVE_FOLDER in names else ""
     ]
     return ", ".join(part for part in parts if part)
-
-
-def counted(count: int, one: str, many: str) -> str:
-    """``3 videos``, ``1 video``; nothing for none (the words for a folder's outputs)."""
-    return f"{count} {one if count == 1 else many}" if count else ""
 
 
 def _event_files(folder: str) -> List[str]:

@@ -4,6 +4,7 @@ import shlex
 from typing import Any, Dict, List, Optional
 
 from async_plotter.cpu import usable_cores
+from async_plotter.words import amount
 
 #: fewer videos than one per this many iterations calls for an explanation
 _ITERATIONS_PER_VIDEO_EXPECTED = 10
@@ -36,7 +37,7 @@ def summarize_videos(stats: Dict[str, Any],
         newest = os.path.basename(log[-1]["path"])
         final = ("shows the final policy" if stats.get("final_video") or _is_newest(log, stats) else
                  "does not show the final policy")
-        text = (f"plotter: {len(log)} video{'s' if len(log) != 1 else ''} in {video_dir} of "
+        text = (f"plotter: {amount(len(log), 'video', 'videos')} in {video_dir} of "
                 f"{_compact(shown)}; the newest, {newest}, {final}"
                 f"{_cut_short(log[-1], stats, final_video_asked)}{_clip(log[-1], stats)}")
     notes = [
@@ -59,7 +60,7 @@ def _history(stats: Dict[str, Any], iterations: int, resumed_after: Optional[int
     if not entries:
         return f"{run}: no policy recorded: {stopped}" if stopped else ""
     newest = entries[-1]
-    count = f"{len(entries)} polic{'ies' if len(entries) != 1 else 'y'}"
+    count = amount(len(entries), "policy", "policies")
     covered = len({entry["iteration"] for entry in entries if entry.get("iteration") is not None})
     share = ""
     if stopped:
