@@ -71,7 +71,6 @@ if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only
                                                     gae_advantages, process_samples)
     from async_plotter.rl.samplers import ParallelSampler, Sampler, SerialSampler, rollout
     from async_plotter.rl.snapshot import load_snapshot
-    from async_plotter.errors import (ResumeError, RunFilesNotWrittenError,
-                                      SnapshotNotFoundError)
+    from async_plotter.errors import (ResumeError, RunFilesNotWrittenError, SnapshotNotFoundError)
     from async_plotter.rl.trpo import TRPO
     from async_plotter.rl.vpg import VPG
