@@ -7,10 +7,13 @@ import sys
 import textwrap
 
 import numpy as np
+import pytest
 
+from async_plotter.appends import append_whole
 from async_plotter.render.partial_files import PartialFile, remove_abandoned
 from async_plotter.sinks.video import VideoSink
 from async_plotter.render.stream import EpisodeEnd, EpisodeInfo
+from tests.small_device import fill, make_room, small_device
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -123,3 +126,21 @@ def test_a_clip_dropped_for_its_whole_episode_leaves_nothing_and_does_not_wait_f
     sink.end_episode(retake, EpisodeEnd(40, 0.0, True))
     sink.close()
     assert os.listdir(tmp_path) == ["iter_0008.mp4"]
+
+
+def test_an_append_a_full_device_cuts_short_leaves_the_file_as_it_was(tmp_path):
+    """A row or record that does not fit is not left half in the file: the next append goes on
+    after the last whole one (``returns.csv``, ``progress.csv`` and TensorBoard's event files
+    append so; a buffered ``open(path, "a")`` left the part that fitted)."""
+    with small_device(tmp_path / "device", "100k") as device:
+        path = str(device / "rows.csv")
+        append_whole(path, b"a,b\n1,2\n")
+        fill(device)
+        with pytest.raises(OSError):
+            append_whole(path, b"3," + b"4" * 20000 + b"\n")  # more than the page it ends in
+        with open(path, "rb") as file:
+            assert file.read() == b"a,b\n1,2\n"
+        make_room(device)
+        append_whole(path, b"5,6\n")
+        with open(path, "rb") as file:
+            assert file.read() == b"a,b\n1,2\n5,6\n"

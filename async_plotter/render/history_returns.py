@@ -16,11 +16,13 @@ second row; the later one is its.
 """
 import csv
 import errno
+import io
 import logging
 import math
 import os
 from typing import Any, Dict, List, Mapping, Optional, Tuple
 
+from async_plotter.appends import append_whole
 from async_plotter.render.history import INITIAL_POLICY_ITERATION
 
 logger = logging.getLogger(__name__)
@@ -61,12 +63,24 @@ class ReturnsFile:
             # Only the history folder: a video folder taken away is the video sink's to make
             # again (and to say so).
             os.mkdir(folder)
-        with open(self.path, "a" if self._started else "w", encoding="utf-8", newline="") as file:
-            writer = csv.DictWriter(file, COLUMNS, lineterminator="\n")
-            if file.tell() == 0:  # new, or made again after the folder was taken away
-                writer.writeheader()
-            writer.writerow(row)
+        if not self._started:  # the run's first row: the file anew
+            with open(self.path, "wb"):
+                pass
+        text = io.StringIO()
+        writer = csv.DictWriter(text, COLUMNS, lineterminator="\n")
+        if _size(self.path) == 0:  # new, or made again after the folder was taken away
+            writer.writeheader()
+        writer.writerow(row)
+        # Whole or not at all: a row a full device cut short would break the table.
+        append_whole(self.path, text.getvalue().encode("utf-8"))
         self._started = True
+
+
+def _size(path: str) -> int:
+    try:
+        return os.path.getsize(path)
+    except FileNotFoundError:
+        return 0
 
 
 def _row(entry: Mapping[str, Any]) -> Dict[str, Any]:

@@ -11,6 +11,7 @@ from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
 
 import numpy as np
 
+from async_plotter.appends import append_whole
 from async_plotter.errors import RunFilesNotWrittenError
 from async_plotter.learning_curve import PREFERRED_METRIC, SHOWN_RETURN
 from async_plotter.rl.kept_writes import FolderWatch, KeptWrite, identity
@@ -198,7 +199,7 @@ class RunRecorder:
             if self._csv.error is not None and self.rows:
                 self._csv.attempt(lambda: self._write_csv(self.rows[-1]), last=True)
             if self._snapshot_pending is not None:
-                self._save_pending_snapshot(last=True)
+                self._save(*self._snapshot_pending, last=True)
             if self._curve_stale:
                 self._draw_curve(last=True)
         if self._scalars is not None:
@@ -255,8 +256,9 @@ class RunRecorder:
             writer.writerows(self.rows)
             atomic_write_bytes(self.progress_csv, buffer.getvalue().encode("utf-8"))
         else:
-            with open(self.progress_csv, "a", encoding="utf-8", newline="") as f:
-                csv.DictWriter(f, fieldnames=self._columns, lineterminator="\n").writerow(row)
+            line = io.StringIO()
+            csv.DictWriter(line, fieldnames=self._columns, lineterminator="\n").writerow(row)
+            append_whole(self.progress_csv, line.getvalue().encode("utf-8"))
         self._csv_written = identity(self.progress_csv, with_size=True)
 
     def _draw_curve(self, last: bool = False) -> None:
@@ -291,13 +293,17 @@ class RunRecorder:
             return None
         self._notice_removal()
         name = snapshot_name(None if self.snapshot_mode == "last" else itr)
-        self._snapshot_pending = (itr, self._path(name), snapshot)
-        return self._save_pending_snapshot()
+        return self._save(itr, self._path(name), snapshot)
 
-    def _save_pending_snapshot(self, last: bool = False) -> Optional[str]:
-        assert self._snapshot_pending is not None
-        itr, path, snapshot = self._snapshot_pending
+    def _save(self,
+              itr: int,
+              path: str,
+              snapshot: Dict[str, Any],
+              last: bool = False) -> Optional[str]:
+        # Kept for the next try only after a fault of the folder: a Ctrl-C during the write
+        # ends the run (close() must not write it again), a newer snapshot replaces it.
         if not self._snapshots.attempt(lambda: save_snapshot(path, snapshot), last=last):
+            self._snapshot_pending = (itr, path, snapshot)
             return None
         self._snapshot_pending, self._snapshot_saved = None, itr
         return path

@@ -25,6 +25,7 @@ from tensorboardX.proto.event_pb2 import Event
 from tensorboardX.proto.summary_pb2 import Summary
 from tensorboardX.record_writer import masked_crc32c
 
+from async_plotter.appends import AppendFile
 from async_plotter.tensorboard.gif import MAX_FRAMES, MAX_SIDE, FrameReel
 
 FILE_VERSION = "brain.Event:2"
@@ -45,52 +46,17 @@ def event_file_name(wall_time: float, suffix: str = "") -> str:
     return f"{FILE_PREFIX}{int(wall_time):010d}.{host}.{os.getpid()}.{number}{suffix}"
 
 
-class _EventFile:
-    """One event file, appended one whole record at a time and handed to the OS at once (no
-    ``fsync``: neither the trainer nor the budgeted render process waits for the disk).
-
-    A record that does not fit (a full device) is cut off again, so the file always ends at a
-    whole record and the next write simply tries again; a reader never meets a torn record.
-    """
-
-    def __init__(self, path: str) -> None:
-        self.path = path
-        flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND | getattr(os, "O_CLOEXEC", 0)
-        self._fd: Optional[int] = os.open(path, flags, 0o666)
-        status = os.fstat(self._fd)
-        self._identity = (status.st_dev, status.st_ino)
-        #: bytes of whole records in the file
-        self.size = 0
+class _EventFile(AppendFile):
+    """One event file, appended one whole TFRecord at a time: a reader never meets a torn
+    record, and after a write a full device refused the next one goes on."""
 
     def write(self, data: bytes) -> int:
-        """Append ``data`` as one TFRecord; its size in the file."""
+        """Append ``data`` as one record; its size in the file."""
         header = struct.pack("<Q", len(data))
         record = b"".join((header, struct.pack("<I", masked_crc32c(header)), data,
                            struct.pack("<I", masked_crc32c(data))))
-        view = memoryview(record)
-        try:
-            while view:
-                view = view[os.write(self._fd, view):]
-        except OSError:
-            with contextlib.suppress(OSError):
-                os.ftruncate(self._fd, self.size)
-            raise
-        self.size += len(record)
+        self.append(record)
         return len(record)
-
-    def gone(self) -> bool:
-        """Whether the file was removed (or replaced) since it was opened: its folder removed
-        with ``rm -rf`` while the run goes on."""
-        try:
-            status = os.stat(self.path)
-        except FileNotFoundError:
-            return True
-        return (status.st_dev, status.st_ino) != self._identity
-
-    def close(self) -> None:
-        fd, self._fd = self._fd, None
-        if fd is not None:
-            os.close(fd)
 
 
 class SummaryWriter:
