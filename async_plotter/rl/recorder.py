@@ -91,6 +91,7 @@ class RunRecorder:
         self._snapshots = KeptWrite(
             "the snapshot", "training goes on, and each iteration tries again with its own")
         self._folder: Optional[FolderWatch] = None
+        self._claim: Optional[RunFolder] = None  # the claim on log_dir while the run holds it
         self._scalars: Optional[RunScalars] = None
         if self.log_dir is not None:
             os.makedirs(self.log_dir, exist_ok=True)
@@ -130,10 +131,14 @@ class RunRecorder:
             yield
             return
         outputs = dataclasses.replace(_LOG_OUTPUTS, speaker=speaker)
-        with RunFolder(self.log_dir, 1, holder, outputs, resume_after):
-            if resume_after is not None:
-                self.resume_after(resume_after)
-            yield
+        with RunFolder(self.log_dir, 1, holder, outputs, resume_after) as claim:
+            self._claim = claim
+            try:
+                if resume_after is not None:
+                    self.resume_after(resume_after)
+                yield
+            finally:
+                self._claim = None
 
     def resume_after(self, itr: int) -> None:
         """Continue the run whose rows up to iteration ``itr`` are in ``progress.csv`` (the
@@ -236,6 +241,9 @@ class RunRecorder:
             "the run folder %s was removed while the run went on; made it again: progress.csv "
             "and the TensorBoard scalars written again from the %d rows kept, snapshots and "
             "videos from now on (the earlier ones are gone)", self.log_dir, len(self.rows))
+        if self._claim is not None and not self._claim.hold_again():
+            logger.warning("another run claimed %s meanwhile: the two write into one folder",
+                           self.log_dir)
         self._curve_stale = True
         self._next_curve_time = 0.0
 

@@ -8,10 +8,12 @@ import shutil
 
 import pytest
 
+from async_plotter.errors import FolderInUseError
 from async_plotter.rl import TRPO, CategoricalMLPPolicy, RunFilesNotWrittenError, load_snapshot
 from async_plotter.rl import run_experiment_lite
 from async_plotter.rl.run_scalars import SCALAR_PREFIX
 from async_plotter.tensorboard.writer import read_events
+from async_plotter.trainer.run_folder import RunFolder
 from tests.small_device import fill, make_room, small_device
 
 pytestmark = pytest.mark.slow
@@ -61,9 +63,15 @@ def test_a_run_folder_removed_while_it_trains_is_made_again_with_all_the_run_kep
     runs = tmp_path / "runs"
     log_dir = runs / "removed"
 
+    refused = []
+
     def remove_at_2(itr):
         if itr == 2:
             shutil.rmtree(runs)
+        if itr == 3:  # the folder made again is still the run's: another run is refused
+            with pytest.raises(FolderInUseError) as raised:
+                RunFolder(str(log_dir), 0, "a second run").release()
+            refused.append(str(raised.value))
 
     result = run_experiment_lite(TRPOWithAFault(remove_at_2, n_itr=5),
                                  exp_name="removed",
@@ -79,6 +87,7 @@ def test_a_run_folder_removed_while_it_trains_is_made_again_with_all_the_run_kep
     assert "from the 3 rows kept" in said[0].getMessage()  # 0, 1 and the one that noticed
     assert "done" in (log_dir / "debug.log").read_text()
     assert result.final_video and os.path.exists(result.final_video)
+    assert len(refused) == 1 and "is in use" in refused[0], refused
 
 
 def test_a_full_device_never_stops_training_and_the_files_are_whole_once_there_is_room(
