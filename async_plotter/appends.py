@@ -7,7 +7,10 @@ and neither the trainer nor a budgeted worker waits for the disk.
 """
 import contextlib
 import os
-from typing import Optional
+from typing import Optional, Tuple
+
+#: a file as the OS knows it: its device and inode (and its size, for a file appended to)
+Identity = Tuple[int, ...]
 
 _FLAGS = os.O_WRONLY | os.O_CREAT | os.O_APPEND | getattr(os, "O_CLOEXEC", 0)
 
@@ -40,11 +43,7 @@ class AppendFile:
     def gone(self) -> bool:
         """Whether the file was removed (or replaced) since it was opened: its folder removed
         with ``rm -rf`` while the run goes on."""
-        try:
-            status = os.stat(self.path)
-        except FileNotFoundError:
-            return True
-        return (status.st_dev, status.st_ino) != self._identity
+        return identity(self.path) != self._identity
 
     def close(self) -> None:
         """Close the file; calling it again does nothing."""
@@ -57,6 +56,18 @@ class AppendFile:
 
     def __exit__(self, *exc_info: object) -> None:
         self.close()
+
+
+def identity(path: str, with_size: bool = False) -> Optional[Identity]:
+    """``path``'s device and inode (and size), or None where there is nothing: a file another
+    one replaced, or one removed with its folder, has another identity."""
+    try:
+        status = os.stat(path)
+    except OSError:
+        return None
+    if with_size:
+        return status.st_dev, status.st_ino, status.st_size
+    return status.st_dev, status.st_ino
 
 
 def append_whole(path: str, data: bytes) -> None:

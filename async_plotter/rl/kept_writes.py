@@ -4,24 +4,11 @@ what it would have written stays in memory, and the next write tries again; a re
 made again. What is still unwritten when the run ends is a named error then, not before."""
 import logging
 import os
-from typing import Callable, Optional, Tuple
+from typing import Callable, Optional
+
+from async_plotter.appends import identity
 
 logger = logging.getLogger(__name__)
-
-#: a file as the OS knows it: its device and inode (and its size, for a file appended to)
-Identity = Tuple[int, ...]
-
-
-def identity(path: str, with_size: bool = False) -> Optional[Identity]:
-    """``path``'s device and inode (and size), or None where there is nothing: a file another
-    one replaced, or one removed with its folder, has another identity."""
-    try:
-        status = os.stat(path)
-    except OSError:
-        return None
-    if with_size:
-        return status.st_dev, status.st_ino, status.st_size
-    return status.st_dev, status.st_ino
 
 
 class KeptWrite:

@@ -11,7 +11,7 @@ import os
 import sys
 from typing import Any, Iterator, Mapping, Optional
 
-from async_plotter.rl.kept_writes import identity
+from async_plotter.appends import identity
 from async_plotter.words import amount
 
 logger = logging.getLogger("async_plotter.rl")

@@ -11,10 +11,10 @@ from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from async_plotter.appends import append_whole
+from async_plotter.appends import append_whole, identity
 from async_plotter.errors import RunFilesNotWrittenError
 from async_plotter.learning_curve import PREFERRED_METRIC, SHOWN_RETURN
-from async_plotter.rl.kept_writes import FolderWatch, KeptWrite, identity
+from async_plotter.rl.kept_writes import FolderWatch, KeptWrite
 from async_plotter.rl.run_scalars import RunScalars
 from async_plotter.rl.shown_returns import SHOWN_ITERATION
 from async_plotter.rl.snapshot import (LAST_SNAPSHOT, PathLike, atomic_write_bytes, save_snapshot,
