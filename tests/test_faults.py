@@ -323,6 +323,11 @@ def test_a_video_folder_removed_while_training_is_made_again(tmp_path, caplog, n
     assert os.path.exists(stats["final_video"])
     made_again = [r for r in caplog.records if "made it again" in r.getMessage()]
     assert len(made_again) == 1, [r.getMessage() for r in caplog.records]
+    # The close line counts the videos written, and says which of them the removal took (it
+    # counted them as if they were there).
+    closing = [r.getMessage() for r in caplog.records if r.getMessage().startswith("plotter: ")]
+    assert len(closing) == 1 and "gone: removed since" in closing[0], closing
+    assert "iteration 3 is gone" not in closing[0] and "3 are gone" not in closing[0], closing
 
 
 @pytest.fixture

@@ -41,11 +41,22 @@ def summarize_videos(stats: Dict[str, Any],
                 f"{_compact(shown)}; the newest, {newest}, {final}"
                 f"{_cut_short(log[-1], stats, final_video_asked)}{_clip(log[-1], stats)}")
     notes = [
+        _removed(log),
         _no_initial_video(log, stats),
         _why_few(stats, len(log), iterations, elapsed, budget),
         _history(stats, iterations, resumed_after)
     ]
     return ". ".join([text] + [note for note in notes if note])
+
+
+def _removed(log: List[Dict[str, Any]]) -> str:
+    """``The video of iteration 0 is gone: removed since`` (its folder taken away with ``rm -rf``
+    while the run went on, or the file deleted): the count before is of the videos written."""
+    gone = [_label(entry) for entry in log if not os.path.exists(entry["path"])]
+    if not gone:
+        return ""
+    which = "The video of" if len(gone) == 1 else "The videos of"
+    return f"{which} {_compact(gone)} {'is' if len(gone) == 1 else 'are'} gone: removed since"
 
 
 def _history(stats: Dict[str, Any], iterations: int, resumed_after: Optional[int]) -> str:
