@@ -493,6 +493,7 @@ def test_an_event_file_removed_while_written_is_followed_by_a_new_one(tmp_path):
         writer.add_scalars(2, {"loss": 0.25})
     assert _scalar_steps(logdir, "loss") == [1, 2]
     assert writer.reopened == 1
+    assert os.path.dirname(writer.path) == str(logdir)  # the new file's, also once closed
 
 
 def test_a_write_that_does_not_fit_leaves_the_file_whole_and_a_later_one_goes_on(tmp_path):

@@ -82,14 +82,14 @@ class SummaryWriter:
         #: new files begun because the one written was removed
         self.reopened = 0
         self._file: Optional[_EventFile] = None
+        self._path = ""
         self._closed = False
         self._begin()
 
     @property
     def path(self) -> str:
-        """The event file written now."""
-        assert self._file is not None
-        return self._file.path
+        """The event file written now (the last one, once closed)."""
+        return self._path
 
     def reopen_if_gone(self) -> bool:
         """Begin a new file if the one written was removed; whether it did. ``add_*`` does this
@@ -173,7 +173,7 @@ class SummaryWriter:
             with contextlib.suppress(OSError):
                 os.unlink(path)
             raise
-        old, self._file = self._file, file
+        old, self._file, self._path = self._file, file, path
         if old is not None:
             old.close()
 

@@ -5,6 +5,7 @@ import glob
 import logging
 import os
 import shutil
+import time
 
 import pytest
 
@@ -67,7 +68,11 @@ def test_a_run_folder_removed_while_it_trains_is_made_again_with_all_the_run_kep
 
     def remove_at_2(itr):
         if itr == 2:
-            shutil.rmtree(runs)
+            # As rm -rf: the plot worker may rename a file it finished meanwhile (rmtree raises
+            # FileNotFoundError on it), or make its folder again.
+            deadline = time.monotonic() + 30
+            while runs.exists() and time.monotonic() < deadline:
+                shutil.rmtree(runs, ignore_errors=True)
         if itr == 3:  # the folder made again is still the run's: another run is refused
             with pytest.raises(FolderInUseError) as raised:
                 RunFolder(str(log_dir), 0, "a second run").release()
