@@ -22,7 +22,7 @@ import math
 import os
 from typing import Any, Dict, List, Mapping, Optional, Tuple
 
-from async_plotter.appends import append_whole
+from async_plotter.appends import AppendFile
 from async_plotter.render.history import INITIAL_POLICY_ITERATION
 
 logger = logging.getLogger(__name__)
@@ -68,19 +68,13 @@ class ReturnsFile:
                 pass
         text = io.StringIO()
         writer = csv.DictWriter(text, COLUMNS, lineterminator="\n")
-        if _size(self.path) == 0:  # new, or made again after the folder was taken away
-            writer.writeheader()
-        writer.writerow(row)
         # Whole or not at all: a row a full device cut short would break the table.
-        append_whole(self.path, text.getvalue().encode("utf-8"))
+        with AppendFile(self.path) as file:
+            if file.size == 0:  # new, or made again after the folder was taken away
+                writer.writeheader()
+            writer.writerow(row)
+            file.append(text.getvalue().encode("utf-8"))
         self._started = True
-
-
-def _size(path: str) -> int:
-    try:
-        return os.path.getsize(path)
-    except FileNotFoundError:
-        return 0
 
 
 def _row(entry: Mapping[str, Any]) -> Dict[str, Any]:

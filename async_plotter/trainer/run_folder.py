@@ -101,9 +101,9 @@ class RunFolder:
         self.outputs = outputs or VIDEO_OUTPUTS
         self.set_aside: Optional[str] = None
         self._holder = holder
-        self._fd: Optional[int] = _open_folder(folder)
+        self._fd: Optional[int] = None
         self._key: Optional[Tuple[int, int]] = None
-        taken = self._lock()
+        taken = self._claim()
         if taken is False:
             who, here = self._holder_now()
             self.release()
@@ -115,8 +115,6 @@ class RunFolder:
                 f"{argument} {folder!r} is in use: {who} writes a run there, and two runs in one "
                 f"folder overwrite each other's files. Either {first}, or give this run a folder "
                 f"of its own (e.g. {argument}={_sibling(folder)!r}).")
-        if taken:
-            self._held()
         # Ours alone, or a file system without locks: an earlier run's files go aside.
         if resume_after is None:
             self.set_aside = set_aside_earlier_run(folder, verbose, self.outputs)
@@ -128,22 +126,22 @@ class RunFolder:
         (``rm -rf runs/``): the claim went with the folder it was on. False where another run
         claimed the new one first."""
         self.release()
-        self._fd = _open_folder(self.folder)
-        taken = self._lock()
-        if taken is False:
+        if self._claim() is False:
             self.release()
             return False
-        if taken:
-            self._held()
         return True
 
-    def _held(self) -> None:
-        """Note the claim for another claimant of this process, who is told it is its own."""
-        assert self._fd is not None
-        status = os.fstat(self._fd)
-        self._key = (status.st_dev, status.st_ino)
-        _held_here[self._key] = (f"{self._holder} of this process (claimed at "
-                                 f"{time.strftime('%H:%M:%S')})", self.outputs)
+    def _claim(self) -> Optional[bool]:
+        """Open the folder and lock it (``_lock``'s answer); taken, the claim is noted for
+        another claimant of this process, who is told it is its own."""
+        self._fd = _open_folder(self.folder)
+        taken = self._lock()
+        if taken and self._fd is not None:
+            status = os.fstat(self._fd)
+            self._key = (status.st_dev, status.st_ino)
+            _held_here[self._key] = (f"{self._holder} of this process (claimed at "
+                                     f"{time.strftime('%H:%M:%S')})", self.outputs)
+        return taken
 
     def release(self) -> None:
         """Let go of the folder (idempotent)."""
